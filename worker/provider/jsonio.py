@@ -1,0 +1,44 @@
+"""JSON in and out with exact decimals.
+
+Numbers are parsed straight into `Decimal` (never through float) and every `Decimal` is written
+back as a plain decimal string ("0.0000001", not "1E-7").
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+
+def loads(raw: bytes | str) -> Any:
+    """Parse JSON; non-integer numbers become `Decimal`, integers stay `int`."""
+    return json.loads(raw, parse_float=Decimal)
+
+
+def decimal_str(value: Decimal) -> str:
+    """A decimal as a plain string without exponent; integral values keep no trailing '.0'."""
+    text = format(value, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text if text not in ("-0", "") else "0"
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, Decimal):
+        return decimal_str(obj)
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json", by_alias=True)
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def dumps(obj: Any, *, compact: bool = True) -> str:
+    """Serialise to JSON; decimals become strings."""
+    if compact:
+        return json.dumps(obj, default=_default, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(obj, default=_default, ensure_ascii=False, indent=2)
+
+
+def dumpb(obj: Any) -> bytes:
+    """Serialise to UTF-8 JSON bytes (for request and webhook bodies)."""
+    return dumps(obj).encode()

@@ -1,0 +1,290 @@
+"""The provider's deposit-side data model (pydantic v2).
+
+Where the interface names an operation without showing its payload, the shapes are those of
+SPEC section 13, and they live here so that one edit adapts to the real provider:
+
+- Deposit order (history records, transaction detail ``data``): `DepositOrder`.
+- History ``GET /v1/wallet/history?whiteListStatus=init&pageNum=1&pageSize=50`` (also walletId,
+  currency, startTime, endTime; same answer at ``/v1/wallet/transaction/list``): ``data`` is a
+  `Page` of `DepositOrder`.
+- Transaction detail ``GET /v1/wallet/transactions/{id}`` (also
+  ``/v1/wallet/transaction/detail?transactionId=``): ``data`` is one `DepositOrder`.
+- Submit ``POST /v1/wallet/deposit-whitelist/transactions/{id}/submit``: ``data`` is `SubmitResult`.
+- Options ``GET /v1/wallet/deposit-whitelist/options``: ``data`` is `Options` (a list of
+  ``{"name": ...}`` objects is accepted too).
+- Asset balance ``GET /v1/wallet/asset-balance?walletId=&currency=``: ``data`` is a list of
+  `AssetBalance`.
+- Source address (register answer, list records, detail): `SourceAddress`; register body: payer
+  details plus walletId, walletAddress, network and memo/txHash where given; list:
+  ``GET .../addresses?pageNum=&pageSize=&status=``.
+- WALLET_ADDRESS_UPDATED ``data``: `AddressUpdatedData`.
+- DEPOSIT_WHITELIST_* ``data``: `DepositEventData` (the DEPOSIT_ORDER_NOTIFICATION shape plus
+  failMessage or creditTime); the envelope's referenceId is the transactionId.
+- Auth failure: HTTP 401 with the wallet envelope (status 401, msg naming signature, unauthorized
+  or timestamp).
+
+Amounts are exact `Decimal`s, accepted from JSON strings or numbers (parse bodies with
+`worker.provider.jsonio.loads` so numbers never pass through float) and written back as strings.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from enum import Enum
+from typing import Annotated, Any, Generic, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+
+from worker.provider.jsonio import decimal_str
+
+
+def _no_float(value: Any) -> Any:
+    if isinstance(value, float):
+        raise ValueError("amounts must arrive as decimal strings or exact JSON numbers, not float")
+    if isinstance(value, str):
+        value = value.strip()
+    return value
+
+
+Amount = Annotated[
+    Decimal,
+    BeforeValidator(_no_float),
+    PlainSerializer(decimal_str, return_type=str, when_used="json"),
+]
+
+
+class Model(BaseModel):
+    """Base for provider payloads: keeps unknown fields, serialises by field name."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict without unset optional fields."""
+        return self.model_dump(mode="json", exclude_none=False, exclude_unset=True)
+
+
+class OrderStatus(str, Enum):
+    """Deposit order status."""
+
+    PROCESSING = "PROCESSING"
+    SUCCESS = "SUCCESS"
+    FAIL = "FAIL"
+
+
+class WhiteListStatus(str, Enum):
+    """Whitelist progress; lowercase on the wire."""
+
+    INIT = "init"
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+
+class CreditStatus(str, Enum):
+    """Crediting status, only in transaction detail."""
+
+    PENDING = "PENDING"
+    CREDITED = "CREDITED"
+    BLOCKED = "BLOCKED"
+
+
+class AddressStatus(str, Enum):
+    """Source address status; DISABLED after the disable call (assumed, SPEC section 13)."""
+
+    PROCESSING = "PROCESSING"
+    ACTIVE = "ACTIVE"
+    FAILED = "FAILED"
+    DISABLED = "DISABLED"
+
+
+class EventType(str, Enum):
+    """Event types of the interface's Events table."""
+
+    WALLET_ADDRESS_UPDATED = "WALLET_ADDRESS_UPDATED"
+    DEPOSIT_WHITELIST_REQUIRED = "DEPOSIT_WHITELIST_REQUIRED"
+    DEPOSIT_WHITELIST_FAILED = "DEPOSIT_WHITELIST_FAILED"
+    DEPOSIT_WHITELIST_CREDITED = "DEPOSIT_WHITELIST_CREDITED"
+    DEPOSIT_ORDER_NOTIFICATION = "DEPOSIT_ORDER_NOTIFICATION"
+    COLLECT_ORDER_UPDATED = "Collect Order Updated"
+    STABLE_ORDER_UPDATED = "STABLE_ORDER_UPDATED"
+    WALLET_TRANSFER_ORDER_UPDATED = "WALLET_TRANSFER_ORDER_UPDATED"
+
+
+DEPOSIT_EVENT_TYPES = frozenset(
+    {
+        EventType.DEPOSIT_WHITELIST_REQUIRED.value,
+        EventType.DEPOSIT_WHITELIST_FAILED.value,
+        EventType.DEPOSIT_WHITELIST_CREDITED.value,
+        EventType.DEPOSIT_ORDER_NOTIFICATION.value,
+    }
+)
+KNOWN_EVENT_TYPES = frozenset(e.value for e in EventType)
+
+
+# --- envelopes -------------------------------------------------------------------------------
+
+
+class WalletEnvelope(Model):
+    """Wallet/stable response form."""
+
+    status: int
+    code: str | None = None
+    msg: str | None = None
+    success: bool | None = None
+    traceId: str | None = None
+    data: Any = None
+
+
+class EmailEnvelope(Model):
+    """E-mail verification response form (no data)."""
+
+    status: int
+    message: str | None = None
+    traceId: str | None = None
+
+
+class PartnerEnvelope(Model):
+    """Partner response form (onboarding, quotes, settlement)."""
+
+    code: str
+    message: str | None = None
+    data: Any = None
+    trace_id: str | None = None
+
+
+class WebhookEnvelope(Model):
+    """Every webhook delivery."""
+
+    eventId: str = Field(min_length=1)
+    eventType: str = Field(min_length=1)
+    referenceId: str | None = None
+    status: str | None = None
+    timestamp: int | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+T = TypeVar("T")
+
+
+class Page(Model, Generic[T]):
+    """Page wrapper in data."""
+
+    pageNumber: int
+    pageSize: int
+    totalPage: int
+    totalRow: int
+    records: list[T]
+
+
+# --- deposits --------------------------------------------------------------------------------
+
+
+class DepositOrder(Model):
+    """A deposit order as read from history and transaction detail (SPEC section 13)."""
+
+    transactionId: str
+    transactionHash: str | None = None
+    transactionType: str = "DEPOSIT"
+    walletId: int
+    walletName: str | None = None
+    currency: str
+    network: str
+    amount: Amount
+    fromAddress: str | None = None
+    toAddress: str | None = None
+    status: OrderStatus
+    whiteListStatus: WhiteListStatus | None = None
+    creditStatus: CreditStatus | None = None
+    failMessage: str | None = None
+    createTime: int | None = None
+    updateTime: int | None = None
+
+
+class DepositNotificationData(Model):
+    """DEPOSIT_ORDER_NOTIFICATION data."""
+
+    transactionId: str
+    transactionHash: str | None = None
+    transactionType: str = "DEPOSIT"
+    amount: Amount
+    currency: str
+    network: str
+    fromAddress: str | None = None
+    walletId: int
+    walletName: str | None = None
+    status: OrderStatus
+    timestamp: int | None = None
+    whiteListStatus: WhiteListStatus | None = None
+
+
+class DepositEventData(DepositNotificationData):
+    """DEPOSIT_WHITELIST_* data: the notification shape plus failMessage or creditTime."""
+
+    failMessage: str | None = None
+    creditTime: int | None = None
+
+
+class AddressUpdatedData(Model):
+    """WALLET_ADDRESS_UPDATED data (SPEC section 13)."""
+
+    id: str
+    walletAddress: str
+    network: str
+    status: AddressStatus
+    failMessage: str | None = None
+
+
+class SourceAddress(Model):
+    """Deposit whitelist source address record."""
+
+    id: str
+    walletId: int
+    walletAddress: str
+    network: str
+    memo: str | None = None
+    status: AddressStatus
+    failMessage: str | None = None
+    createTime: int | None = None
+    updateTime: int | None = None
+
+
+class SubmitResult(Model):
+    """Answer of the submit endpoint."""
+
+    transactionId: str
+    whiteListStatus: WhiteListStatus
+
+
+class ProviderName(Model):
+    """One provider in the options list when given as an object."""
+
+    name: str
+
+
+class Options(Model):
+    """Options endpoint data: the provider (VASP) names."""
+
+    providers: list[str | ProviderName]
+
+    def names(self) -> list[str]:
+        """Provider names, whichever form they came in."""
+        return [p if isinstance(p, str) else p.name for p in self.providers]
+
+
+class AssetBalance(Model):
+    """One row of the asset-balance answer."""
+
+    walletId: int
+    currency: str
+    available: Amount
+    unavailable: Amount
+
+
+class DepositAddress(Model):
+    """Deposit address of a wallet (payload not shown by the interface; assumed)."""
+
+    walletId: int
+    currency: str | None = None
+    network: str | None = None
+    address: str
+    memo: str | None = None

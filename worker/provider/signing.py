@@ -1,0 +1,136 @@
+"""Request and webhook signatures (SPEC section 5).
+
+The default scheme, ``hmac-sha256-v1``::
+
+    API-SIGNATURE = lowercase hex(HMAC-SHA256(secret, API-TIMESTAMP + METHOD + PATH_AND_QUERY + BODY))
+
+Another provider algorithm is one more function in `ALGORITHMS`, chosen by name in config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+DEFAULT_ALGORITHM = "hmac-sha256-v1"
+
+HEADER_KEY = "API-KEY"
+HEADER_TIMESTAMP = "API-TIMESTAMP"
+HEADER_SIGNATURE = "API-SIGNATURE"
+
+Signer = Callable[[bytes, bytes], str]
+
+
+def _hmac_sha256_v1(secret: bytes, message: bytes) -> str:
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+ALGORITHMS: dict[str, Signer] = {DEFAULT_ALGORITHM: _hmac_sha256_v1}
+
+
+class SignatureError(Exception):
+    """A request or webhook failed authentication; the message says why (never a secret)."""
+
+
+def _as_bytes(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch, as sent in API-TIMESTAMP."""
+    return time.time_ns() // 1_000_000
+
+
+def signer(algorithm: str) -> Signer:
+    """The signing function for an algorithm name; ValueError names the known ones."""
+    try:
+        return ALGORITHMS[algorithm]
+    except KeyError:
+        known = ", ".join(sorted(ALGORITHMS))
+        raise ValueError(f"unknown signature algorithm {algorithm!r} (known: {known})") from None
+
+
+def sign(
+    secret: str | bytes,
+    timestamp: str | int,
+    method: str,
+    path_and_query: str,
+    body: bytes = b"",
+    algorithm: str = DEFAULT_ALGORITHM,
+) -> str:
+    """The API-SIGNATURE value for one request."""
+    message = f"{timestamp}{method.upper()}{path_and_query}".encode() + body
+    return signer(algorithm)(_as_bytes(secret), message)
+
+
+def signed_headers(
+    api_key: str,
+    secret: str | bytes,
+    method: str,
+    path_and_query: str,
+    body: bytes = b"",
+    *,
+    algorithm: str = DEFAULT_ALGORITHM,
+    timestamp_ms: int | None = None,
+) -> dict[str, str]:
+    """The three authentication headers for one request."""
+    ts = str(now_ms() if timestamp_ms is None else timestamp_ms)
+    return {
+        HEADER_KEY: api_key,
+        HEADER_TIMESTAMP: ts,
+        HEADER_SIGNATURE: sign(secret, ts, method, path_and_query, body, algorithm),
+    }
+
+
+def verify(
+    headers: Mapping[str, str],
+    method: str,
+    path_and_query: str,
+    body: bytes,
+    *,
+    api_key: str,
+    secrets: Iterable[str | bytes],
+    tolerance_s: float,
+    algorithm: str = DEFAULT_ALGORITHM,
+    now: int | None = None,
+) -> None:
+    """Check the three headers; raise `SignatureError` saying what was wrong.
+
+    Any one of `secrets` verifying is enough (secret rotation). The timestamp must be within
+    `tolerance_s` of now in either direction.
+    """
+    key = headers.get(HEADER_KEY)
+    ts = headers.get(HEADER_TIMESTAMP)
+    given = headers.get(HEADER_SIGNATURE)
+    missing = [
+        name
+        for name, value in ((HEADER_KEY, key), (HEADER_TIMESTAMP, ts), (HEADER_SIGNATURE, given))
+        if not value
+    ]
+    if missing:
+        raise SignatureError(f"missing header {', '.join(missing)}")
+    assert key is not None and ts is not None and given is not None
+    if not hmac.compare_digest(key.encode(), api_key.encode()):
+        raise SignatureError("unknown API-KEY")
+    try:
+        ts_ms = int(ts)
+    except ValueError:
+        raise SignatureError("API-TIMESTAMP is not milliseconds since the epoch") from None
+    current = now_ms() if now is None else now
+    skew_s = (current - ts_ms) / 1000
+    if skew_s > tolerance_s:
+        raise SignatureError(f"API-TIMESTAMP too old ({skew_s:.0f}s, tolerance {tolerance_s:g}s)")
+    if -skew_s > tolerance_s:
+        raise SignatureError(
+            f"API-TIMESTAMP in the future ({-skew_s:.0f}s, tolerance {tolerance_s:g}s)"
+        )
+    given_b = given.lower().encode()
+    ok = False
+    for secret in secrets:
+        expected = sign(secret, ts, method, path_and_query, body, algorithm).encode()
+        # Compare against every secret so timing does not reveal which one matched.
+        ok = hmac.compare_digest(expected, given_b) or ok
+    if not ok:
+        raise SignatureError("bad API-SIGNATURE")
