@@ -1,0 +1,100 @@
+"""`depositd check`: config, rules and profiles, every problem at once (SPEC section 3)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import dataclass, field
+
+from worker.errors import ConfigError, ProviderError
+from worker.profiles import Profiles
+from worker.rules import RuleBook
+from worker.settings import Settings, load_settings
+
+
+@dataclass
+class Bundle:
+    """What the worker acts on: rules and profiles, validated together."""
+
+    rules: RuleBook
+    profiles: Profiles
+    warnings: list[str] = field(default_factory=list)
+
+
+def load_bundle(settings: Settings) -> Bundle:
+    """Load profiles then rules; `ConfigError` lists every problem of both."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    profiles = Profiles.empty()
+    if settings.profiles is None:
+        warnings.append("profiles: not set; submit_profile never finds a profile")
+    else:
+        try:
+            profiles = Profiles.load(settings.profiles)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    rules = RuleBook.empty()
+    if settings.rules is None:
+        warnings.append("rules: not set; nothing acts (events are stored and tracked only)")
+    else:
+        try:
+            rules = RuleBook.load(settings.rules, profile_names=profiles.names())
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    return Bundle(rules, profiles, warnings)
+
+
+async def unknown_providers(settings: Settings, profiles: Profiles) -> list[str]:
+    """Profiles whose `provider` the options endpoint no longer offers."""
+    from worker.provider.client import ProviderClient
+
+    async with ProviderClient(
+        settings.provider.base_url,
+        settings.provider.api_key.get_secret_value(),
+        settings.provider.api_secret.get_secret_value(),
+        algorithm=settings.provider.signature,
+        timeout_s=settings.provider.timeout_s,
+        retries=1,
+    ) as client:
+        names = await client.options()
+    return profiles.check_providers(names)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate; print problems (exit 2) or a short summary (exit 0)."""
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    try:
+        bundle = load_bundle(settings)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    for warning in bundle.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if getattr(args, "online", False):
+        try:
+            bad = asyncio.run(unknown_providers(settings, bundle.profiles))
+        except ProviderError as exc:
+            print(f"provider: options endpoint failed: {exc}", file=sys.stderr)
+            return 1
+        if bad:
+            for name in bad:
+                print(
+                    f"{settings.profiles}: profile {name!r}: provider is not offered by the "
+                    "provider's options endpoint",
+                    file=sys.stderr,
+                )
+            return 2
+    print(
+        f"ok: {settings.config_path}: {len(bundle.rules.rulesets)} rule set(s), "
+        f"{len(bundle.profiles.names())} profile(s)"
+    )
+    return 0

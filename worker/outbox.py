@@ -1,0 +1,443 @@
+"""The outbox runner: executes recorded actions (submit, alert, forward) after their commit.
+
+Rows are written by `worker.reactor` in the same transaction as the state change that caused
+them. The runner marks a row running, performs the call outside any transaction, then records
+the outcome. A crash between the two leaves the row `running`; at the next start it is run again
+with the same Idempotency-Key, so the provider sees one submission, not two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+import sqlite_utils
+
+from worker.errors import (
+    NotifyError,
+    ProviderAuthError,
+    ProviderBusinessError,
+    ProviderError,
+    ProviderRetryLater,
+    ProviderUnavailable,
+)
+from worker.logs import get_logger
+from worker.notify.message import build_alert
+from worker.notify.channels import Notifier, send_all
+from worker.profiles import Profiles
+from worker.provider import jsonio, signing
+from worker.provider.client import ProviderClient
+from worker.provider.codes import code_rule
+from worker.provider.models import WhiteListStatus
+from worker.reactor import add_action, enqueue_alert, submit_key, utc_now
+from worker.store import Store
+from worker.tracker import Deposit, Fact, fact_from_order
+
+log = get_logger(__name__)
+
+Observe = Callable[[Fact], Awaitable[Any]]
+
+MAX_FORWARD_ATTEMPTS = 8
+MAX_ALERT_ROUNDS = 3
+
+
+def _iso_in(seconds: float) -> str:
+    when = datetime.now(UTC) + timedelta(seconds=seconds)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Outbox:
+    """Runs due action rows until stopped; `run_until_idle` for tests and the demo."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        client: ProviderClient,
+        notifiers: Mapping[str, Notifier],
+        profiles: Callable[[], Profiles],
+        observe: Observe,
+        backoff_s: float = 2.0,
+        backoff_max_s: float = 300.0,
+        notify_retry: Mapping[str, Any] | None = None,
+        on_alert: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._client = client
+        self._notifiers = notifiers
+        self._profiles = profiles
+        self._observe = observe
+        self._backoff_s = backoff_s
+        self._backoff_max_s = backoff_max_s
+        self._notify_retry = dict(notify_retry or {})
+        self._on_alert = on_alert
+        self._wake = asyncio.Event()
+        self._http: aiohttp.ClientSession | None = None
+
+    def wake(self) -> None:
+        """Tell the runner that new rows may be due."""
+        self._wake.set()
+
+    def _delay(self, attempts: int) -> float:
+        base = min(self._backoff_max_s, self._backoff_s * 2 ** max(0, attempts - 1))
+        return base * (0.5 + random.random() / 2)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set; the action in flight is finished first."""
+        while not stop.is_set():
+            ran = await self.run_once()
+            if ran:
+                continue
+            self._wake.clear()
+            waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+            await asyncio.wait(waiters, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+        if self._http is not None:
+            await self._http.close()
+
+    async def run_until_idle(self, *, include_delayed: bool = False) -> None:
+        """Run every due row (and rows they cause) until none is left."""
+        while await self.run_once(include_delayed=include_delayed):
+            pass
+
+    async def run_once(self, *, include_delayed: bool = False) -> int:
+        """Run the rows due now; returns how many ran."""
+        now = "9999" if include_delayed else utc_now()
+        rows = await self._store.write(
+            lambda db: list(
+                db.query(
+                    "SELECT * FROM actions WHERE status IN ('pending','running')"
+                    " AND next_attempt_at <= ? ORDER BY id LIMIT 50",
+                    [now],
+                )
+            )
+        )
+        for row in rows:
+            await self._execute(row)
+        return len(rows)
+
+    async def _execute(self, row: dict[str, Any]) -> None:
+        action_id = int(row["id"])
+
+        def start(db: sqlite_utils.Database) -> dict[str, Any] | None:
+            db.execute(
+                "UPDATE actions SET status='running', attempts=attempts+1, updated_at=? WHERE id=?",
+                [utc_now(), action_id],
+            )
+            found = list(
+                db.query("SELECT * FROM deposits WHERE transaction_id=?", [row["transaction_id"]])
+            )
+            return found[0] if found else None
+
+        deposit_row = await self._store.write(start)
+        deposit = Deposit.from_row(deposit_row) if deposit_row else None
+        params = json.loads(row["params"] or "{}")
+        attempts = int(row["attempts"]) + 1
+        try:
+            if row["action"] == "submit_profile":
+                await self._submit(action_id, row, deposit, params, attempts)
+            elif row["action"] == "alert":
+                await self._alert(action_id, deposit, params, attempts)
+            elif row["action"] == "forward":
+                await self._forward(action_id, deposit, params, attempts)
+            else:
+                await self._finish(action_id, "skipped", f"nothing to run for {row['action']}")
+        except Exception as exc:  # a bug must not stop the runner; the row shows it
+            log.exception("action crashed", actionId=action_id, action=row["action"])
+            await self._finish(action_id, "failed", f"internal error: {type(exc).__name__}: {exc}")
+
+    async def _finish(
+        self,
+        action_id: int,
+        status: str,
+        outcome: str,
+        *,
+        retry_in: float | None = None,
+        also: Callable[[sqlite_utils.Database], None] | None = None,
+        key: str | None = None,
+    ) -> None:
+        def fn(db: sqlite_utils.Database) -> None:
+            sets = "status=?, outcome=?, updated_at=?, next_attempt_at=?"
+            args: list[Any] = [status, outcome, utc_now(), _iso_in(retry_in or 0)]
+            if key is not None:
+                sets += ", idempotency_key=?"
+                args.append(key)
+            db.execute(f"UPDATE actions SET {sets} WHERE id=?", [*args, action_id])
+            if also is not None:
+                also(db)
+
+        await self._store.write(fn)
+        log.info("action", actionId=action_id, status=status, outcome=outcome)
+
+    # --- submit_profile ----------------------------------------------------------------------
+
+    async def _submit(
+        self,
+        action_id: int,
+        row: dict[str, Any],
+        deposit: Deposit | None,
+        params: dict[str, Any],
+        attempts: int,
+    ) -> None:
+        tx = str(row["transaction_id"])
+        profiles = self._profiles()
+        match = profiles.for_deposit(
+            deposit.wallet_id if deposit else None, deposit.from_address if deposit else None
+        )
+        if match is None:
+            await self._finish(action_id, "skipped", "no profile applies any more")
+            return
+        content = profiles.content_hash(match.name)
+        key = submit_key(tx, content)
+        try:
+            await self._client.submit_payer(tx, profiles.body(match.name), idempotency_key=key)
+        except ProviderRetryLater as exc:
+            await self._finish(
+                action_id,
+                "pending",
+                f"{exc.code}: cannot submit now; retrying later with the same payload",
+                retry_in=self._delay(attempts),
+                key=key,
+            )
+            return
+        except ProviderAuthError as exc:
+            await self._finish(
+                action_id,
+                "pending",
+                f"auth failure: {exc.msg}; retrying after back-off",
+                retry_in=self._delay(attempts),
+                key=key,
+                also=lambda db: enqueue_alert(
+                    db, deposit, "auth_failure", "critical", trigger="submit", detail=str(exc)
+                ),
+            )
+            return
+        except ProviderUnavailable as exc:
+            await self._finish(
+                action_id,
+                "pending",
+                f"provider unavailable: {exc}; retrying with the same key",
+                retry_in=self._delay(attempts),
+                key=key,
+            )
+            return
+        except ProviderBusinessError as exc:
+            await self._submit_failed(action_id, tx, deposit, match.name, key, exc)
+            return
+        await self._finish(
+            action_id, "done", f"submitted profile {match.name}; whiteListStatus pending", key=key
+        )
+        await self._observe(
+            Fact(
+                transaction_id=tx,
+                source="submit",
+                observed_at=signing.now_ms(),
+                white_list_status=WhiteListStatus.PENDING,
+            )
+        )
+
+    async def _refresh(self, tx: str) -> bool:
+        """Read the deposit's detail and feed it to the tracker; False if it is gone."""
+        try:
+            order = await self._client.transaction_detail(tx)
+        except ProviderBusinessError as exc:
+            if exc.code == "10000100":
+                return False
+            raise
+        await self._observe(fact_from_order(order, source="poll"))
+        return True
+
+    async def _submit_failed(
+        self,
+        action_id: int,
+        tx: str,
+        deposit: Deposit | None,
+        profile: str,
+        key: str,
+        exc: ProviderBusinessError,
+    ) -> None:
+        code = exc.code or ""
+        rule = code_rule(code)
+        detail = f"{code} {rule.meaning if rule else ''}: {exc.msg} (traceId {exc.trace_id})"
+        condition = f"submit_failed:{code}"
+
+        def alert(severity: str) -> Callable[[sqlite_utils.Database], None]:
+            return lambda db: enqueue_alert(
+                db, deposit, condition, severity, trigger="submit", detail=detail, profile=profile
+            )
+
+        if code == "10000101":
+            await self._finish(action_id, "done", "review already completed; detail refreshed")
+            await self._refresh(tx)
+        elif code == "10000105":
+            await self._finish(action_id, "done", "duplicate request; original result read")
+            await self._refresh(tx)
+        elif code == "10000100":
+            if await self._refresh(tx):
+                await self._finish(action_id, "failed", f"{detail}; the deposit still exists")
+            else:
+                await self._finish(
+                    action_id, "failed", f"{detail}; deposit gone", also=alert("critical")
+                )
+        elif code in ("10000102", "10000103"):
+            await self._finish(
+                action_id,
+                "failed",
+                f"profile {profile} refused: {detail}; no retry until the profile changes",
+                also=alert("warning"),
+            )
+        else:  # 10000106 (a bug on our side), 10000107 (wallet) and codes the interface omits
+            await self._finish(action_id, "failed", detail, also=alert("critical"))
+
+    # --- alert -------------------------------------------------------------------------------
+
+    async def _alert(
+        self, action_id: int, deposit: Deposit | None, params: dict[str, Any], attempts: int
+    ) -> None:
+        condition = str(params["condition"])
+        tx = deposit.transaction_id if deposit else "-"
+        wanted = params.get("channels") or list(self._notifiers)
+        channels = [c for c in wanted if c in self._notifiers]
+        alert = build_alert(
+            condition,
+            str(params.get("severity", "warning")),
+            deposit,
+            detail=params.get("detail"),
+            profile=params.get("profile"),
+        )
+        if not channels:
+            log.warning("alert", condition=condition, transactionId=tx, title=alert.title)
+            await self._finish(action_id, "done", "logged (no alert channel configured)")
+            return
+
+        def claim(db: sqlite_utils.Database) -> list[str]:
+            todo = []
+            for channel in channels:
+                key = f"{tx}:{condition}:{channel}"
+                db.execute(
+                    "INSERT OR IGNORE INTO alerts (dedupe_key, transaction_id, condition, severity,"
+                    " channel, status, attempts, created_at) VALUES (?,?,?,?,?, 'pending', 0, ?)",
+                    [key, tx, condition, alert.severity, channel, utc_now()],
+                )
+                status = db.execute(
+                    "SELECT status FROM alerts WHERE dedupe_key=?", [key]
+                ).fetchone()[0]
+                if status != "sent":
+                    todo.append(channel)
+            return todo
+
+        todo = await self._store.write(claim)
+        if not todo:
+            await self._finish(action_id, "done", "already sent")
+            return
+        results = await send_all(self._notifiers, alert, todo, **self._notify_retry)
+
+        def record(db: sqlite_utils.Database) -> None:
+            for channel, error in results.items():
+                db.execute(
+                    "UPDATE alerts SET status=?, attempts=attempts+1, last_error=?, sent_at=?"
+                    " WHERE dedupe_key=?",
+                    [
+                        "failed" if error else "sent",
+                        error,
+                        None if error else utc_now(),
+                        f"{tx}:{condition}:{channel}",
+                    ],
+                )
+
+        for channel, error in results.items():
+            if self._on_alert is not None:
+                self._on_alert(channel, "failed" if error else "sent")
+        failed = {c: e for c, e in results.items() if e}
+        if not failed:
+            await self._finish(action_id, "done", f"sent to {', '.join(todo)}", also=record)
+        elif attempts < MAX_ALERT_ROUNDS:
+            await self._finish(
+                action_id,
+                "pending",
+                f"not sent to {', '.join(failed)}: {'; '.join(failed.values())}",
+                retry_in=self._delay(attempts),
+                also=record,
+            )
+        else:
+            await self._finish(
+                action_id,
+                "failed",
+                f"could not send to {', '.join(failed)}: {'; '.join(failed.values())}",
+                also=record,
+            )
+
+    # --- forward -----------------------------------------------------------------------------
+
+    async def _forward(
+        self, action_id: int, deposit: Deposit | None, params: dict[str, Any], attempts: int
+    ) -> None:
+        if deposit is None:
+            await self._finish(action_id, "skipped", "deposit unknown")
+            return
+        url = str(params["url"])
+        secret = str(params.get("secret") or "")
+        body = jsonio.dumpb(deposit.as_json())
+        target = url.split("://", 1)[-1]
+        path = "/" + target.split("/", 1)[1] if "/" in target else "/"
+        headers = {"Content-Type": "application/json"}
+        if secret:
+            headers.update(signing.signed_headers("depositd", secret, "POST", path, body))
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        try:
+            async with self._http.post(url, data=body, headers=headers) as resp:
+                ok = 200 <= resp.status < 300
+                outcome = f"HTTP {resp.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            ok, outcome = False, f"{type(exc).__name__}: {exc}"
+        if ok:
+            await self._finish(action_id, "done", f"forwarded to {url}: {outcome}")
+        elif attempts < MAX_FORWARD_ATTEMPTS:
+            await self._finish(
+                action_id, "pending", f"forward failed ({outcome}); retrying", retry_in=self._delay(attempts)
+            )
+        else:
+            await self._finish(action_id, "failed", f"forward to {url} failed: {outcome}")
+
+
+def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:
+    """Queue a new submission for rejected deposits whose applying profile has changed.
+
+    Runs in one transaction at start and after a profiles reload. A rejected deposit is never
+    resubmitted with the payload it was rejected with.
+    """
+    queued = 0
+    for row in list(db.query("SELECT * FROM deposits WHERE state='rejected'")):
+        deposit = Deposit.from_row(row)
+        match = profiles.for_deposit(deposit.wallet_id, deposit.from_address)
+        if match is None:
+            continue
+        content = profiles.content_hash(match.name)
+        key = submit_key(deposit.transaction_id, content)
+        seen = db.execute(
+            "SELECT COUNT(*) FROM actions WHERE transaction_id=? AND action='submit_profile'"
+            " AND idempotency_key=?",
+            [deposit.transaction_id, key],
+        ).fetchone()[0]
+        if seen:
+            continue
+        add_action(
+            db,
+            deposit=deposit,
+            action="submit_profile",
+            params={"profile": match.name, "content_hash": content},
+            trigger="profile_changed",
+            idempotency_key=key,
+        )
+        queued += 1
+    return queued
+
+
+__all__ = ["Outbox", "ProviderError", "NotifyError", "resubmit_changed"]

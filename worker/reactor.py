@@ -1,0 +1,225 @@
+"""Turns tracker transitions into recorded actions, inside the processor's transaction.
+
+Pure decisions come from the rule book; this module only writes their rows: `book` writes its
+ledger row here (same transaction as the transition, so booking is exactly once), every other
+action becomes an outbox row that `worker.outbox` runs after the commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlite_utils
+
+from worker.logs import get_logger
+from worker.profiles import Profiles
+from worker.rules import Intent, RuleBook
+from worker.tracker import Deposit, Fact, Transition
+
+log = get_logger(__name__)
+
+
+def utc_now() -> str:
+    """Now as ISO 8601 UTC with milliseconds and Z."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def submit_key(transaction_id: str, content_hash: str) -> str:
+    """Idempotency-Key of a submission: stable for one profile content, new after a change."""
+    return hashlib.sha256(f"{transaction_id}:{content_hash}".encode()).hexdigest()[:40]
+
+
+def add_action(
+    db: sqlite_utils.Database,
+    *,
+    deposit: Deposit | None,
+    action: str,
+    params: dict[str, Any],
+    trigger: str,
+    event_id: str | None = None,
+    intent: Intent | None = None,
+    status: str = "pending",
+    outcome: str | None = None,
+    idempotency_key: str | None = None,
+) -> int:
+    """Insert one action (outbox) row; returns its id."""
+    now = utc_now()
+    cur = db.execute(
+        "INSERT INTO actions (transaction_id, event_id, trigger, rule_set, rule_set_version, rule,"
+        " action, params, idempotency_key, status, attempts, next_attempt_at, outcome,"
+        " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)",
+        [
+            deposit.transaction_id if deposit else None,
+            event_id,
+            trigger,
+            intent.rule_set if intent else None,
+            intent.version if intent else None,
+            intent.rule if intent else None,
+            action,
+            json.dumps(params, sort_keys=True),
+            idempotency_key,
+            status,
+            now,
+            outcome,
+            now,
+            now,
+        ],
+    )
+    return int(cur.lastrowid or 0)
+
+
+def book(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> bool:
+    """Write the ledger row for a deposit once; False when it was already booked."""
+    cur = db.execute(
+        "INSERT OR IGNORE INTO ledger (transaction_id, wallet_id, wallet_name, currency, network,"
+        " amount, from_address, tx_hash, booked_at, trigger) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        [
+            deposit.transaction_id,
+            deposit.wallet_id,
+            deposit.wallet_name,
+            deposit.currency,
+            deposit.network,
+            deposit.as_json()["amount"],
+            deposit.from_address,
+            deposit.tx_hash,
+            utc_now(),
+            trigger,
+        ],
+    )
+    return cur.rowcount == 1
+
+
+def enqueue_alert(
+    db: sqlite_utils.Database,
+    deposit: Deposit | None,
+    condition: str,
+    severity: str,
+    *,
+    trigger: str,
+    detail: str | None = None,
+    channels: Sequence[str] | None = None,
+    intent: Intent | None = None,
+    profile: str | None = None,
+) -> int:
+    """Queue an alert; the runner sends it once per (deposit, condition, channel)."""
+    params = {
+        "condition": condition,
+        "severity": severity,
+        "channels": list(channels) if channels else None,
+        "detail": detail,
+        "profile": profile,
+    }
+    return add_action(
+        db, deposit=deposit, action="alert", params=params, trigger=trigger, intent=intent
+    )
+
+
+class RuleReactor:
+    """The processor's reactor: rules decide, rows record."""
+
+    def __init__(
+        self, rules: Callable[[], RuleBook], profiles: Callable[[], Profiles]
+    ) -> None:
+        self._rules = rules
+        self._profiles = profiles
+
+    def react(
+        self,
+        db: sqlite_utils.Database,
+        deposit: Deposit,
+        transitions: list[Transition],
+        fact: Fact,
+    ) -> None:
+        """Record the actions that the rules pick for each transition (and raw eventType)."""
+        rulebook = self._rules()
+        match = self._profiles().for_deposit(deposit.wallet_id, deposit.from_address)
+        todo: list[tuple[str, str]] = [(t.trigger.value, t.key) for t in transitions]
+        if fact.event_type and fact.event_id:
+            todo.append((fact.event_type, fact.event_type))
+        for trigger, key in todo:
+            for intent in rulebook.evaluate(deposit, trigger, profile_found=match is not None):
+                if intent.action == "ignore":
+                    add_action(
+                        db,
+                        deposit=deposit,
+                        action="ignore",
+                        params={},
+                        trigger=key,
+                        event_id=fact.event_id,
+                        intent=intent,
+                        status="done",
+                        outcome="ignored by rule",
+                    )
+                    break
+                self._record(db, deposit, key, fact, intent, match)
+
+    def _record(
+        self,
+        db: sqlite_utils.Database,
+        deposit: Deposit,
+        trigger: str,
+        fact: Fact,
+        intent: Intent,
+        match: Any,
+    ) -> None:
+        common: dict[str, Any] = {
+            "deposit": deposit,
+            "trigger": trigger,
+            "event_id": fact.event_id,
+            "intent": intent,
+        }
+        if intent.action == "book":
+            booked = book(db, deposit, trigger.split("#")[0])
+            add_action(
+                db,
+                action="book",
+                params={},
+                status="done",
+                outcome="booked" if booked else "already booked",
+                **common,
+            )
+            log.info(
+                "booked" if booked else "already booked",
+                transactionId=deposit.transaction_id,
+                amount=deposit.as_json()["amount"],
+                currency=deposit.currency,
+            )
+        elif intent.action == "submit_profile":
+            if match is None:
+                add_action(
+                    db,
+                    action="submit_profile",
+                    params={},
+                    status="skipped",
+                    outcome="no profile applies",
+                    **common,
+                )
+                return
+            content = self._profiles().content_hash(match.name)
+            add_action(
+                db,
+                action="submit_profile",
+                params={"profile": match.name, "content_hash": content},
+                idempotency_key=submit_key(deposit.transaction_id, content),
+                **common,
+            )
+        elif intent.action == "alert":
+            enqueue_alert(
+                db,
+                deposit,
+                trigger,
+                str(intent.params.get("severity", "warning")),
+                trigger=trigger,
+                detail=deposit.fail_message if trigger.startswith("rejected") else None,
+                channels=intent.params.get("channels"),
+                intent=intent,
+                profile=match.name if match is not None else None,
+            )
+        elif intent.action == "forward":
+            add_action(db, action="forward", params=dict(intent.params), **common)
+        else:
+            raise ValueError(f"unknown action {intent.action!r}")
