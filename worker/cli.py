@@ -27,7 +27,7 @@ COMMANDS: dict[str, str] = {
     "retry-failed": "worker.ops:run_retry_failed",
     "backup": "worker.ops:run_backup",
     "status": "worker.ops:run_status",
-    "register-address": "worker.addresses:run_register",
+    "register-address": "worker.addresses:run",
     "sandbox": "worker.sandbox.cli:run",
     "demo": "worker.demo:run",
 }

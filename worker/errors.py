@@ -78,3 +78,39 @@ class ProviderUnavailable(ProviderError):
 
 class ProviderProtocolError(ProviderError):
     """The provider's answer could not be read as any known envelope."""
+
+
+class NotifyError(DepositdError):
+    """An alert channel (Slack, e-mail) failed to deliver.
+
+    `channel` names it; `retryable`: trying again later may succeed (429, 5xx, timeouts,
+    connection errors), false for a bad URL or refused credentials. `retry_after` is the
+    server's hint in seconds when it gave one; `attempts` is set once retries gave up.
+    """
+
+    def __init__(
+        self, channel: str, msg: str, *, retryable: bool, retry_after: float | None = None
+    ) -> None:
+        self.channel = channel
+        self.msg = msg
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.attempts = 1
+        super().__init__(f"{channel}: {msg}")
+
+
+class SandboxError(DepositdError):
+    """A sandbox control call is not possible in the current state (control API: HTTP 409)."""
+
+
+class SandboxNotFound(SandboxError):
+    """A sandbox control call named an unknown deposit, address or wallet (control API: 404)."""
+
+
+class WalletCodeError(DepositdError):
+    """The sandbox answers a provider call with a wallet business failure (`code`, `msg`)."""
+
+    def __init__(self, code: str, msg: str) -> None:
+        self.code = code
+        self.msg = msg
+        super().__init__(f"code {code}: {msg}")

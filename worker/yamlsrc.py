@@ -39,7 +39,8 @@ def _walk(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:
         for key_node, value_node in node.value:
             key: str | int = key_node.value
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag.endswith(":int"):
-                key = int(key_node.value)
+                # YAML ints include 0x.., 0o.., 1_000 and 1:30; read them as safe_load does.
+                key = int(yaml.SafeLoader("").construct_yaml_int(key_node))
             lines[(*loc, key)] = key_node.start_mark.line + 1
             _walk(value_node, (*loc, key), lines)
     elif isinstance(node, yaml.SequenceNode):

@@ -88,7 +88,8 @@ class PayerValidationError(DepositdError, ValueError):
 
     def __init__(self, problems: list[PayerProblem]) -> None:
         self.problems = problems
-        self.code = min((p.code for p in problems), key=lambda c: _CODE_RANK.get(c, 99))
+        codes = [p.code for p in problems] or [BAD_VALUE]
+        self.code = min(codes, key=lambda c: _CODE_RANK.get(c, 99))
         super().__init__("invalid payer details: " + "; ".join(p.message for p in problems))
 
     @property

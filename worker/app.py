@@ -1,0 +1,192 @@
+"""Composition root: builds the application from a validated `Settings`, and `depositd serve`.
+
+Nothing else reads configuration globally. The pieces that come later (rules engine, outbox
+runner, scheduler) plug in through `Plugins`: a reactor for the processor, cleanup contexts
+(opened after the store, closed before it) and background coroutines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from worker.ingress import Ingress, ReadyCheck
+from worker.logs import configure, get_logger
+from worker.metrics import Metrics
+from worker.processor import Processor, Reactor
+from worker.settings import Settings, load_settings
+from worker.store import Store, set_meta, utc_now
+
+log = get_logger(__name__)
+
+CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
+Background = Callable[[web.Application], Coroutine[Any, Any, None]]
+
+SETTINGS_KEY = web.AppKey("settings", Settings)
+STORE_KEY = web.AppKey("store", Store)
+METRICS_KEY = web.AppKey("metrics", Metrics)
+PROCESSOR_KEY = web.AppKey("processor", Processor)
+READY_CHECKS_KEY: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
+BACKGROUND_TASKS_KEY: web.AppKey[list[asyncio.Task[None]]] = web.AppKey("background_tasks")
+
+
+@dataclass
+class Plugins:
+    """What the rules engine, outbox runner and scheduler add to a running app."""
+
+    reactor: Reactor | None = None
+    cleanup_ctx: list[CleanupCtx] = field(default_factory=list)
+    background: list[Background] = field(default_factory=list)
+    ready_checks: list[ReadyCheck] = field(default_factory=list)
+
+
+def plugins_for(settings: Settings) -> Plugins:
+    """The plugins `serve` runs with.
+
+    Extension point: build the RuleReactor (rules + profiles), the outbox runner's cleanup
+    context and the scheduler (with its "scheduler running" ready check) here.
+    """
+    return Plugins()
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    store = app[STORE_KEY]
+    await store.open()
+    await store.write(lambda db: set_meta(db, "started_at", utc_now()))
+    log.info("store open", path=str(store.path), synchronous=store.synchronous)
+    yield
+    await store.close()
+    log.info("store closed")
+
+
+async def _processor_ctx(app: web.Application) -> AsyncIterator[None]:
+    processor = app[PROCESSOR_KEY]
+    processor.start()
+    processor.wake()  # events left pending by a previous run
+    yield
+    await processor.stop()
+
+
+def _background_ctx(jobs: Sequence[Background]) -> CleanupCtx:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        tasks = app[BACKGROUND_TASKS_KEY]
+        for job in jobs:
+            tasks.append(asyncio.create_task(job(app), name=getattr(job, "__name__", "job")))
+        yield
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return ctx
+
+
+def build_app(
+    settings: Settings,
+    *,
+    reactor: Reactor | None = None,
+    extra_cleanup_ctx: Sequence[CleanupCtx] = (),
+    background: Sequence[Background] = (),
+    ready_checks: Sequence[ReadyCheck] = (),
+    sweep_interval_s: float = 5.0,
+) -> web.Application:
+    """The aiohttp application: ingress routes, store, processor and the given plugins.
+
+    Start-up order: store (migrations), `extra_cleanup_ctx` in order, processor, background
+    jobs; shutdown runs in reverse, so the store closes last.
+    """
+    app = web.Application()
+    metrics = Metrics()
+    store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
+    processor = Processor(
+        store, reactor=reactor, metrics=metrics, sweep_interval_s=sweep_interval_s
+    )
+
+    async def processor_running() -> str | None:
+        return None if processor.running else "processor not running"
+
+    checks: list[ReadyCheck] = [processor_running, *ready_checks]
+    app[SETTINGS_KEY] = settings
+    app[STORE_KEY] = store
+    app[METRICS_KEY] = metrics
+    app[PROCESSOR_KEY] = processor
+    app[READY_CHECKS_KEY] = checks
+    app[BACKGROUND_TASKS_KEY] = []
+    Ingress(settings.webhook, store, metrics, wake=processor.wake, ready_checks=checks).add_routes(
+        app
+    )
+    app.cleanup_ctx.append(_store_ctx)
+    app.cleanup_ctx.extend(extra_cleanup_ctx)
+    app.cleanup_ctx.append(_processor_ctx)
+    if background:
+        app.cleanup_ctx.append(_background_ctx(background))
+    return app
+
+
+def _sd_notify(state: str) -> None:
+    """Tell systemd (Type=notify) about start-up and shutdown; no-op outside systemd."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock, contextlib.suppress(OSError):
+        sock.connect(address)
+        sock.sendall(state.encode())
+
+
+async def serve(settings: Settings, plugins: Plugins | None = None) -> None:
+    """Run until SIGTERM/SIGINT, then stop accepting, finish in-flight work and return."""
+    plugins = plugins or plugins_for(settings)
+    app = build_app(
+        settings,
+        reactor=plugins.reactor,
+        extra_cleanup_ctx=plugins.cleanup_ctx,
+        background=plugins.background,
+        ready_checks=plugins.ready_checks,
+    )
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        site = web.TCPSite(
+            runner, settings.webhook.host, settings.webhook.port, shutdown_timeout=30.0
+        )
+        await site.start()
+        log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
+        _sd_notify("READY=1")
+        await stop.wait()
+        log.info("shutting down")
+        _sd_notify("STOPPING=1")
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        # Closes the listener, waits for in-flight requests, then the cleanup contexts:
+        # background jobs, processor (current batch), plugins, store (commit in flight).
+        await runner.cleanup()
+    log.info("stopped")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """`depositd serve`: exit 0 after a graceful shutdown."""
+    settings = load_settings(args.config)
+    configure(settings.log.format, settings.log.level)
+    try:
+        asyncio.run(serve(settings))
+    except OSError as exc:
+        log.error("cannot serve", listen=settings.webhook.listen, error=str(exc))
+        return 1
+    return 0

@@ -1,0 +1,98 @@
+"""Prometheus metrics, one registry per application (so tests can build many apps).
+
+Other modules increment the counters they own: the provider client `provider_calls`, the outbox
+`alerts_sent` and `actions_run`. Gauges read from the store are refreshed on each scrape.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from worker.provider.models import KNOWN_EVENT_TYPES
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def event_type_label(event_type: str | None) -> str:
+    """A bounded label for an event type: unknown types share one label."""
+    if not event_type:
+        return "none"
+    return event_type if event_type in KNOWN_EVENT_TYPES else "other"
+
+
+class Metrics:
+    """Every metric of one depositd process."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events_received = Counter(
+            "depositd_events_received",
+            "Webhook deliveries by event type and outcome "
+            "(new, duplicate, ignored, unauthorized, bad_request, too_large, unavailable).",
+            ["event_type", "outcome"],
+            registry=r,
+        )
+        self.events_processed = Counter(
+            "depositd_events_processed",
+            "Stored events handled by the processor, by event type and outcome.",
+            ["event_type", "outcome"],
+            registry=r,
+        )
+        self.transitions = Counter(
+            "depositd_transitions",
+            "Deposit state transitions emitted by the tracker, by trigger.",
+            ["trigger"],
+            registry=r,
+        )
+        self.processing_lag = Gauge(
+            "depositd_processing_lag_seconds",
+            "Age of the oldest pending event (0 when none is pending).",
+            registry=r,
+        )
+        self.events_pending = Gauge(
+            "depositd_events_pending", "Stored events not processed yet.", registry=r
+        )
+        self.events_failed = Gauge(
+            "depositd_events_failed", "Stored events whose processing failed.", registry=r
+        )
+        self.provider_calls = Counter(
+            "depositd_provider_calls",
+            "Calls to the provider by endpoint and outcome.",
+            ["endpoint", "outcome"],
+            registry=r,
+        )
+        self.alerts_sent = Counter(
+            "depositd_alerts_sent",
+            "Alerts by channel and outcome.",
+            ["channel", "outcome"],
+            registry=r,
+        )
+        self.actions_run = Counter(
+            "depositd_actions_run",
+            "Outbox actions run, by action and outcome.",
+            ["action", "outcome"],
+            registry=r,
+        )
+        self.deposits = Gauge(
+            "depositd_deposits", "Tracked deposits by state.", ["state"], registry=r
+        )
+        self.ingest_seconds = Histogram(
+            "depositd_webhook_seconds",
+            "Time to verify, store and answer one webhook delivery.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+        self.commits = Gauge(
+            "depositd_store_commits", "Write transactions committed since start.", registry=r
+        )
+
+    def set_deposit_states(self, counts: dict[str, int]) -> None:
+        """Replace the deposits-by-state gauge with fresh counts."""
+        self.deposits.clear()
+        for state, count in counts.items():
+            self.deposits.labels(state=state).set(count)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of this registry."""
+        return generate_latest(self.registry)

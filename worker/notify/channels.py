@@ -1,0 +1,125 @@
+"""Alert channels built from settings, retries with back-off, and fan-out to several channels."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from worker.errors import NotifyError
+from worker.logs import get_logger
+from worker.notify.email import EmailNotifier
+from worker.notify.message import Alert
+from worker.notify.slack import SlackNotifier
+from worker.settings import NotifySettings
+
+log = get_logger(__name__)
+
+
+class Notifier(Protocol):
+    """An alert channel."""
+
+    name: str
+
+    async def send(self, alert: Alert) -> None:
+        """Deliver one alert or raise `NotifyError`."""
+
+
+def notifiers_from_settings(notify: NotifySettings) -> dict[str, Notifier]:
+    """The configured channels by name; empty when `notify` configures none."""
+    notifiers: dict[str, Notifier] = {}
+    if notify.slack is not None:
+        notifiers["slack"] = SlackNotifier(notify.slack.webhook_url.get_secret_value())
+    if notify.email is not None:
+        cfg = notify.email
+        notifiers["email"] = EmailNotifier(
+            cfg.host,
+            cfg.port,
+            starttls=cfg.starttls,
+            username=cfg.username,
+            password=cfg.password.get_secret_value() if cfg.password is not None else None,
+            sender=cfg.from_,
+            to=cfg.to,
+        )
+    return notifiers
+
+
+async def send_with_retry(
+    notifier: Notifier,
+    alert: Alert,
+    *,
+    attempts: int = 5,
+    backoff_s: float = 1.0,
+    backoff_max_s: float = 60,
+) -> None:
+    """Send, retrying retryable failures with exponential back-off; `NotifyError` at the end."""
+    if attempts < 1:
+        raise ValueError("attempts must be at least 1")
+    for attempt in range(1, attempts + 1):
+        try:
+            await notifier.send(alert)
+        except NotifyError as exc:
+            exc.attempts = attempt
+            if not exc.retryable or attempt == attempts:
+                raise
+            delay = backoff_s * 2 ** (attempt - 1)
+            if exc.retry_after is not None:
+                delay = max(delay, exc.retry_after)
+            delay = min(delay, backoff_max_s)
+            log.warning(
+                "alert_send_retry",
+                channel=notifier.name,
+                condition=alert.condition,
+                transaction_id=alert.transaction_id,
+                attempt=attempt,
+                delay_s=delay,
+                error=exc.msg,
+            )
+            await asyncio.sleep(delay)
+        else:
+            return
+
+
+async def _outcome(
+    name: str, notifier: Notifier | None, alert: Alert, retry_kw: Mapping[str, Any]
+) -> str | None:
+    if notifier is None:
+        return "channel not configured"
+    try:
+        await send_with_retry(notifier, alert, **retry_kw)
+    except NotifyError as exc:
+        tries = f" (gave up after {exc.attempts} attempts)" if exc.attempts > 1 else ""
+        outcome = f"{exc.msg}{tries}"
+    # One channel's bug must not cost the others their alert.
+    except Exception as exc:
+        outcome = f"unexpected {type(exc).__name__}: {exc}"
+    else:
+        log.info(
+            "alert_sent",
+            channel=name,
+            condition=alert.condition,
+            transaction_id=alert.transaction_id,
+        )
+        return None
+    log.error(
+        "alert_failed",
+        channel=name,
+        condition=alert.condition,
+        transaction_id=alert.transaction_id,
+        error=outcome,
+    )
+    return outcome
+
+
+async def send_all(
+    notifiers: Mapping[str, Notifier],
+    alert: Alert,
+    channels: Sequence[str] | None = None,
+    **retry_kw: Any,
+) -> dict[str, str | None]:
+    """Send to `channels` (None: every configured one) in parallel; channel -> None or error."""
+    names = list(notifiers) if channels is None else list(dict.fromkeys(channels))
+    results = await asyncio.gather(
+        *(_outcome(name, notifiers.get(name), alert, retry_kw) for name in names)
+    )
+    return dict(zip(names, results, strict=True))

@@ -1,0 +1,310 @@
+"""Alert text: what happened, to which deposit, and what to do next.
+
+An alert names the payer profile, never its contents: `build_alert` reads only the deposit's
+identifying fields (transactionId, wallet, amount, currency, network, failMessage), so personal
+data cannot leak into Slack or e-mail even when the caller holds it.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from worker.provider.codes import WALLET_CODES
+from worker.provider.jsonio import decimal_str
+
+SEVERITIES = ("info", "warning", "critical")
+
+_SEVERITY_ICON = {
+    "info": ":information_source:",
+    "warning": ":warning:",
+    "critical": ":rotating_light:",
+}
+# Slack's limits for a header's plain text and a section's text.
+_SLACK_HEADER_MAX = 150
+_SLACK_TEXT_MAX = 3000
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert, ready to render for any channel; never carries payer data."""
+
+    condition: str
+    severity: str
+    title: str
+    transaction_id: str | None = None
+    wallet_id: int | None = None
+    wallet_name: str | None = None
+    amount: Decimal | None = None
+    currency: str | None = None
+    network: str | None = None
+    detail: str | None = None
+    next_step: str | None = None
+    profile: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {', '.join(SEVERITIES)}: {self.severity!r}")
+        if self.amount is not None and not isinstance(self.amount, Decimal):
+            raise TypeError("amount must be a Decimal")
+
+
+@dataclass(frozen=True)
+class _Text:
+    title: str
+    next_step: str | None
+    detail_from_deposit: bool = False  # use the deposit's failMessage when no detail is given
+
+
+# Titles and next steps follow the provider interface (States, Transitions, Wallet error codes)
+# and what depositd itself does about each condition (SPEC section 10).
+_TEXTS: dict[str, _Text] = {
+    "needs_details": _Text(
+        "Payer details needed",
+        "Submit payer details: store a profile for this wallet or source address "
+        "(depositd then submits it), or submit them by hand. Funds stay unavailable until then.",
+    ),
+    "rejected": _Text(
+        "Payer details rejected",
+        "Correct the payer profile that applies to this deposit; depositd resubmits once the "
+        "profile has changed (never the same payload twice).",
+        detail_from_deposit=True,
+    ),
+    "blocked": _Text(
+        "Deposit BLOCKED: funds could not be credited",
+        "Contact provider support with the transactionId.",
+    ),
+    "failed": _Text(
+        "Deposit FAILED: the deposit order ended with status FAIL",
+        "Nothing will be credited. Check the transaction detail and contact provider support "
+        "with the transactionId if the reason is unclear.",
+        detail_from_deposit=True,
+    ),
+    "address_failed": _Text(
+        "Source address registration FAILED",
+        "A record cannot be edited: disable it, correct the profile if needed, and register "
+        "a new one.",
+        detail_from_deposit=True,
+    ),
+    "poll_failing": _Text(
+        "Provider polling failing",
+        "Check that the provider is reachable and that the API key, secret and clock are right; "
+        "until polling recovers, deposits whose webhook was lost are not found.",
+    ),
+    "provider_unknown": _Text(
+        "Profile names a provider no longer offered",
+        "Update the profile's provider to a name from the options endpoint "
+        "(`depositd check --online` lists them); submissions with it fail with 10000103.",
+    ),
+    "auth_failure": _Text(
+        "Provider authentication failing",
+        "Check the API key and secret and the host clock (API-TIMESTAMP); depositd retries "
+        "after back-off with the same idempotency key.",
+    ),
+}
+
+# What depositd does after each wallet code (SPEC section 10), added to the interface's guidance.
+_CODE_FOLLOW_UP = {
+    "10000100": "depositd re-reads the history; check whether the deposit still exists.",
+    "10000101": "Nothing left to do; depositd refreshes the detail.",
+    "10000102": "Fix the profile (the field is named above); no retry until the profile changes.",
+    "10000103": "Fix the profile (the field is named above); no retry until the profile changes.",
+    "10000104": "depositd retries later with back-off and the same payload.",
+    "10000105": "depositd reads the original result; no new submission.",
+    "10000106": "This is a bug in depositd: report it with the traceId.",
+    "10000107": "Check the walletId; create the sub-wallet first.",
+}
+
+
+def _submit_text(code: str) -> _Text:
+    rule = WALLET_CODES.get(code)
+    if rule is None:
+        label = f" ({code})" if code else ""
+        return _Text(
+            f"Payer details submission failed{label}",
+            "Contact provider support with the transactionId and traceId.",
+        )
+    guidance = f"Provider guidance: {rule.guidance}."
+    return _Text(
+        f"Submission refused ({code}): {rule.meaning}", f"{guidance} {_CODE_FOLLOW_UP[code]}"
+    )
+
+
+def _text_for(condition: str) -> _Text:
+    kind, _, code = condition.partition(":")
+    if kind == "submit_failed":
+        return _submit_text(code)
+    text = _TEXTS.get(condition)
+    if text is None:
+        return _Text(condition.replace("_", " ").capitalize(), None)
+    return text
+
+
+def _amount(value: Any) -> Decimal | None:
+    if value is None or isinstance(value, Decimal):
+        return value
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        return Decimal(value)
+    raise TypeError(f"amount must be Decimal, int or str, not {type(value).__name__}")
+
+
+def build_alert(
+    condition: str,
+    severity: str,
+    deposit: Any | None = None,
+    *,
+    detail: str | None = None,
+    profile: str | None = None,
+) -> Alert:
+    """An `Alert` for a condition, filled from the deposit's identifying fields only."""
+    if profile is not None and not isinstance(profile, str):
+        raise TypeError("profile must be the profile's NAME, never its contents")
+    text = _text_for(condition)
+    if detail is None and text.detail_from_deposit:
+        detail = getattr(deposit, "fail_message", None)
+    wallet_id = getattr(deposit, "wallet_id", None)
+    return Alert(
+        condition=condition,
+        severity=severity,
+        title=text.title,
+        transaction_id=getattr(deposit, "transaction_id", None),
+        wallet_id=int(wallet_id) if wallet_id is not None else None,
+        wallet_name=getattr(deposit, "wallet_name", None),
+        amount=_amount(getattr(deposit, "amount", None)),
+        currency=getattr(deposit, "currency", None),
+        network=getattr(deposit, "network", None),
+        detail=detail,
+        next_step=text.next_step,
+        profile=profile,
+    )
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _wallet(alert: Alert) -> str | None:
+    if alert.wallet_id is None:
+        return alert.wallet_name
+    return f"{alert.wallet_id} ({alert.wallet_name})" if alert.wallet_name else str(alert.wallet_id)
+
+
+def _money(alert: Alert) -> str | None:
+    parts = [decimal_str(alert.amount) if alert.amount is not None else None, alert.currency]
+    if alert.network:
+        parts.append(f"on {alert.network}")
+    text = " ".join(p for p in parts if p)
+    return text or None
+
+
+def _facts(alert: Alert) -> list[tuple[str, str]]:
+    """The identifying lines of an alert, in reading order, skipping unknowns."""
+    rows = [
+        ("Wallet", _wallet(alert)),
+        ("Amount", _money(alert)),
+        ("transactionId", alert.transaction_id),
+        ("Profile", alert.profile),
+    ]
+    return [(label, value) for label, value in rows if value]
+
+
+def headline(alert: Alert) -> str:
+    """Severity and title on one line, e.g. `CRITICAL: Deposit BLOCKED: funds ...`."""
+    return _one_line(f"{alert.severity.upper()}: {alert.title}")
+
+
+def subject(alert: Alert) -> str:
+    """E-mail subject: `[depositd] CRITICAL: Deposit BLOCKED 1001 123.45 USDT (tx ...)`."""
+    # The title's lead clause keeps the subject short enough for an inbox list.
+    parts = [f"[depositd] {alert.severity.upper()}: {alert.title.split(': ')[0]}"]
+    if alert.wallet_id is not None:
+        parts.append(str(alert.wallet_id))
+    elif alert.wallet_name:
+        parts.append(alert.wallet_name)
+    if alert.amount is not None:
+        parts.append(decimal_str(alert.amount))
+    if alert.currency:
+        parts.append(alert.currency)
+    if alert.transaction_id:
+        parts.append(f"(tx {alert.transaction_id})")
+    elif alert.profile:
+        parts.append(f"(profile {alert.profile})")
+    return _one_line(" ".join(parts))
+
+
+def render_text(alert: Alert) -> str:
+    """Plain-text rendering (the e-mail body)."""
+    lines = [headline(alert), ""]
+    facts = _facts(alert)
+    width = max((len(label) for label, _ in facts), default=0) + 2
+    lines += [f"{label + ':':<{width}}{value}" for label, value in facts]
+    if facts:
+        lines.append("")
+    for label, value in (("Detail", alert.detail), ("Next step", alert.next_step)):
+        if value:
+            lines += [f"{label}:", _wrap(value), ""]
+    lines.append(f"-- depositd (condition {alert.condition}, severity {alert.severity})")
+    return "\n".join(lines) + "\n"
+
+
+def _wrap(text: str) -> str:
+    """Indented, wrapped at 76 columns; ids and codes are never split."""
+    return textwrap.fill(
+        _one_line(text),
+        width=76,
+        initial_indent="  ",
+        subsequent_indent="  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def _escape(text: str) -> str:
+    """Slack mrkdwn control characters, so provider text cannot inject links or mentions."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slack_value(label: str, value: str) -> str:
+    # Code formatting makes the transactionId one click to copy for a support ticket.
+    return f"`{_escape(value)}`" if label == "transactionId" else _escape(value)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def render_slack(alert: Alert) -> dict[str, Any]:
+    """Slack incoming-webhook payload: `text` fallback plus header, fields, detail, next step."""
+    facts = _facts(alert)
+    icon = _SEVERITY_ICON[alert.severity]
+    fallback = " | ".join([headline(alert), *(f"{label} {value}" for label, value in facts)])
+    blocks: list[dict[str, Any]] = [
+        {
+            "type": "header",
+            "text": {
+                "type": "plain_text",
+                "text": _clip(f"{icon} {headline(alert)}", _SLACK_HEADER_MAX),
+                "emoji": True,
+            },
+        }
+    ]
+    if facts:
+        blocks.append(
+            {
+                "type": "section",
+                "fields": [
+                    {"type": "mrkdwn", "text": f"*{label}*\n{_slack_value(label, value)}"}
+                    for label, value in facts
+                ],
+            }
+        )
+    for label, value in (("Detail", alert.detail), ("Next step", alert.next_step)):
+        if value:
+            body = _clip(f"*{label}*\n{_escape(value.strip())}", _SLACK_TEXT_MAX)
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": body}})
+    context = f"{icon} depositd | {alert.severity} | condition `{_escape(alert.condition)}`"
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context}]})
+    return {"text": _escape(fallback), "blocks": blocks}

@@ -1,0 +1,294 @@
+"""The inbox processor: stored events -> tracker -> reactor, in receive order.
+
+Each event is applied inside a savepoint of one write transaction that also marks it processed,
+so a crash leaves it either untouched (pending, done again after restart) or fully done; never
+half. A batch of pending events shares the transaction (one fsync), and an event that raises is
+rolled back alone and marked failed. Polls feed the same path through `observe_fact`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import Enum
+from typing import Any, Protocol
+
+import sqlite_utils
+from pydantic import ValidationError
+
+from worker.errors import StorageError
+from worker.logs import get_logger
+from worker.metrics import Metrics, event_type_label
+from worker.provider import jsonio
+from worker.provider.models import (
+    AddressStatus,
+    AddressUpdatedData,
+    EventType,
+    WebhookEnvelope,
+)
+from worker.store import (
+    Store,
+    StoredEvent,
+    get_deposit_row,
+    insert_fact_row,
+    mark_event,
+    pending_events,
+    upsert_deposit_row,
+    utc_now,
+)
+from worker.tracker import Deposit, Fact, Transition, fact_from_event, observe
+
+log = get_logger(__name__)
+
+
+class Reactor(Protocol):
+    """What turns transitions into recorded actions; runs inside the processor's transaction."""
+
+    def react(
+        self,
+        db: sqlite_utils.Database,
+        deposit: Deposit,
+        transitions: list[Transition],
+        fact: Fact,
+    ) -> None:
+        """Record whatever the transitions call for, using `db` only."""
+
+
+@dataclass
+class _Outcome:
+    """What happened to one event, logged after the commit."""
+
+    event: StoredEvent
+    status: str
+    transitions: list[Transition] = field(default_factory=list)
+    error: str | None = None
+
+
+def fact_json(fact: Fact) -> dict[str, Any]:
+    """A fact as JSON-ready data; fields the fact says nothing about are left out."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(fact):
+        value = getattr(fact, f.name)
+        if isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, Decimal):
+            value = jsonio.decimal_str(value)
+        elif value is not None and not isinstance(value, str | int | float | bool):
+            continue  # a "not stated" sentinel
+        out[f.name] = value
+    return out
+
+
+def _describe(exc: BaseException) -> str:
+    """An error for the events table, without echoing input values (payer data)."""
+    if isinstance(exc, ValidationError):
+        parts = [
+            f"{'.'.join(str(p) for p in err['loc']) or 'data'}: {err['msg']}"
+            for err in exc.errors(include_input=False, include_url=False)
+        ]
+        return "invalid event: " + "; ".join(parts)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def apply_fact(
+    db: sqlite_utils.Database, fact: Fact, reactor: Reactor | None
+) -> tuple[Deposit, list[Transition]]:
+    """Load, observe, store the deposit and the fact, and react; call inside a transaction."""
+    row = get_deposit_row(db, fact.transaction_id)
+    before = Deposit.from_row(row) if row is not None else None
+    after, transitions = observe(before, fact)
+    new_row = after.to_row()
+    changed = before is None or before.to_row() != new_row
+    if changed:
+        upsert_deposit_row(db, new_row)
+    insert_fact_row(
+        db,
+        transaction_id=fact.transaction_id,
+        source=fact.source,
+        event_id=fact.event_id,
+        observed_at=fact.observed_at,
+        fact=fact_json(fact),
+        changed=changed,
+    )
+    if reactor is not None:
+        reactor.react(db, after, transitions, fact)
+    return after, transitions
+
+
+_FINAL_ADDRESS = (AddressStatus.ACTIVE.value, AddressStatus.FAILED.value)
+
+
+def apply_address_update(db: sqlite_utils.Database, data: AddressUpdatedData) -> None:
+    """Update the `addresses` row by id, or insert it; a late PROCESSING never undoes a review."""
+    row = db.execute("SELECT status FROM addresses WHERE id = ?", [data.id]).fetchone()
+    now = utc_now()
+    status = data.status.value
+    if row is None:
+        db.execute(
+            "INSERT INTO addresses (id, wallet_address, network, status, fail_message,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [data.id, data.walletAddress, data.network, status, data.failMessage, now, now],
+        )
+        return
+    if status == AddressStatus.PROCESSING.value and row[0] in _FINAL_ADDRESS:
+        return
+    db.execute(
+        "UPDATE addresses SET wallet_address = ?, network = ?, status = ?, fail_message = ?,"
+        " updated_at = ? WHERE id = ?",
+        [data.walletAddress, data.network, status, data.failMessage, now, data.id],
+    )
+
+
+class Processor:
+    """Applies stored events in receive order; woken by ingress, plus a periodic sweep."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        reactor: Reactor | None = None,
+        metrics: Metrics | None = None,
+        sweep_interval_s: float = 5.0,
+        batch_size: int = 100,
+    ) -> None:
+        self.store = store
+        # Assignable after construction: the rules engine is built once the store is open.
+        self.reactor = reactor
+        self.metrics = metrics
+        self.sweep_interval_s = sweep_interval_s
+        self.batch_size = batch_size
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        # Run after each commit that applied something, e.g. to wake the outbox runner.
+        self.after_commit: list[Callable[[], None]] = []
+
+    def wake(self) -> None:
+        """New events are stored: process soon."""
+        self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        """True while the background loop runs."""
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start the background loop."""
+        self._stopping = False
+        self._task = asyncio.create_task(self.run(), name="processor")
+
+    async def stop(self) -> None:
+        """Stop after the batch in progress is committed."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            task, self._task = self._task, None
+            await task
+
+    async def run(self) -> None:
+        """Process until `stop`; storage failures are logged and retried at the next sweep."""
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                while not self._stopping and await self.process_batch():
+                    pass
+            except StorageError as exc:
+                log.error("processing paused: storage unavailable", error=str(exc))
+            if self._stopping:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.sweep_interval_s)
+
+    async def run_until_idle(self) -> int:
+        """Process until no event is pending (burst mode); returns how many were handled."""
+        total = 0
+        while n := await self.process_batch():
+            total += n
+        return total
+
+    async def process_batch(self) -> int:
+        """Apply up to `batch_size` pending events in one transaction; returns how many."""
+        reactor = self.reactor
+        outcomes = await self.store.write(lambda db: self._apply_batch(db, reactor))
+        for outcome in outcomes:
+            self._report(outcome)
+        if outcomes:
+            for hook in list(self.after_commit):
+                hook()
+        return len(outcomes)
+
+    async def observe_fact(self, fact: Fact) -> list[Transition]:
+        """Apply one fact from a poll (or a submission) the way an event's fact is applied."""
+        reactor = self.reactor
+        _, transitions = await self.store.write(lambda db: apply_fact(db, fact, reactor))
+        for t in transitions:
+            self._count_transition(t)
+        if transitions:
+            log.info(
+                "fact applied",
+                transactionId=fact.transaction_id,
+                source=fact.source,
+                triggers=[t.key for t in transitions],
+            )
+        for hook in list(self.after_commit):
+            hook()
+        return transitions
+
+    def _apply_batch(self, db: sqlite_utils.Database, reactor: Reactor | None) -> list[_Outcome]:
+        outcomes = []
+        for event in pending_events(db, limit=self.batch_size):
+            try:
+                with db.atomic():
+                    outcome = self._apply_event(db, event, reactor)
+                    mark_event(db, event.seq, outcome.status)
+            except sqlite3.OperationalError:
+                raise  # the store itself is failing: give the whole batch back
+            except Exception as exc:
+                outcome = _Outcome(event, "failed", error=_describe(exc))
+                mark_event(db, event.seq, "failed", outcome.error)
+            outcomes.append(outcome)
+        return outcomes
+
+    @staticmethod
+    def _apply_event(
+        db: sqlite_utils.Database, event: StoredEvent, reactor: Reactor | None
+    ) -> _Outcome:
+        envelope = WebhookEnvelope.model_validate(jsonio.loads(event.body))
+        if envelope.eventType == EventType.WALLET_ADDRESS_UPDATED.value:
+            apply_address_update(db, AddressUpdatedData.model_validate(envelope.data))
+            return _Outcome(event, "processed")
+        fact = fact_from_event(envelope)
+        if fact is None:
+            return _Outcome(event, "ignored")
+        _, transitions = apply_fact(db, fact, reactor)
+        return _Outcome(event, "processed", transitions)
+
+    def _report(self, outcome: _Outcome) -> None:
+        event = outcome.event
+        fields: dict[str, Any] = {
+            "eventId": event.event_id,
+            "eventType": event.event_type,
+            "transactionId": event.transaction_id,
+            "outcome": outcome.status,
+        }
+        if outcome.transitions:
+            fields["triggers"] = [t.key for t in outcome.transitions]
+        if outcome.error:
+            log.warning("event failed", error=outcome.error, **fields)
+        else:
+            log.info("event", **fields)
+        if self.metrics is not None:
+            self.metrics.events_processed.labels(
+                event_type=event_type_label(event.event_type), outcome=outcome.status
+            ).inc()
+        for t in outcome.transitions:
+            self._count_transition(t)
+
+    def _count_transition(self, transition: Transition) -> None:
+        if self.metrics is not None:
+            self.metrics.transitions.labels(trigger=transition.trigger.value).inc()

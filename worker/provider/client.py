@@ -1,0 +1,614 @@
+"""`ProviderClient`: the provider's HTTP interface over aiohttp.
+
+Every request is signed over the request target exactly as sent (path plus the query string this
+module builds itself) and the exact body bytes. Answers are read with exact decimals and turned
+into typed errors from `worker.errors`:
+
+- `ProviderBusinessError` (`ProviderRetryLater` for 10000104): the provider refused the call;
+  never retried here, the caller decides (SPEC section 10).
+- `ProviderAuthError`: HTTP 401 or a message about signature, unauthorized or timestamp; not
+  retried at once, the caller backs off (a clock or key problem does not fix itself in 50 ms).
+- `ProviderUnavailable`: timeout, connection error, 5xx (or 408/429) without a business body;
+  retried here with exponential back-off, jitter, a fresh signature and the SAME Idempotency-Key.
+- `ProviderProtocolError`: an answer that is no known envelope.
+
+Paths and payload shapes are those of the provider interface and SPEC section 13 (see
+`worker.provider.models`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Callable, Mapping
+from enum import Enum
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode, urlsplit
+
+import aiohttp
+from pydantic import BaseModel, ValidationError
+from yarl import URL
+
+from worker.errors import (
+    ProviderAuthError,
+    ProviderBusinessError,
+    ProviderError,
+    ProviderProtocolError,
+    ProviderRetryLater,
+    ProviderUnavailable,
+)
+from worker.logs import get_logger
+from worker.provider import jsonio
+from worker.provider.codes import RetryCategory, WalletCode, categorize
+from worker.provider.models import (
+    AssetBalance,
+    DepositOrder,
+    EmailEnvelope,
+    Options,
+    Page,
+    PartnerEnvelope,
+    SourceAddress,
+    SubmitResult,
+    WalletEnvelope,
+)
+from worker.provider.resources import WalletGroup
+from worker.provider.signing import DEFAULT_ALGORITHM, signed_headers, signer
+
+__all__ = ["OUTCOMES", "Envelope", "OnCall", "ProviderClient"]
+
+log = get_logger(__name__)
+
+OnCall = Callable[[str, str], None]
+"""`on_call(endpoint_name, outcome)`, called after every attempt (for metrics)."""
+
+OUTCOMES = ("ok", "business_error", "auth_error", "unavailable", "protocol_error")
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+JSON = "application/json"
+# Statuses that say "not now" rather than "no": retried like a timeout.
+_RETRY_HTTP = frozenset({408, 429})
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Envelope(str, Enum):
+    """The interface's three response forms."""
+
+    WALLET = "wallet"
+    EMAIL = "email"
+    PARTNER = "partner"
+
+
+def _outcome(exc: ProviderError) -> str:
+    if isinstance(exc, ProviderAuthError):
+        return "auth_error"
+    if isinstance(exc, ProviderUnavailable):
+        return "unavailable"
+    if isinstance(exc, ProviderBusinessError):
+        return "business_error"
+    return "protocol_error"
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, BaseModel):
+        raise TypeError("a model is not a query value")
+    return jsonio.decimal_str(value) if type(value).__name__ == "Decimal" else str(value)
+
+
+def build_target(path: str, query: Mapping[str, Any] | None = None) -> str:
+    """The request target `path?query` as sent and signed; None values are left out."""
+    params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
+    return f"{path}?{urlencode(params)}" if params else path
+
+
+def _segment(value: str | int) -> str:
+    """One path segment, percent-encoded so an id can never change the path."""
+    return quote(str(value), safe="")
+
+
+def _body_bytes(body: Mapping[str, Any] | BaseModel | None) -> bytes:
+    if body is None:
+        return b""
+    if isinstance(body, BaseModel):
+        return jsonio.dumpb(body.model_dump(mode="json", by_alias=True, exclude_none=True))
+    return jsonio.dumpb(dict(body))
+
+
+class ProviderClient:
+    """Signed, retrying client of the provider's wallet, stable and partner endpoints."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        api_secret: str,
+        *,
+        algorithm: str = DEFAULT_ALGORITHM,
+        timeout_s: float = 10,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 10,
+        session: aiohttp.ClientSession | None = None,
+        on_call: OnCall | None = None,
+    ) -> None:
+        signer(algorithm)  # fail at construction, not at the first call
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"provider base_url must be an http(s) URL, got {base_url!r}")
+        self._origin = f"{parts.scheme}://{parts.netloc}"
+        # A base URL with a path (a gateway prefix) is part of every signed target.
+        self._prefix = parts.path.rstrip("/")
+        self._api_key = api_key
+        self._secret = api_secret
+        self._algorithm = algorithm
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._retries = max(0, retries)
+        self._backoff_s = backoff_s
+        self._backoff_max_s = backoff_max_s
+        self._session = session
+        self._own_session = session is None
+        self._on_call = on_call
+
+    async def close(self) -> None:
+        """Close the HTTP session if this client opened it."""
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> ProviderClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- deposit whitelist ---------------------------------------------------------------
+
+    async def options(self) -> list[str]:
+        """Provider (VASP) names from the options endpoint."""
+        data = await self._call("options", "GET", "/v1/wallet/deposit-whitelist/options")
+        if isinstance(data, list):
+            data = {"providers": data}
+        return self._model("options", Options, data).names()
+
+    async def register_address(
+        self, body: Mapping[str, Any], *, idempotency_key: str
+    ) -> SourceAddress:
+        """Register a source address with payer details; the record starts PROCESSING."""
+        data = await self._call(
+            "register_address",
+            "POST",
+            "/v1/wallet/deposit-whitelist/addresses",
+            body=body,
+            idempotency_key=idempotency_key,
+        )
+        return self._model("register_address", SourceAddress, data)
+
+    async def list_addresses(
+        self, *, page_num: int = 1, page_size: int = 50, status: str | None = None
+    ) -> Page[SourceAddress]:
+        """One page of registered source addresses, optionally of one status."""
+        data = await self._call(
+            "list_addresses",
+            "GET",
+            "/v1/wallet/deposit-whitelist/addresses",
+            query={"pageNum": page_num, "pageSize": page_size, "status": status},
+        )
+        return self._model("list_addresses", Page[SourceAddress], data)
+
+    async def address_detail(self, address_id: str) -> SourceAddress:
+        """One source address record."""
+        path = f"/v1/wallet/deposit-whitelist/addresses/{_segment(address_id)}"
+        data = await self._call("address_detail", "GET", path)
+        return self._model("address_detail", SourceAddress, data)
+
+    async def disable_address(
+        self, address_id: str, *, idempotency_key: str
+    ) -> SourceAddress | None:
+        """Disable a source address; the record if the provider returns one."""
+        path = f"/v1/wallet/deposit-whitelist/addresses/{_segment(address_id)}/disable"
+        # An empty JSON object rather than no body: servers that always parse JSON accept it.
+        data = await self._call(
+            "disable_address", "POST", path, body={}, idempotency_key=idempotency_key
+        )
+        return None if data is None else self._model("disable_address", SourceAddress, data)
+
+    async def submit_payer(
+        self, transaction_id: str, body: Mapping[str, Any], *, idempotency_key: str
+    ) -> SubmitResult:
+        """Submit payer details for a received deposit (whiteListStatus becomes pending)."""
+        path = f"/v1/wallet/deposit-whitelist/transactions/{_segment(transaction_id)}/submit"
+        data = await self._call(
+            "submit_payer", "POST", path, body=body, idempotency_key=idempotency_key
+        )
+        return self._model("submit_payer", SubmitResult, data)
+
+    async def transaction_detail(self, transaction_id: str, *, alt_path: bool = False) -> DepositOrder:
+        """Transaction detail (the only reading that carries creditStatus)."""
+        if alt_path:
+            path = build_target(
+                "/v1/wallet/transaction/detail", {"transactionId": transaction_id}
+            )
+        else:
+            path = f"/v1/wallet/transactions/{_segment(transaction_id)}"
+        data = await self._call("transaction_detail", "GET", path)
+        return self._model("transaction_detail", DepositOrder, data)
+
+    async def history(
+        self,
+        *,
+        white_list_status: str | None = None,
+        page_num: int = 1,
+        page_size: int = 50,
+        wallet_id: int | None = None,
+        currency: str | None = None,
+        start_time: int | None = None,
+        end_time: int | None = None,
+        alt_path: bool = False,
+    ) -> Page[DepositOrder]:
+        """One page of deposit history (the work queue with whiteListStatus init/rejected)."""
+        path = "/v1/wallet/transaction/list" if alt_path else "/v1/wallet/history"
+        query = {
+            "whiteListStatus": white_list_status,
+            "pageNum": page_num,
+            "pageSize": page_size,
+            "walletId": wallet_id,
+            "currency": currency,
+            "startTime": start_time,
+            "endTime": end_time,
+        }
+        data = await self._call("history", "GET", path, query=query)
+        return self._model("history", Page[DepositOrder], data)
+
+    async def iter_history(
+        self, *, white_list_status: str, page_size: int = 50, **filters: Any
+    ) -> AsyncIterator[DepositOrder]:
+        """Every deposit of the history filter, fetching one page at a time as consumed."""
+        page_num = 1
+        while True:
+            page = await self.history(
+                white_list_status=white_list_status,
+                page_num=page_num,
+                page_size=page_size,
+                **filters,
+            )
+            for order in page.records:
+                yield order
+            if not page.records or page_num >= page.totalPage:
+                return
+            page_num += 1
+
+    # --- wallet ----------------------------------------------------------------------------
+
+    async def deposit_address(
+        self, wallet_id: int, currency: str | None = None, network: str | None = None
+    ) -> dict[str, Any]:
+        """The deposit address of a wallet (payload not shown by the interface: a dict)."""
+        query = {"walletId": wallet_id, "currency": currency, "network": network}
+        data = await self._call("deposit_address", "GET", "/v1/wallet/deposit-address", query=query)
+        return self._dict("deposit_address", data)
+
+    async def asset_balance(self, wallet_id: int, currency: str | None = None) -> list[AssetBalance]:
+        """Available and unavailable balances of a wallet, per currency."""
+        query = {"walletId": wallet_id, "currency": currency}
+        data = await self._call("asset_balance", "GET", "/v1/wallet/asset-balance", query=query)
+        if isinstance(data, dict):
+            data = [data]
+        return [self._model("asset_balance", AssetBalance, row) for row in self._list(
+            "asset_balance", data
+        )]
+
+    async def create_sub_wallet(
+        self, body: Mapping[str, Any] | BaseModel, *, idempotency_key: str
+    ) -> Any:
+        """Create a sub-wallet; the answer's data as given."""
+        return await self._call(
+            "create_sub_wallet",
+            "POST",
+            "/v1/wallet/create/sub",
+            body=body,
+            idempotency_key=idempotency_key,
+        )
+
+    async def add_withdraw_whitelist(
+        self, body: Mapping[str, Any] | BaseModel, *, idempotency_key: str
+    ) -> Any:
+        """Add a withdraw whitelist entry; the answer's data as given."""
+        return await self._call(
+            "add_withdraw_whitelist",
+            "POST",
+            "/v1/wallet/add-withdraw-whitelist",
+            body=body,
+            idempotency_key=idempotency_key,
+        )
+
+    async def list_wallets(self, wallet_id: int | None = None) -> list[WalletGroup]:
+        """Wallet groups (operation_prime, collection_prime) with their balances."""
+        data = await self._call("list_wallets", "GET", "/v1/wallet/list", query={"walletId": wallet_id})
+        return [self._model("list_wallets", WalletGroup, row) for row in self._list(
+            "list_wallets", data or []
+        )]
+
+    # --- stable, virtual account, partner ----------------------------------------------
+
+    async def abnormal_funds(self, body: Mapping[str, Any] | BaseModel) -> Page[dict[str, Any]]:
+        """One page of abnormal-fund records (a read, though the interface uses POST)."""
+        data = await self._call(
+            "abnormal_funds", "POST", "/v1/stable/collect/abnormal-fund/list", body=body
+        )
+        return self._model("abnormal_funds", Page[dict[str, Any]], data)
+
+    async def stable_order_detail(
+        self, *, merchant_order_id: str | None = None, order_id: str | None = None
+    ) -> dict[str, Any]:
+        """A stable order by merchantOrderId or orderId."""
+        if merchant_order_id is None and order_id is None:
+            raise ValueError("stable_order_detail needs merchant_order_id or order_id")
+        query = {"merchantOrderId": merchant_order_id, "orderId": order_id}
+        data = await self._call(
+            "stable_order_detail", "GET", "/v1/stable/order/query-detail", query=query
+        )
+        return self._dict("stable_order_detail", data)
+
+    async def collection_order_status(self, **query: Any) -> dict[str, Any]:
+        """Collection order status (carries whiteListStatus); query keys as the provider names them."""
+        data = await self._call(
+            "collection_order_status", "GET", "/v2/stable/collect/order-status", query=query
+        )
+        return self._dict("collection_order_status", data)
+
+    async def send_email_verify_code(self, email: str) -> None:
+        """Ask the provider to e-mail a verification code (virtual accounts, pixKeyType EMAIL)."""
+        # Not retried: a repeated send would mail a second code and void the first.
+        await self._call(
+            "send_email_verify_code",
+            "POST",
+            "/v1/virtual-account/email/send-verify-code",
+            body={"email": email},
+            envelope=Envelope.EMAIL,
+            retry=False,
+        )
+
+    async def onboarding_kyc_share(self, body: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+        """Share KYC/KYB for onboarding; request_id in the body makes a retry the same request."""
+        data = await self._call(
+            "onboarding_kyc_share",
+            "POST",
+            "/api/v1/onboarding/kyc-share",
+            body=body,
+            envelope=Envelope.PARTNER,
+        )
+        return self._dict("onboarding_kyc_share", data)
+
+    async def quote(self, body: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+        """A partner quote."""
+        data = await self._call(
+            "quote", "POST", "/api/v1/quotes", body=body, envelope=Envelope.PARTNER
+        )
+        return self._dict("quote", data)
+
+    async def settlement_daily_records(self, **query: Any) -> dict[str, Any]:
+        """The daily settlement report; query keys as the provider names them (settlement_date, ...)."""
+        data = await self._call(
+            "settlement_daily_records",
+            "GET",
+            "/api/v1/settlement/daily-records",
+            query=query,
+            envelope=Envelope.PARTNER,
+        )
+        return self._dict("settlement_daily_records", data)
+
+    # --- transport -----------------------------------------------------------------------
+
+    async def _call(
+        self,
+        endpoint: str,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | BaseModel | None = None,
+        idempotency_key: str | None = None,
+        envelope: Envelope = Envelope.WALLET,
+        retry: bool = True,
+    ) -> Any:
+        """One logical call: attempts with back-off until success, a final error or no retries left."""
+        target = self._prefix + build_target(path, query)
+        raw = _body_bytes(body) if method != "GET" else b""
+        attempts = 1 + (self._retries if retry else 0)
+        for attempt in range(1, attempts + 1):
+            try:
+                data = await self._attempt(endpoint, method, target, raw, idempotency_key, envelope)
+            except ProviderError as exc:
+                exc.endpoint = endpoint
+                self._report(endpoint, _outcome(exc))
+                if not isinstance(exc, ProviderUnavailable) or attempt >= attempts:
+                    raise
+                delay = self._delay(attempt)
+                log.warning(
+                    "provider unavailable, retrying",
+                    endpoint=endpoint,
+                    attempt=attempt,
+                    delay_s=round(delay, 3),
+                    error=exc.msg,
+                    traceId=exc.trace_id,
+                )
+                await asyncio.sleep(delay)
+                continue
+            self._report(endpoint, "ok")
+            return data
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _delay(self, attempt: int) -> float:
+        base = min(self._backoff_max_s, self._backoff_s * 2 ** (attempt - 1))
+        # Equal jitter: never less than half the step, so back-off still grows.
+        return base / 2 + random.uniform(0, base / 2)
+
+    def _report(self, endpoint: str, outcome: str) -> None:
+        if self._on_call is None:
+            return
+        try:
+            self._on_call(endpoint, outcome)
+        except Exception:  # a metrics fault must never fail a provider call
+            log.exception("on_call hook failed", endpoint=endpoint)
+
+    def _session_for_use(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # Opened lazily so the client can be built outside a running event loop.
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            self._own_session = True
+        return self._session
+
+    async def _attempt(
+        self,
+        endpoint: str,
+        method: str,
+        target: str,
+        raw: bytes,
+        idempotency_key: str | None,
+        envelope: Envelope,
+    ) -> Any:
+        # Signed afresh on every attempt: a retry must not carry a stale timestamp.
+        headers = signed_headers(
+            self._api_key, self._secret, method, target, raw, algorithm=self._algorithm
+        )
+        headers["Accept"] = JSON
+        if method != "GET":
+            headers["Content-Type"] = JSON
+        if idempotency_key is not None:
+            headers[IDEMPOTENCY_HEADER] = idempotency_key
+        # encoded=True: send the target byte for byte as signed, no re-quoting.
+        url = URL(self._origin + target, encoded=True)
+        session = self._session_for_use()
+        try:
+            async with session.request(
+                method,
+                url,
+                data=raw if method != "GET" else None,
+                headers=headers,
+                timeout=self._timeout,
+                allow_redirects=False,
+            ) as resp:
+                status = resp.status
+                payload = await resp.read()
+        except TimeoutError:
+            raise ProviderUnavailable("timeout", endpoint=endpoint) from None
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise ProviderUnavailable(
+                f"connection error: {type(exc).__name__}", endpoint=endpoint
+            ) from None
+        return _read_answer(endpoint, status, payload, envelope)
+
+    # --- answer helpers ------------------------------------------------------------------
+
+    @staticmethod
+    def _model(endpoint: str, model: type[M], data: Any) -> M:
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise ProviderProtocolError(
+                f"unexpected data for {endpoint}: {exc.error_count()} problem(s), "
+                f"first: {_first_problem(exc)}",
+                endpoint=endpoint,
+            ) from None
+
+    @staticmethod
+    def _dict(endpoint: str, data: Any) -> dict[str, Any]:
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise ProviderProtocolError(f"{endpoint}: data is not an object", endpoint=endpoint)
+        return data
+
+    @staticmethod
+    def _list(endpoint: str, data: Any) -> list[Any]:
+        if not isinstance(data, list):
+            raise ProviderProtocolError(f"{endpoint}: data is not an array", endpoint=endpoint)
+        return data
+
+
+def _first_problem(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(root)"
+    return f"{where}: {err['msg']}"
+
+
+def _read_answer(endpoint: str, http_status: int, payload: bytes, envelope: Envelope) -> Any:
+    """The `data` of a successful answer, or the typed error the answer means."""
+    try:
+        body = jsonio.loads(payload) if payload else None
+    except ValueError:
+        body = None
+    env_model: type[WalletEnvelope | EmailEnvelope | PartnerEnvelope] = {
+        Envelope.WALLET: WalletEnvelope,
+        Envelope.EMAIL: EmailEnvelope,
+        Envelope.PARTNER: PartnerEnvelope,
+    }[envelope]
+    env: WalletEnvelope | EmailEnvelope | PartnerEnvelope | None = None
+    if isinstance(body, dict):
+        try:
+            env = env_model.model_validate(body)
+        except ValidationError:
+            env = None
+    code, msg, trace_id = _failure_fields(env, body)
+    common: dict[str, Any] = {"code": code, "trace_id": trace_id, "http_status": http_status}
+    common["endpoint"] = endpoint
+
+    if http_status == 401:
+        raise ProviderAuthError(msg or "unauthorized (HTTP 401)", **common)
+    if env is None:
+        if http_status >= 500 or http_status in _RETRY_HTTP:
+            raise ProviderUnavailable(f"HTTP {http_status}", **common)
+        what = "no JSON" if body is None else "not a known envelope"
+        raise ProviderProtocolError(f"unreadable answer (HTTP {http_status}, {what})", **common)
+    if 200 <= http_status < 300 and _succeeded(env):
+        return None if isinstance(env, EmailEnvelope) else env.data
+    if http_status >= 300 and not code and (http_status >= 500 or http_status in _RETRY_HTTP):
+        # A gateway or crash page that happens to be JSON: no business answer in it.
+        raise ProviderUnavailable(msg or f"HTTP {http_status}", **common)
+    env_status = getattr(env, "status", None)
+    if env_status == 401 or (
+        code not in _WALLET_CODES and categorize(msg) is RetryCategory.AUTH
+    ):
+        raise ProviderAuthError(msg or "unauthorized", **common)
+    if code == WalletCode.CANNOT_SUBMIT_NOW.value:
+        raise ProviderRetryLater(msg or "cannot submit right now", **common)
+    raise ProviderBusinessError(msg or f"failed (HTTP {http_status})", **common)
+
+
+_WALLET_CODES = frozenset(c.value for c in WalletCode)
+
+
+def _succeeded(env: WalletEnvelope | EmailEnvelope | PartnerEnvelope) -> bool:
+    if isinstance(env, WalletEnvelope):
+        return env.status == 200 and env.success is not False
+    if isinstance(env, EmailEnvelope):
+        return env.status == 200
+    return env.code == "SUCCESS"
+
+
+def _failure_fields(
+    env: WalletEnvelope | EmailEnvelope | PartnerEnvelope | None, body: Any
+) -> tuple[str | None, str | None, str | None]:
+    """code, message and trace id of an answer, from whichever envelope keys it used."""
+    if env is not None:
+        if isinstance(env, WalletEnvelope):
+            return env.code, env.msg, env.traceId
+        if isinstance(env, EmailEnvelope):
+            extra = env.model_extra or {}
+            code = extra.get("code")
+            return (None if code is None else str(code)), env.message, env.traceId
+        return env.code, env.message, env.trace_id
+    if not isinstance(body, dict):
+        return None, None, None
+    code = body.get("code")
+    msg = body.get("msg", body.get("message"))
+    trace = body.get("traceId", body.get("trace_id"))
+    return (
+        None if code is None else str(code),
+        None if msg is None else str(msg),
+        None if trace is None else str(trace),
+    )

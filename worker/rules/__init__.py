@@ -1,0 +1,34 @@
+"""Rules per wallet (SPEC section 8): YAML rule sets compiled into values and evaluated purely."""
+
+from __future__ import annotations
+
+from worker.rules.engine import RuleBook, failing_condition
+from worker.rules.model import (
+    ACTIONS,
+    EVENT_TYPES,
+    KNOWN_TRIGGERS,
+    TRIGGERS,
+    Action,
+    Conditions,
+    DepositView,
+    Intent,
+    Rule,
+    RuleSet,
+    RuleVerdict,
+)
+
+__all__ = [
+    "ACTIONS",
+    "EVENT_TYPES",
+    "KNOWN_TRIGGERS",
+    "TRIGGERS",
+    "Action",
+    "Conditions",
+    "DepositView",
+    "Intent",
+    "Rule",
+    "RuleBook",
+    "RuleSet",
+    "RuleVerdict",
+    "failing_condition",
+]

@@ -1,0 +1,52 @@
+"""What a sandbox instance is told at start: credentials, webhook target, wallets, timings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from worker.provider.signing import DEFAULT_ALGORITHM
+
+DEFAULT_PROVIDERS = ("Binance", "Coinbase", "Kraken", "OKX", "Bybit")
+
+
+@dataclass(frozen=True)
+class WalletSpec:
+    """A wallet the sandbox starts with."""
+
+    wallet_id: int
+    name: str
+    auto_collection: bool
+    wallet_type: str = "collection_prime"
+
+
+def default_wallets() -> list[WalletSpec]:
+    """1001 "Main USDT" with auto-collection, 1002 "Ops" without."""
+    return [
+        WalletSpec(1001, "Main USDT", True, "collection_prime"),
+        WalletSpec(1002, "Ops", False, "operation_prime"),
+    ]
+
+
+@dataclass
+class SandboxConfig:
+    """Settings of one sandbox instance; every timing is in seconds."""
+
+    api_key: str
+    api_secret: str
+    webhook_url: str | None = None
+    webhook_api_key: str = ""
+    webhook_secret: str = ""
+    signature: str = DEFAULT_ALGORITHM
+    state_path: Path | None = None
+    providers: list[str] = field(default_factory=lambda: list(DEFAULT_PROVIDERS))
+    wallets: list[WalletSpec] = field(default_factory=default_wallets)
+    delivery_retry_base_s: float = 0.5
+    delivery_retry_max_s: float = 30
+    delivery_timeout_s: float = 5
+    # True: every submission and address registration passes review on its own, shortly after.
+    auto_review: bool = False
+    auto_review_delay_s: float = 0.05
+    tolerance_s: float = 300
+    # How long a "timeout" fault holds a request: longer than any sane client timeout.
+    fault_timeout_s: float = 30

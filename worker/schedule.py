@@ -1,0 +1,214 @@
+"""Polling fallback (APScheduler 3.x in the serve process).
+
+Polls only produce facts: history records and transaction details go through the same
+`observe(fact)` entry point as webhooks, so a deposit found by a poll acts exactly once, as if
+its webhook had come. Transaction detail is the only place `creditStatus` BLOCKED shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from worker.errors import ProviderAuthError, ProviderBusinessError, ProviderError
+from worker.logs import get_logger
+from worker.provider.client import ProviderClient
+from worker.settings import SchedulerSettings
+from worker.store import Store
+from worker.tracker import Fact, fact_from_order
+
+log = get_logger(__name__)
+
+# Tracked states whose detail may still change and that history (init/rejected) does not show.
+DETAIL_STATES = ("submitted", "credited", "processing")
+FAILING_ALERT_AFTER = 3
+
+Observe = Callable[[Fact], Awaitable[Any]]
+
+
+class PollStats:
+    """Figures for /metrics and `status`."""
+
+    def __init__(self) -> None:
+        self.last_success: dict[str, float] = {}
+        self.failures: dict[str, int] = {}
+        self.found_by_poll = 0
+
+
+class Poller:
+    """The two polls, each with its own back-off on provider errors."""
+
+    def __init__(
+        self,
+        client: ProviderClient,
+        store: Store,
+        observe: Observe,
+        settings: SchedulerSettings,
+        *,
+        alert: Callable[[str, str, str], Awaitable[None]] | None = None,
+        on_poll: Callable[[str, str], None] | None = None,
+        backoff_max_s: float = 600.0,
+    ) -> None:
+        self._client = client
+        self._store = store
+        self._observe = observe
+        self._settings = settings
+        self._alert = alert
+        self._on_poll = on_poll
+        self._backoff_max_s = backoff_max_s
+        self._not_before: dict[str, float] = {}
+        self._alerted: set[str] = set()
+        self.stats = PollStats()
+
+    async def _known(self, transaction_id: str) -> bool:
+        found = await self._store.write(
+            lambda db: db.execute(
+                "SELECT 1 FROM deposits WHERE transaction_id=?", [transaction_id]
+            ).fetchone()
+        )
+        return found is not None
+
+    async def poll_history(self) -> int:
+        """Feed every record of the init and rejected queues to the tracker; returns the count."""
+        return await self._guard("history", self._history)
+
+    async def poll_detail(self) -> int:
+        """Read the detail of every tracked deposit that is not final; returns the count."""
+        return await self._guard("detail", self._detail)
+
+    async def _history(self) -> int:
+        seen = 0
+        for status in ("init", "rejected"):
+            async for order in self._client.iter_history(
+                white_list_status=status, page_size=self._settings.page_size
+            ):
+                if not await self._known(order.transactionId):
+                    self.stats.found_by_poll += 1
+                    log.info("found by poll", transactionId=order.transactionId, poll="history")
+                await self._observe(fact_from_order(order, source="poll"))
+                seen += 1
+        return seen
+
+    async def _detail(self) -> int:
+        marks = ",".join("?" for _ in DETAIL_STATES)
+        rows = await self._store.write(
+            lambda db: [
+                r[0]
+                for r in db.execute(
+                    f"SELECT transaction_id FROM deposits WHERE state IN ({marks})"
+                    " ORDER BY updated_at",
+                    list(DETAIL_STATES),
+                ).fetchall()
+            ]
+        )
+        for tx in rows:
+            try:
+                order = await self._client.transaction_detail(tx)
+            except ProviderBusinessError as exc:
+                if exc.code == "10000100":
+                    log.warning("deposit not found by detail poll", transactionId=tx)
+                    continue
+                raise
+            await self._observe(fact_from_order(order, source="poll"))
+        return len(rows)
+
+    async def _guard(self, name: str, poll: Callable[[], Coroutine[Any, Any, int]]) -> int:
+        now = time.monotonic()
+        if now < self._not_before.get(name, 0.0):
+            return 0
+        try:
+            count = await poll()
+        except ProviderError as exc:
+            failures = self.stats.failures.get(name, 0) + 1
+            self.stats.failures[name] = failures
+            delay = min(self._backoff_max_s, 2.0**failures) * (0.5 + random.random() / 2)
+            self._not_before[name] = time.monotonic() + delay
+            kind = "auth" if isinstance(exc, ProviderAuthError) else "error"
+            log.warning(
+                "poll failed; backing off",
+                poll=name,
+                failures=failures,
+                backoffSeconds=round(delay, 1),
+                error=str(exc),
+            )
+            if self._on_poll is not None:
+                self._on_poll(name, kind)
+            if failures >= FAILING_ALERT_AFTER and name not in self._alerted:
+                self._alerted.add(name)
+                if self._alert is not None:
+                    await self._alert(
+                        f"poll_failing:{name}",
+                        "critical" if kind == "auth" else "warning",
+                        f"{name} poll failed {failures} times in a row: {exc}",
+                    )
+            return 0
+        if self.stats.failures.get(name):
+            log.info("poll recovered", poll=name, after=self.stats.failures[name])
+        self.stats.failures[name] = 0
+        self._alerted.discard(name)
+        self.stats.last_success[name] = time.time()
+        if self._on_poll is not None:
+            self._on_poll(name, "ok")
+        return count
+
+
+class Scheduler:
+    """APScheduler jobs for the polls; one run of a poll at a time; shutdown waits for it."""
+
+    def __init__(self, poller: Poller, settings: SchedulerSettings) -> None:
+        self._poller = poller
+        self._settings = settings
+        self._scheduler = AsyncIOScheduler(timezone="UTC")
+        self._running: dict[str, asyncio.Task[int]] = {}
+
+    @property
+    def running(self) -> bool:
+        """True while the scheduler is started."""
+        return bool(self._scheduler.running)
+
+    def _job(self, name: str, poll: Callable[[], Coroutine[Any, Any, int]]) -> Callable[[], None]:
+        def fire() -> None:
+            task = self._running.get(name)
+            if task is not None and not task.done():
+                return  # the previous run is still going: never twice at once
+            self._running[name] = asyncio.get_running_loop().create_task(poll())
+
+        return fire
+
+    def start(self) -> None:
+        """Add both jobs (first run at once) and start."""
+        from datetime import UTC, datetime
+
+        now = datetime.now(UTC)
+        self._scheduler.add_job(
+            self._job("history", self._poller.poll_history),
+            "interval",
+            seconds=self._settings.history_interval_s,
+            next_run_time=now,
+            max_instances=1,
+            coalesce=True,
+            id="history",
+        )
+        self._scheduler.add_job(
+            self._job("detail", self._poller.poll_detail),
+            "interval",
+            seconds=self._settings.detail_interval_s,
+            next_run_time=now,
+            max_instances=1,
+            coalesce=True,
+            id="detail",
+        )
+        self._scheduler.start()
+
+    async def stop(self) -> None:
+        """Stop scheduling and wait for the poll in flight."""
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+        pending = [t for t in self._running.values() if not t.done()]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)

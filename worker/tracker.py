@@ -1,0 +1,573 @@
+"""The deposit tracker: one state per transactionId, built from facts, pure (no I/O, no clock).
+
+Webhooks, polls and our own accepted submissions all become `Fact`s; `observe` folds one fact into
+a `Deposit` and returns the triggers that fact caused. Every field only moves forward (SPEC
+section 7), so a redelivered, duplicated or out-of-order fact never acts twice and never undoes
+anything; a late fact is recorded by the caller but changes nothing here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from enum import Enum
+from typing import Any
+
+from worker.provider.jsonio import decimal_str
+from worker.provider.models import (
+    DEPOSIT_EVENT_TYPES,
+    CreditStatus,
+    DepositEventData,
+    DepositOrder,
+    EventType,
+    OrderStatus,
+    WebhookEnvelope,
+    WhiteListStatus,
+)
+
+SOURCES = frozenset({"webhook", "poll", "submit"})
+
+
+class Trigger(str, Enum):
+    """Tracker transitions that rules can name (SPEC section 7)."""
+
+    NEEDS_DETAILS = "needs_details"
+    REJECTED = "rejected"
+    SUBMITTED = "submitted"
+    CREDITED = "credited"
+    COMPLETED = "completed"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+
+
+class State(str, Enum):
+    """The tracked state, derived from status, whiteListStatus and creditStatus."""
+
+    PROCESSING = "processing"
+    NEEDS_DETAILS = "needs_details"
+    SUBMITTED = "submitted"
+    REJECTED = "rejected"
+    CREDITED = "credited"
+    COMPLETED = "completed"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+
+
+class Unknown(Enum):
+    """Type of `UNKNOWN`: the fact says nothing about this field (unlike None, a real null)."""
+
+    UNKNOWN = "UNKNOWN"
+
+
+UNKNOWN = Unknown.UNKNOWN
+
+# The order in which triggers caused by one fact are emitted: cause before effect.
+CAUSAL_ORDER = (
+    Trigger.NEEDS_DETAILS,
+    Trigger.SUBMITTED,
+    Trigger.REJECTED,
+    Trigger.CREDITED,
+    Trigger.COMPLETED,
+    Trigger.BLOCKED,
+    Trigger.FAILED,
+)
+_ATTRIBUTES = (
+    "wallet_id",
+    "wallet_name",
+    "currency",
+    "network",
+    "amount",
+    "from_address",
+    "to_address",
+    "tx_hash",
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def iso_from_ms(ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 UTC, 'YYYY-MM-DDTHH:MM:SS.sssZ'."""
+    moment = _EPOCH + timedelta(milliseconds=ms)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def ms_from_iso(text: str) -> int:
+    """ISO 8601 (naive means UTC) as epoch milliseconds, without passing through float."""
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One observation about one deposit; UNKNOWN fields say nothing, None is a real null."""
+
+    transaction_id: str
+    source: str
+    observed_at: int
+    event_type: str | None = None
+    event_id: str | None = None
+    status: OrderStatus | Unknown = UNKNOWN
+    white_list_status: WhiteListStatus | None | Unknown = UNKNOWN
+    credit_status: CreditStatus | Unknown = UNKNOWN
+    wallet_id: int | None = None
+    wallet_name: str | None = None
+    currency: str | None = None
+    network: str | None = None
+    amount: Decimal | None = None
+    from_address: str | None = None
+    to_address: str | None = None
+    tx_hash: str | None = None
+    fail_message: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"fact source must be one of {sorted(SOURCES)}, not {self.source!r}")
+        if not self.transaction_id:
+            raise ValueError("a fact needs a transaction_id")
+        if isinstance(self.amount, float):
+            raise TypeError("amounts are Decimal, never float")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict: decimals as strings, enums as values, UNKNOWN fields left out."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is UNKNOWN:
+                continue
+            if isinstance(value, Enum):
+                value = value.value
+            elif isinstance(value, Decimal):
+                value = decimal_str(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Fact:
+        """The inverse of `to_json` (for replaying stored facts)."""
+        kwargs: dict[str, Any] = {k: v for k, v in data.items() if k in _FACT_FIELDS}
+        if "status" in kwargs:
+            kwargs["status"] = OrderStatus(kwargs["status"])
+        if kwargs.get("white_list_status") is not None:
+            kwargs["white_list_status"] = WhiteListStatus(kwargs["white_list_status"])
+        if "credit_status" in kwargs:
+            kwargs["credit_status"] = CreditStatus(kwargs["credit_status"])
+        if kwargs.get("amount") is not None:
+            kwargs["amount"] = Decimal(str(kwargs["amount"]))
+        return cls(**kwargs)
+
+
+_FACT_FIELDS = frozenset(f.name for f in fields(Fact))
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A trigger caused by one fact; `key` is its once-only key in `Deposit.emitted`."""
+
+    trigger: Trigger
+    key: str
+    fail_message: str | None = None
+
+
+@dataclass(frozen=True)
+class Deposit:
+    """The tracked deposit: the `deposits` row as typed fields."""
+
+    transaction_id: str
+    wallet_id: int | None
+    wallet_name: str | None
+    currency: str | None
+    network: str | None
+    amount: Decimal | None
+    from_address: str | None
+    to_address: str | None
+    tx_hash: str | None
+    status: OrderStatus | None
+    white_list_status: WhiteListStatus | None
+    credit_status: CreditStatus | None
+    whitelisted: bool | None
+    fail_message: str | None
+    state: State
+    emitted: frozenset[str]
+    field_times: Mapping[str, int] = field(hash=False)
+    first_source: str
+    created_at: int
+    updated_at: int
+
+    def to_row(self) -> dict[str, Any]:
+        """The columns of the `deposits` table (docs/design.md)."""
+        return {
+            "transaction_id": self.transaction_id,
+            "wallet_id": self.wallet_id,
+            "wallet_name": self.wallet_name,
+            "currency": self.currency,
+            "network": self.network,
+            "amount": None if self.amount is None else decimal_str(self.amount),
+            "from_address": self.from_address,
+            "to_address": self.to_address,
+            "tx_hash": self.tx_hash,
+            "status": _value(self.status),
+            "white_list_status": _value(self.white_list_status),
+            "credit_status": _value(self.credit_status),
+            "fail_message": self.fail_message,
+            "state": self.state.value,
+            "emitted": json.dumps(sorted(self.emitted)),
+            "whitelisted": None if self.whitelisted is None else int(self.whitelisted),
+            "fact_time": json.dumps(dict(sorted(self.field_times.items()))),
+            "source": self.first_source,
+            "created_at": iso_from_ms(self.created_at),
+            "updated_at": iso_from_ms(self.updated_at),
+        }
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Deposit:
+        """A deposit from a `deposits` row (as read from SQLite)."""
+        amount = row["amount"]
+        if isinstance(amount, float):
+            raise TypeError("deposits.amount holds a float; amounts are stored as decimal strings")
+        emitted = row["emitted"]
+        times = row["fact_time"]
+        whitelisted = row["whitelisted"]
+        return cls(
+            transaction_id=row["transaction_id"],
+            wallet_id=row["wallet_id"],
+            wallet_name=row["wallet_name"],
+            currency=row["currency"],
+            network=row["network"],
+            amount=None if amount is None else Decimal(str(amount)),
+            from_address=row["from_address"],
+            to_address=row["to_address"],
+            tx_hash=row["tx_hash"],
+            status=None if row["status"] is None else OrderStatus(row["status"]),
+            white_list_status=(
+                None
+                if row["white_list_status"] is None
+                else WhiteListStatus(row["white_list_status"])
+            ),
+            credit_status=(
+                None if row["credit_status"] is None else CreditStatus(row["credit_status"])
+            ),
+            whitelisted=None if whitelisted is None else bool(whitelisted),
+            fail_message=row["fail_message"],
+            state=State(row["state"]),
+            emitted=frozenset(json.loads(emitted) if isinstance(emitted, str) else emitted or ()),
+            field_times=dict(json.loads(times) if isinstance(times, str) else times or {}),
+            first_source=row["source"],
+            created_at=ms_from_iso(row["created_at"]),
+            updated_at=ms_from_iso(row["updated_at"]),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """The `deposits --json` object (SPEC section 3); also the body of `forward`."""
+        return {
+            "transactionId": self.transaction_id,
+            "walletId": self.wallet_id,
+            "walletName": self.wallet_name,
+            "currency": self.currency,
+            "network": self.network,
+            "amount": None if self.amount is None else decimal_str(self.amount),
+            "fromAddress": self.from_address,
+            "toAddress": self.to_address,
+            "txHash": self.tx_hash,
+            "status": _value(self.status),
+            "whiteListStatus": _value(self.white_list_status),
+            "creditStatus": _value(self.credit_status),
+            "failMessage": self.fail_message,
+            "state": self.state.value,
+            "createdAt": iso_from_ms(self.created_at),
+            "updatedAt": iso_from_ms(self.updated_at),
+        }
+
+
+def _value(member: Enum | None) -> Any:
+    return None if member is None else member.value
+
+
+def derive_state(
+    status: OrderStatus | None,
+    white_list_status: WhiteListStatus | None,
+    credit_status: CreditStatus | None,
+) -> State:
+    """The tracked state, by priority: failed, blocked, completed, credited, then the whitelist."""
+    if status is OrderStatus.FAIL:
+        return State.FAILED
+    if credit_status is CreditStatus.BLOCKED:
+        return State.BLOCKED
+    if status is OrderStatus.SUCCESS:
+        return State.COMPLETED
+    if credit_status is CreditStatus.CREDITED:
+        return State.CREDITED
+    return {
+        WhiteListStatus.REJECTED: State.REJECTED,
+        WhiteListStatus.PENDING: State.SUBMITTED,
+        WhiteListStatus.INIT: State.NEEDS_DETAILS,
+    }.get(white_list_status, State.PROCESSING)  # type: ignore[arg-type]
+
+
+# --- folding one fact in -----------------------------------------------------------------------
+
+
+def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transition]]:
+    """Fold one fact into the deposit; returns the new deposit and the triggers it caused.
+
+    When the fact changes nothing, the very same `deposit` comes back with no transitions.
+    """
+    if deposit is None:
+        deposit = _blank(fact)
+        is_new = True
+    else:
+        if deposit.transaction_id != fact.transaction_id:
+            raise ValueError(
+                f"fact for {fact.transaction_id} applied to deposit {deposit.transaction_id}"
+            )
+        is_new = False
+    t = fact.observed_at
+    changes: dict[str, Any] = {}
+    times = dict(deposit.field_times)
+
+    for name in _ATTRIBUTES:
+        value = getattr(fact, name)
+        if value is not None and getattr(deposit, name) is None:
+            changes[name] = value
+
+    status = _merge_terminal(deposit.status, fact.status, OrderStatus.PROCESSING)
+    if status is not deposit.status:
+        changes["status"], times["status"] = status, t
+    credit = _merge_terminal(deposit.credit_status, fact.credit_status, CreditStatus.PENDING)
+    if credit is not deposit.credit_status:
+        changes["credit_status"], times["credit_status"] = credit, t
+
+    whitelisted = deposit.whitelisted
+    wl, wl_time = deposit.white_list_status, times.get("white_list_status")
+    if fact.white_list_status is None:
+        whitelisted = False if whitelisted is None else whitelisted
+    elif fact.white_list_status is not UNKNOWN:
+        whitelisted = True
+        wl, wl_time = _merge_white_list(wl, wl_time, fact.white_list_status, t)
+    # Combined reading, last row: SUCCESS means credited and, behind the whitelist, approved.
+    final_status = changes.get("status", deposit.status)
+    if final_status is OrderStatus.SUCCESS:
+        if changes.get("credit_status", deposit.credit_status) in (None, CreditStatus.PENDING):
+            changes["credit_status"], times["credit_status"] = CreditStatus.CREDITED, t
+        if whitelisted and wl is not WhiteListStatus.APPROVED:
+            wl, wl_time = WhiteListStatus.APPROVED, t
+    if whitelisted is not deposit.whitelisted:
+        changes["whitelisted"] = whitelisted
+    if wl is not deposit.white_list_status:
+        changes["white_list_status"] = wl
+    if wl_time is not None and wl_time != times.get("white_list_status"):
+        times["white_list_status"] = wl_time
+
+    # The newest message wins, whatever order the rejections arrive in.
+    if fact.fail_message is not None:
+        known = (times.get("fail_message", -1), deposit.fail_message or "")
+        if deposit.fail_message is None or (t, fact.fail_message) > known:
+            if fact.fail_message != deposit.fail_message:
+                changes["fail_message"] = fact.fail_message
+            times["fail_message"] = max(t, times.get("fail_message", t))
+
+    if not changes and times == dict(deposit.field_times) and not is_new:
+        return deposit, []
+    merged = replace(deposit, **changes, field_times=times)
+    state = derive_state(merged.status, merged.white_list_status, merged.credit_status)
+    transitions = _transitions(deposit, merged, is_new)
+    emitted = deposit.emitted | {tr.key for tr in transitions}
+    new = replace(
+        merged,
+        state=state,
+        emitted=emitted,
+        updated_at=max(deposit.updated_at, t) if not is_new else t,
+    )
+    return new, transitions
+
+
+def _blank(fact: Fact) -> Deposit:
+    return Deposit(
+        transaction_id=fact.transaction_id,
+        wallet_id=None,
+        wallet_name=None,
+        currency=None,
+        network=None,
+        amount=None,
+        from_address=None,
+        to_address=None,
+        tx_hash=None,
+        status=None,
+        white_list_status=None,
+        credit_status=None,
+        whitelisted=None,
+        fail_message=None,
+        state=State.PROCESSING,
+        emitted=frozenset(),
+        field_times={},
+        first_source=fact.source,
+        created_at=fact.observed_at,
+        updated_at=fact.observed_at,
+    )
+
+
+def _merge_terminal[E: Enum](current: E | None, seen: E | Unknown, initial: E) -> E | None:
+    """Initial -> terminal, never back; between two terminal values the first one wins."""
+    if seen is UNKNOWN:
+        return current
+    if current is None or (current is initial and seen is not initial):
+        return seen
+    return current
+
+
+# pending and rejected alternate (resubmission, new rejection): the newer observation wins and,
+# at the same millisecond, the rejection (a review always follows the submission it judges).
+_ROUND_RANK = {WhiteListStatus.PENDING: 0, WhiteListStatus.REJECTED: 1}
+
+
+def _merge_white_list(
+    current: WhiteListStatus | None,
+    current_time: int | None,
+    seen: WhiteListStatus,
+    t: int,
+) -> tuple[WhiteListStatus | None, int | None]:
+    if current is WhiteListStatus.APPROVED:
+        return current, current_time
+    if seen is WhiteListStatus.APPROVED or current is None:
+        return seen, t
+    if seen is WhiteListStatus.INIT:
+        return current, current_time
+    if current is WhiteListStatus.INIT:
+        return seen, t
+    cur_key = (current_time if current_time is not None else -1, _ROUND_RANK[current])
+    if (t, _ROUND_RANK[seen]) > cur_key:
+        return seen, t
+    return current, current_time
+
+
+def _transitions(before: Deposit, after: Deposit, is_new: bool) -> list[Transition]:
+    fired: set[Trigger] = set()
+    wl_changed = is_new or after.white_list_status is not before.white_list_status
+    if wl_changed:
+        fired |= {
+            WhiteListStatus.INIT: {Trigger.NEEDS_DETAILS},
+            WhiteListStatus.PENDING: {Trigger.SUBMITTED},
+            WhiteListStatus.REJECTED: {Trigger.REJECTED},
+        }.get(after.white_list_status, set())  # type: ignore[arg-type]
+    if after.credit_status is not before.credit_status or is_new:
+        if after.credit_status is CreditStatus.CREDITED:
+            fired.add(Trigger.CREDITED)
+        elif after.credit_status is CreditStatus.BLOCKED:
+            fired.add(Trigger.BLOCKED)
+    if after.status is not before.status or is_new:
+        if after.status is OrderStatus.SUCCESS:
+            fired.add(Trigger.COMPLETED)
+        elif after.status is OrderStatus.FAIL:
+            fired.add(Trigger.FAILED)
+    out: list[Transition] = []
+    for trigger in CAUSAL_ORDER:
+        if trigger not in fired:
+            continue
+        key = _key(trigger, before.emitted)
+        if key in before.emitted:
+            continue
+        message = after.fail_message if trigger is Trigger.REJECTED else None
+        out.append(Transition(trigger, key, message))
+    return out
+
+
+def _key(trigger: Trigger, emitted: frozenset[str]) -> str:
+    """Once-only key: 'rejected', then 'rejected#2' for the next round (same for 'submitted')."""
+    if trigger not in (Trigger.REJECTED, Trigger.SUBMITTED):
+        return trigger.value
+    rounds = sum(1 for k in emitted if k.split("#")[0] == trigger.value)
+    return trigger.value if rounds == 0 else f"{trigger.value}#{rounds + 1}"
+
+
+# --- facts from provider payloads --------------------------------------------------------------
+
+
+def fact_from_event(env: WebhookEnvelope, *, received_at: int | None = None) -> Fact | None:
+    """The fact a deposit webhook states; None for events that are not about deposits.
+
+    The event type is itself a fact (SPEC section 7). Observed time is the envelope timestamp,
+    else data.timestamp, else `received_at`. Malformed data raises pydantic's ValidationError.
+    """
+    if env.eventType not in DEPOSIT_EVENT_TYPES:
+        return None
+    raw = dict(env.data)
+    if not raw.get("transactionId") and env.referenceId:
+        raw["transactionId"] = env.referenceId
+    if "status" not in raw and env.status in OrderStatus.__members__:
+        raw["status"] = env.status
+    data = DepositEventData.model_validate(raw)
+    observed = env.timestamp if env.timestamp is not None else data.timestamp
+    if observed is None:
+        observed = received_at if received_at is not None else 0
+    status: OrderStatus | Unknown = data.status
+    white: WhiteListStatus | None | Unknown = (
+        data.whiteListStatus if "whiteListStatus" in data.model_fields_set else UNKNOWN
+    )
+    credit: CreditStatus | Unknown = UNKNOWN
+    kind = env.eventType
+    if kind == EventType.DEPOSIT_WHITELIST_REQUIRED.value:
+        white, credit = WhiteListStatus.INIT, CreditStatus.PENDING
+    elif kind == EventType.DEPOSIT_WHITELIST_FAILED.value:
+        white = WhiteListStatus.REJECTED
+    elif kind == EventType.DEPOSIT_WHITELIST_CREDITED.value:
+        white, credit = WhiteListStatus.APPROVED, CreditStatus.CREDITED
+    elif data.status is OrderStatus.SUCCESS:
+        credit = CreditStatus.CREDITED
+    return Fact(
+        transaction_id=data.transactionId,
+        source="webhook",
+        observed_at=observed,
+        event_type=kind,
+        event_id=env.eventId,
+        status=status,
+        white_list_status=white,
+        credit_status=credit,
+        wallet_id=data.walletId,
+        wallet_name=data.walletName,
+        currency=data.currency,
+        network=data.network,
+        amount=data.amount,
+        from_address=data.fromAddress,
+        tx_hash=data.transactionHash,
+        fail_message=data.failMessage if kind == EventType.DEPOSIT_WHITELIST_FAILED.value else None,
+    )
+
+
+def fact_from_order(
+    order: DepositOrder, *, source: str = "poll", observed_at: int | None = None
+) -> Fact:
+    """The fact a history record or transaction detail states: what it says, nothing more.
+
+    Observed time is the record's updateTime, else `observed_at` (pass the time the request was
+    sent, so a submission made while the poll was in flight is not taken as older), else
+    createTime. A missing creditStatus (history) or whiteListStatus key says nothing.
+    """
+    observed = order.updateTime
+    if observed is None:
+        observed = observed_at if observed_at is not None else (order.createTime or 0)
+    white: WhiteListStatus | None | Unknown = (
+        order.whiteListStatus if "whiteListStatus" in order.model_fields_set else UNKNOWN
+    )
+    credit: CreditStatus | Unknown = (
+        order.creditStatus if order.creditStatus is not None else UNKNOWN
+    )
+    return Fact(
+        transaction_id=order.transactionId,
+        source=source,
+        observed_at=observed,
+        status=order.status,
+        white_list_status=white,
+        credit_status=credit,
+        wallet_id=order.walletId,
+        wallet_name=order.walletName,
+        currency=order.currency,
+        network=order.network,
+        amount=order.amount,
+        from_address=order.fromAddress,
+        to_address=order.toAddress,
+        tx_hash=order.transactionHash,
+        fail_message=order.failMessage,
+    )
