@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import sys
 import time
+from functools import partial
 from typing import Any
 
 import sqlite_utils
@@ -127,7 +128,7 @@ async def register(
             if old.walletAddress == address and old.network == network:
                 disabled = await client.disable_address(old.id, idempotency_key=f"disable-{old.id}")
                 old_done = disabled or old.model_copy(update={"status": AddressStatus.DISABLED})
-                await store.write(lambda db, r=old_done: save_address(db, r, None))
+                await store.write(partial(save_address, record=old_done, profile=None))
                 _say(f"disabled FAILED record {old.id}\n")
 
     # Same address + payer content: same key, so a retried command does not register twice.
@@ -141,7 +142,7 @@ async def register(
     while wait and record.status not in FINAL and time.monotonic() < deadline:
         await asyncio.sleep(poll_s)
         record = await client.address_detail(record.id)
-        await store.write(lambda db, r=record: save_address(db, r, profile))
+        await store.write(partial(save_address, record=record, profile=profile))
         _say(f"address {record.id}: {record.status.value}")
     if wait:
         _say("\n")

@@ -55,7 +55,9 @@ def plugins_for(settings: Settings) -> Plugins:
     Extension point: build the RuleReactor (rules + profiles), the outbox runner's cleanup
     context and the scheduler (with its "scheduler running" ready check) here.
     """
-    return Plugins()
+    from worker.runtime import Runtime  # imports this module: import at call time
+
+    return Runtime(settings).plugins()
 
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -32,7 +33,9 @@ _NEVER_LOG = frozenset(
 )
 
 
-def redact(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def redact(
+    _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     """Drop keys that could carry secrets or personal data."""
     for key in _NEVER_LOG.intersection(event_dict):
         event_dict[key] = "[redacted]"

@@ -84,7 +84,7 @@ class Outbox:
         self._wake.set()
 
     def _delay(self, attempts: int) -> float:
-        base = min(self._backoff_max_s, self._backoff_s * 2 ** max(0, attempts - 1))
+        base: float = min(self._backoff_max_s, self._backoff_s * 2.0 ** max(0, attempts - 1))
         return base * (0.5 + random.random() / 2)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -159,7 +159,7 @@ class Outbox:
         outcome: str,
         *,
         retry_in: float | None = None,
-        also: Callable[[sqlite_utils.Database], None] | None = None,
+        also: Callable[[sqlite_utils.Database], object] | None = None,
         key: str | None = None,
     ) -> None:
         def fn(db: sqlite_utils.Database) -> None:
@@ -190,13 +190,16 @@ class Outbox:
         match = profiles.for_deposit(
             deposit.wallet_id if deposit else None, deposit.from_address if deposit else None
         )
-        if match is None:
+        name = match.name if match is not None else None
+        if params.get("named"):
+            name = params["profile"] if params["profile"] in profiles.names() else None
+        if name is None:
             await self._finish(action_id, "skipped", "no profile applies any more")
             return
-        content = profiles.content_hash(match.name)
+        content = profiles.content_hash(name)
         key = submit_key(tx, content)
         try:
-            await self._client.submit_payer(tx, profiles.body(match.name), idempotency_key=key)
+            await self._client.submit_payer(tx, profiles.body(name), idempotency_key=key)
         except ProviderRetryLater as exc:
             await self._finish(
                 action_id,
@@ -228,10 +231,10 @@ class Outbox:
             )
             return
         except ProviderBusinessError as exc:
-            await self._submit_failed(action_id, tx, deposit, match.name, key, exc)
+            await self._submit_failed(action_id, tx, deposit, name, key, exc)
             return
         await self._finish(
-            action_id, "done", f"submitted profile {match.name}; whiteListStatus pending", key=key
+            action_id, "done", f"submitted profile {name}; whiteListStatus pending", key=key
         )
         await self._observe(
             Fact(
@@ -267,7 +270,7 @@ class Outbox:
         detail = f"{code} {rule.meaning if rule else ''}: {exc.msg} (traceId {exc.trace_id})"
         condition = f"submit_failed:{code}"
 
-        def alert(severity: str) -> Callable[[sqlite_utils.Database], None]:
+        def alert(severity: str) -> Callable[[sqlite_utils.Database], object]:
             return lambda db: enqueue_alert(
                 db, deposit, condition, severity, trigger="submit", detail=detail, profile=profile
             )

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
-from enum import Enum
+from datetime import datetime
 from typing import Any, Protocol
 
 import sqlite_utils
@@ -69,19 +67,10 @@ class _Outcome:
     error: str | None = None
 
 
-def fact_json(fact: Fact) -> dict[str, Any]:
-    """A fact as JSON-ready data; fields the fact says nothing about are left out."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(fact):
-        value = getattr(fact, f.name)
-        if isinstance(value, Enum):
-            value = value.value
-        elif isinstance(value, Decimal):
-            value = jsonio.decimal_str(value)
-        elif value is not None and not isinstance(value, str | int | float | bool):
-            continue  # a "not stated" sentinel
-        out[f.name] = value
-    return out
+def _ms(iso: str | None) -> int | None:
+    if not iso:
+        return None
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def _describe(exc: BaseException) -> str:
@@ -102,17 +91,16 @@ def apply_fact(
     row = get_deposit_row(db, fact.transaction_id)
     before = Deposit.from_row(row) if row is not None else None
     after, transitions = observe(before, fact)
-    new_row = after.to_row()
-    changed = before is None or before.to_row() != new_row
+    changed = before is None or after != before
     if changed:
-        upsert_deposit_row(db, new_row)
+        upsert_deposit_row(db, after.to_row())
     insert_fact_row(
         db,
         transaction_id=fact.transaction_id,
         source=fact.source,
         event_id=fact.event_id,
         observed_at=fact.observed_at,
-        fact=fact_json(fact),
+        fact=fact.to_json(),
         changed=changed,
     )
     if reactor is not None:
@@ -262,7 +250,7 @@ class Processor:
         if envelope.eventType == EventType.WALLET_ADDRESS_UPDATED.value:
             apply_address_update(db, AddressUpdatedData.model_validate(envelope.data))
             return _Outcome(event, "processed")
-        fact = fact_from_event(envelope)
+        fact = fact_from_event(envelope, received_at=_ms(event.received_at))
         if fact is None:
             return _Outcome(event, "ignored")
         _, transitions = apply_fact(db, fact, reactor)

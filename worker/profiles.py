@@ -23,7 +23,8 @@ from worker.provider.payer import (
     content_hash,
     validate_payer,
 )
-from worker.rules.loader import duplicate_keys, known
+from worker.rules.yamlcheck import duplicate_keys
+from worker.rules.yamlcheck import known as known_list
 from worker.yamlsrc import YamlSource, yaml_error
 from worker.yamlsrc import loads as parse_yaml
 
@@ -78,7 +79,9 @@ class _Reader:
         if value is None:
             return out
         if not isinstance(value, dict):
-            self.bad(("profiles",), "profiles", "must be a mapping of profile name to payer details")
+            self.bad(
+                ("profiles",), "profiles", "must be a mapping of profile name to payer details"
+            )
             return out
         for name, data in value.items():
             loc = ("profiles", name)
@@ -93,18 +96,15 @@ class _Reader:
             except PayerValidationError as exc:
                 for problem in exc.problems:
                     message = _hide_value(problem.message, data.get(problem.field))
-                    self.bad(
-                        (*loc, problem.field),
-                        f"profile {name!r} field {problem.field}",
-                        message,
-                    )
+                    label = f"profile {name!r}"
+                    if not message.startswith(problem.field):
+                        label += f" field {problem.field}"
+                    self.bad((*loc, problem.field), label, message)
                 continue
             out[name] = Profile(name, details)
         return out
 
-    def refs(
-        self, section: str, value: Any, names: Collection[str]
-    ) -> dict[Any, str]:
+    def refs(self, section: str, value: Any, names: Collection[str]) -> dict[Any, str]:
         """`addresses` or `wallets`: key -> profile name, every name checked."""
         out: dict[Any, str] = {}
         if value is None:
@@ -123,7 +123,9 @@ class _Reader:
                 continue
             label = f"{section}.{key}" if section == "wallets" else section
             if not isinstance(name, str) or name not in names:
-                self.bad(loc, label, f"unknown profile {name!r} {known(sorted(names) or ['none'])}")
+                self.bad(
+                    loc, label, f"unknown profile {name!r} {known_list(sorted(names) or ['none'])}"
+                )
                 continue
             out[key] = name
         return out
@@ -176,14 +178,16 @@ class Profiles:
             raise ConfigError([yaml_error(path, exc)]) from None
         if not isinstance(src.data, dict):
             raise ConfigError(
-                [f"{path}:1: a profiles file must be a YAML mapping with profiles:, addresses:"
-                 " and wallets:"]
+                [
+                    f"{path}:1: a profiles file must be a YAML mapping with profiles:, addresses:"
+                    " and wallets:"
+                ]
             )
         problems = duplicate_keys(text, path)
         reader = _Reader(src, problems)
         for key in src.data:
             if key not in TOP_KEYS:
-                reader.bad((key,), str(key), f"unknown key {known(TOP_KEYS)}")
+                reader.bad((key,), str(key), f"unknown key {known_list(TOP_KEYS)}")
         profiles = reader.profiles(src.data.get("profiles"))
         # Names of invalid profiles still count, so one bad profile gives one problem, not three.
         raw_profiles = src.data.get("profiles")
@@ -221,11 +225,10 @@ class Profiles:
         """A stable hash of a profile's body: a new one means a corrected profile."""
         return content_hash(self.body(name))
 
-    def check_providers(self, known_providers: Collection[str]) -> list[str]:
+    def check_providers(self, known: Collection[str]) -> list[str]:
         """Names of profiles whose `provider` is not in the options endpoint's list."""
         return sorted(
             name
             for name, profile in self._profiles.items()
-            if profile.details.provider is not None
-            and profile.details.provider not in known_providers
+            if profile.details.provider is not None and profile.details.provider not in known
         )

@@ -118,6 +118,14 @@ def enqueue_alert(
     )
 
 
+def _alert_detail(intent: Intent, deposit: Deposit, trigger: str) -> str | None:
+    """The rule's message, and the provider's failMessage for a rejection."""
+    parts = [str(intent.params["message"])] if intent.params.get("message") else []
+    if trigger.startswith("rejected") and deposit.fail_message:
+        parts.append(f"failMessage: {deposit.fail_message}")
+    return "; ".join(parts) or None
+
+
 class RuleReactor:
     """The processor's reactor: rules decide, rows record."""
 
@@ -189,7 +197,7 @@ class RuleReactor:
                 currency=deposit.currency,
             )
         elif intent.action == "submit_profile":
-            if match is None:
+            if match is None and not intent.params.get("profile"):
                 add_action(
                     db,
                     action="submit_profile",
@@ -199,11 +207,14 @@ class RuleReactor:
                     **common,
                 )
                 return
-            content = self._profiles().content_hash(match.name)
+            profiles = self._profiles()
+            named = intent.params.get("profile")
+            name = str(named) if named else match.name
+            content = profiles.content_hash(name)
             add_action(
                 db,
                 action="submit_profile",
-                params={"profile": match.name, "content_hash": content},
+                params={"profile": name, "content_hash": content, "named": bool(named)},
                 idempotency_key=submit_key(deposit.transaction_id, content),
                 **common,
             )
@@ -214,7 +225,7 @@ class RuleReactor:
                 trigger,
                 str(intent.params.get("severity", "warning")),
                 trigger=trigger,
-                detail=deposit.fail_message if trigger.startswith("rejected") else None,
+                detail=_alert_detail(intent, deposit, trigger),
                 channels=intent.params.get("channels"),
                 intent=intent,
                 profile=match.name if match is not None else None,

@@ -199,7 +199,7 @@ def _expand(value: Any, loc: Loc, src: YamlSource, problems: list[str]) -> Any:
 def _read_files(data: dict[str, Any], base: Path, src: YamlSource, problems: list[str]) -> None:
     """Turn every `<key>_file` inside a section into `<key>` read from that file."""
     for section_name, section in list(data.items()):
-        sections = [((section_name,), section)]
+        sections: list[tuple[Loc, Any]] = [((section_name,), section)]
         if section_name == "notify" and isinstance(section, dict):
             sections = [((section_name, k), v) for k, v in section.items()]
         for loc, sec in sections:

@@ -281,9 +281,7 @@ def event_status(db: sqlite_utils.Database, seq: int) -> str | None:
     return None if row is None else str(row[0])
 
 
-def mark_event(
-    db: sqlite_utils.Database, seq: int, status: str, error: str | None = None
-) -> None:
+def mark_event(db: sqlite_utils.Database, seq: int, status: str, error: str | None = None) -> None:
     """Mark an event processed, ignored, failed (with the error) or pending again."""
     if status not in EVENT_STATUSES:
         raise ValueError(f"unknown event status {status!r}")
@@ -296,25 +294,20 @@ def mark_event(
 
 def get_deposit_row(db: sqlite_utils.Database, transaction_id: str) -> dict[str, Any] | None:
     """The `deposits` row of a transaction, or None."""
-    row = db.execute(
-        "SELECT * FROM deposits WHERE transaction_id = ?", [transaction_id]
-    ).fetchone()
+    row = db.execute("SELECT * FROM deposits WHERE transaction_id = ?", [transaction_id]).fetchone()
     return None if row is None else _as_dict(row)
 
 
 def upsert_deposit_row(db: sqlite_utils.Database, row: Mapping[str, Any]) -> None:
-    """Insert or replace a `deposits` row; created_at is kept from the first insert."""
-    values = dict(row)
-    now = utc_now()
-    values.setdefault("updated_at", now)
-    existing = db.execute(
-        "SELECT created_at FROM deposits WHERE transaction_id = ?", [values["transaction_id"]]
-    ).fetchone()
-    if existing is not None and existing[0]:
-        values["created_at"] = existing[0]
-    elif not values.get("created_at"):
-        values["created_at"] = now
-    db["deposits"].upsert(values, pk="transaction_id")
+    """Insert or update a `deposits` row (keyed by transaction_id)."""
+    columns = list(row)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != "transaction_id")
+    db.execute(
+        f"INSERT INTO deposits ({', '.join(columns)})"
+        f" VALUES ({', '.join('?' for _ in columns)})"
+        f" ON CONFLICT (transaction_id) DO UPDATE SET {updates}",
+        [row[c] for c in columns],
+    )
 
 
 def insert_fact_row(
@@ -378,7 +371,9 @@ def _as_dict(row: Any) -> dict[str, Any]:
     raise TypeError("connection must use sqlite3.Row")
 
 
-def _resolve(future: asyncio.Future[Any], result: Any = None, exc: BaseException | None = None) -> None:
+def _resolve(
+    future: asyncio.Future[Any], result: Any = None, exc: BaseException | None = None
+) -> None:
     if future.done():
         return
     if exc is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from worker.provider.jsonio import decimal_str
 from worker.provider.models import (
@@ -84,7 +84,9 @@ _ATTRIBUTES = (
     "to_address",
     "tx_hash",
 )
+_STATUSES = ("status", "white_list_status", "credit_status", "whitelisted")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_E = TypeVar("_E", OrderStatus, CreditStatus)
 
 
 def iso_from_ms(ms: int) -> str:
@@ -111,7 +113,7 @@ class Fact:
     event_type: str | None = None
     event_id: str | None = None
     status: OrderStatus | Unknown = UNKNOWN
-    white_list_status: WhiteListStatus | None | Unknown = UNKNOWN
+    white_list_status: WhiteListStatus | Unknown | None = UNKNOWN
     credit_status: CreditStatus | Unknown = UNKNOWN
     wallet_id: int | None = None
     wallet_name: str | None = None
@@ -225,33 +227,17 @@ class Deposit:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Deposit:
         """A deposit from a `deposits` row (as read from SQLite)."""
-        amount = row["amount"]
+        amount, emitted, times = row["amount"], row["emitted"], row["fact_time"]
         if isinstance(amount, float):
             raise TypeError("deposits.amount holds a float; amounts are stored as decimal strings")
-        emitted = row["emitted"]
-        times = row["fact_time"]
-        whitelisted = row["whitelisted"]
+        plain: dict[str, Any] = {name: row[name] for name in _PLAIN_COLUMNS}
         return cls(
-            transaction_id=row["transaction_id"],
-            wallet_id=row["wallet_id"],
-            wallet_name=row["wallet_name"],
-            currency=row["currency"],
-            network=row["network"],
+            **plain,
             amount=None if amount is None else Decimal(str(amount)),
-            from_address=row["from_address"],
-            to_address=row["to_address"],
-            tx_hash=row["tx_hash"],
-            status=None if row["status"] is None else OrderStatus(row["status"]),
-            white_list_status=(
-                None
-                if row["white_list_status"] is None
-                else WhiteListStatus(row["white_list_status"])
-            ),
-            credit_status=(
-                None if row["credit_status"] is None else CreditStatus(row["credit_status"])
-            ),
-            whitelisted=None if whitelisted is None else bool(whitelisted),
-            fail_message=row["fail_message"],
+            status=_enum(OrderStatus, row["status"]),
+            white_list_status=_enum(WhiteListStatus, row["white_list_status"]),
+            credit_status=_enum(CreditStatus, row["credit_status"]),
+            whitelisted=None if row["whitelisted"] is None else bool(row["whitelisted"]),
             state=State(row["state"]),
             emitted=frozenset(json.loads(emitted) if isinstance(emitted, str) else emitted or ()),
             field_times=dict(json.loads(times) if isinstance(times, str) else times or {}),
@@ -282,8 +268,16 @@ class Deposit:
         }
 
 
+_PLAIN_COLUMNS = ("transaction_id", *(a for a in _ATTRIBUTES if a != "amount"), "fail_message")
+_AnyEnum = TypeVar("_AnyEnum", bound=Enum)
+
+
 def _value(member: Enum | None) -> Any:
     return None if member is None else member.value
+
+
+def _enum(kind: type[_AnyEnum], value: Any) -> _AnyEnum | None:
+    return None if value is None else kind(value)
 
 
 def derive_state(
@@ -300,11 +294,13 @@ def derive_state(
         return State.COMPLETED
     if credit_status is CreditStatus.CREDITED:
         return State.CREDITED
-    return {
-        WhiteListStatus.REJECTED: State.REJECTED,
-        WhiteListStatus.PENDING: State.SUBMITTED,
-        WhiteListStatus.INIT: State.NEEDS_DETAILS,
-    }.get(white_list_status, State.PROCESSING)  # type: ignore[arg-type]
+    if white_list_status is WhiteListStatus.REJECTED:
+        return State.REJECTED
+    if white_list_status is WhiteListStatus.PENDING:
+        return State.SUBMITTED
+    if white_list_status is WhiteListStatus.INIT:
+        return State.NEEDS_DETAILS
+    return State.PROCESSING
 
 
 # --- folding one fact in -----------------------------------------------------------------------
@@ -361,19 +357,20 @@ def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transiti
     if wl_time is not None and wl_time != times.get("white_list_status"):
         times["white_list_status"] = wl_time
 
-    # The newest message wins, whatever order the rejections arrive in.
-    if fact.fail_message is not None:
-        known = (times.get("fail_message", -1), deposit.fail_message or "")
-        if deposit.fail_message is None or (t, fact.fail_message) > known:
-            if fact.fail_message != deposit.fail_message:
-                changes["fail_message"] = fact.fail_message
-            times["fail_message"] = max(t, times.get("fail_message", t))
+    # The newest message wins (ties: the greater text), whatever order the rejections arrive in.
+    message = fact.fail_message
+    if message is not None:
+        known = deposit.fail_message
+        if known is None or (t, message) > (times.get("fail_message", -1), known):
+            if message != known:
+                changes["fail_message"] = message
+            times["fail_message"] = t
 
     if not changes and times == dict(deposit.field_times) and not is_new:
         return deposit, []
     merged = replace(deposit, **changes, field_times=times)
     state = derive_state(merged.status, merged.white_list_status, merged.credit_status)
-    transitions = _transitions(deposit, merged, is_new)
+    transitions = _transitions(deposit, merged)
     emitted = deposit.emitted | {tr.key for tr in transitions}
     new = replace(
         merged,
@@ -385,21 +382,10 @@ def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transiti
 
 
 def _blank(fact: Fact) -> Deposit:
+    unknown: dict[str, Any] = dict.fromkeys(_ATTRIBUTES + _STATUSES + ("fail_message",))
     return Deposit(
         transaction_id=fact.transaction_id,
-        wallet_id=None,
-        wallet_name=None,
-        currency=None,
-        network=None,
-        amount=None,
-        from_address=None,
-        to_address=None,
-        tx_hash=None,
-        status=None,
-        white_list_status=None,
-        credit_status=None,
-        whitelisted=None,
-        fail_message=None,
+        **unknown,
         state=State.PROCESSING,
         emitted=frozenset(),
         field_times={},
@@ -409,7 +395,7 @@ def _blank(fact: Fact) -> Deposit:
     )
 
 
-def _merge_terminal[E: Enum](current: E | None, seen: E | Unknown, initial: E) -> E | None:
+def _merge_terminal(current: _E | None, seen: _E | Unknown, initial: _E) -> _E | None:
     """Initial -> terminal, never back; between two terminal values the first one wins."""
     if seen is UNKNOWN:
         return current
@@ -443,21 +429,25 @@ def _merge_white_list(
     return current, current_time
 
 
-def _transitions(before: Deposit, after: Deposit, is_new: bool) -> list[Transition]:
+_WHITE_LIST_TRIGGERS = {
+    WhiteListStatus.INIT: Trigger.NEEDS_DETAILS,
+    WhiteListStatus.PENDING: Trigger.SUBMITTED,
+    WhiteListStatus.REJECTED: Trigger.REJECTED,
+}
+
+
+def _transitions(before: Deposit, after: Deposit) -> list[Transition]:
+    """Triggers for every field that moved; a blank `before` holds None everywhere."""
     fired: set[Trigger] = set()
-    wl_changed = is_new or after.white_list_status is not before.white_list_status
-    if wl_changed:
-        fired |= {
-            WhiteListStatus.INIT: {Trigger.NEEDS_DETAILS},
-            WhiteListStatus.PENDING: {Trigger.SUBMITTED},
-            WhiteListStatus.REJECTED: {Trigger.REJECTED},
-        }.get(after.white_list_status, set())  # type: ignore[arg-type]
-    if after.credit_status is not before.credit_status or is_new:
+    wl = after.white_list_status
+    if wl is not before.white_list_status and wl in _WHITE_LIST_TRIGGERS:
+        fired.add(_WHITE_LIST_TRIGGERS[wl])
+    if after.credit_status is not before.credit_status:
         if after.credit_status is CreditStatus.CREDITED:
             fired.add(Trigger.CREDITED)
         elif after.credit_status is CreditStatus.BLOCKED:
             fired.add(Trigger.BLOCKED)
-    if after.status is not before.status or is_new:
+    if after.status is not before.status:
         if after.status is OrderStatus.SUCCESS:
             fired.add(Trigger.COMPLETED)
         elif after.status is OrderStatus.FAIL:
@@ -476,10 +466,11 @@ def _transitions(before: Deposit, after: Deposit, is_new: bool) -> list[Transiti
 
 def _key(trigger: Trigger, emitted: frozenset[str]) -> str:
     """Once-only key: 'rejected', then 'rejected#2' for the next round (same for 'submitted')."""
+    name = str(trigger.value)
     if trigger not in (Trigger.REJECTED, Trigger.SUBMITTED):
-        return trigger.value
-    rounds = sum(1 for k in emitted if k.split("#")[0] == trigger.value)
-    return trigger.value if rounds == 0 else f"{trigger.value}#{rounds + 1}"
+        return name
+    rounds = sum(1 for k in emitted if k.split("#")[0] == name)
+    return name if rounds == 0 else f"{name}#{rounds + 1}"
 
 
 # --- facts from provider payloads --------------------------------------------------------------
@@ -503,7 +494,7 @@ def fact_from_event(env: WebhookEnvelope, *, received_at: int | None = None) -> 
     if observed is None:
         observed = received_at if received_at is not None else 0
     status: OrderStatus | Unknown = data.status
-    white: WhiteListStatus | None | Unknown = (
+    white: WhiteListStatus | Unknown | None = (
         data.whiteListStatus if "whiteListStatus" in data.model_fields_set else UNKNOWN
     )
     credit: CreditStatus | Unknown = UNKNOWN
@@ -548,7 +539,7 @@ def fact_from_order(
     observed = order.updateTime
     if observed is None:
         observed = observed_at if observed_at is not None else (order.createTime or 0)
-    white: WhiteListStatus | None | Unknown = (
+    white: WhiteListStatus | Unknown | None = (
         order.whiteListStatus if "whiteListStatus" in order.model_fields_set else UNKNOWN
     )
     credit: CreditStatus | Unknown = (

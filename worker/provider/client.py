@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
+from decimal import Decimal
 from enum import Enum
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
@@ -96,7 +97,7 @@ def _query_value(value: Any) -> str:
         return str(value.value)
     if isinstance(value, BaseModel):
         raise TypeError("a model is not a query value")
-    return jsonio.decimal_str(value) if type(value).__name__ == "Decimal" else str(value)
+    return jsonio.decimal_str(value) if isinstance(value, Decimal) else str(value)
 
 
 def build_target(path: str, query: Mapping[str, Any] | None = None) -> str:
@@ -226,12 +227,12 @@ class ProviderClient:
         )
         return self._model("submit_payer", SubmitResult, data)
 
-    async def transaction_detail(self, transaction_id: str, *, alt_path: bool = False) -> DepositOrder:
+    async def transaction_detail(
+        self, transaction_id: str, *, alt_path: bool = False
+    ) -> DepositOrder:
         """Transaction detail (the only reading that carries creditStatus)."""
         if alt_path:
-            path = build_target(
-                "/v1/wallet/transaction/detail", {"transactionId": transaction_id}
-            )
+            path = build_target("/v1/wallet/transaction/detail", {"transactionId": transaction_id})
         else:
             path = f"/v1/wallet/transactions/{_segment(transaction_id)}"
         data = await self._call("transaction_detail", "GET", path)
@@ -291,15 +292,18 @@ class ProviderClient:
         data = await self._call("deposit_address", "GET", "/v1/wallet/deposit-address", query=query)
         return self._dict("deposit_address", data)
 
-    async def asset_balance(self, wallet_id: int, currency: str | None = None) -> list[AssetBalance]:
+    async def asset_balance(
+        self, wallet_id: int, currency: str | None = None
+    ) -> list[AssetBalance]:
         """Available and unavailable balances of a wallet, per currency."""
         query = {"walletId": wallet_id, "currency": currency}
         data = await self._call("asset_balance", "GET", "/v1/wallet/asset-balance", query=query)
         if isinstance(data, dict):
             data = [data]
-        return [self._model("asset_balance", AssetBalance, row) for row in self._list(
-            "asset_balance", data
-        )]
+        return [
+            self._model("asset_balance", AssetBalance, row)
+            for row in self._list("asset_balance", data)
+        ]
 
     async def create_sub_wallet(
         self, body: Mapping[str, Any] | BaseModel, *, idempotency_key: str
@@ -327,10 +331,13 @@ class ProviderClient:
 
     async def list_wallets(self, wallet_id: int | None = None) -> list[WalletGroup]:
         """Wallet groups (operation_prime, collection_prime) with their balances."""
-        data = await self._call("list_wallets", "GET", "/v1/wallet/list", query={"walletId": wallet_id})
-        return [self._model("list_wallets", WalletGroup, row) for row in self._list(
-            "list_wallets", data or []
-        )]
+        data = await self._call(
+            "list_wallets", "GET", "/v1/wallet/list", query={"walletId": wallet_id}
+        )
+        return [
+            self._model("list_wallets", WalletGroup, row)
+            for row in self._list("list_wallets", data or [])
+        ]
 
     # --- stable, virtual account, partner ----------------------------------------------
 
@@ -354,7 +361,7 @@ class ProviderClient:
         return self._dict("stable_order_detail", data)
 
     async def collection_order_status(self, **query: Any) -> dict[str, Any]:
-        """Collection order status (carries whiteListStatus); query keys as the provider names them."""
+        """Collection order status (carries whiteListStatus), by the provider's query keys."""
         data = await self._call(
             "collection_order_status", "GET", "/v2/stable/collect/order-status", query=query
         )
@@ -391,7 +398,7 @@ class ProviderClient:
         return self._dict("quote", data)
 
     async def settlement_daily_records(self, **query: Any) -> dict[str, Any]:
-        """The daily settlement report; query keys as the provider names them (settlement_date, ...)."""
+        """The daily settlement report; query keys as the provider spells them (settlement_date)."""
         data = await self._call(
             "settlement_daily_records",
             "GET",
@@ -415,7 +422,7 @@ class ProviderClient:
         envelope: Envelope = Envelope.WALLET,
         retry: bool = True,
     ) -> Any:
-        """One logical call: attempts with back-off until success, a final error or no retries left."""
+        """One logical call: attempts with back-off until success, a final error or retries end."""
         target = self._prefix + build_target(path, query)
         raw = _body_bytes(body) if method != "GET" else b""
         attempts = 1 + (self._retries if retry else 0)
@@ -443,7 +450,7 @@ class ProviderClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _delay(self, attempt: int) -> float:
-        base = min(self._backoff_max_s, self._backoff_s * 2 ** (attempt - 1))
+        base: float = min(self._backoff_max_s, self._backoff_s * 2.0 ** (attempt - 1))
         # Equal jitter: never less than half the step, so back-off still grows.
         return base / 2 + random.uniform(0, base / 2)
 
@@ -542,13 +549,12 @@ def _read_answer(endpoint: str, http_status: int, payload: bytes, envelope: Enve
         body = jsonio.loads(payload) if payload else None
     except ValueError:
         body = None
-    env_model: type[WalletEnvelope | EmailEnvelope | PartnerEnvelope] = {
-        Envelope.WALLET: WalletEnvelope,
-        Envelope.EMAIL: EmailEnvelope,
-        Envelope.PARTNER: PartnerEnvelope,
-    }[envelope]
+    env_model = _ENVELOPES[envelope]
     env: WalletEnvelope | EmailEnvelope | PartnerEnvelope | None = None
     if isinstance(body, dict):
+        if isinstance(body.get("code"), int):
+            # Numeric codes happen; the wallet codes are compared as strings.
+            body["code"] = str(body["code"])
         try:
             env = env_model.model_validate(body)
         except ValidationError:
@@ -570,9 +576,7 @@ def _read_answer(endpoint: str, http_status: int, payload: bytes, envelope: Enve
         # A gateway or crash page that happens to be JSON: no business answer in it.
         raise ProviderUnavailable(msg or f"HTTP {http_status}", **common)
     env_status = getattr(env, "status", None)
-    if env_status == 401 or (
-        code not in _WALLET_CODES and categorize(msg) is RetryCategory.AUTH
-    ):
+    if env_status == 401 or (code not in _WALLET_CODES and categorize(msg) is RetryCategory.AUTH):
         raise ProviderAuthError(msg or "unauthorized", **common)
     if code == WalletCode.CANNOT_SUBMIT_NOW.value:
         raise ProviderRetryLater(msg or "cannot submit right now", **common)
@@ -580,6 +584,11 @@ def _read_answer(endpoint: str, http_status: int, payload: bytes, envelope: Enve
 
 
 _WALLET_CODES = frozenset(c.value for c in WalletCode)
+_ENVELOPES: dict[Envelope, type[WalletEnvelope | EmailEnvelope | PartnerEnvelope]] = {
+    Envelope.WALLET: WalletEnvelope,
+    Envelope.EMAIL: EmailEnvelope,
+    Envelope.PARTNER: PartnerEnvelope,
+}
 
 
 def _succeeded(env: WalletEnvelope | EmailEnvelope | PartnerEnvelope) -> bool:
@@ -596,7 +605,8 @@ def _failure_fields(
     """code, message and trace id of an answer, from whichever envelope keys it used."""
     if env is not None:
         if isinstance(env, WalletEnvelope):
-            return env.code, env.msg, env.traceId
+            msg = env.msg if env.msg is not None else (env.model_extra or {}).get("message")
+            return env.code, None if msg is None else str(msg), env.traceId
         if isinstance(env, EmailEnvelope):
             extra = env.model_extra or {}
             code = extra.get("code")

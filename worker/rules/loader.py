@@ -5,16 +5,16 @@ order, except `*.example.yaml` and a payer profiles file (recognised by its `pro
 the absence of `wallet:`/`rules:`), since the shipped layout keeps `profiles.yaml` next to the
 rule sets. Sub-folders (e.g. `rules/examples/`) are not read.
 
+A file's top-level keys are `wallet`, `rules` and an optional free-text `description`.
 Every file is read in full and every problem is collected before `ConfigError` is raised, so
 one `depositd check` shows all of them.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -38,6 +38,7 @@ from worker.rules.model import (
     RuleSet,
     WalletKey,
 )
+from worker.rules.yamlcheck import dotted, duplicate_keys, known, restore_bool_keys, suggest
 from worker.yamlsrc import Loc, YamlSource, yaml_error
 from worker.yamlsrc import loads as parse_yaml
 
@@ -48,52 +49,6 @@ FORWARD_KEYS = ("url", "secret_env", "secret_file")
 SUBMIT_KEYS = ("profile",)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROFILE_FILE_KEYS = frozenset({"profiles", "addresses", "wallets"})
-
-
-def dotted(loc: Sequence[str | int]) -> str:
-    """`('rules', 0, 'on')` -> `rules[0].on`."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
-def known(values: Collection[str]) -> str:
-    """`(known: a, b, c)`."""
-    return f"(known: {', '.join(values)})"
-
-
-def _suggest(word: str, values: Collection[str]) -> str:
-    close = difflib.get_close_matches(word, list(values), n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def duplicate_keys(text: str, path: Path) -> list[str]:
-    """`file:line` problems for mapping keys given twice (plain YAML keeps the last silently)."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return []  # the parse itself reports it
-    found: list[tuple[int, str]] = []
-    todo: list[yaml.Node] = [root] if root is not None else []
-    while todo:
-        node = todo.pop()
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[str, int] = {}
-            for key_node, value_node in node.value:
-                line = key_node.start_mark.line + 1
-                if isinstance(key_node, yaml.ScalarNode):
-                    if key_node.value in seen:
-                        first = seen[key_node.value]
-                        found.append(
-                            (line, f"key {key_node.value!r} is given twice (first at line {first})")
-                        )
-                    else:
-                        seen[key_node.value] = line
-                todo.append(value_node)
-        elif isinstance(node, yaml.SequenceNode):
-            todo.extend(node.value)
-    return [f"{path}:{line}: {message}" for line, message in sorted(found)]
 
 
 class _File:
@@ -110,7 +65,7 @@ class _File:
     def unknown_keys(self, value: dict[Any, Any], loc: Loc, allowed: Sequence[str]) -> None:
         for key in value:
             if key not in allowed:
-                hint = _suggest(str(key), allowed)
+                hint = suggest(str(key), allowed)
                 self.bad((*loc, key), f"unknown key {key!r} {known(allowed)}{hint}")
 
     # --- top level ---
@@ -186,7 +141,7 @@ class _File:
             if trigger in KNOWN_TRIGGERS:
                 out.add(cast(str, trigger))
             else:
-                hint = _suggest(str(trigger), KNOWN_TRIGGERS)
+                hint = suggest(str(trigger), KNOWN_TRIGGERS)
                 self.bad(
                     (*loc, index),
                     f"unknown trigger {trigger!r} {known(KNOWN_TRIGGERS)}{hint}",
@@ -204,7 +159,7 @@ class _File:
             return Conditions()
         for key in value:
             if key not in CONDITIONS:
-                hint = _suggest(str(key), CONDITIONS)
+                hint = suggest(str(key), CONDITIONS)
                 self.bad((*loc, key), f"unknown condition {key!r} {known(CONDITIONS)}{hint}")
         currency = self.strings(value, "currency", loc, upper=True)
         network = self.strings(value, "network", loc, upper=True)
@@ -251,7 +206,7 @@ class _File:
         out: list[tuple[Operator, Decimal]] = []
         for op, raw in value.items():
             if op not in OPERATORS:
-                hint = _suggest(str(op), OPERATORS)
+                hint = suggest(str(op), OPERATORS)
                 self.bad((*loc, op), f"unknown operator {op!r} {known(OPERATORS)}{hint}")
                 continue
             bound = self.decimal(raw, (*loc, op))
@@ -270,6 +225,7 @@ class _File:
         if isinstance(raw, bool) or not isinstance(raw, int | str):
             self.bad(loc, f'must be a decimal string, e.g. "50000", not {raw!r}')
             return None
+        # A YAML int is exact, so `lte: 50000` is accepted as well as `lte: "50000"`.
         try:
             number = Decimal(raw.strip() if isinstance(raw, str) else raw)
         except InvalidOperation:
@@ -314,7 +270,7 @@ class _File:
             self.bad(loc, "an action is a name, or a mapping of one name to its parameters")
             return None
         if name not in ACTIONS:
-            self.bad(loc, f"unknown action {name!r} {known(ACTIONS)}{_suggest(str(name), ACTIONS)}")
+            self.bad(loc, f"unknown action {name!r} {known(ACTIONS)}{suggest(str(name), ACTIONS)}")
             return None
         if params is not None and not isinstance(params, dict):
             self.bad(ploc, f"the parameters of {name} must be a mapping")
@@ -341,7 +297,7 @@ class _File:
             self.bad((*loc, "profile"), "must be a profile name")
         elif self.profiles is not None and profile not in self.profiles:
             names = sorted(self.profiles)
-            hint = _suggest(profile, names)
+            hint = suggest(profile, names)
             self.bad(
                 (*loc, "profile"),
                 f"unknown profile {profile!r} {known(names or ['none'])}{hint}",
@@ -454,6 +410,7 @@ def _load_file(
     except yaml.YAMLError as exc:
         problems.append(yaml_error(path, exc))
         return None
+    src.data = restore_bool_keys(src.data, src)
     if folder and _is_profiles_file(src.data):
         return None
     if not isinstance(src.data, dict):

@@ -18,13 +18,13 @@ TRIGGERS: tuple[str, ...] = (
     "blocked",
     "failed",
 )
-# Raw eventTypes a rule may name instead of (or besides) a trigger.
+# Raw eventTypes a rule may name instead of (or besides) a trigger. Only deposit events: address
+# events update the addresses table and are reported by `register-address`, not by rules.
 EVENT_TYPES: tuple[str, ...] = (
     "DEPOSIT_WHITELIST_REQUIRED",
     "DEPOSIT_WHITELIST_FAILED",
     "DEPOSIT_WHITELIST_CREDITED",
     "DEPOSIT_ORDER_NOTIFICATION",
-    "WALLET_ADDRESS_UPDATED",
 )
 KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS + EVENT_TYPES
 

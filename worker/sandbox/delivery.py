@@ -24,7 +24,7 @@ from worker.logs import get_logger
 from worker.provider import jsonio
 from worker.provider.signing import now_ms, signed_headers
 from worker.sandbox.config import SandboxConfig
-from worker.sandbox.state import Event
+from worker.sandbox.records import Event
 
 log = get_logger(__name__)
 

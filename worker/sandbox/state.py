@@ -11,11 +11,10 @@ operations raise `SandboxNotFound` / `SandboxError`.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from worker.errors import SandboxError, SandboxNotFound, WalletCodeError
@@ -30,6 +29,15 @@ from worker.provider.models import (
 )
 from worker.provider.payer import PayerValidationError, validate_payer
 from worker.sandbox.config import WalletSpec
+from worker.sandbox.records import (
+    Address,
+    Balance,
+    Event,
+    Order,
+    Wallet,
+    new_id,
+    status_value,
+)
 
 NOT_FOUND = WalletCode.NOT_FOUND.value
 REVIEW_COMPLETED = WalletCode.REVIEW_COMPLETED.value
@@ -38,166 +46,6 @@ BAD_VALUE = WalletCode.BAD_VALUE.value
 CANNOT_SUBMIT_NOW = WalletCode.CANNOT_SUBMIT_NOW.value
 DUPLICATE = WalletCode.DUPLICATE.value
 WALLET_INVALID = WalletCode.WALLET_INVALID.value
-
-
-def new_id(prefix: str) -> str:
-    """A fresh identifier, unique across sandbox instances."""
-    return f"{prefix}{uuid.uuid4().hex[:20]}"
-
-
-@dataclass(frozen=True)
-class Event:
-    """A webhook the state change causes (the envelope is completed by delivery)."""
-
-    event_type: str
-    reference_id: str
-    status: str
-    data: dict[str, Any]
-
-
-@dataclass
-class Wallet:
-    """A wallet group."""
-
-    wallet_id: int
-    name: str
-    auto_collection: bool
-    wallet_type: str = "collection_prime"
-
-    def deposit_address(self, network: str) -> str:
-        """A stable fake deposit address of this wallet on a network."""
-        digest = hashlib.sha256(f"{self.wallet_id}:{network}".encode()).hexdigest()
-        return f"SBX{network.upper()}{self.wallet_id}{digest[:24]}"
-
-
-@dataclass
-class Balance:
-    """Available and unavailable amount of one currency in one wallet."""
-
-    available: Decimal = Decimal(0)
-    unavailable: Decimal = Decimal(0)
-
-
-@dataclass
-class Order:
-    """A deposit order."""
-
-    transaction_id: str
-    transaction_hash: str
-    wallet_id: int
-    wallet_name: str
-    currency: str
-    network: str
-    amount: Decimal
-    from_address: str
-    to_address: str
-    status: OrderStatus
-    white_list_status: WhiteListStatus | None
-    credit_status: CreditStatus
-    create_time: int
-    update_time: int
-    fail_message: str | None = None
-    credit_time: int | None = None
-
-    def wire(self, *, detail: bool = True) -> dict[str, Any]:
-        """The deposit order as history (detail=False: no creditStatus) or detail shows it."""
-        out: dict[str, Any] = {
-            "transactionId": self.transaction_id,
-            "transactionHash": self.transaction_hash,
-            "transactionType": "DEPOSIT",
-            "walletId": self.wallet_id,
-            "walletName": self.wallet_name,
-            "currency": self.currency,
-            "network": self.network,
-            "amount": decimal_str(self.amount),
-            "fromAddress": self.from_address,
-            "toAddress": self.to_address,
-            "status": self.status.value,
-            "whiteListStatus": _value(self.white_list_status),
-        }
-        # The interface shows creditStatus in transaction detail only; history leaves it out.
-        if detail:
-            out["creditStatus"] = self.credit_status.value
-        out.update(
-            failMessage=self.fail_message, createTime=self.create_time, updateTime=self.update_time
-        )
-        return out
-
-    def event(self, event_type: EventType, now: int, **extra: Any) -> Event:
-        """A deposit webhook: the DEPOSIT_ORDER_NOTIFICATION data shape plus `extra`."""
-        data: dict[str, Any] = {
-            "transactionId": self.transaction_id,
-            "transactionHash": self.transaction_hash,
-            "transactionType": "DEPOSIT",
-            "amount": decimal_str(self.amount),
-            "currency": self.currency,
-            "network": self.network,
-            "fromAddress": self.from_address,
-            "walletId": self.wallet_id,
-            "walletName": self.wallet_name,
-            "status": self.status.value,
-            "timestamp": now,
-            "whiteListStatus": _value(self.white_list_status),
-            **extra,
-        }
-        return Event(event_type.value, self.transaction_id, self.status.value, data)
-
-
-@dataclass
-class Address:
-    """A deposit whitelist source address record."""
-
-    id: str
-    wallet_id: int
-    wallet_address: str
-    network: str
-    memo: str | None
-    status: AddressStatus
-    create_time: int
-    update_time: int
-    fail_message: str | None = None
-
-    def wire(self) -> dict[str, Any]:
-        """The record as register, list and detail answer it."""
-        return {
-            "id": self.id,
-            "walletId": self.wallet_id,
-            "walletAddress": self.wallet_address,
-            "network": self.network,
-            "memo": self.memo,
-            "status": self.status.value,
-            "failMessage": self.fail_message,
-            "createTime": self.create_time,
-            "updateTime": self.update_time,
-        }
-
-    def event(self) -> Event:
-        """WALLET_ADDRESS_UPDATED for the record's current status."""
-        data = {
-            "id": self.id,
-            "walletAddress": self.wallet_address,
-            "network": self.network,
-            "status": self.status.value,
-            "failMessage": self.fail_message,
-        }
-        return Event(EventType.WALLET_ADDRESS_UPDATED.value, self.id, self.status.value, data)
-
-
-def _value(status: WhiteListStatus | None) -> str | None:
-    return None if status is None else status.value
-
-
-def parse_amount(value: Decimal | str | int) -> Decimal:
-    """A positive exact amount; SandboxError otherwise (floats are refused)."""
-    if isinstance(value, float) or isinstance(value, bool):
-        raise SandboxError("amount must be a decimal string, not a float")
-    try:
-        amount = Decimal(str(value).strip()) if not isinstance(value, Decimal) else value
-    except InvalidOperation:
-        raise SandboxError(f"amount {value!r} is not a decimal number") from None
-    if not amount.is_finite() or amount <= 0:
-        raise SandboxError("amount must be a positive decimal")
-    return amount
 
 
 @dataclass
@@ -356,7 +204,9 @@ class SandboxState:
         if wls is WhiteListStatus.APPROVED:
             raise WalletCodeError(REVIEW_COMPLETED, f"review already completed for {tx_id}")
         if wls is WhiteListStatus.PENDING:
-            raise WalletCodeError(CANNOT_SUBMIT_NOW, f"deposit {tx_id} is under review (processing)")
+            raise WalletCodeError(
+                CANNOT_SUBMIT_NOW, f"deposit {tx_id} is under review (processing)"
+            )
         try:
             validate_payer(body, form="submit", providers=self.providers)
         except PayerValidationError as exc:
@@ -370,7 +220,9 @@ class SandboxState:
         """Review passes: approved + CREDITED; SUCCESS at once without auto-collection."""
         order = self._control_order(tx_id)
         if order.white_list_status is not WhiteListStatus.PENDING:
-            raise SandboxError(f"deposit {tx_id} is not under review ({_value(order.white_list_status)})")
+            raise SandboxError(
+                f"deposit {tx_id} is not under review ({status_value(order.white_list_status)})"
+            )
         if order.credit_status is CreditStatus.BLOCKED:
             raise SandboxError(f"deposit {tx_id} is BLOCKED")
         order.white_list_status = WhiteListStatus.APPROVED
@@ -393,13 +245,17 @@ class SandboxState:
         """Review rejects: rejected with failMessage; order PROCESSING, funds stay unavailable."""
         order = self._control_order(tx_id)
         if order.white_list_status is not WhiteListStatus.PENDING:
-            raise SandboxError(f"deposit {tx_id} is not under review ({_value(order.white_list_status)})")
+            raise SandboxError(
+                f"deposit {tx_id} is not under review ({status_value(order.white_list_status)})"
+            )
         if not fail_message:
             raise SandboxError("failMessage must not be empty")
         order.white_list_status = WhiteListStatus.REJECTED
         order.fail_message = fail_message
         order.update_time = now
-        return order, [order.event(EventType.DEPOSIT_WHITELIST_FAILED, now, failMessage=fail_message)]
+        return order, [
+            order.event(EventType.DEPOSIT_WHITELIST_FAILED, now, failMessage=fail_message)
+        ]
 
     def finish_sweep(self, tx_id: str, now: int) -> tuple[Order, list[Event]]:
         """Auto-collection sweep ends: a credited PROCESSING order becomes SUCCESS."""
@@ -525,8 +381,11 @@ class SandboxState:
     def wallet_group(self, wallet: Wallet) -> dict[str, Any]:
         """The wallet list's group shape with the wallet's balances."""
         rows = sorted(
-            ((currency, bal) for (wid, currency), bal in self.balances.items()
-             if wid == wallet.wallet_id),
+            (
+                (currency, bal)
+                for (wid, currency), bal in self.balances.items()
+                if wid == wallet.wallet_id
+            ),
             key=lambda row: row[0],
         )
         return {

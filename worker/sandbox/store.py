@@ -14,7 +14,8 @@ from typing import Any
 
 from worker.provider import jsonio
 from worker.provider.models import AddressStatus, CreditStatus, OrderStatus, WhiteListStatus
-from worker.sandbox.state import Address, Balance, Order, SandboxState, Wallet
+from worker.sandbox.records import Address, Balance, Order, Wallet
+from worker.sandbox.state import SandboxState
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS documents (name TEXT PRIMARY KEY, body TEXT NOT NULL)"
 
@@ -60,7 +61,12 @@ def state_docs(state: SandboxState) -> dict[str, Any]:
         "orders": [_order_doc(o) for o in state.orders.values()],
         "addresses": [{**vars(a), "status": a.status.value} for a in state.addresses.values()],
         "balances": [
-            {"wallet_id": wid, "currency": cur, "available": b.available, "unavailable": b.unavailable}
+            {
+                "wallet_id": wid,
+                "currency": cur,
+                "available": b.available,
+                "unavailable": b.unavailable,
+            }
             for (wid, cur), b in state.balances.items()
         ],
         "withdraw_whitelist": state.withdraw_whitelist,

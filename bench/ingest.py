@@ -1,0 +1,333 @@
+"""Ingest benchmark: `depositd serve` against a bare aiohttp app that answers {} unread.
+
+Not a test. Both servers run as subprocesses; the load comes from `wrk` (a separate process)
+when installed, else from an aiohttp client subprocess. Every request is a signed ~600-byte
+DEPOSIT_WHITELIST_REQUIRED event with a unique eventId (or each eventId 10 times in the
+duplicate run). Runs are paired (depositd, then bare, same load) and the median ratio is shown.
+
+    .venv/bin/python bench/ingest.py [--connections 50 8] [--pairs 3] [--duration 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from worker.provider.jsonio import dumpb  # noqa: E402
+from worker.provider.signing import signed_headers  # noqa: E402
+
+PATH = "/webhooks/provider"
+API_KEY = "bench-key"
+SECRET = "bench-secret"
+
+WRK_SCRIPT = r"""
+local lines = {}
+local i = 0
+local counter = 0
+local threads = {}
+
+function setup(thread)
+  thread:set("id", counter)
+  counter = counter + 1
+  table.insert(threads, thread)
+end
+
+function init(args)
+  local nthreads = tonumber(args[2])
+  local n = 0
+  for line in io.lines(args[1]) do
+    if n % nthreads == id then
+      local ts, sig, body = line:match("^([^\t]*)\t([^\t]*)\t(.*)$")
+      lines[#lines + 1] = wrk.format("POST", nil, {
+        ["API-KEY"] = args[3], ["API-TIMESTAMP"] = ts, ["API-SIGNATURE"] = sig,
+        ["Content-Type"] = "application/json"}, body)
+    end
+    n = n + 1
+  end
+  wraps = 0
+end
+
+function request()
+  i = i + 1
+  if i > #lines then i = 1; wraps = wraps + 1 end
+  return lines[i]
+end
+
+function done(summary, latency, requests)
+  local w = 0
+  for _, t in ipairs(threads) do w = w + (t:get("wraps") or 0) end
+  io.write(string.format(
+    '{"requests": %d, "duration_us": %d, "non2xx": %d, "errors": %d, ' ..
+    '"p50_us": %d, "p99_us": %d, "wraps": %d}\n',
+    summary.requests, summary.duration, summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    latency:percentile(50), latency:percentile(99), w))
+end
+"""
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def event(event_id: str, n: int) -> bytes:
+    """A signed-size-realistic deposit event (~600 bytes)."""
+    tx = f"bench-tx-{n}"
+    return dumpb(
+        {
+            "eventId": event_id,
+            "eventType": "DEPOSIT_WHITELIST_REQUIRED",
+            "referenceId": tx,
+            "status": "PROCESSING",
+            "timestamp": 1_700_000_000_000 + n,
+            "data": {
+                "transactionId": tx,
+                "transactionHash": "0x" + f"{n:064x}",
+                "transactionType": "DEPOSIT",
+                "amount": "1234.567800",
+                "currency": "USDT",
+                "network": "TRON",
+                "fromAddress": "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB",
+                "toAddress": "TXYZmerchantDepositAddress0000000001",
+                "walletId": 1001,
+                "walletName": "merchant main wallet",
+                "status": "PROCESSING",
+                "whiteListStatus": "init",
+                "timestamp": 1_700_000_000_000 + n,
+            },
+        }
+    )
+
+
+def write_requests(path: Path, start: int, count: int, dup: int) -> None:
+    """count signed requests, one per line (ts TAB signature TAB body); eventIds repeat dup times."""
+    with path.open("w") as out:
+        for i in range(count):
+            n = start + i // dup
+            body = event(f"bench-{n}", n)
+            h = signed_headers(API_KEY, SECRET, "POST", PATH, body)
+            out.write(f"{h['API-TIMESTAMP']}\t{h['API-SIGNATURE']}\t{body.decode()}\n")
+
+
+async def wait_healthy(port: int, proc: subprocess.Popen[bytes], path: str = "/healthz") -> None:
+    """Wait until the server answers."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            await writer.drain()
+            data = await reader.read(100)
+            writer.close()
+            if b" 200 " in data:
+                return
+        except OSError:
+            pass
+        await asyncio.sleep(0.05)
+    raise SystemExit("server did not start")
+
+
+def run_wrk(port: int, requests: Path, connections: int, duration: float, tmp: Path) -> dict[str, Any]:
+    """One wrk run; returns its JSON summary."""
+    script = tmp / "bench.lua"
+    script.write_text(WRK_SCRIPT)
+    threads = min(2, connections)
+    out = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--timeout", "10s",
+         "-s", str(script), f"http://127.0.0.1:{port}{PATH}", "--",
+         str(requests), str(threads), API_KEY],  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("{"))
+    data: dict[str, Any] = json.loads(line)
+    return data
+
+
+async def _client_load(url: str, requests: Path, connections: int, duration: float) -> None:
+    """Fallback load generator (aiohttp) run in its own process; prints a wrk-like summary."""
+    import aiohttp
+
+    lines = requests.read_text().splitlines()
+    latencies: list[float] = []
+    non2xx = 0
+    idx = 0
+    stop_at = time.monotonic() + duration
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal idx, non2xx
+        while time.monotonic() < stop_at:
+            ts, sig, body = lines[idx % len(lines)].split("\t", 2)
+            idx += 1
+            headers = {"API-KEY": API_KEY, "API-TIMESTAMP": ts, "API-SIGNATURE": sig,
+                       "Content-Type": "application/json"}  # fmt: skip
+            t0 = time.perf_counter()
+            async with session.post(url, data=body.encode(), headers=headers) as r:
+                await r.read()
+                non2xx += r.status != 200
+            latencies.append(time.perf_counter() - t0)
+
+    started = time.monotonic()
+    connector = aiohttp.TCPConnector(limit=connections)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await asyncio.gather(*(worker(session) for _ in range(connections)))
+    elapsed = time.monotonic() - started
+    latencies.sort()
+    print(json.dumps({
+        "requests": len(latencies), "duration_us": int(elapsed * 1e6), "non2xx": non2xx,
+        "errors": 0, "p50_us": int(latencies[len(latencies) // 2] * 1e6),
+        "p99_us": int(latencies[int(len(latencies) * 0.99)] * 1e6), "wraps": 0,
+    }))  # fmt: skip
+
+
+def run_load(port: int, requests: Path, connections: int, duration: float, tmp: Path) -> dict[str, Any]:
+    """One load run with wrk if installed, else the aiohttp client in a subprocess."""
+    if shutil.which("wrk"):
+        return run_wrk(port, requests, connections, duration, tmp)
+    out = subprocess.run(
+        [sys.executable, __file__, "client", f"http://127.0.0.1:{port}{PATH}", str(requests),
+         str(connections), str(duration)],  # fmt: skip
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    data: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return data
+
+
+def bare_server(port: int) -> None:
+    """The reference: answers {} without reading the body."""
+    from aiohttp import web
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(body=b"{}", content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post(PATH, ok)
+    app.router.add_get("/healthz", ok)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+def summary(r: dict[str, Any]) -> dict[str, float]:
+    """events/s, p50 and p99 in ms."""
+    return {
+        "rate": r["requests"] / (r["duration_us"] / 1e6),
+        "p50_ms": r["p50_us"] / 1000,
+        "p99_ms": r["p99_us"] / 1000,
+        "non2xx": r["non2xx"],
+        "errors": r["errors"],
+        "wraps": r["wraps"],
+    }
+
+
+def pending(db: Path) -> int:
+    """Events stored but not yet processed."""
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM events WHERE status='pending'").fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def bench(args: argparse.Namespace) -> None:
+    """The paired runs."""
+    tmp = Path(tempfile.mkdtemp(prefix="depositd-bench-"))
+    dport, bport = free_port(), free_port()
+    db = tmp / "depositd.db"
+    cfg = {
+        "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
+        "webhook": {"listen": f"127.0.0.1:{dport}", "path": PATH, "api_key": API_KEY,
+                    "secret": SECRET},  # fmt: skip
+        "storage": {"path": str(db), "synchronous": args.synchronous},
+        "scheduler": {"enabled": False},
+        "log": {"format": "json", "level": args.log_level},
+    }
+    (tmp / "depositd.yaml").write_text(json.dumps(cfg))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = (tmp / "serve.log").open("wb")
+    depositd = subprocess.Popen(
+        [sys.executable, "-m", "worker", "serve", "--config", str(tmp / "depositd.yaml")],
+        cwd=ROOT, env=env, stdout=log, stderr=log,
+    )  # fmt: skip
+    bare = subprocess.Popen([sys.executable, __file__, "bare", str(bport)], env=env)
+    try:
+        await wait_healthy(dport, depositd)
+        await wait_healthy(bport, bare)
+        tool = "wrk" if shutil.which("wrk") else "aiohttp client"
+        print(f"load: {tool}; synchronous={args.synchronous}; log level {args.log_level}; "
+              f"{args.duration}s per run; {os.cpu_count()} CPUs shared by load and servers")  # fmt: skip
+        next_id = 0
+        for dup in (1, 10):
+            for conns in args.connections:
+                ratios = []
+                for pair in range(args.pairs):
+                    count = args.max_rate * int(args.duration + 1)
+                    reqs = tmp / "requests.tsv"
+                    write_requests(reqs, next_id, count, dup)
+                    next_id += count
+                    d = summary(run_load(dport, reqs, conns, args.duration, tmp))
+                    b = summary(run_load(bport, reqs, conns, args.duration, tmp))
+                    ratios.append(d["rate"] / b["rate"])
+                    print(f"dup x{dup:<2} c={conns:<3} pair {pair + 1}: "
+                          f"depositd {d['rate']:7.0f}/s p50 {d['p50_ms']:6.2f} ms "
+                          f"p99 {d['p99_ms']:6.2f} ms (non-2xx {d['non2xx']}, "
+                          f"errors {d['errors']}, wraps {d['wraps']}) | bare "
+                          f"{b['rate']:7.0f}/s p50 {b['p50_ms']:6.2f} ms p99 {b['p99_ms']:6.2f} ms"
+                          f" | ratio {d['rate'] / b['rate']:.2f}")  # fmt: skip
+                print(f"dup x{dup:<2} c={conns:<3} median ratio {statistics.median(ratios):.2f}")
+        lag = pending(db)
+        t0 = time.monotonic()
+        while pending(db) and time.monotonic() - t0 < 120:
+            await asyncio.sleep(0.1)
+        print(f"pending events at the end of the load: {lag}; "
+              f"drained in {time.monotonic() - t0:.1f}s")  # fmt: skip
+    finally:
+        depositd.terminate()
+        bare.terminate()
+        print(f"depositd exit status after SIGTERM: {depositd.wait(30)}")
+        bare.wait(30)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    """Entry point (also the bare server and client subprocesses)."""
+    if len(sys.argv) > 1 and sys.argv[1] == "bare":
+        bare_server(int(sys.argv[2]))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "client":
+        url, reqs, conns, duration = sys.argv[2:6]
+        asyncio.run(_client_load(url, Path(reqs), int(conns), float(duration)))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--connections", type=int, nargs="+", default=[50, 8])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "EXTRA"])
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--max-rate", type=int, default=15000, help="requests generated per second")
+    asyncio.run(bench(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

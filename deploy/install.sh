@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Install or upgrade depositd from the source tree this script lives in.
+#
+#   deploy/install.sh [--prefix DIR] [--root DIR] [--python PY] [--system-site-packages]
+#                     [--pip-args "ARGS"] [--no-systemctl]
+#
+# Idempotent: run it again to upgrade. It never overwrites the configuration, rules, profiles or
+# credentials a merchant may have edited; the shipped versions are kept in PREFIX/share to
+# compare with. See deploy/README.md.
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+usage: install.sh [options]
+  --prefix DIR            install under DIR (default /opt/depositd; virtualenv in DIR/venv)
+  --root DIR              install everything under DIR (staging and tests); implies --no-systemctl
+  --python PY             interpreter for the virtualenv (default python3; needs 3.11+)
+  --system-site-packages  let the virtualenv see the interpreter's packages (distro packages)
+  --pip-args "ARGS"       extra arguments for pip install, e.g. "--no-index --find-links DIR"
+  --no-systemctl          do not run systemctl daemon-reload
+  -h, --help              this help
+USAGE
+}
+
+die() {
+    echo "install.sh: $*" >&2
+    exit 2
+}
+
+log() { echo "install.sh: $*"; }
+
+PREFIX=/opt/depositd
+ROOT=
+PYTHON=python3
+SYSTEM_SITE=0
+PIP_ARGS=
+RUN_SYSTEMCTL=1
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --prefix) [[ $# -ge 2 ]] || die "--prefix needs a value"; PREFIX=$2; shift 2 ;;
+        --prefix=*) PREFIX=${1#*=}; shift ;;
+        --root) [[ $# -ge 2 ]] || die "--root needs a value"; ROOT=$2; shift 2 ;;
+        --root=*) ROOT=${1#*=}; shift ;;
+        --python) [[ $# -ge 2 ]] || die "--python needs a value"; PYTHON=$2; shift 2 ;;
+        --python=*) PYTHON=${1#*=}; shift ;;
+        --system-site-packages) SYSTEM_SITE=1; shift ;;
+        --pip-args) [[ $# -ge 2 ]] || die "--pip-args needs a value"; PIP_ARGS=$2; shift 2 ;;
+        --pip-args=*) PIP_ARGS=${1#*=}; shift ;;
+        --no-systemctl) RUN_SYSTEMCTL=0; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) usage >&2; die "unknown option: $1" ;;
+    esac
+done
+
+[[ $PREFIX == /* ]] || die "--prefix must be an absolute path: $PREFIX"
+# The prefix is written into the unit file, where blanks and quotes would need escaping.
+[[ $PREFIX =~ ^[A-Za-z0-9_./+-]+$ ]] || die "--prefix may only hold letters, digits and _./+-"
+PREFIX=${PREFIX%/}
+if [[ -n $ROOT ]]; then
+    mkdir -p "$ROOT"
+    ROOT=$(cd "$ROOT" && pwd)
+    RUN_SYSTEMCTL=0
+fi
+if [[ $RUN_SYSTEMCTL == 1 ]] && ! command -v systemctl >/dev/null 2>&1; then
+    RUN_SYSTEMCTL=0
+fi
+
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+[[ -f $SRC/pyproject.toml && -d $SRC/worker ]] || die "not a depositd source tree: $SRC"
+command -v "$PYTHON" >/dev/null 2>&1 || die "python not found: $PYTHON"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+    die "$PYTHON is older than Python 3.11"
+
+# The service's dynamic user gets this static group as a supplementary group: it opens
+# /etc/depositd (mode 0750) to the service only, since payer profiles are personal data.
+GROUP=depositd-config
+VENV=$ROOT$PREFIX/venv
+SHARE=$ROOT$PREFIX/share
+ETC=$ROOT/etc/depositd
+UNIT_DIR=$ROOT/etc/systemd/system
+
+BUILD=$(mktemp -d)
+trap 'rm -rf "$BUILD"' EXIT
+
+# Copy SRC to DEST unless DEST exists: a merchant's edits always win.
+install_new() {
+    local src=$1 dest=$2
+    if [[ ! -e $dest ]]; then
+        install -m 0644 "$src" "$dest"
+        log "installed $dest"
+    elif ! cmp -s "$src" "$dest"; then
+        log "kept $dest (the shipped version is $src)"
+    fi
+}
+
+# 1. The virtualenv and the package. Built from a copy, so the source tree gets no build/ or
+#    *.egg-info and a read-only checkout works.
+mkdir -p "$ROOT$PREFIX"
+if ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    venv_args=()
+    if [[ $SYSTEM_SITE == 1 ]]; then venv_args+=(--system-site-packages); fi
+    "$PYTHON" -m venv --clear "${venv_args[@]}" "$VENV"
+    log "created virtualenv $VENV"
+fi
+(
+    cd "$SRC"
+    files=(pyproject.toml worker)
+    for extra in README.md LICENSE; do
+        if [[ -e $extra ]]; then files+=("$extra"); fi
+    done
+    tar --exclude=__pycache__ --exclude='*.pyc' -cf - "${files[@]}"
+) | tar -C "$BUILD" -xf -
+# shellcheck disable=SC2086 # PIP_ARGS is a list of arguments on purpose
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $PIP_ARGS "$BUILD"
+version=$("$VENV/bin/depositd" --version) # also proves the installed program starts
+log "installed $version into $VENV"
+
+# 2. Shipped files under the prefix, replaced on every run: documentation (the unit's
+#    Documentation= points here), the example config and the default rules to compare with.
+rm -rf "$SHARE.new"
+install -d -m 0755 "$SHARE.new/doc" "$SHARE.new/rules"
+install -m 0644 "$SRC/deploy/README.md" "$SHARE.new/doc/deploy.md"
+if [[ -f $SRC/README.md ]]; then install -m 0644 "$SRC/README.md" "$SHARE.new/doc/README.md"; fi
+install -m 0644 "$SRC/deploy/depositd.example.yaml" "$SHARE.new/depositd.example.yaml"
+if [[ -d $SRC/rules ]]; then cp -R "$SRC/rules/." "$SHARE.new/rules/"; fi
+find "$SHARE.new" -name __pycache__ -prune -exec rm -rf {} +
+rm -rf "$SHARE"
+mv "$SHARE.new" "$SHARE"
+
+# 3. Configuration, rules and profiles, installed only where missing. Secrets are credentials
+#    (root only; systemd hands them over) or environment variables.
+if [[ -z $ROOT ]] && ! getent group "$GROUP" >/dev/null; then
+    groupadd --system "$GROUP"
+    log "created group $GROUP"
+fi
+install -d -m 0750 "$ETC"
+if [[ -z $ROOT ]]; then chgrp "$GROUP" "$ETC"; fi
+install -d -m 0755 "$ETC/rules"
+install -d -m 0700 "$ETC/credentials"
+install_new "$SHARE/depositd.example.yaml" "$ETC/depositd.yaml"
+if [[ ! -e $ETC/depositd.env ]]; then
+    (
+        umask 077
+        cat >"$ETC/depositd.env" <<'ENV'
+# Environment of depositd.service, for ${VAR} in depositd.yaml (read by systemd as root).
+#PROVIDER_API_KEY=
+#SMTP_USER=
+ENV
+    )
+    log "installed $ETC/depositd.env"
+fi
+shopt -s nullglob
+for file in "$SHARE"/rules/*.yaml "$SHARE"/rules/*.yml; do
+    name=$(basename "$file")
+    # Profiles are not rule sets: they live beside the rules folder, not in it; examples are
+    # for reference only, outside it too, so that they never act.
+    case $name in
+        profiles.yaml | profiles.yml) install_new "$file" "$ETC/profiles.yaml" ;;
+        *example*)
+            install -d -m 0755 "$ETC/examples"
+            install_new "$file" "$ETC/examples/$name"
+            ;;
+        *) install_new "$file" "$ETC/rules/$name" ;;
+    esac
+done
+for file in "$SHARE"/rules/examples/*; do
+    if [[ -f $file ]]; then
+        install -d -m 0755 "$ETC/examples"
+        install_new "$file" "$ETC/examples/$(basename "$file")"
+    fi
+done
+shopt -u nullglob
+
+# 3b. depositctl: other depositd commands run as the service's dynamic user (User=depositd names
+#     the same one), with its credentials and environment, so that no SQLite file ends up owned
+#     by root. Replaced on every run.
+install -d -m 0755 "$ROOT$PREFIX/bin"
+cat >"$BUILD/depositctl" <<CTL
+#!/bin/sh
+# Run a depositd command the way depositd.service runs: depositctl ledger --json
+set -eu
+set -- $PREFIX/venv/bin/depositd "\$@"
+for f in /etc/depositd/credentials/*; do
+    if [ -f "\$f" ]; then set -- -p "LoadCredential=\$(basename "\$f"):\$f" "\$@"; fi
+done
+exec systemd-run --quiet --pipe --wait --collect \\
+    -p DynamicUser=yes -p User=depositd -p SupplementaryGroups=$GROUP \\
+    -p StateDirectory=depositd -p UMask=0077 \\
+    -p EnvironmentFile=-/etc/depositd/depositd.env \\
+    -E DEPOSITD_CONFIG=/etc/depositd/depositd.yaml "\$@"
+CTL
+install -m 0755 "$BUILD/depositctl" "$ROOT$PREFIX/bin/depositctl"
+
+# 4. The unit, rewritten for the prefix. Replaced on every run: local changes belong in
+#    drop-ins (systemctl edit depositd).
+install -d -m 0755 "$UNIT_DIR"
+sed "s#/opt/depositd/#$PREFIX/#g" "$SRC/deploy/depositd.service" >"$BUILD/depositd.service"
+install -m 0644 "$BUILD/depositd.service" "$UNIT_DIR/depositd.service"
+log "installed $UNIT_DIR/depositd.service"
+if [[ $RUN_SYSTEMCTL == 1 ]]; then
+    systemctl daemon-reload
+    log "ran systemctl daemon-reload"
+fi
+
+missing=()
+for name in api_secret webhook_secret; do
+    if [[ ! -s $ETC/credentials/$name ]]; then missing+=("$ETC/credentials/$name"); fi
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+    log "next: create ${missing[*]} (mode 0600);"
+    log "      edit $ETC/depositd.yaml and $ETC/depositd.env;"
+    log "      $PREFIX/bin/depositctl check; systemctl enable --now depositd"
+else
+    log "next: $PREFIX/bin/depositctl check; systemctl restart depositd (migrations run at start)"
+fi

@@ -1,0 +1,416 @@
+"""Webhook ingress over real HTTP on loopback, one test per row of SPEC section 6."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sqlite3
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from worker.app import PROCESSOR_KEY, READY_CHECKS_KEY, STORE_KEY, build_app
+from worker.logs import configure
+from worker.provider.jsonio import dumpb
+from worker.provider.signing import now_ms, signed_headers
+from worker.settings import Settings, load_settings
+from worker.views import run_deposits, run_events
+
+PATH = "/webhooks/provider"
+API_KEY = "hook-key"
+SECRET = "current-secret"
+OLD_SECRET = "previous-secret"
+
+Client = TestClient[web.Request, web.Application]
+ClientFactory = Callable[[web.Application], Awaitable[Client]]
+
+
+def write_config(tmp_path: Path, *, secrets: list[str] | None = None) -> Path:
+    """A complete config file whose database lives under tmp_path."""
+    cfg = {
+        "provider": {
+            "base_url": "http://127.0.0.1:9",
+            "api_key": "provider-key",
+            "api_secret": "provider-secret",
+        },
+        "webhook": {
+            "listen": "127.0.0.1:0",
+            "path": PATH,
+            "api_key": API_KEY,
+            "secret": secrets or [SECRET, OLD_SECRET],
+            "tolerance_s": 300,
+        },
+        "storage": {"path": "depositd.db"},
+        "scheduler": {"enabled": False},
+        "log": {"format": "json", "level": "warning"},
+    }
+    path = tmp_path / "depositd.yaml"
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    return path
+
+
+def deposit_event(
+    event_type: str = "DEPOSIT_WHITELIST_REQUIRED",
+    tx: str = "tx-1",
+    *,
+    event_id: str | None = None,
+    status: str = "PROCESSING",
+    amount: Any = "100.5",
+    **extra: Any,
+) -> dict[str, Any]:
+    """A deposit webhook envelope."""
+    data: dict[str, Any] = {
+        "transactionId": tx,
+        "transactionHash": f"0x{tx}",
+        "transactionType": "DEPOSIT",
+        "amount": amount,
+        "currency": "USDT",
+        "network": "TRON",
+        "fromAddress": "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB",
+        "walletId": 1001,
+        "walletName": "main",
+        "status": status,
+        "timestamp": 1_700_000_000_000,
+        **extra,
+    }
+    return {
+        "eventId": event_id or uuid.uuid4().hex,
+        "eventType": event_type,
+        "referenceId": tx,
+        "status": status,
+        "timestamp": 1_700_000_000_000,
+        "data": data,
+    }
+
+
+async def post(
+    client: Client,
+    body: bytes | dict[str, Any],
+    *,
+    secret: str = SECRET,
+    api_key: str = API_KEY,
+    timestamp_ms: int | None = None,
+    skew_ms: int | None = None,
+    drop: str | None = None,
+) -> tuple[int, Any]:
+    """POST a signed body; returns (status, parsed JSON answer or text)."""
+    raw = body if isinstance(body, bytes) else dumpb(body)
+    if skew_ms is not None:
+        timestamp_ms = now_ms() + skew_ms
+    headers = signed_headers(api_key, secret, "POST", PATH, raw, timestamp_ms=timestamp_ms)
+    headers["Content-Type"] = "application/json"
+    if drop:
+        del headers[drop]
+    resp = await client.post(PATH, data=io.BytesIO(raw), headers=headers)
+    text = await resp.text()
+    try:
+        return resp.status, json.loads(text)
+    except ValueError:
+        return resp.status, text
+
+
+def stored(settings: Settings) -> list[sqlite3.Row]:
+    """Every stored event, read through a separate connection (i.e. committed rows only)."""
+    conn = sqlite3.connect(settings.storage.path)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute("SELECT * FROM events ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.fixture(autouse=True)
+def logs_to_stderr() -> None:
+    """Keep log lines out of the command output the tests read from stdout."""
+    configure("console", "info", stream=sys.stderr)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    """Path of a valid config file."""
+    return write_config(tmp_path)
+
+
+@pytest.fixture
+def settings(config: Path) -> Settings:
+    """The loaded config."""
+    return load_settings(config)
+
+
+@pytest.fixture
+async def app(settings: Settings) -> web.Application:
+    """The application without plugins."""
+    return build_app(settings, sweep_interval_s=0.05)
+
+
+@pytest.fixture
+async def client(aiohttp_client: ClientFactory, app: web.Application) -> AsyncIterator[Client]:
+    """A client of the running app on loopback."""
+    yield await aiohttp_client(app)
+
+
+async def test_valid_new_event_is_committed_before_200(client: Client, settings: Settings) -> None:
+    """A valid new event answers 200 {} and is already committed when the answer arrives."""
+    ev = deposit_event()
+    status, answer = await post(client, ev)
+    assert (status, answer) == (200, {})
+    rows = stored(settings)
+    assert [r["event_id"] for r in rows] == [ev["eventId"]]
+    assert rows[0]["transaction_id"] == "tx-1"
+    assert bytes(rows[0]["body"]) == dumpb(ev)
+    assert set(json.loads(rows[0]["headers"])) == {"API-TIMESTAMP", "Content-Type", "User-Agent"}
+
+
+async def test_duplicate_event_is_stored_and_processed_once(
+    client: Client, app: web.Application, settings: Settings
+) -> None:
+    """A redelivered eventId answers 200 {} and is neither stored nor processed again."""
+    ev = deposit_event()
+    assert await post(client, ev) == (200, {})
+    await app[PROCESSOR_KEY].run_until_idle()
+    assert await post(client, ev) == (200, {})
+    await app[PROCESSOR_KEY].run_until_idle()
+    assert len(stored(settings)) == 1
+    facts = await app[STORE_KEY].read(
+        lambda db: db.execute("SELECT COUNT(*) FROM facts").fetchone()[0]
+    )
+    assert facts == 1
+
+
+async def test_previous_secret_verifies_during_rotation(client: Client) -> None:
+    """A body signed with any configured secret (the old one during rotation) is accepted."""
+    assert await post(client, deposit_event(), secret=OLD_SECRET) == (200, {})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [
+        ({"secret": "not-a-configured-secret"}, "bad API-SIGNATURE"),
+        ({"api_key": "wrong-key"}, "unknown API-KEY"),
+        ({"drop": "API-KEY"}, "missing header API-KEY"),
+        ({"drop": "API-SIGNATURE"}, "missing header API-SIGNATURE"),
+        ({"drop": "API-TIMESTAMP"}, "missing header API-TIMESTAMP"),
+        ({"skew_ms": -305_000}, "too old"),
+        ({"skew_ms": 305_000}, "in the future"),
+    ],
+    ids=[
+        "bad-signature",
+        "wrong-key",
+        "no-key",
+        "no-signature",
+        "no-timestamp",
+        "replay",
+        "future",
+    ],
+)
+async def test_auth_failures_answer_401_and_store_nothing(
+    client: Client, settings: Settings, kwargs: dict[str, Any], reason: str
+) -> None:
+    """Every authentication failure answers 401 with a reason (no secret) and stores nothing."""
+    status, answer = await post(client, deposit_event(), **kwargs)
+    assert status == 401
+    assert reason in answer["error"]
+    assert SECRET not in answer["error"] and OLD_SECRET not in answer["error"]
+    assert stored(settings) == []
+
+
+async def test_replayed_request_is_refused(client: Client, settings: Settings) -> None:
+    """The exact bytes and headers of an accepted delivery, replayed too late, are refused."""
+    ev = deposit_event()
+    raw = dumpb(ev)
+    old = now_ms() - 600_000
+    headers = signed_headers(API_KEY, SECRET, "POST", PATH, raw, timestamp_ms=old)
+    resp = await client.post(PATH, data=raw, headers=headers)
+    assert resp.status == 401
+    assert stored(settings) == []
+
+
+async def test_signature_covers_the_body(client: Client, settings: Settings) -> None:
+    """A body changed after signing fails verification."""
+    raw = dumpb(deposit_event(amount="1"))
+    headers = signed_headers(API_KEY, SECRET, "POST", PATH, raw)
+    resp = await client.post(PATH, data=raw.replace(b'"1"', b'"9"'), headers=headers)
+    assert resp.status == 401
+    assert stored(settings) == []
+
+
+async def test_body_over_limit_is_413(client: Client, settings: Settings) -> None:
+    """A 2 MiB body answers 413 before anything is verified or stored."""
+    raw = b'{"eventId": "big", "eventType": "X", "pad": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+    status, _ = await post(client, raw)
+    assert status == 413
+    assert stored(settings) == []
+
+
+async def test_chunked_body_over_limit_is_413(client: Client, settings: Settings) -> None:
+    """A body without Content-Length is cut off at the limit too."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(40):
+            yield b"x" * 65536
+
+    headers = signed_headers(API_KEY, SECRET, "POST", PATH, b"")
+    resp = await client.post(PATH, data=chunks(), headers=headers)
+    assert resp.status == 413
+    assert stored(settings) == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (b'{"eventId": "e1", "eventType": "DEPOSIT_WHITELIST_REQUIRED", "da', "not JSON"),
+        (b"\xff\xfe not utf-8", "not JSON"),
+        (b'[{"eventId": "e1", "eventType": "DEPOSIT_WHITELIST_REQUIRED"}]', "not a JSON object"),
+        (b'{"eventType": "DEPOSIT_WHITELIST_REQUIRED", "data": {}}', "missing eventId"),
+        (b'{"eventId": "e1", "data": {}}', "missing eventType"),
+        (b'{"eventId": 17, "eventType": "DEPOSIT_WHITELIST_REQUIRED"}', "eventId must be"),
+        (b'{"eventId": "", "eventType": "DEPOSIT_WHITELIST_REQUIRED"}', "eventId must be"),
+    ],
+    ids=[
+        "truncated",
+        "not-utf8",
+        "array",
+        "no-event-id",
+        "no-event-type",
+        "number-id",
+        "empty-id",
+    ],
+)
+async def test_malformed_bodies_answer_400(
+    client: Client, settings: Settings, raw: bytes, error: str
+) -> None:
+    """Signed bodies that are not an event envelope answer 400 with a reason; nothing stored."""
+    status, answer = await post(client, raw)
+    assert status == 400
+    assert error in answer["error"]
+    assert stored(settings) == []
+
+
+async def test_unknown_event_type_is_stored_ignored(
+    client: Client, app: web.Application, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown eventType answers 200 {}, is stored as ignored and shows in `events`."""
+    ev = {"eventId": "odd-1", "eventType": "SOMETHING_NEW", "data": {"x": 1}}
+    assert await post(client, ev) == (200, {})
+    await app[PROCESSOR_KEY].run_until_idle()
+    assert run_events(argparse.Namespace(config=str(config), failed=False, json=True)) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(e["eventId"], e["eventType"], e["status"]) for e in lines] == [
+        ("odd-1", "SOMETHING_NEW", "ignored")
+    ]
+
+
+async def test_full_disk_answers_503_never_200(
+    client: Client, app: web.Application, settings: Settings
+) -> None:
+    """When SQLite cannot commit the event, the answer is 503 and the event is not stored."""
+    store = app[STORE_KEY]
+
+    def fill_disk(db: Any) -> None:
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        db.execute(f"PRAGMA max_page_count = {pages}")
+
+    await store.write(fill_disk)
+    ev = deposit_event(note="n" * 200_000)
+    status, answer = await post(client, ev)
+    assert status == 503
+    assert answer == {"error": "storage unavailable"}
+    assert stored(settings) == []
+    resp = await client.get("/readyz")
+    assert resp.status == 200  # small writes still fit; readiness probes writability only
+    # Space comes back: the provider's retry of the same event is accepted.
+    await store.write(lambda db: db.execute("PRAGMA max_page_count = 1073741823"))
+    assert await post(client, ev) == (200, {})
+
+
+async def test_closed_store_answers_503(
+    client: Client, app: web.Application, settings: Settings
+) -> None:
+    """With the store gone, deliveries answer 503 and /readyz says storage is not writable."""
+    await app[STORE_KEY].close()
+    status, _ = await post(client, deposit_event())
+    assert status == 503
+    resp = await client.get("/readyz")
+    assert resp.status == 503
+    body = await resp.json()
+    assert any("storage not writable" in f for f in body["failed"])
+
+
+async def test_healthz(client: Client) -> None:
+    """/healthz answers 200 while the process runs."""
+    resp = await client.get("/healthz")
+    assert (resp.status, await resp.json()) == (200, {"status": "ok"})
+
+
+async def test_readyz_runs_registered_checks(client: Client, app: web.Application) -> None:
+    """/readyz is 200 when all is well and 503 naming a failing check (e.g. the scheduler)."""
+    resp = await client.get("/readyz")
+    assert (resp.status, await resp.json()) == (200, {"status": "ready"})
+
+    async def scheduler() -> str | None:
+        return "scheduler not running"
+
+    app[READY_CHECKS_KEY].append(scheduler)
+    resp = await client.get("/readyz")
+    assert resp.status == 503
+    assert (await resp.json())["failed"] == ["scheduler not running"]
+
+
+async def test_metrics_exposes_counters_and_gauges(client: Client, app: web.Application) -> None:
+    """/metrics shows events by type and outcome, lag, deposits by state in Prometheus text."""
+    ev = deposit_event()
+    await post(client, ev)
+    await post(client, ev)
+    await post(client, deposit_event(), secret="wrong")
+    await app[PROCESSOR_KEY].run_until_idle()
+    resp = await client.get("/metrics")
+    assert resp.status == 200
+    assert resp.content_type == "text/plain"
+    text = await resp.text()
+    for line in (
+        'depositd_events_received_total{event_type="DEPOSIT_WHITELIST_REQUIRED",outcome="new"} 1.0',
+        'depositd_events_received_total{event_type="DEPOSIT_WHITELIST_REQUIRED",'
+        'outcome="duplicate"} 1.0',
+        'depositd_events_received_total{event_type="none",outcome="unauthorized"} 1.0',
+        'depositd_deposits{state="needs_details"} 1.0',
+        "depositd_processing_lag_seconds 0.0",
+        'depositd_events_processed_total{event_type="DEPOSIT_WHITELIST_REQUIRED",'
+        'outcome="processed"} 1.0',
+        'depositd_transitions_total{trigger="needs_details"} 1.0',
+    ):
+        assert line in text
+    assert "# TYPE depositd_provider_calls_total counter" in text
+    assert "# TYPE depositd_alerts_sent_total counter" in text
+
+
+async def test_amounts_stay_exact_end_to_end(
+    client: Client, app: web.Application, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Amounts as tiny/huge decimal strings or a JSON number leave `deposits --json` unchanged."""
+    bodies = {
+        "tx-tiny": b'"0.000000000000000001"',
+        "tx-huge": b'"123456789012345678.123456789"',
+        "tx-number": b"1e-7",
+    }
+    for tx, amount in bodies.items():
+        raw = dumpb(deposit_event(tx=tx, amount="AMOUNT")).replace(b'"AMOUNT"', amount)
+        assert await post(client, raw) == (200, {})
+    await app[PROCESSOR_KEY].run_until_idle()
+    args = argparse.Namespace(config=str(config), state=None, json=True, transaction_id=None)
+    assert run_deposits(args) == 0
+    out = {
+        d["transactionId"]: d["amount"]
+        for d in map(json.loads, capsys.readouterr().out.splitlines())
+    }
+    assert out == {
+        "tx-tiny": "0.000000000000000001",
+        "tx-huge": "123456789012345678.123456789",
+        "tx-number": "0.0000001",
+    }

@@ -1,0 +1,255 @@
+"""`events`, `deposits` and `ledger` through the command line, on a real database file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from worker.cli import main
+from worker.logs import configure
+from worker.processor import Processor
+from worker.provider.jsonio import dumpb
+from worker.store import Store
+from worker.views import parse_since
+
+T0 = 1_700_000_000_000
+
+
+def write_config(tmp_path: Path) -> Path:
+    """A complete config whose database is tmp_path/depositd.db."""
+    cfg = {
+        "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
+        "webhook": {"api_key": "wk", "secret": "ws"},
+        "storage": {"path": "depositd.db"},
+    }
+    path = tmp_path / "depositd.yaml"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def envelope(event_id: str, event_type: str, tx: str, t: int, **data: Any) -> dict[str, Any]:
+    """A deposit webhook envelope."""
+    status = data.pop("status", "PROCESSING")
+    return {
+        "eventId": event_id,
+        "eventType": event_type,
+        "referenceId": tx,
+        "status": status,
+        "timestamp": T0 + t,
+        "data": {
+            "transactionId": tx,
+            "amount": "5.5",
+            "currency": "USDT",
+            "network": "TRON",
+            "walletId": 1001,
+            "walletName": "main",
+            "fromAddress": "T-from",
+            "transactionHash": "0xh",
+            "status": status,
+            **data,
+        },
+    }
+
+
+@pytest.fixture(autouse=True)
+def logs_to_stderr() -> None:
+    """Keep log lines out of stdout, which the tests parse."""
+    configure("console", "warning", stream=sys.stderr)
+
+
+@pytest.fixture
+async def config(tmp_path: Path) -> Path:
+    """A database with two deposits, one failed event, an action and two ledger entries."""
+    path = write_config(tmp_path)
+    store = Store(tmp_path / "depositd.db")
+    await store.open()
+    events = [
+        envelope("e1", "DEPOSIT_WHITELIST_REQUIRED", "tx-a", 1),
+        envelope("e2", "DEPOSIT_ORDER_NOTIFICATION", "tx-b", 2, status="SUCCESS"),
+        envelope("e3", "DEPOSIT_WHITELIST_FAILED", "tx-a", 3),
+    ]
+    del events[2]["data"]["walletId"]  # fails validation
+    for n, ev in enumerate(events):
+        await store.insert_event(
+            ev["eventId"],
+            ev["eventType"],
+            ev["referenceId"],
+            ev["referenceId"],
+            dumpb(ev),
+            {},
+            f"2026-01-01T00:00:0{n}.000Z",
+        )
+    await Processor(store).run_until_idle()
+
+    def extras(db: Any) -> None:
+        db.execute(
+            "INSERT INTO actions (transaction_id, event_id, trigger, rule_set, rule_set_version,"
+            " rule, action, params, status, attempts, outcome, created_at, updated_at)"
+            " VALUES ('tx-a', 'e1', 'needs_details', 'wallet-1001.yaml', 'abc123', 'ask',"
+            " 'alert', '{}', 'failed', 3, 'smtp down', '2026-01-01T00:00:05.000Z',"
+            " '2026-01-01T00:00:06.000Z')"
+        )
+        for tx, booked in (
+            ("tx-b", "2026-11-22T10:00:00.000Z"),
+            ("tx-c", "2026-11-23T10:00:00.000Z"),
+        ):
+            db.execute(
+                "INSERT INTO ledger VALUES (?, 1001, 'main', 'USDT', 'TRON', '1234.5678', 'T-from',"
+                " '0xh', ?, 'credited')",
+                [tx, booked],
+            )
+
+    await store.write(extras)
+    await store.close()
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run the CLI; returns (exit status, stdout, stderr)."""
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """Parse one JSON object per line."""
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_events_json(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`events --json` prints every event with its status and never the body."""
+    status, out, _ = run(capsys, "events", "--json", "--config", str(config))
+    assert status == 0
+    lines = json_lines(out)
+    assert [(e["eventId"], e["transactionId"], e["status"]) for e in lines] == [
+        ("e1", "tx-a", "processed"),
+        ("e2", "tx-b", "processed"),
+        ("e3", "tx-a", "failed"),
+    ]
+    assert {"eventType", "receivedAt", "error"} <= set(lines[0])
+    assert "T-from" not in out and "body" not in lines[0]
+
+
+def test_events_failed(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`events --failed` shows only failed events with the error, then failed actions."""
+    status, out, _ = run(capsys, "events", "--failed", "--json", "--config", str(config))
+    assert status == 0
+    [only] = json_lines(out)
+    assert only["eventId"] == "e3" and "walletId" in only["error"]
+    status, out, _ = run(capsys, "events", "--failed", "--config", str(config))
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "receivedAt",
+        "eventId",
+        "eventType",
+        "transactionId",
+        "status",
+        "error",
+    ]
+    assert "e3" in lines[1] and "e1" not in out
+    assert "failed actions" in out and "smtp down" in out
+
+
+def test_human_table_is_aligned(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Human output puts every column at the same offset on every line."""
+    status, out, _ = run(capsys, "deposits", "--config", str(config))
+    assert status == 0
+    header, *rows = out.splitlines()
+    offset = header.index("state")
+    assert len(rows) == 2
+    for row in rows:
+        assert row[offset - 2 : offset] == "  " and row[offset] != " "
+
+
+def test_deposits_json_and_state_filter(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`deposits --json` has the SPEC keys; --state filters; an unknown state is usage error 2."""
+    status, out, _ = run(capsys, "deposits", "--json", "--config", str(config))
+    assert status == 0
+    deposits = {d["transactionId"]: d for d in json_lines(out)}
+    assert set(deposits) == {"tx-a", "tx-b"}
+    required = {
+        "transactionId",
+        "walletId",
+        "currency",
+        "network",
+        "amount",
+        "status",
+        "whiteListStatus",
+        "creditStatus",
+        "state",
+        "updatedAt",
+    }
+    assert required <= set(deposits["tx-a"])
+    assert deposits["tx-a"]["state"] == "needs_details"
+    assert deposits["tx-b"]["state"] == "completed" and deposits["tx-b"]["amount"] == "5.5"
+    status, out, _ = run(
+        capsys, "deposits", "--json", "--state", "completed", "--config", str(config)
+    )
+    assert [d["transactionId"] for d in json_lines(out)] == ["tx-b"]
+    status, _, err = run(capsys, "deposits", "--state", "bogus", "--config", str(config))
+    assert status == 2 and "unknown state 'bogus'" in err
+
+
+def test_one_deposit_with_history(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`deposits TX` shows the deposit, its facts and its actions (JSON and table)."""
+    status, out, _ = run(capsys, "deposits", "tx-a", "--json", "--config", str(config))
+    assert status == 0
+    [deposit] = json_lines(out)
+    assert deposit["transactionId"] == "tx-a"
+    assert [(f["eventId"], f["changed"]) for f in deposit["facts"]] == [("e1", True)]
+    assert [(a["action"], a["status"], a["ruleSetVersion"]) for a in deposit["actions"]] == [
+        ("alert", "failed", "abc123")
+    ]
+    status, out, _ = run(capsys, "deposits", "tx-a", "--config", str(config))
+    assert status == 0
+    assert "facts" in out and "actions" in out and "abc123" in out
+    status, _, err = run(capsys, "deposits", "tx-zzz", "--config", str(config))
+    assert status == 1 and "no deposit 'tx-zzz'" in err
+
+
+def test_ledger_json_and_since(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ledger --json` prints SPEC section 11 objects; --since keeps later bookings only."""
+    status, out, _ = run(capsys, "ledger", "--json", "--config", str(config))
+    assert status == 0
+    entries = json_lines(out)
+    assert entries[0] == {
+        "transactionId": "tx-b",
+        "walletId": 1001,
+        "walletName": "main",
+        "currency": "USDT",
+        "network": "TRON",
+        "amount": "1234.5678",
+        "fromAddress": "T-from",
+        "txHash": "0xh",
+        "bookedAt": "2026-11-22T10:00:00.000Z",
+        "trigger": "credited",
+    }
+    status, out, _ = run(
+        capsys, "ledger", "--json", "--since", "2026-11-23T00:00:00+02:00", "--config", str(config)
+    )
+    assert [e["transactionId"] for e in json_lines(out)] == ["tx-c"]
+    status, out, _ = run(capsys, "ledger", "--config", str(config))
+    assert status == 0 and out.splitlines()[0].startswith("bookedAt")
+    status, _, err = run(capsys, "ledger", "--since", "yesterday", "--config", str(config))
+    assert status == 2 and "--since" in err
+
+
+def test_parse_since_normalises_to_utc() -> None:
+    """--since accepts dates, offsets and Z, compared as UTC milliseconds."""
+    assert parse_since("2026-11-22") == "2026-11-22T00:00:00.000Z"
+    assert parse_since("2026-11-22T12:00:00+02:00") == "2026-11-22T10:00:00.000Z"
+    assert parse_since("2026-11-22T10:00:00Z") == "2026-11-22T10:00:00.000Z"
+
+
+def test_missing_database_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a database file the commands say so and exit 1, creating nothing."""
+    cfg = write_config(tmp_path)
+    for command in ("events", "deposits", "ledger"):
+        status, _, err = run(capsys, command, "--config", str(cfg))
+        assert status == 1 and "no database at" in err
+    assert not (tmp_path / "depositd.db").exists()

@@ -1,0 +1,266 @@
+"""What acts: rules, profiles, the outbox runner and the scheduler, plugged into the app.
+
+`Runtime` loads and validates rules and profiles (refusing to start on any problem), builds the
+reactor the processor calls inside its transaction, and, while the app runs, the provider
+client, the outbox runner, the polls, the daily provider-name check, retention, SIGHUP reload
+and the systemd watchdog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlite_utils
+from aiohttp import web
+from prometheus_client import Counter, Gauge
+
+from worker.app import METRICS_KEY, PROCESSOR_KEY, STORE_KEY, Plugins
+from worker.check import Bundle, load_bundle
+from worker.errors import ConfigError, ProviderError
+from worker.logs import get_logger
+from worker.metrics import Metrics
+from worker.notify.channels import Notifier, notifiers_from_settings
+from worker.outbox import Outbox, resubmit_changed
+from worker.profiles import Profiles
+from worker.provider.client import ProviderClient
+from worker.reactor import RuleReactor, enqueue_alert, utc_now
+from worker.rules import RuleBook
+from worker.schedule import Poller, Scheduler
+from worker.settings import Settings
+from worker.store import Store, set_meta
+from worker.systemd import SystemdNotifier, watchdog_loop
+
+log = get_logger(__name__)
+
+DAY_S = 86_400.0
+
+
+def prune_events(db: sqlite_utils.Database, retention_days: int) -> int:
+    """Delete processed/ignored events older than the retention; ledger, actions stay."""
+    cutoff = (datetime.now(UTC) - timedelta(days=retention_days)).isoformat(
+        timespec="milliseconds"
+    ).replace("+00:00", "Z")
+    cur = db.execute(
+        "DELETE FROM events WHERE status IN ('processed','ignored') AND received_at < ?",
+        [cutoff],
+    )
+    return int(cur.rowcount)
+
+
+class PollMetrics:
+    """Poll figures on the app's registry."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.last_success = Gauge(
+            "depositd_poll_last_success_timestamp_seconds",
+            "Unix time of the last successful poll.",
+            ["poll"],
+            registry=metrics.registry,
+        )
+        self.runs = Counter(
+            "depositd_polls", "Poll runs by poll and outcome.", ["poll", "outcome"],
+            registry=metrics.registry,
+        )
+        self.found = Gauge(
+            "depositd_deposits_found_by_poll",
+            "Deposits first seen by a poll (no webhook announced them) since start.",
+            registry=metrics.registry,
+        )
+
+
+class Runtime:
+    """Rules, profiles and the actors around one app."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        notifiers: Mapping[str, Notifier] | None = None,
+        outbox_backoff_s: float = 2.0,
+        notify_retry: Mapping[str, Any] | None = None,
+        client_retries: int = 3,
+    ) -> None:
+        self.settings = settings
+        self.bundle: Bundle = load_bundle(settings)  # ConfigError: serve refuses to start
+        for warning in self.bundle.warnings:
+            log.warning("config", warning=warning)
+        self.notifiers = (
+            dict(notifiers) if notifiers is not None else notifiers_from_settings(settings.notify)
+        )
+        self.reactor = RuleReactor(lambda: self.bundle.rules, lambda: self.bundle.profiles)
+        self._outbox_backoff_s = outbox_backoff_s
+        self._notify_retry = dict(notify_retry or {})
+        self._client_retries = client_retries
+        self.outbox: Outbox | None = None
+        self.scheduler: Scheduler | None = None
+        self.poller: Poller | None = None
+        self.client: ProviderClient | None = None
+        self.store: Store | None = None
+        self.notifier = SystemdNotifier()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stop = asyncio.Event()
+
+    @property
+    def rules(self) -> RuleBook:
+        """The rule book in force."""
+        return self.bundle.rules
+
+    @property
+    def profiles(self) -> Profiles:
+        """The profiles in force."""
+        return self.bundle.profiles
+
+    def plugins(self) -> Plugins:
+        """The reactor, the context that runs the actors, and the readiness check."""
+
+        async def scheduler_running() -> str | None:
+            if not self.settings.scheduler.enabled:
+                return None
+            if self.scheduler is None or not self.scheduler.running:
+                return "scheduler not running"
+            return None
+
+        return Plugins(
+            reactor=self.reactor, cleanup_ctx=[self._ctx], ready_checks=[scheduler_running]
+        )
+
+    async def alert(self, condition: str, severity: str, detail: str) -> None:
+        """Queue an alert that concerns no single deposit."""
+        assert self.store is not None
+        await self.store.write(
+            lambda db: enqueue_alert(db, None, condition, severity, trigger="system", detail=detail)
+        )
+        if self.outbox is not None:
+            self.outbox.wake()
+
+    async def reload(self) -> bool:
+        """Reload rules and profiles; a bad file keeps the old ones and alerts."""
+        try:
+            bundle = load_bundle(self.settings)
+        except ConfigError as exc:
+            log.error("reload refused; keeping the rules in force", problems=len(exc.problems))
+            for problem in exc.problems:
+                log.error("reload problem", problem=problem)
+            await self.alert("reload_failed", "warning", "\n".join(exc.problems))
+            return False
+        changed = bundle.profiles.file_hash != self.bundle.profiles.file_hash
+        self.bundle = bundle
+        log.info("rules and profiles reloaded", ruleSets=len(bundle.rules.rulesets))
+        if changed and self.store is not None:
+            queued = await self.store.write(lambda db: resubmit_changed(db, bundle.profiles))
+            log.info("profiles changed", resubmissions=queued)
+            if self.outbox is not None:
+                self.outbox.wake()
+        await self.check_providers()
+        return True
+
+    async def check_providers(self) -> None:
+        """Alert when a profile names a provider the options endpoint no longer offers."""
+        if self.client is None or not self.profiles.names():
+            return
+        try:
+            names = await self.client.options()
+        except ProviderError as exc:
+            log.warning("provider list unavailable", error=str(exc))
+            return
+        for name in self.profiles.check_providers(names):
+            await self.alert(
+                f"provider_unknown:{name}",
+                "warning",
+                f"profile {name}: its provider is no longer offered by the provider",
+            )
+
+    async def _daily(self) -> None:
+        assert self.store is not None
+        while not self._stop.is_set():
+            await self.check_providers()
+            pruned = await self.store.write(
+                lambda db: prune_events(db, self.settings.storage.retention_days)
+            )
+            if pruned:
+                log.info("retention", prunedEvents=pruned)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), DAY_S)
+
+    async def _ctx(self, app: web.Application) -> AsyncIterator[None]:
+        settings = self.settings
+        store, processor, metrics = app[STORE_KEY], app[PROCESSOR_KEY], app[METRICS_KEY]
+        self.store = store
+        self._stop = asyncio.Event()
+        poll_metrics = PollMetrics(metrics)
+
+        def on_call(endpoint: str, outcome: str) -> None:
+            metrics.provider_calls.labels(endpoint=endpoint, outcome=outcome).inc()
+
+        def on_alert(channel: str, outcome: str) -> None:
+            metrics.alerts_sent.labels(channel=channel, outcome=outcome).inc()
+
+        self.client = ProviderClient(
+            settings.provider.base_url,
+            settings.provider.api_key.get_secret_value(),
+            settings.provider.api_secret.get_secret_value(),
+            algorithm=settings.provider.signature,
+            timeout_s=settings.provider.timeout_s,
+            retries=self._client_retries,
+            on_call=on_call,
+        )
+        self.outbox = Outbox(
+            store,
+            client=self.client,
+            notifiers=self.notifiers,
+            profiles=lambda: self.profiles,
+            observe=processor.observe_fact,
+            backoff_s=self._outbox_backoff_s,
+            notify_retry=self._notify_retry,
+            on_alert=on_alert,
+        )
+        processor.after_commit.append(self.outbox.wake)
+        await store.write(lambda db: resubmit_changed(db, self.profiles))
+        self._tasks = [
+            asyncio.create_task(self.outbox.run(self._stop), name="outbox"),
+            asyncio.create_task(self._daily(), name="daily"),
+        ]
+        if settings.scheduler.enabled:
+
+            def on_poll(name: str, outcome: str) -> None:
+                poll_metrics.runs.labels(poll=name, outcome=outcome).inc()
+                if outcome == "ok":
+                    poll_metrics.last_success.labels(poll=name).set_to_current_time()
+                    assert self.poller is not None
+                    poll_metrics.found.set(self.poller.stats.found_by_poll)
+                    asyncio.get_running_loop().create_task(
+                        store.write(lambda db: set_meta(db, f"last_{name}_poll_ok", utc_now()))
+                    )
+
+            self.poller = Poller(
+                self.client, store, processor.observe_fact, settings.scheduler,
+                alert=self.alert, on_poll=on_poll,
+            )
+            self.scheduler = Scheduler(self.poller, settings.scheduler)
+            self.scheduler.start()
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self.reload()))
+        if self.notifier.enabled:
+            self._tasks.append(
+                asyncio.create_task(
+                    watchdog_loop(self.notifier, self.notifier.watchdog_interval_s()),
+                    name="watchdog",
+                )
+            )
+        yield
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGHUP)
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+        self._stop.set()
+        for task in self._tasks:
+            if task.get_name() == "watchdog":
+                task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.client.close()

@@ -1,0 +1,375 @@
+"""Read-only commands: `events`, `deposits`, `ledger` (SPEC sections 3 and 11).
+
+They open the database with a plain read-only connection, so they run beside `serve` (WAL lets
+readers and the writer proceed together). Human output is aligned columns; `--json` prints one
+object per line. A stored event's body is never printed (it may carry payer data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from worker.provider import jsonio
+from worker.settings import load_settings
+from worker.store import connect
+from worker.tracker import Deposit, State
+
+
+class NoDatabase(Exception):
+    """The configured database file does not exist yet."""
+
+
+@contextmanager
+def open_db(args: argparse.Namespace) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to the configured database; `NoDatabase` if the file is absent."""
+    settings = load_settings(args.config)
+    path = Path(settings.storage.path)
+    if not path.exists():
+        raise NoDatabase(f"no database at {path} (has `depositd serve` run yet?)")
+    conn = connect(path, readonly=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO) -> None:
+    """Print rows as aligned columns under a header line."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = [headers, *cells]
+    for line in lines:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip(), file=out)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _json_line(obj: Mapping[str, Any], out: TextIO) -> None:
+    print(jsonio.dumps(dict(obj)), file=out)
+
+
+def _run(args: argparse.Namespace, body: Any) -> int:
+    out = sys.stdout
+    try:
+        with open_db(args) as conn:
+            result: int = body(conn, args, out)
+            return result
+    except NoDatabase as exc:
+        print(f"depositd: {exc}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as exc:
+        print(f"depositd: cannot read the database: {exc}", file=sys.stderr)
+        return 1
+
+
+# --- events ------------------------------------------------------------------------------
+
+
+def event_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An `events` row as `events --json` prints it (never the body)."""
+    return {
+        "eventId": row["event_id"],
+        "eventType": row["event_type"],
+        "referenceId": row["reference_id"],
+        "transactionId": row["transaction_id"],
+        "receivedAt": row["received_at"],
+        "status": row["status"],
+        "processedAt": row["processed_at"],
+        "error": row["error"],
+    }
+
+
+def _events(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+    where = "WHERE status = 'failed'" if args.failed else ""
+    rows = conn.execute(
+        "SELECT seq, event_id, event_type, reference_id, transaction_id, received_at, status,"
+        f" processed_at, error FROM events {where} ORDER BY seq"
+    ).fetchall()
+    if args.json:
+        for row in rows:
+            _json_line(event_json(row), out)
+        return 0
+    table(
+        ["receivedAt", "eventId", "eventType", "transactionId", "status", "error"],
+        [
+            [
+                r["received_at"],
+                r["event_id"],
+                r["event_type"],
+                r["transaction_id"],
+                r["status"],
+                r["error"],
+            ]
+            for r in rows
+        ],
+        out,
+    )
+    if args.failed:
+        _failed_actions(conn, out)
+    return 0
+
+
+def _failed_actions(conn: sqlite3.Connection, out: TextIO) -> None:
+    actions = conn.execute(
+        "SELECT id, transaction_id, trigger, rule, action, attempts, outcome, updated_at"
+        " FROM actions WHERE status = 'failed' ORDER BY id"
+    ).fetchall()
+    if actions:
+        print("\nfailed actions", file=out)
+        table(
+            ["id", "transactionId", "trigger", "rule", "action", "attempts", "outcome"],
+            [
+                [
+                    a["id"],
+                    a["transaction_id"],
+                    a["trigger"],
+                    a["rule"],
+                    a["action"],
+                    a["attempts"],
+                    a["outcome"],
+                ]
+                for a in actions
+            ],
+            out,
+        )
+    alerts = conn.execute(
+        "SELECT dedupe_key, severity, channel, attempts, last_error FROM alerts"
+        " WHERE status = 'failed' ORDER BY id"
+    ).fetchall()
+    if alerts:
+        print("\nfailed alerts", file=out)
+        table(
+            ["alert", "severity", "channel", "attempts", "error"],
+            [
+                [a["dedupe_key"], a["severity"], a["channel"], a["attempts"], a["last_error"]]
+                for a in alerts
+            ],
+            out,
+        )
+
+
+def run_events(args: argparse.Namespace) -> int:
+    """`depositd events [--failed] [--json]`."""
+    return _run(args, _events)
+
+
+# --- deposits ----------------------------------------------------------------------------
+
+_DEPOSIT_COLUMNS = (
+    "transactionId",
+    "walletId",
+    "currency",
+    "network",
+    "amount",
+    "state",
+    "status",
+    "whiteListStatus",
+    "creditStatus",
+    "updatedAt",
+)
+
+
+def deposit_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A `deposits` row as `deposits --json` prints it."""
+    return Deposit.from_row(dict(row)).as_json()
+
+
+def _deposits(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+    if args.transaction_id:
+        return _one_deposit(conn, args.transaction_id, args.json, out)
+    states = {s.value for s in State}
+    if args.state and args.state not in states:
+        print(
+            f"depositd: unknown state {args.state!r} (known: {', '.join(sorted(states))})",
+            file=sys.stderr,
+        )
+        return 2
+    query = "SELECT * FROM deposits"
+    params: list[Any] = []
+    if args.state:
+        query += " WHERE state = ?"
+        params.append(args.state)
+    rows = conn.execute(query + " ORDER BY created_at, transaction_id", params).fetchall()
+    deposits = [deposit_json(r) for r in rows]
+    if args.json:
+        for d in deposits:
+            _json_line(d, out)
+        return 0
+    table(_DEPOSIT_COLUMNS, [[d.get(c) for c in _DEPOSIT_COLUMNS] for d in deposits], out)
+    return 0
+
+
+def _one_deposit(conn: sqlite3.Connection, tx: str, as_json: bool, out: TextIO) -> int:
+    row = conn.execute("SELECT * FROM deposits WHERE transaction_id = ?", [tx]).fetchone()
+    if row is None:
+        print(f"depositd: no deposit {tx!r}", file=sys.stderr)
+        return 1
+    deposit = deposit_json(row)
+    facts = [
+        {
+            "recordedAt": f["recorded_at"],
+            "source": f["source"],
+            "eventId": f["event_id"],
+            "observedAt": f["observed_at"],
+            "changed": bool(f["changed"]),
+            "fact": json.loads(f["fact"] or "{}"),
+        }
+        for f in conn.execute(
+            "SELECT * FROM facts WHERE transaction_id = ? ORDER BY id", [tx]
+        ).fetchall()
+    ]
+    actions = [
+        {
+            "createdAt": a["created_at"],
+            "trigger": a["trigger"],
+            "ruleSet": a["rule_set"],
+            "ruleSetVersion": a["rule_set_version"],
+            "rule": a["rule"],
+            "action": a["action"],
+            "status": a["status"],
+            "attempts": a["attempts"],
+            "outcome": a["outcome"],
+            "eventId": a["event_id"],
+        }
+        for a in conn.execute(
+            "SELECT * FROM actions WHERE transaction_id = ? ORDER BY id", [tx]
+        ).fetchall()
+    ]
+    if as_json:
+        _json_line({**deposit, "facts": facts, "actions": actions}, out)
+        return 0
+    width = max(len(k) for k in deposit)
+    for key, value in deposit.items():
+        print(f"{key.ljust(width)}  {_cell(value)}", file=out)
+    print("\nfacts", file=out)
+    table(
+        ["recordedAt", "source", "eventId", "changed", "status", "whiteListStatus", "creditStatus"],
+        [
+            [
+                f["recordedAt"],
+                f["source"],
+                f["eventId"],
+                f["changed"],
+                f["fact"].get("status"),
+                f["fact"].get("white_list_status"),
+                f["fact"].get("credit_status"),
+            ]
+            for f in facts
+        ],
+        out,
+    )
+    print("\nactions", file=out)
+    table(
+        [
+            "createdAt",
+            "trigger",
+            "rule",
+            "action",
+            "status",
+            "attempts",
+            "outcome",
+            "ruleSetVersion",
+        ],
+        [
+            [
+                a["createdAt"],
+                a["trigger"],
+                a["rule"],
+                a["action"],
+                a["status"],
+                a["attempts"],
+                a["outcome"],
+                a["ruleSetVersion"],
+            ]
+            for a in actions
+        ],
+        out,
+    )
+    return 0
+
+
+def run_deposits(args: argparse.Namespace) -> int:
+    """`depositd deposits [--state S] [--json] [TRANSACTION_ID]`."""
+    return _run(args, _deposits)
+
+
+# --- ledger ------------------------------------------------------------------------------
+
+_LEDGER_COLUMNS = (
+    "bookedAt",
+    "transactionId",
+    "walletId",
+    "walletName",
+    "currency",
+    "network",
+    "amount",
+    "fromAddress",
+    "txHash",
+    "trigger",
+)
+
+
+def ledger_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A `ledger` row in the SPEC section 11 format."""
+    return {
+        "transactionId": row["transaction_id"],
+        "walletId": row["wallet_id"],
+        "walletName": row["wallet_name"],
+        "currency": row["currency"],
+        "network": row["network"],
+        "amount": row["amount"],
+        "fromAddress": row["from_address"],
+        "txHash": row["tx_hash"],
+        "bookedAt": row["booked_at"],
+        "trigger": row["trigger"],
+    }
+
+
+def parse_since(value: str) -> str:
+    """--since as the stored timestamp format (UTC, milliseconds, Z); ValueError if unreadable."""
+    moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _ledger(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+    query = "SELECT * FROM ledger"
+    params: list[Any] = []
+    if args.since:
+        try:
+            params.append(parse_since(args.since))
+        except ValueError:
+            print(f"depositd: --since {args.since!r} is not an ISO 8601 time", file=sys.stderr)
+            return 2
+        query += " WHERE booked_at >= ?"
+    rows = [
+        ledger_json(r) for r in conn.execute(query + " ORDER BY booked_at, transaction_id", params)
+    ]
+    if args.json:
+        for entry in rows:
+            _json_line(entry, out)
+        return 0
+    table(_LEDGER_COLUMNS, [[e[c] for c in _LEDGER_COLUMNS] for e in rows], out)
+    return 0
+
+
+def run_ledger(args: argparse.Namespace) -> int:
+    """`depositd ledger [--json] [--since ISO]`."""
+    return _run(args, _ledger)
