@@ -154,7 +154,7 @@ def run_wrk(port: int, requests: Path, connections: int, duration: float, tmp: P
     script.write_text(WRK_SCRIPT)
     threads = min(2, connections)
     out = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--timeout", "10s",
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{int(duration)}s", "--timeout", "10s",
          "-s", str(script), f"http://127.0.0.1:{port}{PATH}", "--",
          str(requests), str(threads), API_KEY],  # fmt: skip
         capture_output=True,

@@ -108,17 +108,14 @@ def status_report(conn: sqlite3.Connection) -> dict[str, Any]:
         "lastDetailPollOk": meta.get("last_detail_poll_ok"),
         "pendingEvents": one("SELECT COUNT(*) FROM events WHERE status='pending'"),
         "failedEvents": one("SELECT COUNT(*) FROM events WHERE status='failed'"),
-        "pendingActions": one(
-            "SELECT COUNT(*) FROM actions WHERE status IN ('pending','running')"
-        ),
+        "pendingActions": one("SELECT COUNT(*) FROM actions WHERE status IN ('pending','running')"),
         "failedActions": one("SELECT COUNT(*) FROM actions WHERE status='failed'"),
         "failedAlerts": one("SELECT COUNT(*) FROM alerts WHERE status='failed'"),
         "waitingOnHuman": one(
             "SELECT COUNT(*) FROM deposits WHERE state IN ('needs_details','rejected','blocked')"
         ),
         "deposits": {
-            r[0]: r[1]
-            for r in conn.execute("SELECT state, COUNT(*) FROM deposits GROUP BY state")
+            r[0]: r[1] for r in conn.execute("SELECT state, COUNT(*) FROM deposits GROUP BY state")
         },
         "booked": one("SELECT COUNT(*) FROM ledger"),
     }

@@ -19,16 +19,14 @@ import aiohttp
 import sqlite_utils
 
 from worker.errors import (
-    NotifyError,
     ProviderAuthError,
     ProviderBusinessError,
-    ProviderError,
     ProviderRetryLater,
     ProviderUnavailable,
 )
 from worker.logs import get_logger
-from worker.notify.message import build_alert
 from worker.notify.channels import Notifier, send_all
+from worker.notify.message import build_alert
 from worker.profiles import Profiles
 from worker.provider import jsonio, signing
 from worker.provider.client import ProviderClient
@@ -210,6 +208,7 @@ class Outbox:
             )
             return
         except ProviderAuthError as exc:
+            auth_detail = str(exc)
             await self._finish(
                 action_id,
                 "pending",
@@ -217,7 +216,7 @@ class Outbox:
                 retry_in=self._delay(attempts),
                 key=key,
                 also=lambda db: enqueue_alert(
-                    db, deposit, "auth_failure", "critical", trigger="submit", detail=str(exc)
+                    db, deposit, "auth_failure", "critical", trigger="submit", detail=auth_detail
                 ),
             )
             return
@@ -404,7 +403,10 @@ class Outbox:
             await self._finish(action_id, "done", f"forwarded to {url}: {outcome}")
         elif attempts < MAX_FORWARD_ATTEMPTS:
             await self._finish(
-                action_id, "pending", f"forward failed ({outcome}); retrying", retry_in=self._delay(attempts)
+                action_id,
+                "pending",
+                f"forward failed ({outcome}); retrying",
+                retry_in=self._delay(attempts),
             )
         else:
             await self._finish(action_id, "failed", f"forward to {url} failed: {outcome}")
@@ -441,6 +443,3 @@ def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:
         )
         queued += 1
     return queued
-
-
-__all__ = ["Outbox", "ProviderError", "NotifyError", "resubmit_changed"]

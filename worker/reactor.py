@@ -129,9 +129,7 @@ def _alert_detail(intent: Intent, deposit: Deposit, trigger: str) -> str | None:
 class RuleReactor:
     """The processor's reactor: rules decide, rows record."""
 
-    def __init__(
-        self, rules: Callable[[], RuleBook], profiles: Callable[[], Profiles]
-    ) -> None:
+    def __init__(self, rules: Callable[[], RuleBook], profiles: Callable[[], Profiles]) -> None:
         self._rules = rules
         self._profiles = profiles
 

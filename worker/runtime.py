@@ -42,9 +42,11 @@ DAY_S = 86_400.0
 
 def prune_events(db: sqlite_utils.Database, retention_days: int) -> int:
     """Delete processed/ignored events older than the retention; ledger, actions stay."""
-    cutoff = (datetime.now(UTC) - timedelta(days=retention_days)).isoformat(
-        timespec="milliseconds"
-    ).replace("+00:00", "Z")
+    cutoff = (
+        (datetime.now(UTC) - timedelta(days=retention_days))
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
     cur = db.execute(
         "DELETE FROM events WHERE status IN ('processed','ignored') AND received_at < ?",
         [cutoff],
@@ -63,7 +65,9 @@ class PollMetrics:
             registry=metrics.registry,
         )
         self.runs = Counter(
-            "depositd_polls", "Poll runs by poll and outcome.", ["poll", "outcome"],
+            "depositd_polls",
+            "Poll runs by poll and outcome.",
+            ["poll", "outcome"],
             registry=metrics.registry,
         )
         self.found = Gauge(
@@ -238,8 +242,12 @@ class Runtime:
                     )
 
             self.poller = Poller(
-                self.client, store, processor.observe_fact, settings.scheduler,
-                alert=self.alert, on_poll=on_poll,
+                self.client,
+                store,
+                processor.observe_fact,
+                settings.scheduler,
+                alert=self.alert,
+                on_poll=on_poll,
             )
             self.scheduler = Scheduler(self.poller, settings.scheduler)
             self.scheduler.start()

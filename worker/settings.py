@@ -188,7 +188,9 @@ def _expand(value: Any, loc: Loc, src: YamlSource, problems: list[str]) -> Any:
             name = match.group(1)
             if name not in os.environ:
                 dotted = ".".join(str(p) for p in loc)
-                problems.append(f"{src.where(loc)}: {dotted}: environment variable {name} is not set")
+                problems.append(
+                    f"{src.where(loc)}: {dotted}: environment variable {name} is not set"
+                )
                 return ""
             return os.environ[name]
 

@@ -75,9 +75,7 @@ CATEGORIES: dict[RetryCategory, CategoryRule] = {
         CategoryRule(
             RetryCategory.TERMINAL, ("fail", "rejected"), False, False, "handle the terminal state"
         ),
-        CategoryRule(
-            RetryCategory.SYSTEM, ("internal",), True, True, "ticket with traceId"
-        ),
+        CategoryRule(RetryCategory.SYSTEM, ("internal",), True, True, "ticket with traceId"),
     )
 }
 
@@ -185,7 +183,9 @@ def categorize(msg: str | None, http_status: int | None = None) -> RetryCategory
     return RetryCategory.TERMINAL
 
 
-def may_retry_same_key(code: str | None, msg: str | None = None, http_status: int | None = None) -> bool:
+def may_retry_same_key(
+    code: str | None, msg: str | None = None, http_status: int | None = None
+) -> bool:
     """May the same call be repeated with the same Idempotency-Key?"""
     rule = code_rule(code)
     if rule is not None:

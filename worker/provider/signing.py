@@ -2,7 +2,9 @@
 
 The default scheme, ``hmac-sha256-v1``::
 
-    API-SIGNATURE = lowercase hex(HMAC-SHA256(secret, API-TIMESTAMP + METHOD + PATH_AND_QUERY + BODY))
+    API-SIGNATURE = hex(HMAC-SHA256(secret, API-TIMESTAMP + METHOD + PATH_AND_QUERY + BODY))
+
+(lowercase hex.)
 
 Another provider algorithm is one more function in `ALGORITHMS`, chosen by name in config.
 """
