@@ -86,7 +86,7 @@ trap 'rm -rf "$BUILD"' EXIT
 # Copy SRC to DEST unless DEST exists: a merchant's edits always win.
 install_new() {
     local src=$1 dest=$2
-    if true; then
+    if [[ ! -e $dest ]]; then
         install -m 0644 "$src" "$dest"
         log "installed $dest"
     elif ! cmp -s "$src" "$dest"; then
