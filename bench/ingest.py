@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,7 @@ def event(event_id: str, n: int) -> bytes:
 
 
 def write_requests(path: Path, start: int, count: int, dup: int) -> None:
-    """count signed requests, one per line (ts TAB signature TAB body); eventIds repeat dup times."""
+    """Signed requests, one per line (ts TAB signature TAB body); each eventId `dup` times."""
     with path.open("w") as out:
         for i in range(count):
             n = start + i // dup
@@ -128,35 +129,45 @@ def write_requests(path: Path, start: int, count: int, dup: int) -> None:
             out.write(f"{h['API-TIMESTAMP']}\t{h['API-SIGNATURE']}\t{body.decode()}\n")
 
 
-async def wait_healthy(port: int, proc: subprocess.Popen[bytes], path: str = "/healthz") -> None:
-    """Wait until the server answers."""
+def wait_healthy(port: int, proc: subprocess.Popen[bytes]) -> None:
+    """Wait until the server answers /healthz."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"server exited with {proc.returncode}")
         try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-            await writer.drain()
-            data = await reader.read(100)
-            writer.close()
-            if b" 200 " in data:
-                return
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+                if r.status == 200:
+                    return
         except OSError:
             pass
-        await asyncio.sleep(0.05)
+        time.sleep(0.05)
     raise SystemExit("server did not start")
 
 
-def run_wrk(port: int, requests: Path, connections: int, duration: float, tmp: Path) -> dict[str, Any]:
+def run_wrk(
+    port: int, requests: Path, connections: int, duration: float, tmp: Path
+) -> dict[str, Any]:
     """One wrk run; returns its JSON summary."""
     script = tmp / "bench.lua"
     script.write_text(WRK_SCRIPT)
     threads = min(2, connections)
     out = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{int(duration)}s", "--timeout", "10s",
-         "-s", str(script), f"http://127.0.0.1:{port}{PATH}", "--",
-         str(requests), str(threads), API_KEY],  # fmt: skip
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{int(duration)}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(script),
+            f"http://127.0.0.1:{port}{PATH}",
+            "--",
+            str(requests),
+            str(threads),
+            API_KEY,
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -166,11 +177,10 @@ def run_wrk(port: int, requests: Path, connections: int, duration: float, tmp: P
     return data
 
 
-async def _client_load(url: str, requests: Path, connections: int, duration: float) -> None:
+async def _client_load(url: str, lines: list[str], connections: int, duration: float) -> None:
     """Fallback load generator (aiohttp) run in its own process; prints a wrk-like summary."""
     import aiohttp
 
-    lines = requests.read_text().splitlines()
     latencies: list[float] = []
     non2xx = 0
     idx = 0
@@ -181,8 +191,12 @@ async def _client_load(url: str, requests: Path, connections: int, duration: flo
         while time.monotonic() < stop_at:
             ts, sig, body = lines[idx % len(lines)].split("\t", 2)
             idx += 1
-            headers = {"API-KEY": API_KEY, "API-TIMESTAMP": ts, "API-SIGNATURE": sig,
-                       "Content-Type": "application/json"}  # fmt: skip
+            headers = {
+                "API-KEY": API_KEY,
+                "API-TIMESTAMP": ts,
+                "API-SIGNATURE": sig,
+                "Content-Type": "application/json",
+            }
             t0 = time.perf_counter()
             async with session.post(url, data=body.encode(), headers=headers) as r:
                 await r.read()
@@ -195,22 +209,41 @@ async def _client_load(url: str, requests: Path, connections: int, duration: flo
         await asyncio.gather(*(worker(session) for _ in range(connections)))
     elapsed = time.monotonic() - started
     latencies.sort()
-    print(json.dumps({
-        "requests": len(latencies), "duration_us": int(elapsed * 1e6), "non2xx": non2xx,
-        "errors": 0, "p50_us": int(latencies[len(latencies) // 2] * 1e6),
-        "p99_us": int(latencies[int(len(latencies) * 0.99)] * 1e6), "wraps": 0,
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "requests": len(latencies),
+                "duration_us": int(elapsed * 1e6),
+                "non2xx": non2xx,
+                "errors": 0,
+                "p50_us": int(latencies[len(latencies) // 2] * 1e6),
+                "p99_us": int(latencies[int(len(latencies) * 0.99)] * 1e6),
+                "wraps": 0,
+            }
+        )
+    )
 
 
-def run_load(port: int, requests: Path, connections: int, duration: float, tmp: Path) -> dict[str, Any]:
+def run_load(
+    port: int, requests: Path, connections: int, duration: float, tmp: Path
+) -> dict[str, Any]:
     """One load run with wrk if installed, else the aiohttp client in a subprocess."""
     if shutil.which("wrk"):
         return run_wrk(port, requests, connections, duration, tmp)
     out = subprocess.run(
-        [sys.executable, __file__, "client", f"http://127.0.0.1:{port}{PATH}", str(requests),
-         str(connections), str(duration)],  # fmt: skip
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        [
+            sys.executable,
+            __file__,
+            "client",
+            f"http://127.0.0.1:{port}{PATH}",
+            str(requests),
+            str(connections),
+            str(duration),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     data: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return data
 
@@ -249,15 +282,19 @@ def pending(db: Path) -> int:
         conn.close()
 
 
-async def bench(args: argparse.Namespace) -> None:
+def bench(args: argparse.Namespace) -> None:
     """The paired runs."""
     tmp = Path(tempfile.mkdtemp(prefix="depositd-bench-"))
     dport, bport = free_port(), free_port()
     db = tmp / "depositd.db"
     cfg = {
         "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-        "webhook": {"listen": f"127.0.0.1:{dport}", "path": PATH, "api_key": API_KEY,
-                    "secret": SECRET},  # fmt: skip
+        "webhook": {
+            "listen": f"127.0.0.1:{dport}",
+            "path": PATH,
+            "api_key": API_KEY,
+            "secret": SECRET,
+        },
         "storage": {"path": str(db), "synchronous": args.synchronous},
         "scheduler": {"enabled": False},
         "log": {"format": "json", "level": args.log_level},
@@ -267,15 +304,20 @@ async def bench(args: argparse.Namespace) -> None:
     log = (tmp / "serve.log").open("wb")
     depositd = subprocess.Popen(
         [sys.executable, "-m", "worker", "serve", "--config", str(tmp / "depositd.yaml")],
-        cwd=ROOT, env=env, stdout=log, stderr=log,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
     bare = subprocess.Popen([sys.executable, __file__, "bare", str(bport)], env=env)
     try:
-        await wait_healthy(dport, depositd)
-        await wait_healthy(bport, bare)
+        wait_healthy(dport, depositd)
+        wait_healthy(bport, bare)
         tool = "wrk" if shutil.which("wrk") else "aiohttp client"
-        print(f"load: {tool}; synchronous={args.synchronous}; log level {args.log_level}; "
-              f"{args.duration}s per run; {os.cpu_count()} CPUs shared by load and servers")  # fmt: skip
+        print(
+            f"load: {tool}; synchronous={args.synchronous}; log level {args.log_level}; "
+            f"{args.duration}s per run; {os.cpu_count()} CPUs shared by load and servers"
+        )
         next_id = 0
         for dup in (1, 10):
             for conns in args.connections:
@@ -288,19 +330,22 @@ async def bench(args: argparse.Namespace) -> None:
                     d = summary(run_load(dport, reqs, conns, args.duration, tmp))
                     b = summary(run_load(bport, reqs, conns, args.duration, tmp))
                     ratios.append(d["rate"] / b["rate"])
-                    print(f"dup x{dup:<2} c={conns:<3} pair {pair + 1}: "
-                          f"depositd {d['rate']:7.0f}/s p50 {d['p50_ms']:6.2f} ms "
-                          f"p99 {d['p99_ms']:6.2f} ms (non-2xx {d['non2xx']}, "
-                          f"errors {d['errors']}, wraps {d['wraps']}) | bare "
-                          f"{b['rate']:7.0f}/s p50 {b['p50_ms']:6.2f} ms p99 {b['p99_ms']:6.2f} ms"
-                          f" | ratio {d['rate'] / b['rate']:.2f}")  # fmt: skip
+                    print(
+                        f"dup x{dup:<2} c={conns:<3} pair {pair + 1}: "
+                        f"depositd {d['rate']:7.0f}/s p50 {d['p50_ms']:6.2f} ms "
+                        f"p99 {d['p99_ms']:6.2f} ms (non-2xx {d['non2xx']}, "
+                        f"errors {d['errors']}, wraps {d['wraps']}) | bare "
+                        f"{b['rate']:7.0f}/s p50 {b['p50_ms']:6.2f} ms p99 {b['p99_ms']:6.2f} ms"
+                        f" | ratio {d['rate'] / b['rate']:.2f}"
+                    )
                 print(f"dup x{dup:<2} c={conns:<3} median ratio {statistics.median(ratios):.2f}")
         lag = pending(db)
         t0 = time.monotonic()
         while pending(db) and time.monotonic() - t0 < 120:
-            await asyncio.sleep(0.1)
-        print(f"pending events at the end of the load: {lag}; "
-              f"drained in {time.monotonic() - t0:.1f}s")  # fmt: skip
+            time.sleep(0.1)
+        print(
+            f"pending events at the end of the load: {lag}; drained in {time.monotonic() - t0:.1f}s"
+        )
     finally:
         depositd.terminate()
         bare.terminate()
@@ -317,7 +362,8 @@ def main() -> None:
         return
     if len(sys.argv) > 1 and sys.argv[1] == "client":
         url, reqs, conns, duration = sys.argv[2:6]
-        asyncio.run(_client_load(url, Path(reqs), int(conns), float(duration)))
+        lines = Path(reqs).read_text().splitlines()
+        asyncio.run(_client_load(url, lines, int(conns), float(duration)))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, nargs="+", default=[50, 8])
@@ -326,7 +372,7 @@ def main() -> None:
     parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "EXTRA"])
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--max-rate", type=int, default=15000, help="requests generated per second")
-    asyncio.run(bench(parser.parse_args()))
+    bench(parser.parse_args())
 
 
 if __name__ == "__main__":

@@ -413,13 +413,20 @@ class Outbox:
 
 
 def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:
-    """Queue a new submission for rejected deposits whose applying profile has changed.
+    """Queue a new submission for rejected or refused deposits whose profile has changed.
 
     Runs in one transaction at start and after a profiles reload. A rejected deposit is never
     resubmitted with the payload it was rejected with.
     """
     queued = 0
-    for row in list(db.query("SELECT * FROM deposits WHERE state='rejected'")):
+    # Rejected deposits, and deposits whose submission the provider refused (10000102/10000103,
+    # so still waiting for details): both wait for a corrected profile.
+    rows = db.query(
+        "SELECT * FROM deposits WHERE state='rejected' OR (state='needs_details' AND EXISTS"
+        " (SELECT 1 FROM actions a WHERE a.transaction_id=deposits.transaction_id"
+        " AND a.action='submit_profile' AND a.status='failed'))"
+    )
+    for row in list(rows):
         deposit = Deposit.from_row(row)
         match = profiles.for_deposit(deposit.wallet_id, deposit.from_address)
         if match is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -143,6 +144,7 @@ class Processor:
         metrics: Metrics | None = None,
         sweep_interval_s: float = 5.0,
         batch_size: int = 100,
+        batch_time_s: float = 0.005,
     ) -> None:
         self.store = store
         # Assignable after construction: the rules engine is built once the store is open.
@@ -150,6 +152,8 @@ class Processor:
         self.metrics = metrics
         self.sweep_interval_s = sweep_interval_s
         self.batch_size = batch_size
+        # Bounds how long webhook inserts wait behind a processing batch on the writer thread.
+        self.batch_time_s = batch_time_s
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -228,8 +232,11 @@ class Processor:
         return transitions
 
     def _apply_batch(self, db: sqlite_utils.Database, reactor: Reactor | None) -> list[_Outcome]:
-        outcomes = []
+        outcomes: list[_Outcome] = []
+        deadline = time.monotonic() + self.batch_time_s
         for event in pending_events(db, limit=self.batch_size):
+            if outcomes and time.monotonic() > deadline:
+                break
             try:
                 with db.atomic():
                     outcome = self._apply_event(db, event, reactor)

@@ -171,8 +171,12 @@ class Scheduler:
         """True while the scheduler is started."""
         return bool(self._scheduler.running)
 
-    def _job(self, name: str, poll: Callable[[], Coroutine[Any, Any, int]]) -> Callable[[], None]:
-        def fire() -> None:
+    def _job(
+        self, name: str, poll: Callable[[], Coroutine[Any, Any, int]]
+    ) -> Callable[[], Coroutine[Any, Any, None]]:
+        # A coroutine function: APScheduler's asyncio executor runs plain functions in a thread
+        # pool, where there is no event loop to start the poll on.
+        async def fire() -> None:
             task = self._running.get(name)
             if task is not None and not task.done():
                 return  # the previous run is still going: never twice at once

@@ -371,15 +371,16 @@ def _as_dict(row: Any) -> dict[str, Any]:
     raise TypeError("connection must use sqlite3.Row")
 
 
-def _resolve(
-    future: asyncio.Future[Any], result: Any = None, exc: BaseException | None = None
+def _resolve_all(
+    futures: list[asyncio.Future[bool]], results: list[bool] | None, exc: StorageError | None
 ) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)
+    for n, future in enumerate(futures):
+        if future.done():
+            continue
+        if results is None:
+            future.set_exception(exc or StorageError("insert failed"))
+        else:
+            future.set_result(results[n])
 
 
 class Store:
@@ -471,12 +472,20 @@ class Store:
         db = self._wdb
         if db is None:
             raise StorageError("store is closed")
+        # Webhook inserts queued meanwhile ride along: one commit (one fsync) serves both.
+        batch = self._take_inserts()
         try:
             with transaction(db):
+                inserted = self._insert_batch(db, batch) if batch else []
                 result = fn(db)
         except sqlite3.Error as exc:
+            self._commit_inserts(batch)  # on their own, so fn's failure is not theirs
             raise StorageError(str(exc)) from exc
+        except BaseException:
+            self._commit_inserts(batch)
+            raise
         self.commits += 1
+        self._deliver(batch, inserted)
         return result
 
     async def insert_event(
@@ -519,23 +528,40 @@ class Store:
         # turning an already-durable insert into an exception inside the writer callback.
         return await asyncio.shield(item.future)
 
-    def _flush_inserts(self) -> None:
+    def _take_inserts(self) -> list[_Insert]:
         with self._lock:
             batch, self._inserts = self._inserts, []
             self._flush_queued = False
+        return batch
+
+    def _flush_inserts(self) -> None:
+        self._commit_inserts(self._take_inserts())
+
+    def _commit_inserts(self, batch: list[_Insert]) -> None:
         if not batch:
             return
-        loop = self._loop
-        assert loop is not None
+        db = self._wdb
         try:
-            results = self._run_write(lambda db: self._insert_batch(db, batch))
-        except Exception as exc:
+            if db is None:
+                raise StorageError("store is closed")
+            with transaction(db):
+                results = self._insert_batch(db, batch)
+        except (sqlite3.Error, StorageError) as exc:
             error = exc if isinstance(exc, StorageError) else StorageError(str(exc))
-            for item in batch:
-                loop.call_soon_threadsafe(_resolve, item.future, None, error)
+            self._deliver(batch, None, error)
             return
-        for item, new in zip(batch, results, strict=True):
-            loop.call_soon_threadsafe(_resolve, item.future, new)
+        self.commits += 1
+        self._deliver(batch, results)
+
+    def _deliver(
+        self, batch: list[_Insert], results: list[bool] | None, error: StorageError | None = None
+    ) -> None:
+        """Hand the outcome to the waiters: one wake-up of the event loop per batch."""
+        if not batch:
+            return
+        assert self._loop is not None
+        futures = [item.future for item in batch]
+        self._loop.call_soon_threadsafe(_resolve_all, futures, results, error)
 
     @staticmethod
     def _insert_batch(db: sqlite_utils.Database, batch: Sequence[_Insert]) -> list[bool]:
