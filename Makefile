@@ -10,14 +10,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-.PHONY: setup demo sandbox test lint
+.PHONY: setup demo test lint
 setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/depositd demo
-
-sandbox: $(STAMP)
-	$(BIN)/depositd sandbox --config deploy/depositd.example.yaml
 
 test: $(STAMP)
 	$(BIN)/pytest -q

@@ -88,6 +88,7 @@ class Runtime:
         outbox_backoff_s: float = 2.0,
         notify_retry: Mapping[str, Any] | None = None,
         client_retries: int = 3,
+        poll_backoff_s: float = 1.0,
     ) -> None:
         self.settings = settings
         self.bundle: Bundle = load_bundle(settings)  # ConfigError: serve refuses to start
@@ -100,6 +101,7 @@ class Runtime:
         self._outbox_backoff_s = outbox_backoff_s
         self._notify_retry = dict(notify_retry or {})
         self._client_retries = client_retries
+        self._poll_backoff_s = poll_backoff_s
         self.outbox: Outbox | None = None
         self.scheduler: Scheduler | None = None
         self.poller: Poller | None = None
@@ -107,6 +109,8 @@ class Runtime:
         self.store: Store | None = None
         self.notifier = SystemdNotifier()
         self._tasks: list[asyncio.Task[Any]] = []
+        # Small writes started from sync callbacks: held here so none is lost or outlives the store.
+        self._side_writes: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
 
     @property
@@ -237,9 +241,11 @@ class Runtime:
                     poll_metrics.last_success.labels(poll=name).set_to_current_time()
                     assert self.poller is not None
                     poll_metrics.found.set(self.poller.stats.found_by_poll)
-                    asyncio.get_running_loop().create_task(
+                    write = asyncio.get_running_loop().create_task(
                         store.write(lambda db: set_meta(db, f"last_{name}_poll_ok", utc_now()))
                     )
+                    self._side_writes.add(write)
+                    write.add_done_callback(self._side_writes.discard)
 
             self.poller = Poller(
                 self.client,
@@ -248,6 +254,7 @@ class Runtime:
                 settings.scheduler,
                 alert=self.alert,
                 on_poll=on_poll,
+                backoff_s=self._poll_backoff_s,
             )
             self.scheduler = Scheduler(self.poller, settings.scheduler)
             self.scheduler.start()
@@ -270,5 +277,5 @@ class Runtime:
         for task in self._tasks:
             if task.get_name() == "watchdog":
                 task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._side_writes, return_exceptions=True)
         await self.client.close()

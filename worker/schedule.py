@@ -52,6 +52,7 @@ class Poller:
         *,
         alert: Callable[[str, str, str], Awaitable[None]] | None = None,
         on_poll: Callable[[str, str], None] | None = None,
+        backoff_s: float = 1.0,
         backoff_max_s: float = 600.0,
     ) -> None:
         self._client = client
@@ -60,7 +61,9 @@ class Poller:
         self._settings = settings
         self._alert = alert
         self._on_poll = on_poll
-        self._backoff_max_s = backoff_max_s
+        # Public so that tests and the demo can shorten the back-off of a running poller.
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
         self._not_before: dict[str, float] = {}
         self._alerted: set[str] = set()
         self.stats = PollStats()
@@ -124,28 +127,13 @@ class Poller:
         try:
             count = await poll()
         except ProviderError as exc:
-            failures = self.stats.failures.get(name, 0) + 1
-            self.stats.failures[name] = failures
-            delay = min(self._backoff_max_s, 2.0**failures) * (0.5 + random.random() / 2)
-            self._not_before[name] = time.monotonic() + delay
             kind = "auth" if isinstance(exc, ProviderAuthError) else "error"
-            log.warning(
-                "poll failed; backing off",
-                poll=name,
-                failures=failures,
-                backoffSeconds=round(delay, 1),
-                error=str(exc),
-            )
-            if self._on_poll is not None:
-                self._on_poll(name, kind)
-            if failures >= FAILING_ALERT_AFTER and name not in self._alerted:
-                self._alerted.add(name)
-                if self._alert is not None:
-                    await self._alert(
-                        f"poll_failing:{name}",
-                        "critical" if kind == "auth" else "warning",
-                        f"{name} poll failed {failures} times in a row: {exc}",
-                    )
+            await self._failed(name, kind, str(exc))
+            return 0
+        except Exception as exc:
+            # Storage or a bug: the poll task must not die with an unretrieved exception.
+            log.exception("poll crashed", poll=name)
+            await self._failed(name, "error", f"{type(exc).__name__}: {exc}")
             return 0
         if self.stats.failures.get(name):
             log.info("poll recovered", poll=name, after=self.stats.failures[name])
@@ -155,6 +143,31 @@ class Poller:
         if self._on_poll is not None:
             self._on_poll(name, "ok")
         return count
+
+    async def _failed(self, name: str, kind: str, error: str) -> None:
+        failures = self.stats.failures.get(name, 0) + 1
+        self.stats.failures[name] = failures
+        delay = min(self.backoff_max_s, self.backoff_s * 2.0**failures) * (
+            0.5 + random.random() / 2
+        )
+        self._not_before[name] = time.monotonic() + delay
+        log.warning(
+            "poll failed; backing off",
+            poll=name,
+            failures=failures,
+            backoffSeconds=round(delay, 3),
+            error=error,
+        )
+        if self._on_poll is not None:
+            self._on_poll(name, kind)
+        if failures >= FAILING_ALERT_AFTER and name not in self._alerted:
+            self._alerted.add(name)
+            if self._alert is not None:
+                await self._alert(
+                    f"poll_failing:{name}",
+                    "critical" if kind == "auth" else "warning",
+                    f"{name} poll failed {failures} times in a row: {error}",
+                )
 
 
 class Scheduler:
