@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from worker.sandbox.handle import Sandbox
 from worker.schedule import FAILING_ALERT_AFTER, Poller, Scheduler
 from worker.settings import SchedulerSettings
 from worker.store import Store
-from worker.tracker import Fact
+from worker.tracker import Fact, fact_from_order
 
 API_KEY = "sched-key"
 API_SECRET = "sched-secret"
@@ -86,6 +87,13 @@ def inject(sandbox: Sandbox, n: int) -> list[str]:
     ]
 
 
+async def until(predicate: Callable[[], bool], timeout: float = 5) -> None:  # noqa: ASYNC109
+    """Wait until `predicate()` holds, checking every 20 ms."""
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110 - the state is plain attributes, no event
+            await asyncio.sleep(0.02)
+
+
 class CountingPoller(Poller):
     """A poller that records how many history runs overlap and how many ran to the end."""
 
@@ -112,13 +120,13 @@ class CountingPoller(Poller):
 
 async def test_history_poll_never_runs_twice_at_once(env: Env) -> None:
     """With a slow provider and an interval far shorter than a poll, runs never overlap."""
-    env.sandbox.set_fault("history", "latency", count=None, latency_s=0.15)
+    env.sandbox.set_fault("history", "latency", count=None, latency_s=0.1)
     sched_settings = settings(history_interval_s=0.02)
     poller = CountingPoller(env.client, env.store, env.processor.observe_fact, sched_settings)
     scheduler = Scheduler(poller, sched_settings)
     scheduler.start()
     try:
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(0.6)
     finally:
         await scheduler.stop()
     assert poller.started >= 2, "the scheduler should have started several runs"
@@ -136,16 +144,14 @@ async def test_scheduler_polls_feed_the_tracker(env: Env) -> None:
     scheduler.start()
     try:
         assert scheduler.running
-        async with asyncio.timeout(5):
-            while poller.stats.found_by_poll < 1:
-                await asyncio.sleep(0.02)
+        await until(lambda: poller.stats.found_by_poll >= 1)
     finally:
         await scheduler.stop()
     assert not scheduler.running
     row = await env.store.write(
-        lambda db: db.execute(
-            "SELECT state, amount FROM deposits WHERE transaction_id=?", [tx]
-        ).fetchone()
+        lambda db: tuple(
+            db.execute("SELECT state, amount FROM deposits WHERE transaction_id=?", [tx]).fetchone()
+        )
     )
     assert row == ("needs_details", "1.25")
 
@@ -175,7 +181,7 @@ async def test_backoff_grows_after_errors_and_resets_on_success(env: Env) -> Non
             await asyncio.sleep(0.005)
     attempts = [t for e, o, t in env.calls.seen if e == "history"]
     assert len(attempts) == 4, "no provider call may be made while backing off"
-    gaps = [later - earlier for earlier, later in zip(attempts, attempts[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(attempts)]
     for n, gap in enumerate(gaps, start=1):
         assert gap >= base * 2**n * 0.5, f"retry {n} came after {gap:.3f}s"
     assert gaps[2] > gaps[0]
@@ -200,7 +206,7 @@ async def test_backoff_grows_after_errors_and_resets_on_success(env: Env) -> Non
 async def test_timeouts_count_as_poll_errors(env: Env) -> None:
     """A provider that does not answer in time makes the poll fail and back off, not crash."""
     short = ProviderClient(
-        env.client._origin,  # noqa: SLF001 - the same sandbox with a shorter client timeout
+        env.client._origin,  # the same sandbox, with a shorter client timeout
         API_KEY,
         API_SECRET,
         retries=0,
@@ -215,24 +221,24 @@ async def test_timeouts_count_as_poll_errors(env: Env) -> None:
         on_poll=lambda name, outcome: outcomes.append(f"{name}:{outcome}"),
         backoff_s=10,
     )
-    env.sandbox.set_fault("detail", "timeout", count=None)
     (tx,) = inject(env.sandbox, 1)
+    await mark_submitted(env, tx)
+    env.sandbox.set_fault("detail", "timeout", count=None)
     try:
-        assert await poller.poll_history() == 1
         assert await poller.poll_detail() == 0
         assert await poller.poll_detail() == 0  # held back: no second wait for a timeout
     finally:
         env.sandbox.clear_faults()
         await short.close()
-    assert outcomes == ["history:ok", "detail:error"]
-    assert poller.stats.failures == {"history": 0, "detail": 1}
-    assert tx
+    assert outcomes == ["detail:error"]
+    assert poller.stats.failures == {"detail": 1}
+    assert "detail" not in poller.stats.last_success
 
 
 async def test_stop_waits_for_the_poll_in_flight(env: Env) -> None:
-    """Shutdown lets the running poll finish its work (the fact is stored) and starts no new one."""
+    """Shutdown waits for the poll in flight to store the record in hand, then starts no new one."""
     (tx,) = inject(env.sandbox, 1)
-    env.sandbox.set_fault("history", "latency", count=None, latency_s=0.4)
+    env.sandbox.set_fault("history", "latency", count=None, latency_s=0.2)
     sched_settings = settings(history_interval_s=0.05)
     poller = CountingPoller(env.client, env.store, env.processor.observe_fact, sched_settings)
     scheduler = Scheduler(poller, sched_settings)
@@ -241,14 +247,18 @@ async def test_stop_waits_for_the_poll_in_flight(env: Env) -> None:
         await poller.first_started.wait()
     started = time.monotonic()
     await scheduler.stop()
-    assert time.monotonic() - started >= 0.3, "stop returned before the poll in flight ended"
+    assert time.monotonic() - started >= 0.1, "stop returned before the poll in flight ended"
     assert poller.in_flight == 0
     assert poller.finished == poller.started == 1
+    # The run ends after the record in hand: the rejected queue is left for the next start.
+    assert env.calls.count("history") == 1
     assert poller.stats.last_success.get("history") is not None  # ended normally, not cancelled
     state = await env.store.write(
-        lambda db: db.execute("SELECT state FROM deposits WHERE transaction_id=?", [tx]).fetchone()
+        lambda db: db.execute("SELECT state FROM deposits WHERE transaction_id=?", [tx]).fetchone()[
+            0
+        ]
     )
-    assert state == ("needs_details",)
+    assert state == "needs_details"
     await asyncio.sleep(0.2)
     assert poller.started == 1, "a poll started after stop"
 
@@ -269,7 +279,9 @@ async def test_history_is_read_one_page_at_a_time(env: Env) -> None:
     assert pages_read_when_observed == [1 + i // 4 for i in range(23)]
     assert poller.stats.found_by_poll == 23
     rows = await env.store.write(
-        lambda db: db.execute("SELECT transaction_id, state, source FROM deposits").fetchall()
+        lambda db: [
+            tuple(r) for r in db.execute("SELECT transaction_id, state, source FROM deposits")
+        ]
     )
     assert sorted(rows) == sorted((tx, "needs_details", "poll") for tx in txs)
 
@@ -277,13 +289,10 @@ async def test_history_is_read_one_page_at_a_time(env: Env) -> None:
     assert poller.stats.found_by_poll == 23, "known deposits are not found again"
 
 
-async def test_detail_poll_reads_only_deposits_that_may_still_change(env: Env) -> None:
-    """Detail is read for submitted deposits, not for ones waiting for details; BLOCKED shows."""
-    waiting, submitted = inject(env.sandbox, 2)
-    poller = Poller(env.client, env.store, env.processor.observe_fact, settings())
-    await poller.poll_history()
+async def mark_submitted(env: Env, tx: str) -> None:
+    """Submit payer details at the sandbox and tell the tracker, as the outbox does."""
     env.sandbox.submit(
-        submitted,
+        tx,
         {
             "correspondentType": "ENTITY",
             "fullName": "Sched Test Ltd",
@@ -293,22 +302,30 @@ async def test_detail_poll_reads_only_deposits_that_may_still_change(env: Env) -
             "provider": "Binance",
         },
     )
-    await poller.poll_history()  # the submitted one left the init queue; still tracked
+    order = await env.client.transaction_detail(tx)
+    await env.processor.observe_fact(fact_from_order(order, source="poll"))
     await env.processor.observe_fact(
         Fact(
-            transaction_id=submitted,
+            transaction_id=tx,
             source="submit",
             observed_at=int(time.time() * 1000),
             white_list_status=WhiteListStatus.PENDING,
         )
     )
+
+
+async def test_detail_poll_reads_only_deposits_that_may_still_change(env: Env) -> None:
+    """Detail is read for submitted deposits, not for ones waiting for details; BLOCKED shows."""
+    waiting, submitted = inject(env.sandbox, 2)
+    poller = Poller(env.client, env.store, env.processor.observe_fact, settings())
+    await poller.poll_history()
+    await mark_submitted(env, submitted)
+    calls_before = env.calls.count("transaction_detail")
     env.sandbox.block(submitted)
     assert await poller.poll_detail() == 1
-    assert env.calls.count("transaction_detail") == 1
-    states = dict(
-        await env.store.write(
-            lambda db: db.execute("SELECT transaction_id, state FROM deposits").fetchall()
-        )
+    assert env.calls.count("transaction_detail") == calls_before + 1
+    states = await env.store.write(
+        lambda db: {r[0]: r[1] for r in db.execute("SELECT transaction_id, state FROM deposits")}
     )
     assert states == {waiting: "needs_details", submitted: "blocked"}
     assert await poller.poll_detail() == 0, "a blocked deposit is final for the detail poll"

@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
-import socket
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +23,7 @@ from worker.metrics import Metrics
 from worker.processor import Processor, Reactor
 from worker.settings import Settings, load_settings
 from worker.store import Store, set_meta, utc_now
+from worker.systemd import SystemdNotifier
 
 log = get_logger(__name__)
 
@@ -135,18 +134,6 @@ def build_app(
     return app
 
 
-def _sd_notify(state: str) -> None:
-    """Tell systemd (Type=notify) about start-up and shutdown; no-op outside systemd."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock, contextlib.suppress(OSError):
-        sock.connect(address)
-        sock.sendall(state.encode())
-
-
 async def serve(settings: Settings, plugins: Plugins | None = None) -> None:
     """Run until SIGTERM/SIGINT, then stop accepting, finish in-flight work and return."""
     plugins = plugins or plugins_for(settings)
@@ -157,6 +144,7 @@ async def serve(settings: Settings, plugins: Plugins | None = None) -> None:
         background=plugins.background,
         ready_checks=plugins.ready_checks,
     )
+    notifier = SystemdNotifier()
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     stop = asyncio.Event()
@@ -169,10 +157,10 @@ async def serve(settings: Settings, plugins: Plugins | None = None) -> None:
         )
         await site.start()
         log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
-        _sd_notify("READY=1")
+        notifier.ready()
         await stop.wait()
         log.info("shutting down")
-        _sd_notify("STOPPING=1")
+        notifier.stopping()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

@@ -38,7 +38,10 @@ def backup(source: Path, target: Path) -> int:
     tmp = target.with_name(target.name + ".partial")
     tmp.unlink(missing_ok=True)
     with closing(sqlite3.connect(source, timeout=30)) as src, closing(sqlite3.connect(tmp)) as dst:
-        src.backup(dst, pages=1024)
+        # One step under one read transaction: copied in steps, every commit the service
+        # makes between two steps restarts the copy, which under load may never finish.
+        # WAL keeps the service writing meanwhile.
+        src.backup(dst, pages=-1)
         pages = int(dst.execute("PRAGMA page_count").fetchone()[0])
         dst.execute("PRAGMA journal_mode=DELETE")
     tmp.replace(target)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -75,6 +77,8 @@ class Outbox:
         self._notify_retry = dict(notify_retry or {})
         self._on_alert = on_alert
         self._wake = asyncio.Event()
+        # One pass at a time: serve's loop and a burst caller must not run a row twice.
+        self._pass = asyncio.Lock()
         self._http: aiohttp.ClientSession | None = None
 
     def wake(self) -> None:
@@ -107,17 +111,18 @@ class Outbox:
     async def run_once(self, *, include_delayed: bool = False) -> int:
         """Run the rows due now; returns how many ran."""
         now = "9999" if include_delayed else utc_now()
-        rows = await self._store.write(
-            lambda db: list(
-                db.query(
-                    "SELECT * FROM actions WHERE status IN ('pending','running')"
-                    " AND next_attempt_at <= ? ORDER BY id LIMIT 50",
-                    [now],
+        async with self._pass:
+            rows = await self._store.write(
+                lambda db: list(
+                    db.query(
+                        "SELECT * FROM actions WHERE status IN ('pending','running')"
+                        " AND next_attempt_at <= ? ORDER BY id LIMIT 50",
+                        [now],
+                    )
                 )
             )
-        )
-        for row in rows:
-            await self._execute(row)
+            for row in rows:
+                await self._execute(row)
         return len(rows)
 
     async def _execute(self, row: dict[str, Any]) -> None:
@@ -230,7 +235,7 @@ class Outbox:
             )
             return
         except ProviderBusinessError as exc:
-            await self._submit_failed(action_id, tx, deposit, name, key, exc)
+            await self._submit_failed(action_id, tx, deposit, name, key, exc, profiles.body(name))
             return
         await self._finish(
             action_id, "done", f"submitted profile {name}; whiteListStatus pending", key=key
@@ -263,10 +268,12 @@ class Outbox:
         profile: str,
         key: str,
         exc: ProviderBusinessError,
+        body: Mapping[str, Any],
     ) -> None:
         code = exc.code or ""
         rule = code_rule(code)
-        detail = f"{code} {rule.meaning if rule else ''}: {exc.msg} (traceId {exc.trace_id})"
+        msg = exc.msg
+        detail = f"{code} {rule.meaning if rule else ''}: {msg} (traceId {exc.trace_id})"
         condition = f"submit_failed:{code}"
 
         def alert(severity: str) -> Callable[[sqlite_utils.Database], object]:
@@ -410,6 +417,29 @@ class Outbox:
             )
         else:
             await self._finish(action_id, "failed", f"forward to {url} failed: {outcome}")
+
+
+def _forward_secret(params: Mapping[str, Any]) -> str:
+    """The forward signing secret (rule keys secret_env/secret_file), read when used."""
+    if params.get("secret_env"):
+        return os.environ.get(str(params["secret_env"]), "")
+    if params.get("secret_file"):
+        try:
+            return Path(str(params["secret_file"])).read_text().strip()
+        except OSError as exc:
+            log.warning("forward secret unreadable", error=exc.strerror)
+    return ""
+
+
+def _redact(text: str, body: Mapping[str, Any]) -> str:
+    """A provider message without the payer values it may echo: alerts name fields only."""
+    for value in body.values():
+        if isinstance(value, str) and value:
+            for form in (f" {value!r}", repr(value), f'"{value}"'):
+                text = text.replace(form, "")
+            if len(value) > 3:
+                text = text.replace(value, "[redacted]")
+    return text
 
 
 def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:

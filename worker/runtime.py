@@ -259,8 +259,15 @@ class Runtime:
             self.scheduler = Scheduler(self.poller, settings.scheduler)
             self.scheduler.start()
         loop = asyncio.get_running_loop()
+
+        def on_hup() -> None:
+            # The loop keeps only a weak reference to a task: hold it until the reload ends.
+            task = loop.create_task(self.reload(), name="reload")
+            self._side_writes.add(task)
+            task.add_done_callback(self._side_writes.discard)
+
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self.reload()))
+            loop.add_signal_handler(signal.SIGHUP, on_hup)
         if self.notifier.enabled:
             self._tasks.append(
                 asyncio.create_task(

@@ -66,7 +66,12 @@ class Poller:
         self.backoff_max_s = backoff_max_s
         self._not_before: dict[str, float] = {}
         self._alerted: set[str] = set()
+        self._stopping = False
         self.stats = PollStats()
+
+    def stop(self) -> None:
+        """Make a poll in flight end after the record in hand (shutdown must not wait for pages)."""
+        self._stopping = True
 
     async def _known(self, transaction_id: str) -> bool:
         found = await self._store.write(
@@ -95,6 +100,8 @@ class Poller:
                     log.info("found by poll", transactionId=order.transactionId, poll="history")
                 await self._observe(fact_from_order(order, source="poll"))
                 seen += 1
+                if self._stopping:
+                    return seen  # the rest is found by the next run after the restart
         return seen
 
     async def _detail(self) -> int:
@@ -110,6 +117,8 @@ class Poller:
             ]
         )
         for tx in rows:
+            if self._stopping:
+                break
             try:
                 order = await self._client.transaction_detail(tx)
             except ProviderBusinessError as exc:
@@ -178,6 +187,7 @@ class Scheduler:
         self._settings = settings
         self._scheduler = AsyncIOScheduler(timezone="UTC")
         self._running: dict[str, asyncio.Task[int]] = {}
+        self._stopping = False
 
     @property
     def running(self) -> bool:
@@ -190,6 +200,8 @@ class Scheduler:
         # A coroutine function: APScheduler's asyncio executor runs plain functions in a thread
         # pool, where there is no event loop to start the poll on.
         async def fire() -> None:
+            if self._stopping:
+                return
             task = self._running.get(name)
             if task is not None and not task.done():
                 return  # the previous run is still going: never twice at once
@@ -199,6 +211,7 @@ class Scheduler:
 
     def start(self) -> None:
         """Add both jobs (first run at once) and start."""
+        self._stopping = False
         from datetime import UTC, datetime
 
         now = datetime.now(UTC)
@@ -224,8 +237,12 @@ class Scheduler:
 
     async def stop(self) -> None:
         """Stop scheduling and wait for the poll in flight."""
+        self._stopping = True
+        self._poller.stop()
         if self._scheduler.running:
             self._scheduler.shutdown(wait=False)
+            # AsyncIOScheduler only queues its shutdown on the loop: let it happen.
+            await asyncio.sleep(0)
         pending = [t for t in self._running.values() if not t.done()]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)

@@ -373,3 +373,38 @@ def _ledger(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> 
 def run_ledger(args: argparse.Namespace) -> int:
     """`depositd ledger [--json] [--since ISO]`."""
     return _run(args, _ledger)
+
+
+# --- addresses ---------------------------------------------------------------------------
+
+_ADDRESS_COLUMNS = ("id", "walletId", "walletAddress", "network", "status", "profile", "updatedAt")
+
+
+def address_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An `addresses` row as `addresses --json` prints it (the profile by name only)."""
+    return {
+        "id": row["id"],
+        "walletId": row["wallet_id"],
+        "walletAddress": row["wallet_address"],
+        "network": row["network"],
+        "memo": row["memo"],
+        "status": row["status"],
+        "failMessage": row["fail_message"],
+        "profile": row["profile"],
+        "updatedAt": row["updated_at"],
+    }
+
+
+def _addresses(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+    rows = [address_json(r) for r in conn.execute("SELECT * FROM addresses ORDER BY created_at")]
+    if args.json:
+        for entry in rows:
+            _json_line(entry, out)
+        return 0
+    table(_ADDRESS_COLUMNS, [[e[c] for c in _ADDRESS_COLUMNS] for e in rows], out)
+    return 0
+
+
+def run_addresses(args: argparse.Namespace) -> int:
+    """`depositd addresses [--json]`."""
+    return _run(args, _addresses)

@@ -1,0 +1,357 @@
+"""End to end: every provider failure of a submission ends as SPEC section 10 says.
+
+The failures come from the sandbox itself: its fault controls (5xx, latency, a wallet code),
+its own validation, and a changed API secret. The worker, the sandbox, an aiosmtpd server and a
+Slack stand-in are real and on loopback (`worker.harness.Stack`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import worker.sandbox.app as sandbox_app
+from worker.harness import Stack
+
+PAYER_ADDRESS = "TE2eErrorsPayer00000000000000001"
+ENTITY = {
+    "correspondentType": "ENTITY",
+    "fullName": "Yarrowby Lantern Holdings Ltd",
+    "countryCode": "SG",
+    "companyAddress": "3 Lantern Quay, Singapore",
+    "walletType": "VASP",
+    "provider": "Binance",
+    "walletLabel": "Lantern ops wallet",
+}
+PAYER_DATA = ("Yarrowby Lantern", "3 Lantern Quay", "Lantern ops wallet")
+
+Recorded = list[dict[str, Any]]
+MakeStack = Callable[..., Awaitable[Stack]]
+
+
+def profiles_yaml(entity: Mapping[str, Any] = ENTITY) -> str:
+    """A profiles file with one entity profile for PAYER_ADDRESS."""
+    return json.dumps(
+        {"profiles": {"e2e-errors": dict(entity)}, "addresses": {PAYER_ADDRESS: "e2e-errors"}}
+    )
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> Recorded:
+    """Every provider request the sandbox receives, before faults, with its arrival time."""
+    seen: Recorded = []
+    original = sandbox_app.verify
+
+    def recording(
+        headers: Mapping[str, str], method: str, path: str, body: bytes, **kw: Any
+    ) -> None:
+        seen.append(
+            {
+                "method": method,
+                "path": path,
+                "headers": dict(headers),
+                "body": body,
+                "at": time.monotonic(),
+            }
+        )
+        original(headers, method, path, body, **kw)
+
+    monkeypatch.setattr(sandbox_app, "verify", recording)
+    return seen
+
+
+@pytest.fixture
+async def make_stack(tmp_path: Path) -> AsyncIterator[MakeStack]:
+    """Start a Stack (no polls unless asked) with the test profile; stopped at teardown."""
+    started: list[Stack] = []
+
+    async def make(profiles: str | None = None, **kw: Any) -> Stack:
+        path = tmp_path / "profiles-source.yaml"
+        path.write_text(profiles if profiles is not None else profiles_yaml())
+        kw.setdefault("scheduler", False)
+        stack = Stack(tmp_path / f"stack{len(started)}", profiles=path, **kw)
+        await stack.start()
+        started.append(stack)
+        return stack
+
+    yield make
+    for stack in started:
+        await stack.stop()
+
+
+def submits(recorded: Recorded, tx: str) -> Recorded:
+    """Submit requests for one deposit, in arrival order."""
+    return [r for r in recorded if r["method"] == "POST" and r["path"].endswith(f"/{tx}/submit")]
+
+
+def detail_reads_after_submit(recorded: Recorded, tx: str) -> Recorded:
+    """Detail (or history) reads of the provider made after the first submit of `tx`."""
+    first = next(i for i, r in enumerate(recorded) if r["path"].endswith(f"/{tx}/submit"))
+    return [
+        r
+        for r in recorded[first + 1 :]
+        if r["method"] == "GET"
+        and (r["path"].startswith(f"/v1/wallet/transactions/{tx}") or "history" in r["path"])
+    ]
+
+
+async def submit_rows(stack: Stack, tx: str) -> list[dict[str, Any]]:
+    """The deposit's submit_profile action rows."""
+    return [a for a in await stack.actions(tx) if a["action"] == "submit_profile"]
+
+
+async def first_submit_ends(stack: Stack, tx: str) -> dict[str, Any]:
+    """Wait until the first submission row is no longer pending or running; that row."""
+
+    async def ended() -> bool:
+        rows = await submit_rows(stack, tx)
+        return bool(rows) and rows[0]["status"] not in ("pending", "running")
+
+    await stack.wait_for(ended, what="the submission to end")
+    await stack.settle()
+    return (await submit_rows(stack, tx))[0]
+
+
+async def deposit_with_fault(
+    make_stack: MakeStack, code: str, *, detail_code: str | None = None
+) -> tuple[Stack, str, dict[str, Any]]:
+    """A deposit whose submission meets wallet code `code` once; the ended submission row."""
+    stack = await make_stack()
+    stack.sandbox.set_fault("submit", "code", count=1, code=code)
+    if detail_code is not None:
+        stack.sandbox.set_fault("detail", "code", count=1, code=detail_code)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "321.09", PAYER_ADDRESS)[
+        "transactionId"
+    ]
+    return stack, tx, await first_submit_ends(stack, tx)
+
+
+def alert_conditions(stack: Stack) -> list[tuple[str, str]]:
+    """(channel, condition) of every alert received."""
+    out = []
+    for payload in stack.slack:
+        context = payload["blocks"][-1]["elements"][0]["text"]
+        out.append(("slack", context.split("condition `")[1].rstrip("`")))
+    out += [("email", str(m["X-Depositd-Condition"])) for m in stack.emails]
+    return sorted(out)
+
+
+def assert_no_payer_data(stack: Stack) -> None:
+    """No alert carries a payer profile value."""
+    texts = [json.dumps(p) for p in stack.slack] + [m.as_string() for m in stack.emails]
+    for text in texts:
+        for value in PAYER_DATA:
+            assert value not in text
+
+
+async def test_10000100_deposit_still_there_is_reread_and_not_resubmitted(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """10000100 for a deposit that exists: re-read, no alert, no new submission."""
+    stack, tx, row = await deposit_with_fault(make_stack, "10000100")
+    assert row["status"] == "failed" and "still exists" in row["outcome"]
+    assert detail_reads_after_submit(recorded, tx)
+    assert len(submits(recorded, tx)) == 1
+    assert stack.slack == [] and stack.emails == []
+
+
+async def test_10000100_deposit_gone_alerts(make_stack: MakeStack, recorded: Recorded) -> None:
+    """10000100 and the re-read cannot find the deposit either: a critical alert, no retry."""
+    stack, tx, row = await deposit_with_fault(make_stack, "10000100", detail_code="10000100")
+    assert row["status"] == "failed" and "gone" in row["outcome"]
+    assert alert_conditions(stack) == [
+        ("email", "submit_failed:10000100"),
+        ("slack", "submit_failed:10000100"),
+    ]
+    assert "CRITICAL" in stack.slack[0]["text"]
+    assert len(submits(recorded, tx)) == 1
+
+
+async def test_10000101_nothing_left_and_detail_refreshed(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """10000101 (the order failed meanwhile): done, and the refreshed detail shows the FAIL."""
+    stack = await make_stack()
+    # The submission is held while the order fails, and the FAIL webhook is lost: only the
+    # detail read that 10000101 calls for can tell the worker.
+    stack.sandbox.set_fault("submit", "latency", count=1, latency_s=0.3)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "12.5", PAYER_ADDRESS)["transactionId"]
+    await stack.wait_for(lambda: bool(submits(recorded, tx)), what="the submit request")
+    stack.sandbox.drop_webhooks(1)
+    stack.sandbox.fail_order(tx)
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "done" and "already completed" in row["outcome"]
+    assert detail_reads_after_submit(recorded, tx)
+    assert (await stack.deposit(tx)).state.value == "failed"  # type: ignore[union-attr]
+    assert len(submits(recorded, tx)) == 1
+    # The failed order is the rules' business (critical alert); the code itself alerts nobody.
+    assert alert_conditions(stack) == [("email", "failed"), ("slack", "failed")]
+
+
+@pytest.mark.parametrize("code", ["10000102", "10000103"])
+async def test_profile_refused_alerts_and_waits_for_a_changed_profile(
+    make_stack: MakeStack, recorded: Recorded, code: str
+) -> None:
+    """10000102/10000103: alert, no retry; a changed profile is submitted once with a new key."""
+    stack, tx, row = await deposit_with_fault(make_stack, code)
+    assert row["status"] == "failed" and "no retry until the profile changes" in row["outcome"]
+    assert alert_conditions(stack) == [
+        ("email", f"submit_failed:{code}"),
+        ("slack", f"submit_failed:{code}"),
+    ]
+    assert code in stack.slack[0]["text"] and "WARNING" in stack.slack[0]["text"]
+    assert await stack.rewrite_profiles(profiles_yaml())  # same contents: no correction
+    await stack.settle()
+    assert len(submits(recorded, tx)) == 1
+
+    fixed = {**ENTITY, "walletLabel": "Lantern ops wallet 2"}
+    assert await stack.rewrite_profiles(profiles_yaml(fixed))
+    await stack.settle()
+    calls = submits(recorded, tx)
+    assert len(calls) == 2
+    assert calls[0]["headers"]["Idempotency-Key"] != calls[1]["headers"]["Idempotency-Key"]
+    assert json.loads(calls[1]["body"]) == fixed
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+    assert len(stack.slack) == 1 and len(stack.emails) == 1
+    assert_no_payer_data(stack)
+
+
+async def test_10000103_from_sandbox_validation_names_the_field_not_the_value(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """The sandbox refuses an unknown provider (10000103): the alert names `provider` only."""
+    stack = await make_stack(profiles=profiles_yaml({**ENTITY, "provider": "Nowhere VASP Ltd"}))
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "99", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "failed"
+    [slack] = stack.slack_for(tx, "submit_failed:10000103")
+    [mail] = stack.emails_for(tx, "submit_failed:10000103")
+    for text in (json.dumps(slack), mail.as_string()):
+        assert "provider" in text and "10000103" in text
+        assert "Nowhere VASP" not in text
+    assert "Nowhere VASP" not in row["outcome"]
+    assert len(submits(recorded, tx)) == 1
+
+
+async def test_10000104_retried_later_with_same_payload_and_key(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """10000104 twice: retried after back-off with the same body and key, then accepted."""
+    stack = await make_stack()
+    stack.sandbox.set_fault("submit", "code", count=2, code="10000104")
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "5", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "done" and row["attempts"] == 3
+    calls = submits(recorded, tx)
+    assert len(calls) == 3
+    assert {c["headers"]["Idempotency-Key"] for c in calls} == {row["idempotency_key"]}
+    assert len({c["body"] for c in calls}) == 1
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+    assert stack.slack == [] and stack.emails == []
+
+
+async def test_10000105_reads_original_result_without_new_submission(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """10000105: the original result is read (detail), nothing is submitted again."""
+    stack, tx, row = await deposit_with_fault(make_stack, "10000105")
+    assert row["status"] == "done" and "original result" in row["outcome"]
+    assert detail_reads_after_submit(recorded, tx)
+    assert len(submits(recorded, tx)) == 1
+    assert len(await submit_rows(stack, tx)) == 1
+    assert stack.slack == [] and stack.emails == []
+
+
+@pytest.mark.parametrize(("code", "severity"), [("10000106", "CRITICAL"), ("10000107", None)])
+async def test_10000106_and_10000107_alert_without_retry(
+    make_stack: MakeStack, recorded: Recorded, code: str, severity: str | None
+) -> None:
+    """10000106 (our bug) alerts critical, 10000107 (wallet) alerts; neither is retried."""
+    stack, tx, row = await deposit_with_fault(make_stack, code)
+    assert row["status"] == "failed"
+    assert alert_conditions(stack) == [
+        ("email", f"submit_failed:{code}"),
+        ("slack", f"submit_failed:{code}"),
+    ]
+    if severity:
+        assert severity in stack.slack[0]["text"]
+    assert code in stack.slack[0]["text"]
+    assert len(submits(recorded, tx)) == 1
+    assert_no_payer_data(stack)
+
+
+async def test_5xx_retried_by_client_and_outbox_with_same_key(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """Three 503s: retried (client, then outbox back-off) with one key until accepted."""
+    stack = await make_stack()
+    stack.sandbox.set_fault("submit", "5xx", count=3)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "7", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "done" and row["attempts"] == 2
+    calls = submits(recorded, tx)
+    assert len(calls) == 4
+    assert {c["headers"]["Idempotency-Key"] for c in calls} == {row["idempotency_key"]}
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+    assert stack.slack == [] and stack.emails == []
+
+
+async def test_timeout_retried_with_same_key_and_applied_once(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """A submission that times out is retried with the same key; the provider acts once."""
+    stack = await make_stack()
+    stack.settings.provider.timeout_s = 0.3
+    await stack.restart_worker()  # a client with the short timeout
+    applied: list[str] = []
+    original = stack.sandbox.submit
+
+    def counting(tx_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        answer = original(tx_id, body)
+        applied.append(tx_id)
+        return answer
+
+    stack.sandbox.submit = counting  # type: ignore[method-assign]
+    stack.sandbox.set_fault("submit", "latency", count=1, latency_s=0.6)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "8", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "done"
+    await stack.wait_for(lambda: time.monotonic() > submits(recorded, tx)[0]["at"] + 0.7)
+    calls = submits(recorded, tx)
+    assert len(calls) == 2
+    assert {c["headers"]["Idempotency-Key"] for c in calls} == {row["idempotency_key"]}
+    assert applied == [tx]
+    assert stack.sandbox.state.order(tx).white_list_status.value == "pending"
+
+
+async def test_auth_failure_alerts_and_retries_after_backoff(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """401 from the provider: one auth alert, retries spaced by back-off, same key, then OK."""
+    stack = await make_stack()
+    secret = stack.sandbox.cfg.api_secret
+    stack.sandbox.cfg.api_secret = "rotated-at-the-provider"
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "9", PAYER_ADDRESS)["transactionId"]
+    await stack.wait_for(lambda: len(submits(recorded, tx)) >= 3, what="three refused tries")
+    await stack.wait_for(lambda: len(stack.slack) >= 1 and len(stack.emails) >= 1)
+    stack.sandbox.cfg.api_secret = secret
+    await stack.wait_for(
+        lambda: stack.sandbox.state.order(tx).white_list_status.value == "pending",
+        what="the submission to pass",
+    )
+    await stack.settle()
+
+    calls = submits(recorded, tx)
+    [row] = await submit_rows(stack, tx)
+    assert row["status"] == "done" and row["attempts"] == len(calls)
+    assert {c["headers"]["Idempotency-Key"] for c in calls} == {row["idempotency_key"]}
+    gaps = [b["at"] - a["at"] for a, b in zip(calls, calls[1:], strict=False)]
+    assert all(gap >= 0.02 for gap in gaps)  # back-off, not a hot loop
+    assert gaps[1] > gaps[0] * 0.5  # and it does not shrink
+    assert alert_conditions(stack) == [("email", "auth_failure"), ("slack", "auth_failure")]
+    assert "CRITICAL" in stack.slack[0]["text"]

@@ -1,0 +1,161 @@
+"""`depositd serve` under a stand-in systemd: READY=1, WATCHDOG=1, STOPPING=1 on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from worker.sandbox import SandboxConfig, create_app
+
+ROOT = Path(__file__).resolve().parent.parent
+PROVIDER_KEY, PROVIDER_SECRET = "sd-provider-key", "sd-provider-secret"
+
+ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def provider_url(aiohttp_server: ServerFactory) -> AsyncIterator[str]:
+    """The provider sandbox on a loopback port; its base URL."""
+    server = await aiohttp_server(
+        create_app(SandboxConfig(api_key=PROVIDER_KEY, api_secret=PROVIDER_SECRET))
+    )
+    yield str(server.make_url("")).rstrip("/")
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
+    """A bound, non-blocking AF_UNIX datagram socket standing in for systemd's notify socket."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "notify.sock"))
+    sock.setblocking(False)
+    yield sock
+    sock.close()
+
+
+def write_config(tmp_path: Path, provider_url: str, port: int) -> Path:
+    """A serve config with the shipped rules and profiles and a loopback listener."""
+    cfg = {
+        "provider": {
+            "base_url": provider_url,
+            "api_key": PROVIDER_KEY,
+            "api_secret": PROVIDER_SECRET,
+        },
+        "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
+        "storage": {"path": str(tmp_path / "depositd.db")},
+        "scheduler": {"enabled": False},
+        "rules": str(ROOT / "rules"),
+        "profiles": str(ROOT / "rules" / "profiles.yaml"),
+        "log": {"format": "json", "level": "info"},
+    }
+    path = tmp_path / "depositd.yaml"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+async def start_serve(config: Path, notify: socket.socket, log: Path) -> asyncio.subprocess.Process:
+    """`python -m worker serve` with NOTIFY_SOCKET and a one-second watchdog."""
+    env = {k: v for k, v in os.environ.items() if k != "WATCHDOG_PID"}
+    env.update(
+        NOTIFY_SOCKET=str(notify.getsockname()),
+        WATCHDOG_USEC="1000000",
+        PYTHONPATH=str(ROOT),
+    )
+    with log.open("wb") as err:
+        return await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "worker", "serve", "--config", str(config)],
+            cwd=ROOT,
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
+async def next_message(sock: socket.socket, within: float) -> str:
+    """The next datagram on the notify socket."""
+    loop = asyncio.get_running_loop()
+    data = await asyncio.wait_for(loop.sock_recv(sock, 4096), within)
+    return data.decode()
+
+
+async def test_ready_after_port_bound_watchdog_then_stopping(
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+) -> None:
+    """READY=1 comes once /healthz answers, WATCHDOG=1 repeats, SIGTERM sends STOPPING=1, exit 0."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = await start_serve(write_config(tmp_path, provider_url, port), notify_socket, log)
+    try:
+        before_ready: list[str] = []
+        while (message := await next_message(notify_socket, 15)) != "READY=1":
+            before_ready.append(message)
+        assert set(before_ready) <= {"WATCHDOG=1"}, before_ready
+        # No retry: by the time systemd hears READY=1 the port must already answer.
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/healthz") as resp,
+        ):
+            assert resp.status == 200
+
+        after_ready: list[str] = []
+        deadline = time.monotonic() + 1.6
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                after_ready.append(await next_message(notify_socket, left))
+            except TimeoutError:
+                break
+        # WATCHDOG_USEC=1s: a ping every half second, so about three in 1.6 s.
+        assert after_ready.count("WATCHDOG=1") >= 2, after_ready
+        assert set(after_ready) == {"WATCHDOG=1"}, after_ready
+
+        proc.send_signal(signal.SIGTERM)
+        while (message := await next_message(notify_socket, 10)) != "STOPPING=1":
+            assert message == "WATCHDOG=1", message
+        assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert "READY=1" not in before_ready + after_ready  # sent exactly once
+
+
+async def test_no_ready_when_the_port_is_taken(
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+) -> None:
+    """serve that cannot bind its port never sends READY=1 and exits 1."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        log = tmp_path / "serve.log"
+        proc = await start_serve(write_config(tmp_path, provider_url, port), notify_socket, log)
+        try:
+            assert await asyncio.wait_for(proc.wait(), 20) == 1, log.read_text()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    messages: list[str] = []
+    with pytest.raises(BlockingIOError):
+        while True:
+            messages.append(notify_socket.recv(4096).decode())
+    assert "READY=1" not in messages
