@@ -401,7 +401,7 @@ async def test_partner_envelope(client: ProviderClient, provider: FakeProvider) 
     )
     data = await client.quote({"request_id": "r1", "from_amount": Decimal("150.00")})
     assert data["rate"] == "7.1234567890123456789"
-    assert provider.seen[0].body == b'{"request_id":"r1","from_amount":"150"}'
+    assert provider.seen[0].body == b'{"request_id":"r1","from_amount":"150.00"}'
     with pytest.raises(ProviderBusinessError) as info:
         await client.quote({"request_id": "r2"})
     assert (info.value.code, info.value.trace_id) == ("AMOUNT_OUT_OF_RANGE", "p2")

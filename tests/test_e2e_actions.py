@@ -210,9 +210,9 @@ async def test_no_profile_alerts_on_slack_and_email_and_submits_nothing(
 ) -> None:
     """No profile applies: one warning alert per channel, nothing submitted."""
     stack = await make_stack()
-    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "980", "TNobodyKnowsThisPayer00000000001")[
-        "transactionId"
-    ]
+    tx = stack.sandbox.inject_deposit(
+        1001, "USDT", "TRON", "980", "TNobodyKnowsThisPayer00000000001"
+    )["transactionId"]
     await stack.wait_for(lambda: stack.slack_for(tx) and stack.emails_for(tx), what="alerts")
     await stack.settle()
     [slack] = stack.slack_for(tx, "needs_details")
@@ -298,7 +298,9 @@ async def test_alerts_once_per_condition_and_never_carry_payer_data(
 ) -> None:
     """The same BLOCKED and FAILED facts seen five times give one alert each, no payer data."""
     stack = await make_stack(scheduler=False)
-    blocked = stack.sandbox.inject_deposit(1002, "USDT", "TRON", "10", "TBlockedPayer000000000000000001")
+    blocked = stack.sandbox.inject_deposit(
+        1002, "USDT", "TRON", "10", "TBlockedPayer000000000000000001"
+    )
     rejected = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "20", ENTITY_ADDRESS)
     await submitted(stack, blocked["transactionId"])
     await submitted(stack, rejected["transactionId"])
@@ -319,9 +321,14 @@ async def test_alerts_once_per_condition_and_never_carry_payer_data(
         if d.envelope["eventType"] == "DEPOSIT_WHITELIST_FAILED"
     ]
     for n in range(4):  # the provider resends the same fact under new eventIds
-        assert await post_webhook(stack, {**failed, "eventId": f"{failed['eventId']}-again{n}"}) == 200
+        assert (
+            await post_webhook(stack, {**failed, "eventId": f"{failed['eventId']}-again{n}"}) == 200
+        )
         await stack.settle()
-    assert len([e for e in await stack.events(tx_r) if e["event_type"] == "DEPOSIT_WHITELIST_FAILED"]) == 5
+    assert (
+        len([e for e in await stack.events(tx_r) if e["event_type"] == "DEPOSIT_WHITELIST_FAILED"])
+        == 5
+    )
 
     assert len(stack.slack_for(tx_b, "blocked")) == 1
     assert len(stack.emails_for(tx_b, "blocked")) == 1
@@ -451,3 +458,37 @@ async def test_forward_posts_signed_deposit_and_retries_after_500(
     assert forward["status"] == "done" and forward["attempts"] == 2
     assert "forward-secret-1" not in json.dumps(forward)
     assert len(await stack.ledger()) == 1
+
+
+async def test_rule_resubmitting_on_rejection_never_resends_identical_payload(
+    make_stack: MakeStack, tmp_path: Path, recorded: Recorded
+) -> None:
+    """A rule that submits on `rejected` sends nothing until the profile has changed."""
+    rules = tmp_path / "resubmit-rules"
+    rules.mkdir()
+    (rules / "resubmit.yaml").write_text(
+        "wallet: '*'\n"
+        "rules:\n"
+        "  - name: submit, and again after a rejection\n"
+        "    on: [needs_details, rejected]\n"
+        "    if: {profile: found}\n"
+        "    then: [submit_profile]\n"
+        "  - name: book\n"
+        "    on: [credited]\n"
+        "    then: [book]\n"
+    )
+    stack = await make_stack(rules=rules, scheduler=False)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "64", ENTITY_ADDRESS)["transactionId"]
+    await submitted(stack, tx)
+    stack.sandbox.reject_review(tx, "unreadable")
+    await stack.settle()
+    assert len(submits(recorded, tx)) == 1
+    assert (await stack.deposit(tx)).state.value == "rejected"  # type: ignore[union-attr]
+    assert stack.sandbox.state.order(tx).white_list_status.value == "rejected"
+
+    corrected = {**ENTITY, "walletLabel": "Quartz cold wallet"}
+    assert await stack.rewrite_profiles(profiles_yaml(entity=corrected))
+    await stack.settle()
+    calls = submits(recorded, tx)
+    assert len(calls) == 2 and json.loads(calls[1]["body"]) == corrected
+    assert stack.sandbox.state.order(tx).white_list_status.value == "pending"

@@ -7,6 +7,7 @@ Slack stand-in are real and on loopback (`worker.harness.Stack`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -350,7 +351,7 @@ async def test_auth_failure_alerts_and_retries_after_backoff(
     [row] = await submit_rows(stack, tx)
     assert row["status"] == "done" and row["attempts"] == len(calls)
     assert {c["headers"]["Idempotency-Key"] for c in calls} == {row["idempotency_key"]}
-    gaps = [b["at"] - a["at"] for a, b in zip(calls, calls[1:], strict=False)]
+    gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(calls)]
     assert all(gap >= 0.02 for gap in gaps)  # back-off, not a hot loop
     assert gaps[1] > gaps[0] * 0.5  # and it does not shrink
     assert alert_conditions(stack) == [("email", "auth_failure"), ("slack", "auth_failure")]

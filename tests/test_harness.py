@@ -62,9 +62,7 @@ async def test_known_payer_deposit_flows_end_to_end(tmp_path: Path) -> None:
         assert len(ledger) == 1
         assert Decimal(ledger[0]["amount"]) == Decimal("250.50")
         submits = [a for a in await stack.actions(tx) if a["action"] == "submit_profile"]
-        assert [(a["status"], a["params"]["profile"]) for a in submits] == [
-            ("done", "demo-entity")
-        ]
+        assert [(a["status"], a["params"]["profile"]) for a in submits] == [("done", "demo-entity")]
         assert [e["event_type"] for e in await stack.events(tx)] == [
             "DEPOSIT_WHITELIST_REQUIRED",
             "DEPOSIT_WHITELIST_CREDITED",

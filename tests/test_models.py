@@ -73,7 +73,7 @@ def order(**changes: Any) -> dict[str, Any]:
         (b"1e-7", "0.0000001"),
         (b'"1E-7"', "0.0000001"),
         (b"5", "5"),
-        (b'"100.500"', "100.5"),
+        (b'"100.500"', "100.500"),
     ],
 )
 def test_amount_exact(raw: bytes, text: str) -> None:
@@ -295,7 +295,7 @@ def test_stable_order_detail() -> None:
         }
     )
     assert detail.price == Decimal("1.002004")
-    assert detail.to_json_dict()["sourceAmount"] == "100"
+    assert detail.to_json_dict()["sourceAmount"] == "100.00"
 
 
 def test_settlement_daily() -> None:
@@ -548,7 +548,7 @@ def test_quote_request_and_response() -> None:
         asset="USDT",
         network="TRON",
     )
-    assert req.to_json_dict()["from_amount"] == "100.1"
+    assert req.to_json_dict()["from_amount"] == "100.10"
     resp = QuoteResponse.model_validate(
         {
             "quote_id": "q-1",

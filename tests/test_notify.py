@@ -171,9 +171,9 @@ def test_amount_is_an_exact_decimal_string() -> None:
 
 
 def test_subject_is_short_and_names_the_deposit() -> None:
-    """The subject reads like `[depositd] CRITICAL: Deposit BLOCKED 1001 123.45 USDT (tx ...)`."""
+    """The subject reads like `[depositd] CRITICAL: Deposit BLOCKED 1001 123.4500 USDT (tx ...)`."""
     alert = build_alert("blocked", "critical", FakeDeposit())
-    assert subject(alert) == "[depositd] CRITICAL: Deposit BLOCKED 1001 123.45 USDT (tx tx-7f3a9c)"
+    assert subject(alert) == "[depositd] CRITICAL: Deposit BLOCKED 1001 123.4500 USDT (tx tx-7f3a9c)"
     no_deposit = build_alert("provider_unknown", "warning", profile="acme-ops")
     assert subject(no_deposit) == (
         "[depositd] WARNING: Profile names a provider no longer offered (profile acme-ops)"
@@ -185,7 +185,7 @@ def test_render_text_has_every_part() -> None:
     alert = build_alert("rejected", "warning", FakeDeposit(fail_message="walletLabel too long"))
     text = render_text(alert)
     assert text.startswith("WARNING: Payer details rejected\n")
-    for part in ("1001 (Main USDT)", "123.45 USDT on TRON", "tx-7f3a9c", "walletLabel too long"):
+    for part in ("1001 (Main USDT)", "123.4500 USDT on TRON", "tx-7f3a9c", "walletLabel too long"):
         assert part in text
     assert "Next step:" in text and "resubmits" in text
     assert all(len(line) <= 78 for line in text.splitlines())
@@ -202,7 +202,7 @@ def test_render_slack_is_readable_blocks() -> None:
     fields = [f["text"] for f in payload["blocks"][1]["fields"]]
     assert fields == [
         "*Wallet*\n1001 (Main USDT)",
-        "*Amount*\n123.45 USDT on TRON",
+        "*Amount*\n123.4500 USDT on TRON",
         "*transactionId*\n`tx-7f3a9c`",
     ]
     assert payload["blocks"][2]["text"]["text"] == "*Detail*\ncreditStatus BLOCKED"
@@ -519,13 +519,13 @@ async def test_email_delivers_subject_and_body(smtp_server: SmtpFactory) -> None
     assert got.mail_from == SENDER and got.rcpt_tos == RECIPIENTS
     msg = got.message
     assert msg["Subject"] == (
-        "[depositd] WARNING: Submission refused (10000103) 1001 123.45 USDT (tx tx-7f3a9c)"
+        "[depositd] WARNING: Submission refused (10000103) 1001 123.4500 USDT (tx tx-7f3a9c)"
     )
     assert msg["From"] == SENDER and msg["To"] == ", ".join(RECIPIENTS)
     assert msg["Message-ID"].endswith("@merchant.example>")
     body = msg.get_content().replace("\r\n", "\n")  # SMTP carries CRLF line ends
     assert body == render_text(alert)
-    for part in ("1001 (Main USDT)", "123.45 USDT on TRON", "tx-7f3a9c", "Next step:"):
+    for part in ("1001 (Main USDT)", "123.4500 USDT on TRON", "tx-7f3a9c", "Next step:"):
         assert part in body
     assert not got.authenticated
 

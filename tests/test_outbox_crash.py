@@ -62,9 +62,9 @@ def db_rows(path: Path, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, 
         conn.close()
 
 
-async def until(check: Callable[[], bool], what: str, timeout: float = 15) -> None:
+async def until(check: Callable[[], bool], what: str, within_s: float = 15) -> None:
     """Poll `check` until it holds."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within_s
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.05)

@@ -21,6 +21,7 @@ import sqlite_utils
 
 from worker.check import load_bundle
 from worker.errors import ConfigError, ProviderError
+from worker.logs import configure
 from worker.notify.channels import notifiers_from_settings, send_all
 from worker.notify.message import build_alert
 from worker.provider import jsonio
@@ -122,6 +123,7 @@ async def register(
         fields = ", ".join(p.field for p in exc.problems)
         raise ConfigError([f"profile {profile!r} cannot register an address: {fields}"]) from None
 
+    replaced: list[str] = []
     if replace_failed:
         page = await client.list_addresses(status="FAILED", page_size=100)
         for old in page.records:
@@ -129,11 +131,13 @@ async def register(
                 disabled = await client.disable_address(old.id, idempotency_key=f"disable-{old.id}")
                 old_done = disabled or old.model_copy(update={"status": AddressStatus.DISABLED})
                 await store.write(partial(save_address, record=old_done, profile=None))
+                replaced.append(old.id)
                 _say(f"disabled FAILED record {old.id}\n")
 
-    # Same address + payer content: same key, so a retried command does not register twice.
+    # Same address + payer content: same key, so a retried command does not register twice;
+    # a new key once a FAILED record was replaced, or the provider would replay the old answer.
     key = hashlib.sha256(
-        f"{wallet_id}:{address}:{network}:{content_hash(body)}:{replace_failed}".encode()
+        f"{wallet_id}:{address}:{network}:{content_hash(body)}:{','.join(replaced)}".encode()
     ).hexdigest()[:40]
     record = await client.register_address(body, idempotency_key=key)
     await store.write(lambda db: save_address(db, record, profile))
@@ -194,4 +198,6 @@ async def _main(args: argparse.Namespace, settings: Settings) -> int:
 def run(args: argparse.Namespace) -> int:
     """`depositd register-address`."""
     settings = load_settings(args.config)
+    # Logs go to stderr: stdout carries only the final record as JSON.
+    configure(settings.log.format, settings.log.level)
     return asyncio.run(_main(args, settings))

@@ -106,7 +106,8 @@ def status_report(conn: sqlite3.Connection) -> dict[str, Any]:
     return {
         "version": __version__,
         "startedAt": started,
-        "lastWebhookAt": one("SELECT MAX(received_at) FROM events"),
+        # The meta key survives retention pruning; the events table is the fallback.
+        "lastWebhookAt": meta.get("last_webhook_at") or one("SELECT MAX(received_at) FROM events"),
         "lastHistoryPollOk": meta.get("last_history_poll_ok"),
         "lastDetailPollOk": meta.get("last_detail_poll_ok"),
         "pendingEvents": one("SELECT COUNT(*) FROM events WHERE status='pending'"),
@@ -129,7 +130,5 @@ def run_status(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     with closing(connect(settings)) as conn:
         report = status_report(conn)
-    if report["startedAt"]:
-        report["uptime"] = report["startedAt"]
     print(json.dumps(report, indent=2))
     return 0

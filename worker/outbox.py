@@ -25,6 +25,7 @@ from worker.errors import (
     ProviderBusinessError,
     ProviderRetryLater,
     ProviderUnavailable,
+    StorageError,
 )
 from worker.logs import get_logger
 from worker.notify.channels import Notifier, send_all
@@ -97,11 +98,27 @@ class Outbox:
                 continue
             self._wake.clear()
             waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
-            await asyncio.wait(waiters, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            timeout = await self._until_next_due()
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             for waiter in waiters:
                 waiter.cancel()
         if self._http is not None:
             await self._http.close()
+
+    async def _until_next_due(self, cap_s: float = 1.0) -> float:
+        """Seconds until the earliest delayed row is due, so a short back-off stays short."""
+        try:
+            first = await self._store.read(
+                lambda db: db.execute(
+                    "SELECT MIN(next_attempt_at) FROM actions WHERE status IN ('pending','running')"
+                ).fetchone()[0]
+            )
+        except StorageError:
+            return cap_s
+        if not first:
+            return cap_s
+        due = datetime.fromisoformat(str(first).replace("Z", "+00:00"))
+        return min(cap_s, max(0.005, (due - datetime.now(UTC)).total_seconds()))
 
     async def run_until_idle(self, *, include_delayed: bool = False) -> None:
         """Run every due row (and rows they cause) until none is left."""
@@ -272,7 +289,7 @@ class Outbox:
     ) -> None:
         code = exc.code or ""
         rule = code_rule(code)
-        msg = exc.msg
+        msg = _redact(exc.msg, body)
         detail = f"{code} {rule.meaning if rule else ''}: {msg} (traceId {exc.trace_id})"
         condition = f"submit_failed:{code}"
 
@@ -391,7 +408,7 @@ class Outbox:
             await self._finish(action_id, "skipped", "deposit unknown")
             return
         url = str(params["url"])
-        secret = str(params.get("secret") or "")
+        secret = _forward_secret(params)
         body = jsonio.dumpb(deposit.as_json())
         target = url.split("://", 1)[-1]
         path = "/" + target.split("/", 1)[1] if "/" in target else "/"

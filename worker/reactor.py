@@ -126,6 +126,16 @@ def _alert_detail(intent: Intent, deposit: Deposit, trigger: str) -> str | None:
     return "; ".join(parts) or None
 
 
+def _key_used(db: sqlite_utils.Database, transaction_id: str, key: str) -> bool:
+    """Was a submission with this Idempotency-Key (this exact payload) already queued?"""
+    row = db.execute(
+        "SELECT 1 FROM actions WHERE transaction_id=? AND action='submit_profile'"
+        " AND idempotency_key=? LIMIT 1",
+        [transaction_id, key],
+    ).fetchone()
+    return row is not None
+
+
 class RuleReactor:
     """The processor's reactor: rules decide, rows record."""
 
@@ -209,11 +219,24 @@ class RuleReactor:
             named = intent.params.get("profile")
             name = str(named) if named else match.name
             content = profiles.content_hash(name)
+            key = submit_key(deposit.transaction_id, content)
+            if _key_used(db, deposit.transaction_id, key):
+                # The provider has this very payload already (a rejection is never answered
+                # with the same details): wait for a changed profile instead.
+                add_action(
+                    db,
+                    action="submit_profile",
+                    params={"profile": name, "content_hash": content, "named": bool(named)},
+                    status="skipped",
+                    outcome="identical payload already submitted; waiting for a changed profile",
+                    **common,
+                )
+                return
             add_action(
                 db,
                 action="submit_profile",
                 params={"profile": name, "content_hash": content, "named": bool(named)},
-                idempotency_key=submit_key(deposit.transaction_id, content),
+                idempotency_key=key,
                 **common,
             )
         elif intent.action == "alert":

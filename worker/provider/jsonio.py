@@ -1,7 +1,7 @@
 """JSON in and out with exact decimals.
 
 Numbers are parsed straight into `Decimal` (never through float) and every `Decimal` is written
-back as a plain decimal string ("0.0000001", not "1E-7").
+back as a plain decimal string with its scale kept ("0.0000001", not "1E-7"; "125.50" stays).
 """
 
 from __future__ import annotations
@@ -17,11 +17,8 @@ def loads(raw: bytes | str) -> Any:
 
 
 def decimal_str(value: Decimal) -> str:
-    """A decimal as a plain string without exponent; integral values keep no trailing '.0'."""
-    text = format(value, "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text if text not in ("-0", "") else "0"
+    """A decimal as a plain string without exponent, keeping its scale ("125.50" stays)."""
+    return format(value, "f")
 
 
 def _default(obj: Any) -> Any:
