@@ -195,12 +195,14 @@ async def test_failed_alerts_then_replace_failed_registers_anew_and_deposits_ski
 ) -> None:
     """FAILED alerts (exit 1); --replace-failed disables it, registers anew; deposits then book."""
     address = "TKnownFailedFirst000000000000001"
+    stack.sandbox.set_fault("address_detail", "5xx", count=1)  # a retry that gets logged
     proc = await cli(stack, *register_args(address))
     failed_id = await new_record(stack, set())
     stack.sandbox.reject_address(failed_id, "payer name does not match the exchange's records")
     first = await finished(proc)
     assert first.code == 1, first.err
-    assert json.loads(first.out)["status"] == "FAILED"
+    assert json.loads(first.out)["status"] == "FAILED", "stdout must hold only the record"
+    assert "retrying" in first.err
     await stack.wait_for(
         lambda: (
             any("address_failed" in json.dumps(p) for p in stack.slack)

@@ -23,7 +23,7 @@ def _refused(port: int) -> bool:
 
 
 async def test_start_and_stop_cleanly(tmp_path: Path) -> None:
-    """The stack serves a ready worker and a sandbox, writes a loadable config, and frees its ports."""
+    """The stack serves a ready worker and sandbox, writes a loadable config, frees its ports."""
     stack = Stack(tmp_path)
     await stack.start()
     try:

@@ -99,7 +99,7 @@ def build_app(
     extra_cleanup_ctx: Sequence[CleanupCtx] = (),
     background: Sequence[Background] = (),
     ready_checks: Sequence[ReadyCheck] = (),
-    sweep_interval_s: float = 5.0,
+    sweep_interval_s: float = 1.0,
 ) -> web.Application:
     """The aiohttp application: ingress routes, store, processor and the given plugins.
 

@@ -136,6 +136,14 @@ def _key_used(db: sqlite_utils.Database, transaction_id: str, key: str) -> bool:
     return row is not None
 
 
+def _acted_on(db: sqlite_utils.Database, event_id: str, event_type: str) -> bool:
+    """True when rules already ran on this stored event's raw eventType (a replay)."""
+    row = db.execute(
+        "SELECT 1 FROM actions WHERE event_id=? AND trigger=? LIMIT 1", [event_id, event_type]
+    ).fetchone()
+    return row is not None
+
+
 class RuleReactor:
     """The processor's reactor: rules decide, rows record."""
 
@@ -154,7 +162,8 @@ class RuleReactor:
         rulebook = self._rules()
         match = self._profiles().for_deposit(deposit.wallet_id, deposit.from_address)
         todo: list[tuple[str, str]] = [(t.trigger.value, t.key) for t in transitions]
-        if fact.event_type and fact.event_id:
+        if fact.event_type and fact.event_id and not _acted_on(db, fact.event_id, fact.event_type):
+            # Raw eventType rules run once per stored event: a replay does not repeat them.
             todo.append((fact.event_type, fact.event_type))
         for trigger, key in todo:
             for intent in rulebook.evaluate(deposit, trigger, profile_found=match is not None):
