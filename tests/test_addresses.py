@@ -141,8 +141,12 @@ async def test_register_polls_until_active_and_sends_the_register_form(
         )
     )
     record_id = await new_record(stack, set())
-    rows = await address_rows(stack)
-    assert rows[record_id]["status"] == "PROCESSING"
+
+    async def stored() -> bool:
+        return record_id in await address_rows(stack)
+
+    await stack.wait_for(stored, 5, "the PROCESSING row")
+    assert (await address_rows(stack))[record_id]["status"] == "PROCESSING"
     assert not task.done(), "the command must wait for the review"
     stack.sandbox.approve_address(record_id)
     record = await asyncio.wait_for(task, 5)

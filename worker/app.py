@@ -145,16 +145,14 @@ async def serve(settings: Settings, plugins: Plugins | None = None) -> None:
         ready_checks=plugins.ready_checks,
     )
     notifier = SystemdNotifier()
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        site = web.TCPSite(
-            runner, settings.webhook.host, settings.webhook.port, shutdown_timeout=30.0
-        )
+        site = web.TCPSite(runner, settings.webhook.host, settings.webhook.port)
         await site.start()
         log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
         notifier.ready()

@@ -338,7 +338,10 @@ async def active_address(demo: Demo) -> Result:
     check.expect("booked on DEPOSIT_ORDER_NOTIFICATION", types == ["DEPOSIT_ORDER_NOTIFICATION"])
     check.expect("booked once", len(ledger) == 1 and ledger[0]["trigger"] == "credited")
     check.expect("nothing submitted", not await demo.submits(tx))
-    return check.result(f"address {record.status.value}, events {types}, {len(ledger)} ledger row")
+    return check.result(
+        f"address {record.status.value}, events {', '.join(types) or 'none'},"
+        f" {len(ledger)} ledger row"
+    )
 
 
 async def lost_webhook(demo: Demo) -> Result:
@@ -462,12 +465,13 @@ def summary(results: list[tuple[Scenario, Result]]) -> list[str]:
     return lines
 
 
-async def main(workdir: Path, out: TextIO) -> int:
+async def main(workdir: Path, out: TextIO, *, kept: bool = False) -> int:
     """Start the stack in `workdir`, play the scenarios, print the summary; 0 if all ok."""
     started = time.monotonic()
     async with Stack(workdir) as stack:
         print(f"depositd demo: sandbox {stack.sandbox_url}, worker {stack.webhook_url}", file=out)
-        print(f"files in {workdir} (log: depositd.log)", file=out)
+        where = "kept" if kept else "removed at exit; --keep DIR keeps them"
+        print(f"files in {workdir} ({where}); logs in depositd.log there", file=out)
         results = await play(stack, out)
     print(file=out)
     for line in summary(results):
@@ -478,7 +482,7 @@ async def main(workdir: Path, out: TextIO) -> int:
     return 0 if passed == len(results) else 1
 
 
-def _run_in(workdir: Path) -> int:
+def _run_in(workdir: Path, *, kept: bool) -> int:
     log_path = workdir / "depositd.log"
     with log_path.open("a", encoding="utf-8") as log_file:
         configure("json", "info", stream=log_file)
@@ -488,7 +492,7 @@ def _run_in(workdir: Path) -> int:
         root.addHandler(handler)
         root.setLevel(logging.INFO)
         try:
-            return asyncio.run(main(workdir, sys.stdout))
+            return asyncio.run(main(workdir, sys.stdout, kept=kept))
         finally:
             root.removeHandler(handler)
             configure("console", "error", stream=sys.stderr)
@@ -499,11 +503,11 @@ def run(args: argparse.Namespace) -> int:
     keep = getattr(args, "keep", None)
     if keep is None:
         with tempfile.TemporaryDirectory(prefix="depositd-demo-") as tmp:
-            return _run_in(Path(tmp))
+            return _run_in(Path(tmp), kept=False)
     workdir = Path(keep).resolve()
     if (workdir / "depositd.db").exists():
         raise ConfigError([f"{workdir}: holds a previous demo's database; give an empty folder"])
     workdir.mkdir(parents=True, exist_ok=True)
-    code = _run_in(workdir)
+    code = _run_in(workdir, kept=True)
     print(f"kept: {workdir} (try: depositd ledger --config {workdir / 'depositd.yaml'})")
     return code

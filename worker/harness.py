@@ -27,10 +27,9 @@ from typing import Any
 
 import yaml
 from aiohttp import web
-from aiosmtpd.controller import Controller
 
 from worker.app import PROCESSOR_KEY, STORE_KEY, build_app
-from worker.errors import ConfigError
+from worker.errors import ConfigError, DepositdError
 from worker.outbox import Outbox
 from worker.processor import Processor
 from worker.reactor import utc_now
@@ -147,7 +146,7 @@ class Stack:
         self._worker_runner: web.AppRunner | None = None
         self._sandbox_runner: web.AppRunner | None = None
         self._slack_runner: web.AppRunner | None = None
-        self._smtp: Controller | None = None
+        self._smtp: Any = None  # aiosmtpd Controller
         self._owned: list[socket.socket] = []  # sockets handed to a running site
 
     # --- what tests read ---------------------------------------------------------------------
@@ -269,6 +268,7 @@ class Stack:
         if self._smtp is not None:
             controller, self._smtp = self._smtp, None
             await asyncio.to_thread(controller.stop)
+        self._owned.clear()
 
     async def restart_worker(self) -> None:
         """Stop the worker app and start a new one on the same database, config and port."""
@@ -330,6 +330,12 @@ class Stack:
             sock.close()
             raise
 
+        try:
+            from aiosmtpd.controller import Controller
+        except ImportError:  # a dev dependency: installed with depositd[dev]
+            raise DepositdError(
+                "the e-mail stand-in needs aiosmtpd (pip install aiosmtpd)"
+            ) from None
         self.smtp_port = _free_port()
         controller = Controller(_Inbox(self.emails), hostname="127.0.0.1", port=self.smtp_port)
         await asyncio.to_thread(controller.start)

@@ -409,7 +409,7 @@ class Outbox:
             return
         url = str(params["url"])
         secret = _forward_secret(params)
-        body = jsonio.dumpb(deposit.as_json())
+        body = jsonio.dumpb(params.get("deposit") or deposit.as_json())
         target = url.split("://", 1)[-1]
         path = "/" + target.split("/", 1)[1] if "/" in target else "/"
         headers = {"Content-Type": "application/json"}

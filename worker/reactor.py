@@ -261,6 +261,8 @@ class RuleReactor:
                 profile=match.name if match is not None else None,
             )
         elif intent.action == "forward":
-            add_action(db, action="forward", params=dict(intent.params), **common)
+            # The deposit as of this transition: every retry posts the same body.
+            params = {**intent.params, "deposit": deposit.as_json()}
+            add_action(db, action="forward", params=params, **common)
         else:
             raise ValueError(f"unknown action {intent.action!r}")
