@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from worker.errors import StorageError
 from worker.ingress import Ingress, ReadyCheck
 from worker.logs import configure, get_logger
 from worker.metrics import Metrics
@@ -65,6 +66,8 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     await store.write(lambda db: set_meta(db, "started_at", utc_now()))
     log.info("store open", path=str(store.path), synchronous=store.synchronous)
     yield
+    with contextlib.suppress(StorageError):  # the store may be what failed
+        await store.write(lambda db: set_meta(db, "stopped_at", utc_now()))
     await store.close()
     log.info("store closed")
 

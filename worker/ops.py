@@ -14,22 +14,13 @@ import sys
 import time
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from worker import __version__
 from worker.reactor import utc_now
-from worker.settings import Settings, load_settings
-
-
-def connect(settings: Settings) -> sqlite3.Connection:
-    """A plain connection to the service's database; exits 1 when there is none."""
-    path = settings.storage.path
-    if not Path(path).exists():
-        print(f"depositd: no database at {path} (has `depositd serve` run?)", file=sys.stderr)
-        raise SystemExit(1)
-    conn = sqlite3.connect(path, timeout=30)
-    conn.row_factory = sqlite3.Row
-    return conn
+from worker.settings import load_settings
+from worker.tracker import ms_from_iso
+from worker.views import run_on_db
 
 
 def backup(source: Path, target: Path) -> int:
@@ -50,19 +41,20 @@ def backup(source: Path, target: Path) -> int:
 
 def run_backup(args: argparse.Namespace) -> int:
     """`depositd backup PATH`."""
-    settings = load_settings(args.config)
-    with closing(connect(settings)):
-        pass
-    started = time.monotonic()
-    pages = backup(settings.storage.path, Path(args.path))
-    print(f"backup written to {args.path} ({pages} pages, {time.monotonic() - started:.2f}s)")
-    return 0
+
+    def body(_conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
+        settings = load_settings(args.config)
+        started = time.monotonic()
+        pages = backup(settings.storage.path, Path(args.path))
+        elapsed = time.monotonic() - started
+        print(f"backup written to {args.path} ({pages} pages, {elapsed:.2f}s)", file=out)
+        return 0
+
+    return run_on_db(args, body)
 
 
-def run_replay(args: argparse.Namespace) -> int:
-    """`depositd replay EVENT_ID`: put one stored event back in the inbox."""
-    settings = load_settings(args.config)
-    with closing(connect(settings)) as conn, conn:
+def _replay(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+    with conn:
         cur = conn.execute(
             "UPDATE events SET status='pending', error=NULL, processed_at=NULL WHERE event_id=?",
             [args.event_id],
@@ -72,16 +64,20 @@ def run_replay(args: argparse.Namespace) -> int:
         return 1
     print(
         f"event {args.event_id} queued again; the running service re-runs it through the tracker"
-        " and the rules (transitions already taken do not act twice)"
+        " and the rules (transitions already taken do not act twice)",
+        file=out,
     )
     return 0
 
 
-def run_retry_failed(args: argparse.Namespace) -> int:
-    """`depositd retry-failed`: failed events and actions back to pending, same keys."""
-    settings = load_settings(args.config)
+def run_replay(args: argparse.Namespace) -> int:
+    """`depositd replay EVENT_ID`: put one stored event back in the inbox."""
+    return run_on_db(args, _replay, readonly=False)
+
+
+def _retry_failed(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
     now = utc_now()
-    with closing(connect(settings)) as conn, conn:
+    with conn:
         events = conn.execute(
             "UPDATE events SET status='pending', error=NULL WHERE status='failed'"
         ).rowcount
@@ -91,8 +87,13 @@ def run_retry_failed(args: argparse.Namespace) -> int:
             [now, now],
         ).rowcount
         conn.execute("UPDATE alerts SET status='pending' WHERE status='failed'")
-    print(f"queued again: {events} event(s), {actions} action(s) (idempotency keys kept)")
+    print(f"queued again: {events} event(s), {actions} action(s) (idempotency keys kept)", file=out)
     return 0
+
+
+def run_retry_failed(args: argparse.Namespace) -> int:
+    """`depositd retry-failed`: failed events and actions back to pending, same keys."""
+    return run_on_db(args, _retry_failed, readonly=False)
 
 
 def status_report(conn: sqlite3.Connection) -> dict[str, Any]:
@@ -102,10 +103,17 @@ def status_report(conn: sqlite3.Connection) -> dict[str, Any]:
     def one(sql: str, *args: Any) -> Any:
         return conn.execute(sql, args).fetchone()[0]
 
-    started = meta.get("started_at")
+    started, stopped = meta.get("started_at"), meta.get("stopped_at")
+    running = bool(started) and (not stopped or stopped < started)
+    uptime = None
+    if running and started:
+        uptime = round((ms_from_iso(utc_now()) - ms_from_iso(started)) / 1000)
     return {
         "version": __version__,
+        "running": running,
         "startedAt": started,
+        "stoppedAt": stopped,
+        "uptimeSeconds": uptime,
         # The meta key survives retention pruning; the events table is the fallback.
         "lastWebhookAt": meta.get("last_webhook_at") or one("SELECT MAX(received_at) FROM events"),
         "lastHistoryPollOk": meta.get("last_history_poll_ok"),
@@ -125,10 +133,11 @@ def status_report(conn: sqlite3.Connection) -> dict[str, Any]:
     }
 
 
-def run_status(args: argparse.Namespace) -> int:
-    """`depositd status`."""
-    settings = load_settings(args.config)
-    with closing(connect(settings)) as conn:
-        report = status_report(conn)
-    print(json.dumps(report, indent=2))
+def _status(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
+    print(json.dumps(status_report(conn), indent=2), file=out)
     return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """`depositd status`: from the running service's database."""
+    return run_on_db(args, _status)

@@ -28,13 +28,13 @@ class NoDatabase(Exception):
 
 
 @contextmanager
-def open_db(args: argparse.Namespace) -> Iterator[sqlite3.Connection]:
-    """A read-only connection to the configured database; `NoDatabase` if the file is absent."""
+def open_db(args: argparse.Namespace, *, readonly: bool = True) -> Iterator[sqlite3.Connection]:
+    """A connection to the configured database (read-only by default); `NoDatabase` if absent."""
     settings = load_settings(args.config)
     path = Path(settings.storage.path)
     if not path.exists():
         raise NoDatabase(f"no database at {path} (has `depositd serve` run yet?)")
-    conn = connect(path, readonly=True)
+    conn = connect(path, readonly=readonly, synchronous=settings.storage.synchronous)
     try:
         yield conn
     finally:
@@ -64,10 +64,11 @@ def _json_line(obj: Mapping[str, Any], out: TextIO) -> None:
     print(jsonio.dumps(dict(obj)), file=out)
 
 
-def _run(args: argparse.Namespace, body: Any) -> int:
+def run_on_db(args: argparse.Namespace, body: Any, *, readonly: bool = True) -> int:
+    """Run `body(conn, args, out)` on the configured database; exit 1 when it cannot be read."""
     out = sys.stdout
     try:
-        with open_db(args) as conn:
+        with open_db(args, readonly=readonly) as conn:
             result: int = body(conn, args, out)
             return result
     except NoDatabase as exc:
@@ -166,7 +167,7 @@ def _failed_actions(conn: sqlite3.Connection, out: TextIO) -> None:
 
 def run_events(args: argparse.Namespace) -> int:
     """`depositd events [--failed] [--json]`."""
-    return _run(args, _events)
+    return run_on_db(args, _events)
 
 
 # --- deposits ----------------------------------------------------------------------------
@@ -306,7 +307,7 @@ def _one_deposit(conn: sqlite3.Connection, tx: str, as_json: bool, out: TextIO) 
 
 def run_deposits(args: argparse.Namespace) -> int:
     """`depositd deposits [--state S] [--json] [TRANSACTION_ID]`."""
-    return _run(args, _deposits)
+    return run_on_db(args, _deposits)
 
 
 # --- ledger ------------------------------------------------------------------------------
@@ -372,7 +373,7 @@ def _ledger(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> 
 
 def run_ledger(args: argparse.Namespace) -> int:
     """`depositd ledger [--json] [--since ISO]`."""
-    return _run(args, _ledger)
+    return run_on_db(args, _ledger)
 
 
 # --- addresses ---------------------------------------------------------------------------
@@ -407,4 +408,4 @@ def _addresses(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) 
 
 def run_addresses(args: argparse.Namespace) -> int:
     """`depositd addresses [--json]`."""
-    return _run(args, _addresses)
+    return run_on_db(args, _addresses)
