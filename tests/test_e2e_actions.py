@@ -492,3 +492,38 @@ async def test_rule_resubmitting_on_rejection_never_resends_identical_payload(
     calls = submits(recorded, tx)
     assert len(calls) == 2 and json.loads(calls[1]["body"]) == corrected
     assert stack.sandbox.state.order(tx).white_list_status.value == "pending"
+
+
+async def test_profile_change_does_not_submit_what_the_rules_left_to_a_human(
+    make_stack: MakeStack, tmp_path: Path, recorded: Recorded
+) -> None:
+    """A rejected deposit that a human submitted (rules said no) is not resubmitted on reload."""
+    rules = tmp_path / "amount-rules"
+    rules.mkdir()
+    (rules / "amount.yaml").write_text(
+        "wallet: '*'\n"
+        "rules:\n"
+        "  - name: submit small deposits\n"
+        "    on: [needs_details]\n"
+        "    if: {profile: found, amount: {lte: '100'}}\n"
+        "    then: [submit_profile]\n"
+        "  - name: a human looks at big ones\n"
+        "    on: [needs_details]\n"
+        "    if: {amount: {gt: '100'}}\n"
+        "    then: [{alert: {severity: warning}}]\n"
+    )
+    stack = await make_stack(rules=rules, scheduler=False)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "5000", ENTITY_ADDRESS)["transactionId"]
+    await stack.settle()
+    assert submits(recorded, tx) == [] and len(stack.slack_for(tx)) == 1
+    client = stack.runtime.client
+    assert client is not None
+    await client.submit_payer(tx, ENTITY, idempotency_key="by-hand-1")  # the human
+    stack.sandbox.reject_review(tx, "unreadable")
+    await stack.settle()
+    assert (await stack.deposit(tx)).state.value == "rejected"  # type: ignore[union-attr]
+
+    assert await stack.rewrite_profiles(profiles_yaml(entity={**ENTITY, "walletLabel": "x"}))
+    await stack.settle()
+    assert [c["headers"]["Idempotency-Key"] for c in submits(recorded, tx)] == ["by-hand-1"]
+    assert await actions_of(stack, tx, "submit_profile") == []

@@ -288,6 +288,7 @@ class Stack:
             outbox_backoff_s=self.outbox_backoff_s,
             notify_retry=NOTIFY_RETRY,
             client_retries=1,
+            poll_backoff_s=0.05,
         )
         plugins = runtime.plugins()
         app = build_app(

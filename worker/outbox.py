@@ -328,6 +328,9 @@ class Outbox:
     ) -> None:
         condition = str(params["condition"])
         tx = deposit.transaction_id if deposit else "-"
+        # Deposit alerts: once per (deposit, condition, channel). An alert about no deposit (poll
+        # failing, reload refused) is once per queued alert: its callers decide how often.
+        scope = tx if deposit else f"system#{action_id}"
         wanted = params.get("channels") or list(self._notifiers)
         channels = [c for c in wanted if c in self._notifiers]
         alert = build_alert(
@@ -345,7 +348,7 @@ class Outbox:
         def claim(db: sqlite_utils.Database) -> list[str]:
             todo = []
             for channel in channels:
-                key = f"{tx}:{condition}:{channel}"
+                key = f"{scope}:{condition}:{channel}"
                 db.execute(
                     "INSERT OR IGNORE INTO alerts (dedupe_key, transaction_id, condition, severity,"
                     " channel, status, attempts, created_at) VALUES (?,?,?,?,?, 'pending', 0, ?)",
@@ -373,7 +376,7 @@ class Outbox:
                         "failed" if error else "sent",
                         error,
                         None if error else utc_now(),
-                        f"{tx}:{condition}:{channel}",
+                        f"{scope}:{condition}:{channel}",
                     ],
                 )
 
@@ -475,10 +478,23 @@ def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:
     )
     for row in list(rows):
         deposit = Deposit.from_row(row)
+        last = db.execute(
+            "SELECT params FROM actions WHERE transaction_id=? AND action='submit_profile'"
+            " AND idempotency_key IS NOT NULL ORDER BY id DESC LIMIT 1",
+            [deposit.transaction_id],
+        ).fetchone()
+        if last is None:
+            continue  # depositd never submitted it (a human did): its rules decide, not a reload
+        previous = json.loads(last[0] or "{}")
+        named = bool(previous.get("named")) and previous.get("profile") in profiles.names()
         match = profiles.for_deposit(deposit.wallet_id, deposit.from_address)
-        if match is None:
+        if named:
+            name = str(previous["profile"])
+        elif match is not None:
+            name = match.name
+        else:
             continue
-        content = profiles.content_hash(match.name)
+        content = profiles.content_hash(name)
         key = submit_key(deposit.transaction_id, content)
         seen = db.execute(
             "SELECT COUNT(*) FROM actions WHERE transaction_id=? AND action='submit_profile'"
@@ -491,7 +507,7 @@ def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:
             db,
             deposit=deposit,
             action="submit_profile",
-            params={"profile": match.name, "content_hash": content},
+            params={"profile": name, "content_hash": content, "named": named},
             trigger="profile_changed",
             idempotency_key=key,
         )
