@@ -173,7 +173,9 @@ def test_amount_is_an_exact_decimal_string() -> None:
 def test_subject_is_short_and_names_the_deposit() -> None:
     """The subject reads like `[depositd] CRITICAL: Deposit BLOCKED 1001 123.4500 USDT (tx ...)`."""
     alert = build_alert("blocked", "critical", FakeDeposit())
-    assert subject(alert) == "[depositd] CRITICAL: Deposit BLOCKED 1001 123.4500 USDT (tx tx-7f3a9c)"
+    assert subject(alert) == (
+        "[depositd] CRITICAL: Deposit BLOCKED 1001 123.4500 USDT (tx tx-7f3a9c)"
+    )
     no_deposit = build_alert("provider_unknown", "warning", profile="acme-ops")
     assert subject(no_deposit) == (
         "[depositd] WARNING: Profile names a provider no longer offered (profile acme-ops)"
