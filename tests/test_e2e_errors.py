@@ -268,6 +268,36 @@ async def test_10000105_reads_original_result_without_new_submission(
     assert stack.slack == [] and stack.emails == []
 
 
+async def test_10000105_with_detail_unavailable_stays_done(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """10000105 while the detail read fails: the submission is done, not failed; no resubmit."""
+    stack = await make_stack()
+    stack.sandbox.set_fault("submit", "code", count=1, code="10000105")
+    stack.sandbox.set_fault("detail", "5xx", count=2)  # every attempt of the client's one read
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "8.25", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "done" and "detail not read now" in row["outcome"]
+    assert len(submits(recorded, tx)) == 1
+    assert len(await submit_rows(stack, tx)) == 1
+
+
+async def test_10000100_with_detail_unavailable_is_retried_later(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """10000100 while the detail read fails: retried later with the same key, not given up."""
+    stack = await make_stack()
+    stack.sandbox.set_fault("submit", "code", count=1, code="10000100")
+    stack.sandbox.set_fault("detail", "5xx", count=2)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "8.5", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "done" and row["attempts"] == 2
+    calls = submits(recorded, tx)
+    assert len(calls) == 2
+    assert {c["headers"]["Idempotency-Key"] for c in calls} == {row["idempotency_key"]}
+    assert stack.slack == [] and stack.emails == []
+
+
 @pytest.mark.parametrize(("code", "severity"), [("10000106", "CRITICAL"), ("10000107", None)])
 async def test_10000106_and_10000107_alert_without_retry(
     make_stack: MakeStack, recorded: Recorded, code: str, severity: str | None

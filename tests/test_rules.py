@@ -773,3 +773,17 @@ def test_rules_test_reads_a_live_database_without_writing(config: Path) -> None:
         assert db_path.read_bytes() == main_before
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["rules", "--config", "CONFIG", "test", "ev.json"],
+        ["rules", "test", "--config", "CONFIG", "ev.json"],
+    ],
+)
+def test_rules_test_config_given_before_or_after_test(argv: list[str]) -> None:
+    """`--config` is kept whether it comes before or after the `test` subcommand."""
+    args = build_parser().parse_args(argv)
+    assert args.config == "CONFIG"
+    assert args.event_file == "ev.json"

@@ -28,9 +28,8 @@ from worker.provider import jsonio
 from worker.provider.client import ProviderClient
 from worker.provider.models import AddressStatus, SourceAddress
 from worker.provider.payer import PayerValidationError, content_hash, validate_payer
-from worker.reactor import utc_now
 from worker.settings import Settings, load_settings
-from worker.store import Store
+from worker.store import Store, utc_now
 
 FINAL = (AddressStatus.ACTIVE, AddressStatus.FAILED, AddressStatus.DISABLED)
 
@@ -166,13 +165,7 @@ async def _main(args: argparse.Namespace, settings: Settings) -> int:
     store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
     await store.open()
     try:
-        async with ProviderClient(
-            settings.provider.base_url,
-            settings.provider.api_key.get_secret_value(),
-            settings.provider.api_secret.get_secret_value(),
-            algorithm=settings.provider.signature,
-            timeout_s=settings.provider.timeout_s,
-        ) as client:
+        async with ProviderClient.from_settings(settings.provider) as client:
             record = await register(
                 settings,
                 client,

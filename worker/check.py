@@ -51,14 +51,7 @@ async def unknown_providers(settings: Settings, profiles: Profiles) -> list[str]
     """Profiles whose `provider` the options endpoint no longer offers."""
     from worker.provider.client import ProviderClient
 
-    async with ProviderClient(
-        settings.provider.base_url,
-        settings.provider.api_key.get_secret_value(),
-        settings.provider.api_secret.get_secret_value(),
-        algorithm=settings.provider.signature,
-        timeout_s=settings.provider.timeout_s,
-        retries=1,
-    ) as client:
+    async with ProviderClient.from_settings(settings.provider, retries=1) as client:
         names = await client.options()
     return profiles.check_providers(names)
 

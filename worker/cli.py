@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="configuration file (default: $DEPOSITD_CONFIG, else ./depositd.yaml)",
     )
+    # A nested subcommand's own default would overwrite `rules --config X test`: suppress it.
+    nested = _Parser(add_help=False)
+    nested.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="as above")
     parser = _Parser(prog="depositd", description="Travel Rule deposit worker")
     parser.add_argument("--version", action="version", version=f"depositd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -57,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rules", parents=[common], help="rule tools")
     rules_sub = p.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)
-    t = rules_sub.add_parser("test", parents=[common], help="dry-run rules against an event")
+    t = rules_sub.add_parser("test", parents=[nested], help="dry-run rules against an event")
     src = t.add_mutually_exclusive_group(required=True)
     src.add_argument("event_file", nargs="?", metavar="EVENT.json")
     src.add_argument("--event", metavar="EVENT_ID", help="a stored event")

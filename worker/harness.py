@@ -29,15 +29,14 @@ import yaml
 from aiohttp import web
 
 from worker.app import PROCESSOR_KEY, STORE_KEY, build_app
-from worker.errors import ConfigError, DepositdError
+from worker.errors import ConfigError
 from worker.outbox import Outbox
 from worker.processor import Processor
-from worker.reactor import utc_now
 from worker.runtime import Runtime
 from worker.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, WalletSpec, create_app
 from worker.sandbox.config import default_wallets
 from worker.settings import Settings, load_settings
-from worker.store import Store, get_deposit_row
+from worker.store import Store, get_deposit_row, utc_now
 from worker.tracker import Deposit
 
 WEBHOOK_PATH = "/webhooks/provider"
@@ -331,12 +330,8 @@ class Stack:
             sock.close()
             raise
 
-        try:
-            from aiosmtpd.controller import Controller
-        except ImportError:  # a dev dependency: installed with depositd[dev]
-            raise DepositdError(
-                "the e-mail stand-in needs aiosmtpd (pip install aiosmtpd)"
-            ) from None
+        from aiosmtpd.controller import Controller  # imported here: only the harness needs it
+
         self.smtp_port = _free_port()
         controller = Controller(_Inbox(self.emails), hostname="127.0.0.1", port=self.smtp_port)
         await asyncio.to_thread(controller.start)

@@ -13,7 +13,7 @@ import json
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import sqlite_utils
 from worker.errors import (
     ProviderAuthError,
     ProviderBusinessError,
+    ProviderError,
     ProviderRetryLater,
     ProviderUnavailable,
     StorageError,
@@ -35,9 +36,9 @@ from worker.provider import jsonio, signing
 from worker.provider.client import ProviderClient
 from worker.provider.codes import code_rule
 from worker.provider.models import WhiteListStatus
-from worker.reactor import add_action, enqueue_alert, submit_key, utc_now
-from worker.store import Store
-from worker.tracker import Deposit, Fact, fact_from_order
+from worker.reactor import add_action, enqueue_alert, submit_key
+from worker.store import Store, utc_now
+from worker.tracker import Deposit, Fact, fact_from_order, iso_from_ms
 
 log = get_logger(__name__)
 
@@ -48,8 +49,7 @@ MAX_ALERT_ROUNDS = 3
 
 
 def _iso_in(seconds: float) -> str:
-    when = datetime.now(UTC) + timedelta(seconds=seconds)
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_from_ms(signing.now_ms() + round(seconds * 1000))
 
 
 class Outbox:
@@ -93,7 +93,12 @@ class Outbox:
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set; the action in flight is finished first."""
         while not stop.is_set():
-            ran = await self.run_once()
+            try:
+                ran = await self.run_once()
+            except Exception:
+                # The runner must outlive a storage outage: the rows wait, the next pass retries.
+                log.exception("outbox pass failed; retrying")
+                ran = 0
             if ran:
                 continue
             self._wake.clear()
@@ -252,7 +257,9 @@ class Outbox:
             )
             return
         except ProviderBusinessError as exc:
-            await self._submit_failed(action_id, tx, deposit, name, key, exc, profiles.body(name))
+            await self._submit_failed(
+                action_id, tx, deposit, name, key, exc, profiles.body(name), attempts
+            )
             return
         await self._finish(
             action_id, "done", f"submitted profile {name}; whiteListStatus pending", key=key
@@ -286,6 +293,7 @@ class Outbox:
         key: str,
         exc: ProviderBusinessError,
         body: Mapping[str, Any],
+        attempts: int,
     ) -> None:
         code = exc.code or ""
         rule = code_rule(code)
@@ -298,14 +306,30 @@ class Outbox:
                 db, deposit, condition, severity, trigger="submit", detail=detail, profile=profile
             )
 
-        if code == "10000101":
-            await self._finish(action_id, "done", "review already completed; detail refreshed")
-            await self._refresh(tx)
-        elif code == "10000105":
-            await self._finish(action_id, "done", "duplicate request; original result read")
-            await self._refresh(tx)
+        if code in ("10000101", "10000105"):
+            if code == "10000101":
+                what, read = "review already completed", "detail refreshed"
+            else:
+                what, read = "duplicate request", "original result read"
+            try:
+                await self._refresh(tx)
+            except ProviderError as err:
+                # Nothing to submit either way; the detail poll reads the result later.
+                read = f"detail not read now ({err.msg}); the detail poll reads it"
+            await self._finish(action_id, "done", f"{what}; {read}")
         elif code == "10000100":
-            if await self._refresh(tx):
+            try:
+                still_there = await self._refresh(tx)
+            except ProviderError as err:
+                # Gone or not cannot be told yet: try again later with the same key.
+                await self._finish(
+                    action_id,
+                    "pending",
+                    f"{detail}; detail not read ({err.msg}); retrying later",
+                    retry_in=self._delay(attempts),
+                )
+                return
+            if still_there:
                 await self._finish(action_id, "failed", f"{detail}; the deposit still exists")
             else:
                 await self._finish(

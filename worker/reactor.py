@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import sqlite_utils
@@ -18,14 +17,10 @@ import sqlite_utils
 from worker.logs import get_logger
 from worker.profiles import Profiles
 from worker.rules import Intent, RuleBook
+from worker.store import utc_now
 from worker.tracker import Deposit, Fact, Transition
 
 log = get_logger(__name__)
-
-
-def utc_now() -> str:
-    """Now as ISO 8601 UTC with milliseconds and Z."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def submit_key(transaction_id: str, content_hash: str) -> str:

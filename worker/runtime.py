@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlite_utils
@@ -21,19 +20,21 @@ from prometheus_client import Counter, Gauge
 
 from worker.app import METRICS_KEY, PROCESSOR_KEY, STORE_KEY, Plugins
 from worker.check import Bundle, load_bundle
-from worker.errors import ConfigError, ProviderError
+from worker.errors import ConfigError, ProviderError, StorageError
 from worker.logs import get_logger
 from worker.metrics import Metrics
 from worker.notify.channels import Notifier, notifiers_from_settings
 from worker.outbox import Outbox, resubmit_changed
 from worker.profiles import Profiles
 from worker.provider.client import ProviderClient
-from worker.reactor import RuleReactor, enqueue_alert, utc_now
+from worker.provider.signing import now_ms
+from worker.reactor import RuleReactor, enqueue_alert
 from worker.rules import RuleBook
 from worker.schedule import Poller, Scheduler
 from worker.settings import Settings
-from worker.store import Store, set_meta
+from worker.store import Store, set_meta, utc_now
 from worker.systemd import SystemdNotifier, watchdog_loop
+from worker.tracker import iso_from_ms
 
 log = get_logger(__name__)
 
@@ -42,11 +43,7 @@ DAY_S = 86_400.0
 
 def prune_events(db: sqlite_utils.Database, retention_days: int) -> int:
     """Delete processed/ignored events older than the retention; ledger, actions stay."""
-    cutoff = (
-        (datetime.now(UTC) - timedelta(days=retention_days))
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
+    cutoff = iso_from_ms(now_ms() - retention_days * int(DAY_S) * 1000)
     cur = db.execute(
         "DELETE FROM events WHERE status IN ('processed','ignored') AND received_at < ?",
         [cutoff],
@@ -186,12 +183,17 @@ class Runtime:
     async def _daily(self) -> None:
         assert self.store is not None
         while not self._stop.is_set():
-            await self.check_providers()
-            pruned = await self.store.write(
-                lambda db: prune_events(db, self.settings.storage.retention_days)
-            )
-            if pruned:
-                log.info("retention", prunedEvents=pruned)
+            try:
+                await self.check_providers()
+                pruned = await self.store.write(
+                    lambda db: prune_events(db, self.settings.storage.retention_days)
+                )
+            except StorageError as exc:
+                # Tomorrow's run tries again; the task must not end with the error unseen.
+                log.error("daily maintenance failed", error=str(exc))
+            else:
+                if pruned:
+                    log.info("retention", prunedEvents=pruned)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), DAY_S)
 
@@ -208,14 +210,8 @@ class Runtime:
         def on_alert(channel: str, outcome: str) -> None:
             metrics.alerts_sent.labels(channel=channel, outcome=outcome).inc()
 
-        self.client = ProviderClient(
-            settings.provider.base_url,
-            settings.provider.api_key.get_secret_value(),
-            settings.provider.api_secret.get_secret_value(),
-            algorithm=settings.provider.signature,
-            timeout_s=settings.provider.timeout_s,
-            retries=self._client_retries,
-            on_call=on_call,
+        self.client = ProviderClient.from_settings(
+            settings.provider, retries=self._client_retries, on_call=on_call
         )
         self.outbox = Outbox(
             store,
@@ -284,5 +280,8 @@ class Runtime:
         for task in self._tasks:
             if task.get_name() == "watchdog":
                 task.cancel()
-        await asyncio.gather(*self._tasks, *self._side_writes, return_exceptions=True)
+        ended = await asyncio.gather(*self._tasks, *self._side_writes, return_exceptions=True)
+        for result in ended:
+            if isinstance(result, Exception):
+                log.error("task ended with an error", error=f"{type(result).__name__}: {result}")
         await self.client.close()

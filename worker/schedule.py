@@ -11,6 +11,7 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -212,27 +213,21 @@ class Scheduler:
     def start(self) -> None:
         """Add both jobs (first run at once) and start."""
         self._stopping = False
-        from datetime import UTC, datetime
-
         now = datetime.now(UTC)
-        self._scheduler.add_job(
-            self._job("history", self._poller.poll_history),
-            "interval",
-            seconds=self._settings.history_interval_s,
-            next_run_time=now,
-            max_instances=1,
-            coalesce=True,
-            id="history",
+        jobs = (
+            ("history", self._poller.poll_history, self._settings.history_interval_s),
+            ("detail", self._poller.poll_detail, self._settings.detail_interval_s),
         )
-        self._scheduler.add_job(
-            self._job("detail", self._poller.poll_detail),
-            "interval",
-            seconds=self._settings.detail_interval_s,
-            next_run_time=now,
-            max_instances=1,
-            coalesce=True,
-            id="detail",
-        )
+        for name, poll, interval_s in jobs:
+            self._scheduler.add_job(
+                self._job(name, poll),
+                "interval",
+                seconds=interval_s,
+                next_run_time=now,
+                max_instances=1,
+                coalesce=True,
+                id=name,
+            )
         self._scheduler.start()
 
     async def stop(self) -> None:

@@ -23,7 +23,7 @@ import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from decimal import Decimal
 from enum import Enum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
@@ -50,6 +50,9 @@ from worker.provider.models import (
 )
 from worker.provider.resources import WalletGroup
 from worker.provider.signing import DEFAULT_ALGORITHM, signed_headers, signer
+
+if TYPE_CHECKING:
+    from worker.settings import ProviderSettings
 
 __all__ = ["OUTCOMES", "Envelope", "OnCall", "ProviderClient"]
 
@@ -139,6 +142,21 @@ class ProviderClient:
         self._session = session
         self._own_session = session is None
         self._on_call = on_call
+
+    @classmethod
+    def from_settings(
+        cls, settings: ProviderSettings, *, retries: int = 3, on_call: OnCall | None = None
+    ) -> ProviderClient:
+        """A client for the configured provider (base URL, credentials, algorithm, timeout)."""
+        return cls(
+            settings.base_url,
+            settings.api_key.get_secret_value(),
+            settings.api_secret.get_secret_value(),
+            algorithm=settings.signature,
+            timeout_s=settings.timeout_s,
+            retries=retries,
+            on_call=on_call,
+        )
 
     async def close(self) -> None:
         """Close the HTTP session if this client opened it."""
