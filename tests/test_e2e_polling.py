@@ -390,3 +390,24 @@ async def test_metrics_count_deposits_found_by_poll_only(make_stack: MakeStack) 
 
     assert await poller.poll_history() == 3
     assert (await scrape(stack))[("depositd_deposits_found_by_poll", ())] == 2
+
+
+async def test_deposit_gone_at_the_provider_alerts_once(make_stack: MakeStack) -> None:
+    """A tracked deposit whose detail answers 10000100 on every poll gives one critical alert."""
+    stack = await make_stack()
+    tx = inject(stack, 1002, "41", "TGonePayer000000000000000000000001")
+    await reach(stack, tx, "submitted")
+    await stack.settle()
+    stack.sandbox.set_fault("detail", kind="code", code="10000100", count=None)
+    samples = await scrape(stack)
+    runs = polls(samples, "detail", "ok")
+
+    async def more_runs() -> bool:
+        return polls(await scrape(stack), "detail", "ok") >= runs + 4
+
+    await stack.wait_for(more_runs, 10, "four more detail polls")
+    await stack.settle()
+    gone = [m for m in stack.emails_for(tx) if "deposit_gone" in str(m["X-Depositd-Condition"])]
+    assert len(gone) == 1
+    assert len([p for p in stack.slack_for(tx) if "10000100" in json.dumps(p)]) == 1
+    assert await state_of(stack, tx) == "submitted"

@@ -82,8 +82,10 @@ def _retry_failed(conn: sqlite3.Connection, _args: argparse.Namespace, out: Text
             "UPDATE events SET status='pending', error=NULL WHERE status='failed'"
         ).rowcount
         actions = conn.execute(
+            # Submissions the provider refused for the profile (10000102/10000103) wait for a
+            # changed profile instead: the same payload would be refused again.
             "UPDATE actions SET status='pending', next_attempt_at=?, updated_at=?"
-            " WHERE status='failed'",
+            " WHERE status='failed' AND NOT (action='submit_profile' AND outcome LIKE 'profile %')",
             [now, now],
         ).rowcount
         conn.execute("UPDATE alerts SET status='pending' WHERE status='failed'")

@@ -12,16 +12,19 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
+import sqlite_utils
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from worker.errors import ProviderAuthError, ProviderBusinessError, ProviderError
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
+from worker.reactor import enqueue_alert
 from worker.settings import SchedulerSettings
 from worker.store import Store
-from worker.tracker import Fact, fact_from_order
+from worker.tracker import Deposit, Fact, fact_from_order
 
 log = get_logger(__name__)
 
@@ -30,6 +33,24 @@ DETAIL_STATES = ("submitted", "credited", "processing")
 FAILING_ALERT_AFTER = 3
 
 Observe = Callable[[Fact], Awaitable[Any]]
+
+
+def alert_gone(db: sqlite_utils.Database, transaction_id: str) -> None:
+    """Queue one critical alert for a tracked deposit the provider no longer knows (10000100)."""
+    queued = db.execute(
+        "SELECT 1 FROM actions WHERE transaction_id=? AND action='alert' AND trigger='gone'",
+        [transaction_id],
+    ).fetchone()
+    row = db.execute("SELECT * FROM deposits WHERE transaction_id=?", [transaction_id]).fetchone()
+    if queued is None and row is not None:
+        enqueue_alert(
+            db,
+            Deposit.from_row(dict(row)),
+            "deposit_gone",
+            "critical",
+            trigger="gone",
+            detail="10000100: transaction not found, or not owned by the caller (detail poll)",
+        )
 
 
 class PollStats:
@@ -125,6 +146,7 @@ class Poller:
             except ProviderBusinessError as exc:
                 if exc.code == "10000100":
                     log.warning("deposit not found by detail poll", transactionId=tx)
+                    await self._store.write(partial(alert_gone, transaction_id=tx))
                     continue
                 raise
             await self._observe(fact_from_order(order, source="poll"))

@@ -70,7 +70,7 @@ async def send_with_retry(
                 "alert_send_retry",
                 channel=notifier.name,
                 condition=alert.condition,
-                transaction_id=alert.transaction_id,
+                transactionId=alert.transaction_id,
                 attempt=attempt,
                 delay_s=delay,
                 error=exc.msg,
@@ -98,14 +98,14 @@ async def _outcome(
             "alert_sent",
             channel=name,
             condition=alert.condition,
-            transaction_id=alert.transaction_id,
+            transactionId=alert.transaction_id,
         )
         return None
     log.error(
         "alert_failed",
         channel=name,
         condition=alert.condition,
-        transaction_id=alert.transaction_id,
+        transactionId=alert.transaction_id,
         error=outcome,
     )
     return outcome

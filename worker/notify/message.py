@@ -99,6 +99,16 @@ _TEXTS: dict[str, _Text] = {
         "Update the profile's provider to a name from the options endpoint "
         "(`depositd check --online` lists them); submissions with it fail with 10000103.",
     ),
+    "deposit_gone": _Text(
+        "Deposit no longer known to the provider (10000100)",
+        "Check the wallet and the transactionId with provider support; depositd stops acting "
+        "on it.",
+    ),
+    "reload_failed": _Text(
+        "Rules or profiles reload refused",
+        "Fix the file named in the detail (`depositd check` lists every problem); the rules "
+        "and profiles in force before the reload stay in force.",
+    ),
     "auth_failure": _Text(
         "Provider authentication failing",
         "Check the API key and secret and the host clock (API-TIMESTAMP); depositd retries "
@@ -108,7 +118,7 @@ _TEXTS: dict[str, _Text] = {
 
 # What depositd does after each wallet code (SPEC section 10), added to the interface's guidance.
 _CODE_FOLLOW_UP = {
-    "10000100": "depositd re-reads the history; check whether the deposit still exists.",
+    "10000100": "depositd re-reads the deposit and alerts again only if it is really gone.",
     "10000101": "Nothing left to do; depositd refreshes the detail.",
     "10000102": "Fix the profile (the field is named above); no retry until the profile changes.",
     "10000103": "Fix the profile (the field is named above); no retry until the profile changes.",
@@ -137,7 +147,8 @@ def _text_for(condition: str) -> _Text:
     kind, _, code = condition.partition(":")
     if kind == "submit_failed":
         return _submit_text(code)
-    text = _TEXTS.get(condition)
+    # "rejected#2" is the second rejection round; "poll_failing:history" names which poll.
+    text = _TEXTS.get(condition) or _TEXTS.get(kind.split("#")[0])
     if text is None:
         return _Text(condition.replace("_", " ").capitalize(), None)
     return text
