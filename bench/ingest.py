@@ -5,7 +5,10 @@ when installed, else from an aiohttp client subprocess. Every request is a signe
 DEPOSIT_WHITELIST_REQUIRED event with a unique eventId (or each eventId 10 times in the
 duplicate run). Runs are paired (depositd, then bare, same load) and the median ratio is shown.
 
-    .venv/bin/python bench/ingest.py [--connections 50 8] [--pairs 3] [--duration 4]
+    .venv/bin/python bench/ingest.py [--connections 50 8] [--dup 1 10] [--pairs 3] [--duration 4]
+
+After each depositd run it prints the processing lag left by that run (events still pending and
+the age of the oldest); the processor keeps running throughout (also during the bare runs).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -275,11 +279,22 @@ def summary(r: dict[str, Any]) -> dict[str, float]:
 
 def pending(db: Path) -> int:
     """Events stored but not yet processed."""
+    return lag(db)[0]
+
+
+def lag(db: Path) -> tuple[int, float]:
+    """Events stored but not yet processed, and the age in seconds of the oldest of them."""
     conn = sqlite3.connect(db)
     try:
-        return int(conn.execute("SELECT COUNT(*) FROM events WHERE status='pending'").fetchone()[0])
+        count, oldest = conn.execute(
+            "SELECT COUNT(*), MIN(received_at) FROM events WHERE status='pending'"
+        ).fetchone()
     finally:
         conn.close()
+    if not oldest:
+        return int(count), 0.0
+    received = datetime.fromisoformat(oldest.replace("Z", "+00:00")).timestamp()
+    return int(count), max(0.0, time.time() - received)
 
 
 def bench(args: argparse.Namespace) -> None:
@@ -319,7 +334,7 @@ def bench(args: argparse.Namespace) -> None:
             f"{args.duration}s per run; {os.cpu_count()} CPUs shared by load and servers"
         )
         next_id = 0
-        for dup in (1, 10):
+        for dup in args.dup:
             for conns in args.connections:
                 ratios = []
                 for pair in range(args.pairs):
@@ -328,6 +343,7 @@ def bench(args: argparse.Namespace) -> None:
                     write_requests(reqs, next_id, count, dup)
                     next_id += count
                     d = summary(run_load(dport, reqs, conns, args.duration, tmp))
+                    backlog, age = lag(db)
                     b = summary(run_load(bport, reqs, conns, args.duration, tmp))
                     ratios.append(d["rate"] / b["rate"])
                     print(
@@ -336,15 +352,17 @@ def bench(args: argparse.Namespace) -> None:
                         f"p99 {d['p99_ms']:6.2f} ms (non-2xx {d['non2xx']}, "
                         f"errors {d['errors']}, wraps {d['wraps']}) | bare "
                         f"{b['rate']:7.0f}/s p50 {b['p50_ms']:6.2f} ms p99 {b['p99_ms']:6.2f} ms"
-                        f" | ratio {d['rate'] / b['rate']:.2f}"
+                        f" | ratio {d['rate'] / b['rate']:.2f} | lag after the run: {backlog} "
+                        f"pending, oldest {age:.1f}s"
                     )
                 print(f"dup x{dup:<2} c={conns:<3} median ratio {statistics.median(ratios):.2f}")
-        lag = pending(db)
+        left = pending(db)
         t0 = time.monotonic()
         while pending(db) and time.monotonic() - t0 < 120:
             time.sleep(0.1)
         print(
-            f"pending events at the end of the load: {lag}; drained in {time.monotonic() - t0:.1f}s"
+            f"pending events at the end of the load: {left}; "
+            f"drained in {time.monotonic() - t0:.1f}s"
         )
     finally:
         depositd.terminate()
@@ -367,6 +385,7 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, nargs="+", default=[50, 8])
+    parser.add_argument("--dup", type=int, nargs="+", default=[1, 10], help="copies per eventId")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "EXTRA"])

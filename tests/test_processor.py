@@ -16,6 +16,7 @@ import pytest
 import sqlite_utils
 from structlog.testing import capture_logs
 
+from worker import processor as processor_mod
 from worker.errors import StorageError
 from worker.processor import Processor
 from worker.provider.jsonio import dumpb
@@ -345,3 +346,30 @@ async def test_background_loop_wakes_and_stops(store: Store) -> None:
     assert status == "processed"
     await processor.stop()
     assert not processor.running
+
+
+async def test_short_turns_while_deliveries_arrive(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While deliveries arrive a batch takes a short turn; once they stop, a full batch."""
+    monkeypatch.setattr(processor_mod, "_QUIET_S", 0.5)  # room for a slow machine
+    for n in range(6):
+        await deliver(store, envelope("DEPOSIT_WHITELIST_REQUIRED", f"tx-t{n}", 1))
+    processor = Processor(store, busy_share=0.0, batch_time_s=10.0)
+    processor.wake()  # a delivery just arrived
+    assert await processor.process_batch() == 1
+    await asyncio.sleep(0.6)
+    assert await processor.process_batch() == 5
+
+
+async def test_lag_over_target_takes_twice_the_arrivals(store: Store) -> None:
+    """Past the lag target a batch handles at least twice the deliveries that arrived."""
+    for n in range(12):
+        ev = envelope("DEPOSIT_WHITELIST_REQUIRED", f"tx-g{n}", 1)
+        await store.insert_event(
+            ev["eventId"], ev["eventType"], None, f"tx-g{n}", dumpb(ev), {}, "2020-01-01T00:00:00Z"
+        )
+    processor = Processor(store, busy_share=0.0, lag_target_s=60.0)
+    for _ in range(4):
+        processor.wake()
+    assert await processor.process_batch() == 8

@@ -217,3 +217,85 @@ async def test_full_disk_fails_inserts_then_recovers(store: Store) -> None:
         await store.write(lambda db: set_meta(db, "big", big))
     await store.write(lambda db: db.execute("PRAGMA max_page_count = 1073741823"))
     assert await _insert(store, "after") is True
+
+
+async def test_inline_job_shares_the_commit_of_the_inserts(store: Store) -> None:
+    """An inline job queued with inserts runs after them in the same transaction: one commit."""
+    before = store.commits
+    inserts = [_insert(store, f"e{i}") for i in range(5)]
+    seen = asyncio.ensure_future(
+        store.write_inline(lambda db: db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+    )
+    assert all(await asyncio.gather(*inserts))
+    assert await seen == 5
+    assert store.commits - before == 1
+
+
+async def test_failing_jobs_do_not_fail_the_inserts_beside_them(store: Store) -> None:
+    """A job that raises undoes only its own writes; inserts in the same transaction commit."""
+
+    def broken(db: sqlite_utils.Database) -> None:
+        set_meta(db, "half", "done")
+        raise KeyError("mine")
+
+    def bad_sql(db: sqlite_utils.Database) -> None:
+        db.execute("INSERT INTO nowhere VALUES (1)")
+
+    before = store.commits
+    results = await asyncio.gather(
+        _insert(store, "e1"),
+        store.write(broken),
+        store.write_inline(bad_sql),
+        _insert(store, "e2"),
+        return_exceptions=True,
+    )
+    assert results[0] is True and results[3] is True
+    assert isinstance(results[1], KeyError)
+    assert isinstance(results[2], StorageError)
+    assert store.commits - before == 1
+    assert await store.read(lambda db: get_meta(db, "half")) is None
+    count = await store.read(lambda db: db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+    assert count == 2
+
+
+async def test_cancelled_waiter_still_commits_and_the_writer_goes_on(store: Store) -> None:
+    """A delivery whose waiter is cancelled (client gone) is still stored; later ones work."""
+    task = _insert(store, "gone")
+    await asyncio.sleep(0)  # queued
+    task.cancel()
+    assert await _insert(store, "next") is True
+    ids = await store.read(lambda db: [r[0] for r in db.execute("SELECT event_id FROM events")])
+    assert ids == ["gone", "next"]
+
+
+async def test_another_writer_is_waited_for_without_blocking_the_loop(tmp_path: Path) -> None:
+    """While another process holds the write lock, inserts wait and the event loop runs on."""
+    path = tmp_path / "d.db"
+    s = Store(path)
+    await s.open()
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        pending = _insert(s, "e1")
+        started = asyncio.get_running_loop().time()
+        await asyncio.sleep(0.1)
+        assert asyncio.get_running_loop().time() - started < 0.5  # the loop was not blocked
+        assert not pending.done()
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    assert await pending is True
+    await s.close()
+
+
+async def test_ride_along_job_waits_for_inserts_then_alone(store: Store) -> None:
+    """A ride-along inline job joins the next inserts' commit, or commits alone after its wait."""
+    before = store.commits
+    job = asyncio.ensure_future(store.write_inline(lambda db: 1, ride_along_s=5.0))
+    await asyncio.sleep(0.05)
+    assert not job.done()
+    assert await _insert(store, "e1") is True
+    assert await job == 1
+    assert store.commits - before == 1
+    alone = asyncio.ensure_future(store.write_inline(lambda db: 2, ride_along_s=0.05))
+    assert await asyncio.wait_for(alone, 2) == 2

@@ -7,6 +7,7 @@ this handler only wakes.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
@@ -74,6 +75,7 @@ class Ingress:
         self.ready_checks = ready_checks
         self._api_key = settings.api_key.get_secret_value()
         self._secrets = [s.get_secret_value() for s in settings.secret]
+        self._counters: dict[tuple[str, str], Any] = {}
 
     def add_routes(self, app: web.Application) -> None:
         """Register the webhook path, /healthz, /readyz and /metrics."""
@@ -84,8 +86,14 @@ class Ingress:
 
     async def _read_body(self, request: web.Request) -> bytes:
         limit = self.settings.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise BodyTooLarge
+        length = request.content_length
+        if length is not None:
+            if length > limit:
+                raise BodyTooLarge
+            try:
+                return await request.content.readexactly(length)
+            except asyncio.IncompleteReadError as exc:
+                return exc.partial  # a short body then fails its signature
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.content.iter_chunked(_CHUNK):
@@ -103,12 +111,19 @@ class Ingress:
         finally:
             self.metrics.ingest_seconds.observe(time.perf_counter() - started)
 
+    def _count(self, label: str, outcome: str) -> None:
+        """Count one delivery; the labelled children are looked up once each."""
+        key = (label, outcome)
+        child = self._counters.get(key)
+        if child is None:
+            child = self._counters[key] = self.metrics.events_received.labels(*key)
+        child.inc()
+
     async def _webhook(self, request: web.Request) -> web.Response:
-        count = self.metrics.events_received
         try:
             body = await self._read_body(request)
         except BodyTooLarge:
-            count.labels(event_type="none", outcome="too_large").inc()
+            self._count("none", "too_large")
             return _error(413, f"body over {self.settings.max_body_bytes} bytes")
         try:
             verify(
@@ -122,17 +137,17 @@ class Ingress:
                 algorithm=self.settings.signature,
             )
         except SignatureError as exc:
-            count.labels(event_type="none", outcome="unauthorized").inc()
+            self._count("none", "unauthorized")
             log.warning("webhook refused", reason=str(exc), remote=request.remote)
             return _error(401, str(exc))
         try:
             envelope = jsonio.loads(body)
         except (ValueError, UnicodeDecodeError):
-            count.labels(event_type="none", outcome="bad_request").inc()
+            self._count("none", "bad_request")
             return _error(400, "body is not JSON")
         problem = _envelope_problem(envelope)
         if problem:
-            count.labels(event_type="none", outcome="bad_request").inc()
+            self._count("none", "bad_request")
             return _error(400, problem)
         event_id: str = envelope["eventId"]
         event_type: str = envelope["eventType"]
@@ -150,7 +165,7 @@ class Ingress:
                 status="pending" if known else "ignored",
             )
         except StorageError as exc:
-            count.labels(event_type=event_type_label(event_type), outcome="unavailable").inc()
+            self._count(event_type_label(event_type), "unavailable")
             log.error("webhook not stored", event_id=event_id, error=str(exc))
             return _error(503, "storage unavailable")
         if not new:
@@ -160,7 +175,7 @@ class Ingress:
         else:
             outcome = "new"
             self.wake()
-        count.labels(event_type=event_type_label(event_type), outcome=outcome).inc()
+        self._count(event_type_label(event_type), outcome)
         return web.Response(body=_OK, content_type="application/json")
 
     async def healthz(self, request: web.Request) -> web.Response:

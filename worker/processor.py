@@ -2,8 +2,17 @@
 
 Each event is applied inside a savepoint of one write transaction that also marks it processed,
 so a crash leaves it either untouched (pending, done again after restart) or fully done; never
-half. A batch of pending events shares the transaction (one fsync), and an event that raises is
-rolled back alone and marked failed. Polls feed the same path through `observe_fact`.
+half. A batch of pending events shares the transaction (one fsync) with the webhook inserts of
+the moment, and an event that raises is rolled back alone and marked failed. Polls feed the same
+path through `observe_fact`.
+
+Batches run on the event loop (`Store.write_inline`), so they take turns with request handling.
+How long a turn lasts is the processor's share: a full `batch_time_s` when no delivery arrived
+for a while; while deliveries arrive, `busy_share` of the time since its previous turn, so a
+burst is taken in at nearly full speed and worked off afterwards; once the lag (age of the oldest
+pending event)
+passes `lag_target_s`, at least twice as many events as arrived meanwhile, so under sustained
+overload ingestion slows down to what processing can follow and the lag stays bounded.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,7 +45,8 @@ from worker.store import (
     StoredEvent,
     get_deposit_row,
     insert_fact_row,
-    mark_event,
+    mark_events,
+    oldest_pending_received_at,
     pending_events,
     upsert_deposit_row,
     utc_now,
@@ -109,6 +120,11 @@ def apply_fact(
     return after, transitions
 
 
+# Deliveries this recent mean ingestion is going on: the processor takes short turns, each
+# waiting up to _RIDE_S for the deliveries' next commit rather than adding one of its own.
+_QUIET_S = 0.1
+_RIDE_S = 0.02
+
 _FINAL_ADDRESS = (AddressStatus.ACTIVE.value, AddressStatus.FAILED.value)
 
 
@@ -143,8 +159,10 @@ class Processor:
         reactor: Reactor | None = None,
         metrics: Metrics | None = None,
         sweep_interval_s: float = 5.0,
-        batch_size: int = 100,
-        batch_time_s: float = 0.005,
+        batch_size: int = 200,
+        batch_time_s: float = 0.008,
+        busy_share: float = 0.15,
+        lag_target_s: float = 5.0,
     ) -> None:
         self.store = store
         # Assignable after construction: the rules engine is built once the store is open.
@@ -152,8 +170,14 @@ class Processor:
         self.metrics = metrics
         self.sweep_interval_s = sweep_interval_s
         self.batch_size = batch_size
-        # Bounds how long webhook inserts wait behind a processing batch on the writer thread.
+        # A batch holds the event loop: these bound how long requests wait behind it.
         self.batch_time_s = batch_time_s
+        self.busy_share = busy_share
+        self.lag_target_s = lag_target_s
+        self._event_cost_s = 0.0001  # running estimate, sizes the pending query
+        self._arrived = 0  # wake() calls since the last batch
+        self._arrived_at = -1.0  # monotonic time of the last wake()
+        self._last_turn = time.perf_counter()  # when the previous batch ended
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -162,6 +186,8 @@ class Processor:
 
     def wake(self) -> None:
         """New events are stored: process soon."""
+        self._arrived += 1
+        self._arrived_at = time.monotonic()
         self._wake.set()
 
     @property
@@ -206,9 +232,13 @@ class Processor:
     async def process_batch(self) -> int:
         """Apply up to `batch_size` pending events in one transaction; returns how many."""
         reactor = self.reactor
-        outcomes = await self.store.write(lambda db: self._apply_batch(db, reactor))
-        for outcome in outcomes:
-            self._report(outcome)
+        # While deliveries arrive, the batch rides along with their commit: no extra fsync, and
+        # the loop goes back to requests between turns.
+        ride = _RIDE_S if time.monotonic() - self._arrived_at < _QUIET_S else 0.0
+        outcomes = await self.store.write_inline(
+            lambda db: self._apply_batch(db, reactor), ride_along_s=ride
+        )
+        self._report(outcomes)
         if outcomes:
             for hook in list(self.after_commit):
                 hook()
@@ -231,22 +261,47 @@ class Processor:
             hook()
         return transitions
 
+    def _share(self, db: sqlite_utils.Database, arrived: int, now: float) -> tuple[float, int]:
+        """This batch's time budget, and how many events it handles whatever the time."""
+        if time.monotonic() - self._arrived_at > _QUIET_S:
+            return self.batch_time_s, 1
+        received = _ms(oldest_pending_received_at(db))
+        lag_s = time.time() - received / 1000 if received is not None else 0.0
+        budget = min(self.batch_time_s, self.busy_share * (now - self._last_turn))
+        return budget, 2 * arrived if lag_s > self.lag_target_s else 1
+
     def _apply_batch(self, db: sqlite_utils.Database, reactor: Reactor | None) -> list[_Outcome]:
+        started = time.perf_counter()
+        # Deliveries stored since the last batch: the ingestion going on right now.
+        arrived, self._arrived = self._arrived, 0
+        budget, floor = self._share(db, arrived, started)
+        fit = int(budget / self._event_cost_s) + 1
+        events = pending_events(db, limit=min(self.batch_size, max(floor, fit)))
+        if not events:
+            self._last_turn = time.perf_counter()
+            return []
+        deadline = started + budget
+        conn = db.conn
         outcomes: list[_Outcome] = []
-        deadline = time.monotonic() + self.batch_time_s
-        for event in pending_events(db, limit=self.batch_size):
-            if outcomes and time.monotonic() > deadline:
+        for event in events:
+            if len(outcomes) >= floor and time.perf_counter() > deadline:
                 break
+            conn.execute("SAVEPOINT event")
             try:
-                with db.atomic():
-                    outcome = self._apply_event(db, event, reactor)
-                    mark_event(db, event.seq, outcome.status)
+                outcome = self._apply_event(db, event, reactor)
             except sqlite3.OperationalError:
                 raise  # the store itself is failing: give the whole batch back
             except Exception as exc:
+                if not conn.in_transaction:
+                    raise
+                conn.execute("ROLLBACK TO event")
                 outcome = _Outcome(event, "failed", error=_describe(exc))
-                mark_event(db, event.seq, "failed", outcome.error)
+            conn.execute("RELEASE event")
             outcomes.append(outcome)
+        mark_events(db, [(o.event.seq, o.status, o.error) for o in outcomes])
+        self._last_turn = time.perf_counter()
+        cost = (self._last_turn - started) / len(outcomes)
+        self._event_cost_s = max(1e-5, 0.8 * self._event_cost_s + 0.2 * cost)
         return outcomes
 
     @staticmethod
@@ -263,26 +318,32 @@ class Processor:
         _, transitions = apply_fact(db, fact, reactor)
         return _Outcome(event, "processed", transitions)
 
-    def _report(self, outcome: _Outcome) -> None:
-        event = outcome.event
-        fields: dict[str, Any] = {
-            "eventId": event.event_id,
-            "eventType": event.event_type,
-            "transactionId": event.transaction_id,
-            "outcome": outcome.status,
-        }
-        if outcome.transitions:
-            fields["triggers"] = [t.key for t in outcome.transitions]
-        if outcome.error:
-            log.warning("event failed", error=outcome.error, **fields)
-        else:
-            log.info("event", **fields)
+    def _report(self, outcomes: list[_Outcome]) -> None:
+        """One log line per event (eventId, eventType, transactionId, outcome), counters."""
+        if not outcomes:
+            return
+        logger = log.bind()  # resolve the lazy logger once per batch, not per line
+        counts: Counter[tuple[str, str]] = Counter()
+        for outcome in outcomes:
+            event = outcome.event
+            fields: dict[str, Any] = {
+                "eventId": event.event_id,
+                "eventType": event.event_type,
+                "transactionId": event.transaction_id,
+                "outcome": outcome.status,
+            }
+            if outcome.transitions:
+                fields["triggers"] = [t.key for t in outcome.transitions]
+                for t in outcome.transitions:
+                    self._count_transition(t)
+            if outcome.error:
+                logger.warning("event failed", error=outcome.error, **fields)
+            else:
+                logger.info("event", **fields)
+            counts[event_type_label(event.event_type), outcome.status] += 1
         if self.metrics is not None:
-            self.metrics.events_processed.labels(
-                event_type=event_type_label(event.event_type), outcome=outcome.status
-            ).inc()
-        for t in outcome.transitions:
-            self._count_transition(t)
+            for (label, status), n in counts.items():
+                self.metrics.events_processed.labels(event_type=label, outcome=status).inc(n)
 
     def _count_transition(self, transition: Transition) -> None:
         if self.metrics is not None:
