@@ -21,10 +21,10 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 import worker.sandbox.app as sandbox_app
+from worker.facts import fact_from_order
 from worker.harness import WEBHOOK_PATH, Stack
 from worker.provider import jsonio
 from worker.provider.signing import signed_headers, verify
-from worker.tracker import fact_from_order
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTITY_ADDRESS = "TE2eEntityPayer000000000000000001"

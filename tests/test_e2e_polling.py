@@ -14,9 +14,9 @@ import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.facts import fact_from_order
 from worker.harness import Stack
 from worker.provider.models import WhiteListStatus
-from worker.tracker import fact_from_order
 
 FAST = 0.3  # scheduler intervals of the stacks that poll on their own
 NEVER = 3600.0  # scheduler intervals of the stacks whose polls the test runs by hand

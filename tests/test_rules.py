@@ -14,13 +14,14 @@ import sqlite_utils
 
 from worker.cli import build_parser
 from worker.errors import ConfigError
+from worker.facts import fact_from_event
 from worker.processor import apply_fact
 from worker.profiles import Profiles
 from worker.provider.models import WebhookEnvelope
 from worker.rules import TRIGGERS, RuleBook
 from worker.rules.cli import run as rules_test
 from worker.store import connect, migrate
-from worker.tracker import Deposit, Fact, Trigger, fact_from_event, observe
+from worker.tracker import Deposit, Fact, Trigger, observe
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "rules"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestServer
 
+from worker.facts import fact_from_order
 from worker.processor import Processor
 from worker.provider.client import ProviderClient
 from worker.provider.models import WhiteListStatus
@@ -21,7 +22,7 @@ from worker.sandbox.handle import Sandbox
 from worker.schedule import FAILING_ALERT_AFTER, Poller, Scheduler
 from worker.settings import SchedulerSettings
 from worker.store import Store
-from worker.tracker import Fact, fact_from_order
+from worker.tracker import Fact
 
 API_KEY = "sched-key"
 API_SECRET = "sched-secret"

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from worker.facts import fact_from_event, fact_from_order
 from worker.provider import jsonio
 from worker.provider.models import (
     CreditStatus,
@@ -28,8 +29,6 @@ from worker.tracker import (
     Transition,
     Trigger,
     derive_state,
-    fact_from_event,
-    fact_from_order,
     iso_from_ms,
     ms_from_iso,
     observe,

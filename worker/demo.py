@@ -30,10 +30,11 @@ import yaml
 
 from worker.addresses import register
 from worker.errors import ConfigError
+from worker.facts import fact_from_order
 from worker.harness import Stack
 from worker.logs import configure
 from worker.provider.models import AddressStatus, WhiteListStatus
-from worker.tracker import Deposit, Fact, State, fact_from_order, observe
+from worker.tracker import Deposit, Fact, State, observe
 
 KNOWN_PAYER = "TDemoKnownPayer1111111111111111111"  # demo-entity by source address
 KNOWN_PERSON = "0x00000000000000000000000000000000000De111"  # demo-person by source address

@@ -28,6 +28,7 @@ from worker.errors import (
     ProviderUnavailable,
     StorageError,
 )
+from worker.facts import fact_from_order
 from worker.logs import get_logger
 from worker.notify.channels import Notifier, send_all
 from worker.notify.message import build_alert
@@ -38,7 +39,7 @@ from worker.provider.codes import code_rule
 from worker.provider.models import WhiteListStatus
 from worker.reactor import add_action, enqueue_alert, submit_key
 from worker.store import Store, utc_now
-from worker.tracker import Deposit, Fact, fact_from_order, iso_from_ms
+from worker.tracker import Deposit, Fact, iso_from_ms
 
 log = get_logger(__name__)
 

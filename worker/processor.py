@@ -31,6 +31,7 @@ import sqlite_utils
 from pydantic import ValidationError
 
 from worker.errors import StorageError
+from worker.facts import fact_from_event
 from worker.logs import get_logger
 from worker.metrics import Metrics, event_type_label
 from worker.provider import jsonio
@@ -51,7 +52,7 @@ from worker.store import (
     upsert_deposit_row,
     utc_now,
 )
-from worker.tracker import Deposit, Fact, Transition, fact_from_event, observe
+from worker.tracker import Deposit, Fact, Transition, observe
 
 log = get_logger(__name__)
 

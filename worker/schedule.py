@@ -19,12 +19,13 @@ import sqlite_utils
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from worker.errors import ProviderAuthError, ProviderBusinessError, ProviderError
+from worker.facts import fact_from_order
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
 from worker.reactor import enqueue_alert
 from worker.settings import SchedulerSettings
 from worker.store import Store
-from worker.tracker import Deposit, Fact, fact_from_order
+from worker.tracker import Deposit, Fact
 
 log = get_logger(__name__)
 

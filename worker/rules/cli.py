@@ -19,12 +19,13 @@ from pydantic import ValidationError
 
 from worker.check import load_bundle
 from worker.errors import ConfigError
+from worker.facts import fact_from_event, fact_from_order
 from worker.profiles import Profiles
 from worker.provider import jsonio
 from worker.provider.models import DEPOSIT_EVENT_TYPES, DepositOrder, WebhookEnvelope
 from worker.rules.engine import RuleBook
 from worker.settings import load_settings
-from worker.tracker import Deposit, Fact, fact_from_event, fact_from_order, observe
+from worker.tracker import Deposit, Fact, observe
 
 Out = Callable[[str], None]
 
