@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from worker.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
+
 PROVIDER_NAMES = ("Binance", "OKX", "Coinbase")
 
 ProfileFactory = Callable[..., dict[str, Any]]
@@ -23,17 +25,7 @@ def entity_payer() -> ProfileFactory:
     """A factory of valid ENTITY payer details; keyword arguments override (None drops a key)."""
 
     def make(**changes: Any) -> dict[str, Any]:
-        base: dict[str, Any] = {
-            "correspondentType": "ENTITY",
-            "fullName": "Acme Trading Ltd",
-            "countryCode": "SG",
-            "companyAddress": "1 Raffles Place, Singapore",
-            "walletType": "VASP",
-            "provider": "Binance",
-            "walletLabel": "Acme hot wallet",
-            "addressType": "STANDARD",
-        }
-        return _apply(base, changes)
+        return _apply(dict(ENTITY_PAYER), changes)
 
     return make
 
@@ -43,16 +35,7 @@ def individual_payer() -> ProfileFactory:
     """A factory of valid INDIVIDUAL payer details; keyword arguments override (None drops)."""
 
     def make(**changes: Any) -> dict[str, Any]:
-        base: dict[str, Any] = {
-            "correspondentType": "INDIVIDUAL",
-            "firstName": "Ada",
-            "lastName": "Lovelace",
-            "birthday": "1990-02-28",
-            "residentialAddress": "12 St James's Square, London",
-            "countryCode": "GB",
-            "walletType": "SELF_HOSTED",
-        }
-        return _apply(base, changes)
+        return _apply(dict(INDIVIDUAL_PAYER), changes)
 
     return make
 

@@ -201,6 +201,20 @@ class Outbox:
         await self._store.write(fn)
         log.info("action", actionId=action_id, status=status, outcome=outcome)
 
+    async def _later(
+        self,
+        action_id: int,
+        attempts: int,
+        outcome: str,
+        *,
+        key: str | None = None,
+        also: Callable[[sqlite_utils.Database], object] | None = None,
+    ) -> None:
+        """Back to pending, due again after this attempt's back-off."""
+        await self._finish(
+            action_id, "pending", outcome, retry_in=self._delay(attempts), key=key, also=also
+        )
+
     # --- submit_profile ----------------------------------------------------------------------
 
     async def _submit(
@@ -227,21 +241,19 @@ class Outbox:
         try:
             await self._client.submit_payer(tx, profiles.body(name), idempotency_key=key)
         except ProviderRetryLater as exc:
-            await self._finish(
+            await self._later(
                 action_id,
-                "pending",
+                attempts,
                 f"{exc.code}: cannot submit now; retrying later with the same payload",
-                retry_in=self._delay(attempts),
                 key=key,
             )
             return
         except ProviderAuthError as exc:
             auth_detail = str(exc)
-            await self._finish(
+            await self._later(
                 action_id,
-                "pending",
+                attempts,
                 f"auth failure: {exc.msg}; retrying after back-off",
-                retry_in=self._delay(attempts),
                 key=key,
                 also=lambda db: enqueue_alert(
                     db, deposit, "auth_failure", "critical", trigger="submit", detail=auth_detail
@@ -249,11 +261,10 @@ class Outbox:
             )
             return
         except ProviderUnavailable as exc:
-            await self._finish(
+            await self._later(
                 action_id,
-                "pending",
+                attempts,
                 f"provider unavailable: {exc}; retrying with the same key",
-                retry_in=self._delay(attempts),
                 key=key,
             )
             return
@@ -323,11 +334,10 @@ class Outbox:
                 still_there = await self._refresh(tx)
             except ProviderError as err:
                 # Gone or not cannot be told yet: try again later with the same key.
-                await self._finish(
+                await self._later(
                     action_id,
-                    "pending",
+                    attempts,
                     f"{detail}; detail not read ({err.msg}); retrying later",
-                    retry_in=self._delay(attempts),
                 )
                 return
             if still_there:
@@ -412,11 +422,10 @@ class Outbox:
         if not failed:
             await self._finish(action_id, "done", f"sent to {', '.join(todo)}", also=record)
         elif attempts < MAX_ALERT_ROUNDS:
-            await self._finish(
+            await self._later(
                 action_id,
-                "pending",
+                attempts,
                 f"not sent to {', '.join(failed)}: {'; '.join(failed.values())}",
-                retry_in=self._delay(attempts),
                 also=record,
             )
         else:
@@ -454,11 +463,10 @@ class Outbox:
         if ok:
             await self._finish(action_id, "done", f"forwarded to {url}: {outcome}")
         elif attempts < MAX_FORWARD_ATTEMPTS:
-            await self._finish(
+            await self._later(
                 action_id,
-                "pending",
+                attempts,
                 f"forward failed ({outcome}); retrying",
-                retry_in=self._delay(attempts),
             )
         else:
             await self._finish(action_id, "failed", f"forward to {url} failed: {outcome}")
