@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import signal
 import socket
 import sqlite3
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from serveproc import ServeProcess
 
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
@@ -22,7 +21,6 @@ from worker.provider.signing import signed_headers
 PATH = "/webhooks/provider"
 API_KEY = "crash-key"
 SECRET = "crash-secret"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -79,43 +77,6 @@ def event(n: int) -> dict[str, Any]:
     }
 
 
-class Server:
-    """`python -m worker serve` in a subprocess."""
-
-    def __init__(self, config: Path, port: int, log: Path) -> None:
-        self.config, self.port, self.log = config, port, log
-        self.proc: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> None:
-        """Start and wait until /healthz answers."""
-        with self.log.open("ab") as err:
-            self.proc = await asyncio.create_subprocess_exec(
-                *[sys.executable, "-m", "worker", "serve", "--config", str(self.config)],
-                cwd=ROOT,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=err,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-            )
-        deadline = time.monotonic() + 15
-        async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                assert self.proc.returncode is None, self.log.read_text()
-                try:
-                    async with session.get(f"http://127.0.0.1:{self.port}/healthz") as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise AssertionError("serve did not start: " + self.log.read_text())
-
-    async def signal(self, sig: int) -> int:
-        """Send a signal and wait for the exit status."""
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        return await asyncio.wait_for(self.proc.wait(), 20)
-
-
 async def stream(port: int, numbers: list[int], acked: set[int], stop: asyncio.Event) -> None:
     """Send events over 8 connections until `stop`; record the ones answered 200."""
     queue = list(numbers)
@@ -150,7 +111,7 @@ async def test_sigkill_under_load_loses_and_doubles_nothing(tmp_path: Path) -> N
     """Three SIGKILLs mid-stream: every acknowledged event is stored and applied exactly once."""
     rng = random.Random(7)
     port = free_port()
-    server = Server(write_config(tmp_path, port), port, tmp_path / "serve.log")
+    server = ServeProcess(write_config(tmp_path, port), port, tmp_path / "serve.log")
     acked: set[int] = set()
     sent_upto = 0
     for _ in range(3):

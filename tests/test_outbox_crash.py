@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import sqlite3
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from pytest_aiohttp import AiohttpServer
+from serveproc import ServeProcess
 
 import worker.sandbox.app as sandbox_app
 from worker.sandbox import SANDBOX_KEY, SandboxConfig, create_app
@@ -68,48 +66,6 @@ async def until(check: Callable[[], bool], what: str, within_s: float = 15) -> N
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.05)
-
-
-class Serve:
-    """`python -m worker serve --config CFG` as a subprocess."""
-
-    def __init__(self, config: Path, port: int, log: Path) -> None:
-        self.config, self.port, self.log = config, port, log
-        self.proc: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> None:
-        """Start and wait until /healthz answers."""
-        with self.log.open("ab") as err:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "worker",
-                "serve",
-                "--config",
-                str(self.config),
-                cwd=ROOT,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=err,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-            )
-        deadline = time.monotonic() + 20
-        async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                assert self.proc.returncode is None, self.log.read_text()
-                try:
-                    async with session.get(f"http://127.0.0.1:{self.port}/healthz") as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise AssertionError("serve did not start: " + self.log.read_text())
-
-    async def stop(self, sig: int) -> int:
-        """Send a signal and wait for the exit status."""
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        return await asyncio.wait_for(self.proc.wait(), 30)
 
 
 @pytest.fixture
@@ -183,7 +139,7 @@ async def test_sigkill_with_submission_in_flight_submits_once_with_same_key(
             }
         )
     )
-    serve = Serve(config, port, tmp_path / "serve.log")
+    serve = ServeProcess(config, port, tmp_path / "serve.log")
     await serve.start()
     # The first submission is held at the sandbox, so the worker is killed mid-call.
     sandbox.set_fault("submit", "latency", count=1, latency_s=1.5)
@@ -201,7 +157,7 @@ async def test_sigkill_with_submission_in_flight_submits_once_with_same_key(
         lambda: [r["status"] for r in submit_rows()] == ["running"] and len(submits_seen()) == 1,
         "the submission to be in flight",
     )
-    assert await serve.stop(signal.SIGKILL) == -signal.SIGKILL
+    assert await serve.signal(signal.SIGKILL) == -signal.SIGKILL
     assert applied == []  # killed before the provider acted on it
     key = submit_rows()[0]["idempotency_key"]
     assert key
@@ -223,6 +179,6 @@ async def test_sigkill_with_submission_in_flight_submits_once_with_same_key(
     await sandbox.delivered_idle()
     ledger = db_rows(db, "SELECT * FROM ledger")
     assert [(r["transaction_id"], r["amount"]) for r in ledger] == [(tx, "250.75")]
-    assert await serve.stop(signal.SIGTERM) == 0
+    assert await serve.signal(signal.SIGTERM) == 0
     assert len(submits_seen()) == 2
     assert len(db_rows(db, "SELECT * FROM ledger")) == 1

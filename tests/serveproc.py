@@ -1,0 +1,50 @@
+"""`python -m worker serve` as a subprocess, for the tests that kill or signal it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class ServeProcess:
+    """`python -m worker serve --config CFG`, its stderr appended to `log`."""
+
+    def __init__(self, config: Path, port: int, log: Path) -> None:
+        self.config, self.port, self.log = config, port, log
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self, timeout_s: float = 20) -> None:
+        """Start and wait until /healthz answers."""
+        with self.log.open("ab") as err:
+            self.proc = await asyncio.create_subprocess_exec(
+                *[sys.executable, "-m", "worker", "serve", "--config", str(self.config)],
+                cwd=ROOT,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=err,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+        deadline = time.monotonic() + timeout_s
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                assert self.proc.returncode is None, self.log.read_text()
+                try:
+                    async with session.get(f"http://127.0.0.1:{self.port}/healthz") as r:
+                        if r.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.05)
+        raise AssertionError("serve did not start: " + self.log.read_text())
+
+    async def signal(self, sig: int, timeout_s: float = 30) -> int:
+        """Send a signal and wait for the exit status."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return await asyncio.wait_for(self.proc.wait(), timeout_s)
