@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
+from worker.sandbox import app as sandbox_app
 from worker.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
 
 PROVIDER_NAMES = ("Binance", "OKX", "Coinbase")
@@ -47,3 +49,28 @@ def _apply(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
         else:
             base[key] = value
     return base
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every provider request the sandbox receives, before faults: method, path, headers, body
+    and arrival time (`at`, monotonic seconds)."""
+    seen: list[dict[str, Any]] = []
+    original = sandbox_app.verify
+
+    def recording(
+        headers: Mapping[str, str], method: str, path: str, body: bytes, **kw: Any
+    ) -> None:
+        seen.append(
+            {
+                "method": method,
+                "path": path,
+                "headers": dict(headers),
+                "body": body,
+                "at": time.monotonic(),
+            }
+        )
+        original(headers, method, path, body, **kw)
+
+    monkeypatch.setattr(sandbox_app, "verify", recording)
+    return seen

@@ -20,7 +20,6 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
-import worker.sandbox.app as sandbox_app
 from worker.facts import fact_from_order
 from worker.harness import WEBHOOK_PATH, Stack
 from worker.provider import jsonio
@@ -73,22 +72,6 @@ def profiles_yaml(entity: Mapping[str, Any] = ENTITY, person: Mapping[str, Any] 
 
 Recorded = list[dict[str, Any]]
 MakeStack = Callable[..., Awaitable[Stack]]
-
-
-@pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> Recorded:
-    """Every provider request the sandbox receives, before faults: method, path, headers, body."""
-    seen: Recorded = []
-    original = sandbox_app.verify
-
-    def recording(
-        headers: Mapping[str, str], method: str, path: str, body: bytes, **kw: Any
-    ) -> None:
-        seen.append({"method": method, "path": path, "headers": dict(headers), "body": body})
-        original(headers, method, path, body, **kw)
-
-    monkeypatch.setattr(sandbox_app, "verify", recording)
-    return seen
 
 
 def submits(recorded: Recorded, tx: str) -> Recorded:

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-import worker.sandbox.app as sandbox_app
 from worker.harness import Stack
 
 PAYER_ADDRESS = "TE2eErrorsPayer00000000000000001"
@@ -40,30 +39,6 @@ def profiles_yaml(entity: Mapping[str, Any] = ENTITY) -> str:
     return json.dumps(
         {"profiles": {"e2e-errors": dict(entity)}, "addresses": {PAYER_ADDRESS: "e2e-errors"}}
     )
-
-
-@pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> Recorded:
-    """Every provider request the sandbox receives, before faults, with its arrival time."""
-    seen: Recorded = []
-    original = sandbox_app.verify
-
-    def recording(
-        headers: Mapping[str, str], method: str, path: str, body: bytes, **kw: Any
-    ) -> None:
-        seen.append(
-            {
-                "method": method,
-                "path": path,
-                "headers": dict(headers),
-                "body": body,
-                "at": time.monotonic(),
-            }
-        )
-        original(headers, method, path, body, **kw)
-
-    monkeypatch.setattr(sandbox_app, "verify", recording)
-    return seen
 
 
 @pytest.fixture

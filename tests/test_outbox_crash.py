@@ -12,11 +12,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pytest_aiohttp import AiohttpServer
 from serveproc import ServeProcess
 
-import worker.sandbox.app as sandbox_app
 from worker.sandbox import SANDBOX_KEY, SandboxConfig, create_app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,22 +64,6 @@ async def until(check: Callable[[], bool], what: str, within_s: float = 15) -> N
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.05)
-
-
-@pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Every provider request the sandbox receives (before faults): method, path, headers, body."""
-    seen: list[dict[str, Any]] = []
-    original = sandbox_app.verify
-
-    def recording(
-        headers: Mapping[str, str], method: str, path: str, body: bytes, **kw: Any
-    ) -> None:
-        seen.append({"method": method, "path": path, "headers": dict(headers), "body": body})
-        original(headers, method, path, body, **kw)
-
-    monkeypatch.setattr(sandbox_app, "verify", recording)
-    return seen
 
 
 async def test_sigkill_with_submission_in_flight_submits_once_with_same_key(
