@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from worker.addresses import register, register_body
 from worker.errors import ConfigError
 from worker.harness import Stack
 from worker.provider.client import ProviderClient
-from worker.provider.models import AddressStatus
+from worker.provider.models import AddressStatus, SourceAddress
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = "demo-entity"  # rules/profiles.yaml
@@ -50,6 +50,21 @@ def client_of(stack: Stack) -> ProviderClient:
     """The worker's own provider client."""
     assert stack.runtime.client is not None
     return stack.runtime.client
+
+
+def register_at(stack: Stack, address: str, **kw: Any) -> Coroutine[Any, Any, SourceAddress]:
+    """`register(...)` through the worker's client and store: wallet 1001, TRON, PROFILE."""
+    kw.setdefault("profile", PROFILE)
+    kw.setdefault("poll_s", FAST_POLL_S)
+    return register(
+        stack.settings,
+        client_of(stack),
+        stack.store,
+        wallet_id=1001,
+        address=address,
+        network="TRON",
+        **kw,
+    )
 
 
 async def address_rows(stack: Stack) -> dict[str, dict[str, Any]]:
@@ -128,18 +143,7 @@ async def test_register_polls_until_active_and_sends_the_register_form(
 ) -> None:
     """register() sends payer details plus walletAddress/network, polls, stores ACTIVE."""
     address = "TKnownActive00000000000000000001"
-    task = asyncio.create_task(
-        register(
-            stack.settings,
-            client_of(stack),
-            stack.store,
-            wallet_id=1001,
-            address=address,
-            network="TRON",
-            profile=PROFILE,
-            poll_s=FAST_POLL_S,
-        )
-    )
+    task = asyncio.create_task(register_at(stack, address))
     record_id = await new_record(stack, set())
 
     async def stored() -> bool:
@@ -182,15 +186,7 @@ def test_register_body_carries_memo_and_tx_hash_only_when_given() -> None:
 async def test_unknown_profile_is_a_config_error(stack: Stack) -> None:
     """Naming a profile that does not exist registers nothing and fails as bad configuration."""
     with pytest.raises(ConfigError):
-        await register(
-            stack.settings,
-            client_of(stack),
-            stack.store,
-            wallet_id=1001,
-            address="TNoSuchProfile0000000000000000001",
-            network="TRON",
-            profile="no-such-profile",
-        )
+        await register_at(stack, "TNoSuchProfile0000000000000000001", profile="no-such-profile")
     assert stack.sandbox.state.addresses == {}
 
 
@@ -255,19 +251,7 @@ async def test_replacing_twice_registers_a_new_record_each_time(stack: Stack) ->
     address = "TKnownFailedTwice000000000000001"
     seen: set[str] = set()
     for replace in (False, True, True):
-        task = asyncio.create_task(
-            register(
-                stack.settings,
-                client_of(stack),
-                stack.store,
-                wallet_id=1001,
-                address=address,
-                network="TRON",
-                profile=PROFILE,
-                replace_failed=replace,
-                poll_s=FAST_POLL_S,
-            )
-        )
+        task = asyncio.create_task(register_at(stack, address, replace_failed=replace))
         record_id = await new_record(stack, seen)
         seen.add(record_id)
         stack.sandbox.reject_address(record_id, "rejected again")
@@ -282,16 +266,7 @@ async def test_wallet_address_updated_webhooks_update_the_addresses_table(stack:
     """WALLET_ADDRESS_UPDATED moves a registered record to ACTIVE or FAILED without any polling."""
     ids = []
     for address in ("TKnownHookActive000000000000001", "TKnownHookFailed000000000000001"):
-        record = await register(
-            stack.settings,
-            client_of(stack),
-            stack.store,
-            wallet_id=1001,
-            address=address,
-            network="TRON",
-            profile=PROFILE,
-            wait=False,
-        )
+        record = await register_at(stack, address, wait=False)
         assert record.status is AddressStatus.PROCESSING
         ids.append(record.id)
     active_id, failed_id = ids
@@ -314,18 +289,7 @@ async def test_wallet_address_updated_webhooks_update_the_addresses_table(stack:
 async def test_addresses_command_lists_active_records(stack: Stack) -> None:
     """`depositd addresses --json` prints the registered records with their status."""
     address = "TKnownListed0000000000000000001"
-    task = asyncio.create_task(
-        register(
-            stack.settings,
-            client_of(stack),
-            stack.store,
-            wallet_id=1001,
-            address=address,
-            network="TRON",
-            profile=PROFILE,
-            poll_s=FAST_POLL_S,
-        )
-    )
+    task = asyncio.create_task(register_at(stack, address))
     record_id = await new_record(stack, set())
     stack.sandbox.approve_address(record_id)
     await asyncio.wait_for(task, 5)
