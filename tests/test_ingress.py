@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
 import json
 import sqlite3
@@ -166,6 +167,27 @@ async def test_valid_new_event_is_committed_before_200(client: Client, settings:
     assert rows[0]["transaction_id"] == "tx-1"
     assert bytes(rows[0]["body"]) == dumpb(ev)
     assert set(json.loads(rows[0]["headers"])) == {"API-TIMESTAMP", "Content-Type", "User-Agent"}
+
+
+async def test_body_arriving_in_pieces_is_read_whole(client: Client, settings: Settings) -> None:
+    """A Content-Length body sent in two writes, with a pause between, is stored whole."""
+    raw = dumpb(deposit_event())
+    headers = signed_headers(API_KEY, SECRET, "POST", PATH, raw)
+    head = f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(raw)}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "Connection: close\r\n\r\n"
+    assert client.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
+    try:
+        writer.write(head.encode() + raw[:100])
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.write(raw[100:])
+        await writer.drain()
+        answer = await reader.read()
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert [bytes(r["body"]) for r in stored(settings)] == [raw]
 
 
 async def test_duplicate_event_is_stored_and_processed_once(

@@ -94,6 +94,13 @@ def test_loads_never_goes_through_float() -> None:
     assert jsonio.dumps(value) == '{"n":"0.1","m":"123456789012345678.123456789"}'
 
 
+def test_loads_reads_utf8_bytes() -> None:
+    """Bodies are UTF-8 (a BOM is tolerated); other encodings are not JSON here."""
+    assert jsonio.loads("\ufeff{\"name\": \"Zoë\"}".encode()) == {"name": "Zoë"}
+    with pytest.raises(ValueError):
+        jsonio.loads('{"name": "Zoë"}'.encode("utf-16"))
+
+
 @pytest.mark.parametrize("value", [0.1, 1e-7, 5.0])
 def test_float_amount_refused(value: float) -> None:
     """A Python float amount is refused: money never passes through float."""

@@ -90,6 +90,9 @@ class Ingress:
         if length is not None:
             if length > limit:
                 raise BodyTooLarge
+            content = request.content
+            if content.is_eof():  # the whole body is buffered already (the usual case)
+                return content.read_nowait(-1)
             try:
                 return await request.content.readexactly(length)
             except asyncio.IncompleteReadError as exc:

@@ -11,9 +11,17 @@ from decimal import Decimal
 from typing import Any
 
 
+_DECODER = json.JSONDecoder(parse_float=Decimal)
+
+
 def loads(raw: bytes | str) -> Any:
-    """Parse JSON; non-integer numbers become `Decimal`, integers stay `int`."""
-    return json.loads(raw, parse_float=Decimal)
+    """Parse JSON; non-integer numbers become `Decimal`, integers stay `int`.
+
+    Bytes are read as UTF-8 (as JSON on the wire is; RFC 8259), a UTF-8 BOM tolerated.
+    """
+    if not isinstance(raw, str):
+        raw = raw.decode("utf-8-sig") if raw[:3] == b"\xef\xbb\xbf" else raw.decode()
+    return _DECODER.decode(raw)
 
 
 def decimal_str(value: Decimal) -> str:
