@@ -96,7 +96,7 @@ def test_loads_never_goes_through_float() -> None:
 
 def test_loads_reads_utf8_bytes() -> None:
     """Bodies are UTF-8 (a BOM is tolerated); other encodings are not JSON here."""
-    assert jsonio.loads("\ufeff{\"name\": \"Zoë\"}".encode()) == {"name": "Zoë"}
+    assert jsonio.loads('\ufeff{"name": "Zoë"}'.encode()) == {"name": "Zoë"}
     with pytest.raises(ValueError):
         jsonio.loads('{"name": "Zoë"}'.encode("utf-16"))
 

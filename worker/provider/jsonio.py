@@ -10,7 +10,6 @@ import json
 from decimal import Decimal
 from typing import Any
 
-
 _DECODER = json.JSONDecoder(parse_float=Decimal)
 
 
