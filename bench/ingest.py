@@ -6,9 +6,15 @@ DEPOSIT_WHITELIST_REQUIRED event with a unique eventId (or each eventId 10 times
 duplicate run). Runs are paired (depositd, then bare, same load) and the median ratio is shown.
 
     .venv/bin/python bench/ingest.py [--connections 50 8] [--dup 1 10] [--pairs 3] [--duration 4]
+                                     [--ladder]
 
 After each depositd run it prints the processing lag left by that run (events still pending and
 the age of the oldest); the processor keeps running throughout (also during the bare runs).
+
+With --ladder each pair also loads two more bare apps: one that reads the body ('read') and one
+that also verifies the signature and parses the JSON with depositd's own functions ('verify'),
+both answering {} without storing anything: the ceiling of any design that does those steps on
+one core in one process.
 """
 
 from __future__ import annotations
@@ -252,15 +258,42 @@ def run_load(
     return data
 
 
-def bare_server(port: int) -> None:
-    """The reference: answers {} without reading the body."""
+# The --ladder servers: the bare app plus one step of depositd's ingest path each, to show where
+# the rate goes before anything is stored.
+LADDER = ("read", "verify")
+
+
+def bare_server(port: int, step: str = "bare") -> None:
+    """The reference: answers {} without reading the body; `step` adds part of the ingest path
+    ("read": reads the body; "verify": also checks the signature and parses the JSON)."""
     from aiohttp import web
+
+    from worker.provider import jsonio
+    from worker.provider.signing import verify
 
     async def ok(request: web.Request) -> web.Response:
         return web.Response(body=b"{}", content_type="application/json")
 
+    async def read(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=b"{}", content_type="application/json")
+
+    async def checked(request: web.Request) -> web.Response:
+        body = await request.read()
+        verify(
+            request.headers,
+            request.method,
+            request.raw_path,
+            body,
+            api_key=API_KEY,
+            secrets=[SECRET],
+            tolerance_s=300,
+        )
+        jsonio.loads(body)["eventId"]
+        return web.Response(body=b"{}", content_type="application/json")
+
     app = web.Application()
-    app.router.add_post(PATH, ok)
+    app.router.add_post(PATH, {"bare": ok, "read": read, "verify": checked}[step])
     app.router.add_get("/healthz", ok)
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
@@ -325,9 +358,16 @@ def bench(args: argparse.Namespace) -> None:
         stderr=log,
     )
     bare = subprocess.Popen([sys.executable, __file__, "bare", str(bport)], env=env)
+    steps = {step: free_port() for step in (LADDER if args.ladder else ())}
+    ladder = [
+        subprocess.Popen([sys.executable, __file__, "bare", str(port), step], env=env)
+        for step, port in steps.items()
+    ]
     try:
         wait_healthy(dport, depositd)
         wait_healthy(bport, bare)
+        for proc, port in zip(ladder, steps.values(), strict=True):
+            wait_healthy(port, proc)
         tool = "wrk" if shutil.which("wrk") else "aiohttp client"
         print(
             f"load: {tool}; synchronous={args.synchronous}; log level {args.log_level}; "
@@ -337,6 +377,7 @@ def bench(args: argparse.Namespace) -> None:
         for dup in args.dup:
             for conns in args.connections:
                 ratios = []
+                step_ratios: dict[str, list[float]] = {step: [] for step in steps}
                 for pair in range(args.pairs):
                     count = args.max_rate * int(args.duration + 1)
                     reqs = tmp / "requests.tsv"
@@ -346,6 +387,9 @@ def bench(args: argparse.Namespace) -> None:
                     backlog, age = lag(db)
                     b = summary(run_load(bport, reqs, conns, args.duration, tmp))
                     ratios.append(d["rate"] / b["rate"])
+                    for step, port in steps.items():
+                        rate = summary(run_load(port, reqs, conns, args.duration, tmp))["rate"]
+                        step_ratios[step].append(rate / b["rate"])
                     print(
                         f"dup x{dup:<2} c={conns:<3} pair {pair + 1}: "
                         f"depositd {d['rate']:7.0f}/s p50 {d['p50_ms']:6.2f} ms "
@@ -356,6 +400,11 @@ def bench(args: argparse.Namespace) -> None:
                         f"pending, oldest {age:.1f}s"
                     )
                 print(f"dup x{dup:<2} c={conns:<3} median ratio {statistics.median(ratios):.2f}")
+                for step, values in step_ratios.items():
+                    print(
+                        f"dup x{dup:<2} c={conns:<3} bare app that also does {step!r}: "
+                        f"median ratio {statistics.median(values):.2f}"
+                    )
         left = pending(db)
         t0 = time.monotonic()
         while pending(db) and time.monotonic() - t0 < 120:
@@ -367,6 +416,9 @@ def bench(args: argparse.Namespace) -> None:
     finally:
         depositd.terminate()
         bare.terminate()
+        for proc in ladder:
+            proc.terminate()
+            proc.wait(30)
         print(f"depositd exit status after SIGTERM: {depositd.wait(30)}")
         bare.wait(30)
         log.close()
@@ -376,7 +428,7 @@ def bench(args: argparse.Namespace) -> None:
 def main() -> None:
     """Entry point (also the bare server and client subprocesses)."""
     if len(sys.argv) > 1 and sys.argv[1] == "bare":
-        bare_server(int(sys.argv[2]))
+        bare_server(int(sys.argv[2]), *sys.argv[3:4])
         return
     if len(sys.argv) > 1 and sys.argv[1] == "client":
         url, reqs, conns, duration = sys.argv[2:6]
@@ -391,6 +443,11 @@ def main() -> None:
     parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "EXTRA"])
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--max-rate", type=int, default=15000, help="requests generated per second")
+    parser.add_argument(
+        "--ladder",
+        action="store_true",
+        help="also time bare apps that read the body, and verify + parse it, in each pair",
+    )
     bench(parser.parse_args())
 
 

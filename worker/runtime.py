@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -32,7 +33,7 @@ from worker.reactor import RuleReactor, enqueue_alert
 from worker.rules import RuleBook
 from worker.schedule import Poller, Scheduler
 from worker.settings import Settings
-from worker.store import Store, set_meta, utc_now
+from worker.store import Store, get_meta, set_meta, utc_now
 from worker.systemd import SystemdNotifier, watchdog_loop
 from worker.tracker import iso_from_ms
 
@@ -74,6 +75,14 @@ class PollMetrics:
         )
 
 
+# meta key: the profiles already alerted about because their provider is no longer offered.
+_UNKNOWN_PROVIDERS = "providers_unknown_alerted"
+
+
+def _alerted_unknown(db: sqlite_utils.Database) -> set[str]:
+    return set(json.loads(get_meta(db, _UNKNOWN_PROVIDERS) or "[]"))
+
+
 class Runtime:
     """Rules, profiles and the actors around one app."""
 
@@ -109,6 +118,7 @@ class Runtime:
         # Small writes started from sync callbacks: held here so none is lost or outlives the store.
         self._side_writes: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
+        self._provider_check = asyncio.Lock()
 
     @property
     def rules(self) -> RuleBook:
@@ -173,12 +183,24 @@ class Runtime:
         except ProviderError as exc:
             log.warning("provider list unavailable", error=str(exc))
             return
-        for name in self.profiles.check_providers(names):
-            await self.alert(
-                f"provider_unknown:{name}",
-                "warning",
-                f"profile {name}: its provider is no longer offered by the provider",
-            )
+        unknown = sorted(self.profiles.check_providers(names))
+        assert self.store is not None
+        # Alert once per profile while its provider stays unknown (not at every daily check);
+        # a provider offered again and later dropped again alerts again. The lock: the daily
+        # check and a reload's check may overlap.
+        async with self._provider_check:
+            alerted = await self.store.read(_alerted_unknown)
+            for name in unknown:
+                if name not in alerted:
+                    await self.alert(
+                        f"provider_unknown:{name}",
+                        "warning",
+                        f"profile {name}: its provider is no longer offered by the provider",
+                    )
+            if set(unknown) != alerted:
+                await self.store.write(
+                    lambda db: set_meta(db, _UNKNOWN_PROVIDERS, json.dumps(unknown))
+                )
 
     async def _daily(self) -> None:
         assert self.store is not None
