@@ -24,9 +24,10 @@ from aiohttp.test_utils import TestServer
 from worker import __version__
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
+from worker.queries import utc_now
 from worker.runtime import prune_events
 from worker.sandbox import SandboxConfig, create_app
-from worker.store import Store, utc_now
+from worker.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOK_PATH = "/webhooks/provider"

@@ -21,7 +21,8 @@ from worker.errors import StorageError
 from worker.processor import Processor
 from worker.provider.jsonio import dumpb
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
-from worker.store import Store, utc_now
+from worker.queries import utc_now
+from worker.store import Store
 from worker.tracker import Deposit, Fact, Transition
 
 T0 = 1_700_000_000_000

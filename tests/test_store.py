@@ -12,7 +12,8 @@ import sqlite_utils
 
 from worker import store as store_mod
 from worker.errors import SchemaTooNew, StorageError
-from worker.store import SCHEMA_VERSION, Store, get_meta, pending_events, set_meta
+from worker.queries import get_meta, pending_events, set_meta
+from worker.store import SCHEMA_VERSION, Store
 
 TABLES = {"meta", "events", "deposits", "facts", "actions", "ledger", "alerts", "addresses"}
 

@@ -28,8 +28,9 @@ from worker.provider import jsonio
 from worker.provider.client import ProviderClient
 from worker.provider.models import AddressStatus, SourceAddress
 from worker.provider.payer import PayerValidationError, content_hash, validate_payer
+from worker.queries import utc_now
 from worker.settings import Settings, load_settings
-from worker.store import Store, utc_now
+from worker.store import Store
 
 FINAL = (AddressStatus.ACTIVE, AddressStatus.FAILED, AddressStatus.DISABLED)
 

@@ -22,8 +22,9 @@ from worker.ingress import Ingress, ReadyCheck
 from worker.logs import configure, get_logger
 from worker.metrics import Metrics
 from worker.processor import Processor, Reactor
+from worker.queries import set_meta, utc_now
 from worker.settings import Settings, load_settings
-from worker.store import Store, set_meta, utc_now
+from worker.store import Store
 from worker.systemd import SystemdNotifier
 
 log = get_logger(__name__)

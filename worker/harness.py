@@ -32,11 +32,12 @@ from worker.app import PROCESSOR_KEY, STORE_KEY, build_app
 from worker.errors import ConfigError
 from worker.outbox import Outbox
 from worker.processor import Processor
+from worker.queries import get_deposit_row, utc_now
 from worker.runtime import Runtime
 from worker.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, WalletSpec, create_app
 from worker.sandbox.config import default_wallets
 from worker.settings import Settings, load_settings
-from worker.store import Store, get_deposit_row, utc_now
+from worker.store import Store
 from worker.tracker import Deposit
 
 WEBHOOK_PATH = "/webhooks/provider"

@@ -21,8 +21,9 @@ from worker.metrics import CONTENT_TYPE, Metrics, event_type_label
 from worker.provider import jsonio
 from worker.provider.models import DEPOSIT_EVENT_TYPES, KNOWN_EVENT_TYPES
 from worker.provider.signing import SignatureError, verify
+from worker.queries import deposits_by_state, oldest_pending_received_at, set_meta, utc_now
 from worker.settings import WebhookSettings
-from worker.store import Store, deposits_by_state, oldest_pending_received_at, set_meta, utc_now
+from worker.store import Store
 
 log = get_logger(__name__)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from worker import __version__
+from worker.queries import utc_now
 from worker.settings import load_settings
-from worker.store import utc_now
 from worker.tracker import ms_from_iso
 from worker.views import run_on_db
 

@@ -37,8 +37,9 @@ from worker.provider import jsonio, signing
 from worker.provider.client import ProviderClient
 from worker.provider.codes import code_rule
 from worker.provider.models import WhiteListStatus
+from worker.queries import utc_now
 from worker.reactor import add_action, enqueue_alert, submit_key
-from worker.store import Store, utc_now
+from worker.store import Store
 from worker.tracker import Deposit, Fact, iso_from_ms
 
 log = get_logger(__name__)

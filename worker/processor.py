@@ -41,8 +41,7 @@ from worker.provider.models import (
     EventType,
     WebhookEnvelope,
 )
-from worker.store import (
-    Store,
+from worker.queries import (
     StoredEvent,
     get_deposit_row,
     insert_fact_row,
@@ -52,6 +51,7 @@ from worker.store import (
     upsert_deposit_row,
     utc_now,
 )
+from worker.store import Store
 from worker.tracker import Deposit, Fact, Transition, observe
 
 log = get_logger(__name__)

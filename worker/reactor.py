@@ -16,8 +16,8 @@ import sqlite_utils
 
 from worker.logs import get_logger
 from worker.profiles import Profiles
+from worker.queries import utc_now
 from worker.rules import Intent, RuleBook
-from worker.store import utc_now
 from worker.tracker import Deposit, Fact, Transition
 
 log = get_logger(__name__)

@@ -29,11 +29,12 @@ from worker.outbox import Outbox, resubmit_changed
 from worker.profiles import Profiles
 from worker.provider.client import ProviderClient
 from worker.provider.signing import now_ms
+from worker.queries import get_meta, set_meta, utc_now
 from worker.reactor import RuleReactor, enqueue_alert
 from worker.rules import RuleBook
 from worker.schedule import Poller, Scheduler
 from worker.settings import Settings
-from worker.store import Store, get_meta, set_meta, utc_now
+from worker.store import Store
 from worker.systemd import SystemdNotifier, watchdog_loop
 from worker.tracker import iso_from_ms
 
