@@ -95,7 +95,7 @@ class Ingress:
             if content.is_eof():  # the whole body is buffered already (the usual case)
                 return content.read_nowait(-1)
             try:
-                return await request.content.readexactly(length)
+                return await content.readexactly(length)
             except asyncio.IncompleteReadError as exc:
                 return exc.partial  # a short body then fails its signature
         chunks: list[bytes] = []
