@@ -220,6 +220,29 @@ async def test_reactor_failure_rolls_back_that_event_only(store: Store) -> None:
     assert (await tracked(store, "tx-f"))["state"] == "rejected"
 
 
+async def test_failure_mid_batch_applies_the_others_once(store: Store) -> None:
+    """A failing event between others in one batch: the others are applied exactly once."""
+    before = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-a", 1)
+    failing = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-f", 2)
+    after = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-b", 3)
+    processor = Processor(store, reactor=RecordingReactor(fail_on=failing["eventId"]))
+    for ev in (before, failing, after):
+        await deliver(store, ev)
+    assert await processor.process_batch() == 3
+    rows = await store.read(
+        lambda db: db.execute(
+            "SELECT e.transaction_id, e.status, (SELECT COUNT(*) FROM facts f"
+            " WHERE f.transaction_id = e.transaction_id) FROM events e ORDER BY seq"
+        ).fetchall()
+    )
+    assert [tuple(r) for r in rows] == [
+        ("tx-a", "processed", 1),
+        ("tx-f", "failed", 0),
+        ("tx-b", "processed", 1),
+    ]
+    assert (await tracked(store, "tx-b"))["state"] == "needs_details"
+
+
 async def test_storage_failure_leaves_events_pending(store: Store) -> None:
     """A SQLite failure mid-batch rolls the batch back: events stay pending, nothing applied."""
     ev = lifecycle("tx-s")[0]

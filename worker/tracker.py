@@ -131,15 +131,15 @@ class Fact:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: decimals as strings, enums as values, UNKNOWN fields left out."""
         out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for name in _FACT_NAMES:
+            value = getattr(self, name)
             if value is UNKNOWN:
                 continue
             if isinstance(value, Enum):
                 value = value.value
             elif isinstance(value, Decimal):
                 value = decimal_str(value)
-            out[f.name] = value
+            out[name] = value
         return out
 
     @classmethod
@@ -157,7 +157,8 @@ class Fact:
         return cls(**kwargs)
 
 
-_FACT_FIELDS = frozenset(f.name for f in fields(Fact))
+_FACT_NAMES = tuple(f.name for f in fields(Fact))
+_FACT_FIELDS = frozenset(_FACT_NAMES)
 
 
 @dataclass(frozen=True)
