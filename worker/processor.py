@@ -1,10 +1,10 @@
 """The inbox processor: stored events -> tracker -> reactor, in receive order.
 
-Each event is applied in the same write transaction that marks it processed, so a crash leaves
-it either untouched (pending, done again after restart) or fully done; never half. A batch of
-pending events shares the transaction (one fsync) with the webhook inserts of the moment. If an
-event raises, the batch is undone and applied again with a savepoint per event, so that event
-alone is rolled back and marked failed. Polls feed the same path through `observe_fact`.
+Each event is applied inside a savepoint of one write transaction that also marks it processed,
+so a crash leaves it either untouched (pending, done again after restart) or fully done; never
+half. A batch of pending events shares the transaction (one fsync) with the webhook inserts of
+the moment, and an event that raises is rolled back alone and marked failed. Polls feed the same
+path through `observe_fact`.
 
 Batches run on the event loop (`Store.write_inline`), so they take turns with request handling.
 How long a turn lasts is the processor's share: a full `batch_time_s` when no delivery arrived
@@ -283,50 +283,15 @@ class Processor:
             return []
         deadline = started + budget
         conn = db.conn
-        # Optimistic: the batch without a savepoint per event. If an event raises, the batch is
-        # undone and applied again with one savepoint per event, so only that event fails.
-        conn.execute("SAVEPOINT batch")
-        try:
-            outcomes = self._apply_events(db, events, reactor, floor, deadline, isolate=False)
-        except sqlite3.OperationalError:
-            raise  # the store itself is failing: give the whole batch back
-        except Exception:
-            if not conn.in_transaction:
-                raise
-            conn.execute("ROLLBACK TO batch")
-            outcomes = self._apply_events(db, events, reactor, floor, deadline, isolate=True)
-        conn.execute("RELEASE batch")
-        mark_events(db, [(o.event.seq, o.status, o.error) for o in outcomes])
-        self._last_turn = time.perf_counter()
-        cost = (self._last_turn - started) / len(outcomes)
-        self._event_cost_s = max(1e-5, 0.8 * self._event_cost_s + 0.2 * cost)
-        return outcomes
-
-    def _apply_events(
-        self,
-        db: sqlite_utils.Database,
-        events: list[StoredEvent],
-        reactor: Reactor | None,
-        floor: int,
-        deadline: float,
-        *,
-        isolate: bool,
-    ) -> list[_Outcome]:
-        """Apply events in order until the deadline (at least `floor`); with `isolate`, each
-        under its own savepoint, an event that raises rolled back alone and marked failed."""
-        conn = db.conn
         outcomes: list[_Outcome] = []
         for event in events:
             if len(outcomes) >= floor and time.perf_counter() > deadline:
                 break
-            if not isolate:
-                outcomes.append(self._apply_event(db, event, reactor))
-                continue
             conn.execute("SAVEPOINT event")
             try:
                 outcome = self._apply_event(db, event, reactor)
             except sqlite3.OperationalError:
-                raise
+                raise  # the store itself is failing: give the whole batch back
             except Exception as exc:
                 if not conn.in_transaction:
                     raise
@@ -334,6 +299,10 @@ class Processor:
                 outcome = _Outcome(event, "failed", error=_describe(exc))
             conn.execute("RELEASE event")
             outcomes.append(outcome)
+        mark_events(db, [(o.event.seq, o.status, o.error) for o in outcomes])
+        self._last_turn = time.perf_counter()
+        cost = (self._last_turn - started) / len(outcomes)
+        self._event_cost_s = max(1e-5, 0.8 * self._event_cost_s + 0.2 * cost)
         return outcomes
 
     @staticmethod
