@@ -1,9 +1,10 @@
-"""`python -m worker serve` as a subprocess, for the tests that kill or signal it."""
+"""`python -m worker serve` as a subprocess, for the tests that kill or signal it; free ports."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,14 @@ from pathlib import Path
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 class ServeProcess:

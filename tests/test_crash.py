@@ -6,14 +6,13 @@ import asyncio
 import json
 import random
 import signal
-import socket
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from serveproc import ServeProcess
+from serveproc import ServeProcess, free_port
 
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
@@ -21,14 +20,6 @@ from worker.provider.signing import signed_headers
 PATH = "/webhooks/provider"
 API_KEY = "crash-key"
 SECRET = "crash-secret"
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def write_config(tmp_path: Path, port: int) -> Path:

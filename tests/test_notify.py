@@ -8,7 +8,6 @@ import email
 import email.policy
 import ipaddress
 import json
-import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
+from serveproc import free_port
 
 from worker.errors import NotifyError
 from worker.notify import (
@@ -357,14 +357,6 @@ async def test_slack_uses_a_given_session(slack: SlackStub) -> None:
 
 
 # --- a real SMTP server ---------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on (aiosmtpd's Controller needs one up front)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sqlite3
 import sys
 import time
@@ -20,6 +19,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from serveproc import ServeProcess, free_port
 
 from worker import __version__
 from worker.provider.jsonio import dumpb
@@ -39,14 +39,6 @@ ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def envelope(event_id: str, event_type: str, tx: str, **data: Any) -> dict[str, Any]:
@@ -104,13 +96,12 @@ async def cli(config: Path, *args: str, within: float = 30) -> tuple[int, str, s
     return proc.returncode, out.decode(), err.decode()
 
 
-class Service:
+class Service(ServeProcess):
     """`python -m worker serve` in a subprocess, plus signed webhook posting."""
 
     def __init__(self, tmp_path: Path, provider_url: str, **extra: Any) -> None:
-        self.port = free_port()
+        port = free_port()
         self.db = tmp_path / "depositd.db"
-        self.log = tmp_path / "serve.log"
         cfg: dict[str, Any] = {
             "provider": {
                 "base_url": provider_url,
@@ -118,7 +109,7 @@ class Service:
                 "api_secret": PROVIDER_SECRET,
             },
             "webhook": {
-                "listen": f"127.0.0.1:{self.port}",
+                "listen": f"127.0.0.1:{port}",
                 "path": HOOK_PATH,
                 "api_key": HOOK_KEY,
                 "secret": HOOK_SECRET,
@@ -130,10 +121,10 @@ class Service:
             "log": {"format": "json", "level": "info"},
             **extra,
         }
-        self.config = tmp_path / "depositd.yaml"
-        self.config.write_text(json.dumps(cfg))
-        self.proc: asyncio.subprocess.Process | None = None
-        self.url = f"http://127.0.0.1:{self.port}"
+        config = tmp_path / "depositd.yaml"
+        config.write_text(json.dumps(cfg))
+        super().__init__(config, port, tmp_path / "serve.log")
+        self.url = f"http://127.0.0.1:{port}"
 
     @property
     def pid(self) -> int:
@@ -141,28 +132,9 @@ class Service:
         assert self.proc is not None
         return self.proc.pid
 
-    async def start(self) -> None:
+    async def start(self, timeout_s: float = 15) -> None:
         """Start serve and wait until /healthz answers."""
-        with self.log.open("ab") as err:
-            self.proc = await asyncio.create_subprocess_exec(
-                *[sys.executable, "-m", "worker", "serve", "--config", str(self.config)],
-                cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=err,
-            )
-        deadline = time.monotonic() + 15
-        async with aiohttp.ClientSession() as session:
-            while True:
-                assert self.proc.returncode is None, self.log.read_text()
-                assert time.monotonic() < deadline, "serve did not start: " + self.log.read_text()
-                try:
-                    async with session.get(f"{self.url}/healthz") as resp:
-                        if resp.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
+        await super().start(timeout_s)
 
     async def healthy(self) -> bool:
         """True when /healthz answers 200."""
@@ -186,8 +158,8 @@ class Service:
         """SIGTERM; the exit status."""
         assert self.proc is not None
         if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.proc.wait(), 20)
+            return await self.signal(signal.SIGTERM, 20)
+        return await self.proc.wait()
 
     async def kill(self) -> None:
         """Make sure the process is gone (test teardown)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_aiohttp import AiohttpServer
-from serveproc import ServeProcess
+from serveproc import ServeProcess, free_port
 
 from worker.sandbox import SANDBOX_KEY, SandboxConfig, create_app
 
@@ -34,14 +33,6 @@ profiles:
 addresses:
   {PAYER_ADDRESS}: crash-entity
 """
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def db_rows(path: Path, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from serveproc import free_port
 
 from worker.sandbox import SandboxConfig, create_app
 
@@ -23,14 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PROVIDER_KEY, PROVIDER_SECRET = "sd-provider-key", "sd-provider-secret"
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture
