@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from worker.harness import Stack
 from worker.sandbox import app as sandbox_app
 from worker.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
 
@@ -74,3 +78,18 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     monkeypatch.setattr(sandbox_app, "verify", recording)
     return seen
+
+
+@pytest.fixture
+async def start_stack(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
+    """Start `Stack(tmp_path / "stackN", **kw)`s on demand; every one is stopped at teardown."""
+    numbers = itertools.count()
+    async with contextlib.AsyncExitStack() as started:
+
+        async def start(**kw: Any) -> Stack:
+            stack = Stack(tmp_path / f"stack{next(numbers)}", **kw)
+            started.push_async_callback(stack.stop)  # also after a start that failed half-way
+            await stack.start()
+            return stack
+
+        yield start

@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,21 +80,15 @@ def submits(recorded: Recorded, tx: str) -> Recorded:
 
 
 @pytest.fixture
-async def make_stack(tmp_path: Path) -> AsyncIterator[MakeStack]:
+def make_stack(tmp_path: Path, start_stack: MakeStack) -> MakeStack:
     """Start a Stack with the test profiles (and optional rules); stopped at teardown."""
-    started: list[Stack] = []
 
     async def make(profiles: str | None = None, **kw: Any) -> Stack:
         path = tmp_path / "profiles-source.yaml"
         path.write_text(profiles if profiles is not None else profiles_yaml())
-        stack = Stack(tmp_path / f"stack{len(started)}", profiles=path, **kw)
-        await stack.start()
-        started.append(stack)
-        return stack
+        return await start_stack(profiles=path, **kw)
 
-    yield make
-    for stack in started:
-        await stack.stop()
+    return make
 
 
 async def actions_of(stack: Stack, tx: str, action: str) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,22 +42,16 @@ def profiles_yaml(entity: Mapping[str, Any] = ENTITY) -> str:
 
 
 @pytest.fixture
-async def make_stack(tmp_path: Path) -> AsyncIterator[MakeStack]:
+def make_stack(tmp_path: Path, start_stack: MakeStack) -> MakeStack:
     """Start a Stack (no polls unless asked) with the test profile; stopped at teardown."""
-    started: list[Stack] = []
 
     async def make(profiles: str | None = None, **kw: Any) -> Stack:
         path = tmp_path / "profiles-source.yaml"
         path.write_text(profiles if profiles is not None else profiles_yaml())
         kw.setdefault("scheduler", False)
-        stack = Stack(tmp_path / f"stack{len(started)}", profiles=path, **kw)
-        await stack.start()
-        started.append(stack)
-        return stack
+        return await start_stack(profiles=path, **kw)
 
-    yield make
-    for stack in started:
-        await stack.stop()
+    return make
 
 
 def submits(recorded: Recorded, tx: str) -> Recorded:

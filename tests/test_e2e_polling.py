@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -28,21 +27,15 @@ MakeStack = Callable[..., Awaitable[Stack]]
 
 
 @pytest.fixture
-async def make_stack(tmp_path: Path) -> AsyncIterator[MakeStack]:
+def make_stack(start_stack: MakeStack) -> MakeStack:
     """Start stacks on demand (shipped rules and profiles); every one is stopped afterwards."""
-    stacks: list[Stack] = []
 
     async def make(**kw: Any) -> Stack:
         kw.setdefault("history_interval_s", FAST)
         kw.setdefault("detail_interval_s", FAST)
-        stack = Stack(tmp_path / f"stack{len(stacks)}", **kw)
-        stacks.append(stack)
-        await stack.start()
-        return stack
+        return await start_stack(**kw)
 
-    yield make
-    for stack in reversed(stacks):
-        await stack.stop()
+    return make
 
 
 async def first_polls_done(stack: Stack) -> None:
