@@ -10,8 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET
 
 from worker.harness import Stack
+from worker.sandbox import SandboxConfig, create_app
 from worker.sandbox import app as sandbox_app
 from worker.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
 
@@ -93,3 +97,14 @@ async def start_stack(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[S
             return stack
 
         yield start
+
+
+@pytest.fixture
+async def provider_url(
+    aiohttp_server: Callable[[web.Application], Awaitable[TestServer]],
+) -> str:
+    """The provider sandbox on a loopback port (serveproc's PROVIDER_KEY); its base URL."""
+    server = await aiohttp_server(
+        create_app(SandboxConfig(api_key=PROVIDER_KEY, api_secret=PROVIDER_SECRET))
+    )
+    return str(server.make_url("")).rstrip("/")

@@ -12,6 +12,8 @@ from pathlib import Path
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
+# The credentials of the `provider_url` sandbox (tests/conftest.py), for serve's config.
+PROVIDER_KEY, PROVIDER_SECRET = "serve-provider-key", "serve-provider-secret"
 
 
 def free_port() -> int:

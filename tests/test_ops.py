@@ -19,20 +19,18 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from serveproc import ServeProcess, free_port
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
 from worker import __version__
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 from worker.queries import utc_now
 from worker.runtime import prune_events
-from worker.sandbox import SandboxConfig, create_app
 from worker.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOK_PATH = "/webhooks/provider"
 HOOK_KEY, HOOK_SECRET = "ops-hook-key", "ops-hook-secret"
-PROVIDER_KEY, PROVIDER_SECRET = "ops-provider-key", "ops-provider-secret"
 UNKNOWN_ADDRESS = "TUnknownPayer00000000000000000000"
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
@@ -180,15 +178,6 @@ class Service(ServeProcess):
         """The stored status of one event."""
         found = rows(self.db, "SELECT status FROM events WHERE event_id = ?", event_id)
         return str(found[0][0]) if found else None
-
-
-@pytest.fixture
-async def provider_url(aiohttp_server: ServerFactory) -> AsyncIterator[str]:
-    """The provider sandbox on a loopback port; its base URL."""
-    server = await aiohttp_server(
-        create_app(SandboxConfig(api_key=PROVIDER_KEY, api_secret=PROVIDER_SECRET))
-    )
-    yield str(server.make_url("")).rstrip("/")
 
 
 @pytest.fixture

@@ -9,30 +9,14 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
-from serveproc import free_port
-
-from worker.sandbox import SandboxConfig, create_app
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-PROVIDER_KEY, PROVIDER_SECRET = "sd-provider-key", "sd-provider-secret"
-
-ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
-
-
-@pytest.fixture
-async def provider_url(aiohttp_server: ServerFactory) -> AsyncIterator[str]:
-    """The provider sandbox on a loopback port; its base URL."""
-    server = await aiohttp_server(
-        create_app(SandboxConfig(api_key=PROVIDER_KEY, api_secret=PROVIDER_SECRET))
-    )
-    yield str(server.make_url("")).rstrip("/")
 
 
 @pytest.fixture
