@@ -207,13 +207,16 @@ class Ingress:
     async def metrics_text(self, request: web.Request) -> web.Response:
         """GET /metrics: Prometheus text; store-backed gauges refreshed first."""
         try:
-            states, oldest = await self.store.read(
-                lambda db: (deposits_by_state(db), oldest_pending_received_at(db))
+            states, oldest, depths = await self.store.read(
+                lambda db: (
+                    deposits_by_state(db),
+                    oldest_pending_received_at(db),
+                    _event_depths(db),
+                )
             )
             self.metrics.set_deposit_states(states)
             lag = max(0.0, time.time() - _iso_to_epoch(oldest)) if oldest else 0.0
             self.metrics.processing_lag.set(lag)
-            depths = await self.store.read(_event_depths)
             self.metrics.events_pending.set(depths.get("pending", 0))
             self.metrics.events_failed.set(depths.get("failed", 0))
         except StorageError as exc:
