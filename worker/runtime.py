@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any
 
 import sqlite_utils
@@ -220,6 +220,13 @@ class Runtime:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), DAY_S)
 
+    def _hold(self, work: Coroutine[Any, Any, Any], name: str | None = None) -> None:
+        """Run `work` from a sync callback; held until done (the loop keeps only a weak
+        reference to a task) and awaited at shutdown."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._side_writes.add(task)
+        task.add_done_callback(self._side_writes.discard)
+
     async def _ctx(self, app: web.Application) -> AsyncIterator[None]:
         settings = self.settings
         store, processor, metrics = app[STORE_KEY], app[PROCESSOR_KEY], app[METRICS_KEY]
@@ -260,11 +267,9 @@ class Runtime:
                     poll_metrics.last_success.labels(poll=name).set_to_current_time()
                     assert self.poller is not None
                     poll_metrics.found.set(self.poller.stats.found_by_poll)
-                    write = asyncio.get_running_loop().create_task(
+                    self._hold(
                         store.write(lambda db: set_meta(db, f"last_{name}_poll_ok", utc_now()))
                     )
-                    self._side_writes.add(write)
-                    write.add_done_callback(self._side_writes.discard)
 
             self.poller = Poller(
                 self.client,
@@ -280,10 +285,7 @@ class Runtime:
         loop = asyncio.get_running_loop()
 
         def on_hup() -> None:
-            # The loop keeps only a weak reference to a task: hold it until the reload ends.
-            task = loop.create_task(self.reload(), name="reload")
-            self._side_writes.add(task)
-            task.add_done_callback(self._side_writes.discard)
+            self._hold(self.reload(), name="reload")
 
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGHUP, on_hup)
