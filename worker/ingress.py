@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -24,6 +23,7 @@ from worker.provider.signing import SignatureError, verify
 from worker.queries import deposits_by_state, oldest_pending_received_at, set_meta, utc_now
 from worker.settings import WebhookSettings
 from worker.store import Store
+from worker.tracker import ms_from_iso
 
 log = get_logger(__name__)
 
@@ -50,10 +50,6 @@ def _transaction_id(event_type: str, reference_id: Any, data: Any) -> str | None
     if event_type in DEPOSIT_EVENT_TYPES and isinstance(reference_id, str) and reference_id:
         return reference_id
     return None
-
-
-def _iso_to_epoch(value: str) -> float:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 class Ingress:
@@ -215,7 +211,7 @@ class Ingress:
                 )
             )
             self.metrics.set_deposit_states(states)
-            lag = max(0.0, time.time() - _iso_to_epoch(oldest)) if oldest else 0.0
+            lag = max(0.0, time.time() - ms_from_iso(oldest) / 1000) if oldest else 0.0
             self.metrics.processing_lag.set(lag)
             self.metrics.events_pending.set(depths.get("pending", 0))
             self.metrics.events_failed.set(depths.get("failed", 0))

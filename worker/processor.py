@@ -24,7 +24,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
 
 import sqlite_utils
@@ -52,7 +51,7 @@ from worker.queries import (
     utc_now,
 )
 from worker.store import Store
-from worker.tracker import Deposit, Fact, Transition, observe
+from worker.tracker import Deposit, Fact, Transition, ms_from_iso, observe
 
 log = get_logger(__name__)
 
@@ -81,9 +80,7 @@ class _Outcome:
 
 
 def _ms(iso: str | None) -> int | None:
-    if not iso:
-        return None
-    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+    return ms_from_iso(iso) if iso else None
 
 
 def _describe(exc: BaseException) -> str:
