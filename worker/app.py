@@ -11,13 +11,16 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from worker import front
 from worker.errors import StorageError
+from worker.frontlink import CoreSide
 from worker.ingress import Ingress, ReadyCheck
 from worker.logs import configure, get_logger
 from worker.metrics import Metrics
@@ -36,6 +39,7 @@ SETTINGS_KEY = web.AppKey("settings", Settings)
 STORE_KEY = web.AppKey("store", Store)
 METRICS_KEY = web.AppKey("metrics", Metrics)
 PROCESSOR_KEY = web.AppKey("processor", Processor)
+INGRESS_KEY = web.AppKey("ingress", Ingress)
 READY_CHECKS_KEY: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
 BACKGROUND_TASKS_KEY: web.AppKey[list[asyncio.Task[None]]] = web.AppKey("background_tasks")
 
@@ -127,9 +131,9 @@ def build_app(
     app[PROCESSOR_KEY] = processor
     app[READY_CHECKS_KEY] = checks
     app[BACKGROUND_TASKS_KEY] = []
-    Ingress(settings.webhook, store, metrics, wake=processor.wake, ready_checks=checks).add_routes(
-        app
-    )
+    ingress = Ingress(settings.webhook, store, metrics, wake=processor.wake, ready_checks=checks)
+    ingress.add_routes(app)
+    app[INGRESS_KEY] = ingress
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.extend(extra_cleanup_ctx)
     app.cleanup_ctx.append(_processor_ctx)
@@ -138,8 +142,8 @@ def build_app(
     return app
 
 
-async def serve(settings: Settings, plugins: Plugins | None = None) -> None:
-    """Run until SIGTERM/SIGINT, then stop accepting, finish in-flight work and return."""
+async def serve(settings: Settings, plugins: Plugins | None = None) -> int:
+    """Run until SIGTERM/SIGINT, then stop accepting, finish in-flight work; the exit status."""
     plugins = plugins or plugins_for(settings)
     app = build_app(
         settings,
@@ -155,14 +159,25 @@ async def serve(settings: Settings, plugins: Plugins | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    status = 0
     try:
-        site = web.TCPSite(runner, settings.webhook.host, settings.webhook.port)
-        await site.start()
-        log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
-        notifier.ready()
-        await stop.wait()
-        log.info("shutting down")
-        notifier.stopping()
+        async with contextlib.AsyncExitStack() as stack:
+            if settings.webhook.ingress_process:
+                ingress = await stack.enter_async_context(_ingress_process(settings, app))
+                waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(ingress.wait())]
+                stack.callback(lambda: [w.cancel() for w in waits])
+            else:
+                site = web.TCPSite(runner, settings.webhook.host, settings.webhook.port)
+                await site.start()
+                waits = [asyncio.ensure_future(stop.wait())]
+            log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
+            notifier.ready()
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if not stop.is_set():
+                log.error("ingress process exited", status=ingress.returncode)
+                status = 1
+            log.info("shutting down")
+            notifier.stopping()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
@@ -170,6 +185,59 @@ async def serve(settings: Settings, plugins: Plugins | None = None) -> None:
         # background jobs, processor (current batch), plugins, store (commit in flight).
         await runner.cleanup()
     log.info("stopped")
+    return status
+
+
+_INGRESS_START_S = 30.0
+_INGRESS_STOP_S = 35.0  # its own shutdown allows requests 30 s
+
+
+@contextlib.asynccontextmanager
+async def _ingress_process(
+    settings: Settings, app: web.Application
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The webhook listener in a process of its own (`worker.front`), linked to this store.
+
+    Yields once it listens. On exit it is asked to stop (SIGTERM: stop accepting, answer the
+    requests in flight, whose rows this process commits) and waited for.
+    """
+    assert settings.config_path is not None
+    loop = asyncio.get_running_loop()
+    listener = front.listen_socket(settings.webhook.host, settings.webhook.port)
+    ours, theirs = socket.socketpair()
+    up = asyncio.Event()
+    try:
+        _, link = await loop.create_unix_connection(
+            lambda: CoreSide(app[INGRESS_KEY], up.set), sock=ours
+        )
+        proc = await front.spawn(settings.config_path, listener, theirs)
+    finally:
+        listener.close()
+        theirs.close()
+    try:
+        started = asyncio.ensure_future(up.wait())
+        exited = asyncio.ensure_future(proc.wait())
+        await asyncio.wait(
+            [started, exited], timeout=_INGRESS_START_S, return_when="FIRST_COMPLETED"
+        )
+        started.cancel()
+        exited.cancel()
+        if not up.is_set():
+            raise OSError(f"the ingress process did not start (exit status {proc.returncode})")
+        yield proc
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), _INGRESS_STOP_S)
+            except TimeoutError:
+                log.error("ingress process did not stop; killed")
+                proc.kill()
+                await proc.wait()
+        if link.transport is not None:
+            link.transport.close()
+        await link.closed
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -177,8 +245,7 @@ def run_serve(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     configure(settings.log.format, settings.log.level)
     try:
-        asyncio.run(serve(settings))
+        return asyncio.run(serve(settings))
     except OSError as exc:
         log.error("cannot serve", listen=settings.webhook.listen, error=str(exc))
         return 1
-    return 0

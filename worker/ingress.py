@@ -1,8 +1,10 @@
 """The webhook endpoint and the operational endpoints (SPEC section 6).
 
 Thin on purpose: read at most `max_body_bytes`, verify the raw bytes, check the envelope's two
-required keys, commit the raw event, answer. Everything else happens in the processor, which
-this handler only wakes.
+required keys (`Gate`), commit the raw event, answer. Everything else happens in the processor,
+which this handler only wakes. `depositd serve` runs the webhook endpoint in a process of its
+own (`worker.front`) that hands accepted rows to this process's store; tests and the harness
+run it here, on the same `Gate` and `webhook_handler`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -22,7 +25,7 @@ from worker.provider.models import DEPOSIT_EVENT_TYPES, KNOWN_EVENT_TYPES
 from worker.provider.signing import SignatureError, verify
 from worker.queries import deposits_by_state, oldest_pending_received_at, set_meta, utc_now
 from worker.settings import WebhookSettings
-from worker.store import Store
+from worker.store import EVENT_ROW_STATUS, EventRow, Store, event_row
 from worker.tracker import ms_from_iso
 
 log = get_logger(__name__)
@@ -52,34 +55,46 @@ def _transaction_id(event_type: str, reference_id: Any, data: Any) -> str | None
     return None
 
 
-class Ingress:
-    """Request handlers bound to the objects they need."""
+@dataclass(frozen=True)
+class Refused:
+    """A delivery answered with an error before anything is stored."""
 
-    def __init__(
-        self,
-        settings: WebhookSettings,
-        store: Store,
-        metrics: Metrics,
-        *,
-        wake: Callable[[], None] = lambda: None,
-        ready_checks: Sequence[ReadyCheck] = (),
-    ) -> None:
+    status: int
+    message: str
+    outcome: str  # the events_received outcome: unauthorized, bad_request, too_large
+
+    def response(self) -> web.Response:
+        return _error(self.status, self.message)
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A verified delivery with a well-formed envelope: the row to store."""
+
+    row: EventRow
+    label: str  # the event type as a metrics label
+
+    @property
+    def known(self) -> bool:
+        return self.row[EVENT_ROW_STATUS] == "pending"
+
+
+# Store one accepted row: True when new, False for a known eventId; StorageError when not stored.
+StoreRow = Callable[[EventRow], Awaitable[bool]]
+# Count one delivery: (event type label, outcome, seconds taken to answer).
+Record = Callable[[str, str, float], None]
+
+
+class Gate:
+    """What a delivery passes before it is stored (SPEC section 6): size, signature, envelope.
+
+    Shared by the in-process endpoint and the ingress process (`worker.front`).
+    """
+
+    def __init__(self, settings: WebhookSettings) -> None:
         self.settings = settings
-        self.store = store
-        self.metrics = metrics
-        self.wake = wake
-        # Kept by reference: checks appended later (e.g. the scheduler's) are seen.
-        self.ready_checks = ready_checks
         self._api_key = settings.api_key.get_secret_value()
         self._secrets = [s.get_secret_value() for s in settings.secret]
-        self._counters: dict[tuple[str, str], Any] = {}
-
-    def add_routes(self, app: web.Application) -> None:
-        """Register the webhook path, /healthz, /readyz and /metrics."""
-        app.router.add_post(self.settings.path, self.webhook)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/metrics", self.metrics_text)
 
     async def _read_body(self, request: web.Request) -> bytes:
         limit = self.settings.max_body_bytes
@@ -103,28 +118,12 @@ class Ingress:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def webhook(self, request: web.Request) -> web.Response:
-        """POST {webhook.path}: verify, store durably, answer (SPEC section 6)."""
-        started = time.perf_counter()
-        try:
-            return await self._webhook(request)
-        finally:
-            self.metrics.ingest_seconds.observe(time.perf_counter() - started)
-
-    def _count(self, label: str, outcome: str) -> None:
-        """Count one delivery; the labelled children are looked up once each."""
-        key = (label, outcome)
-        child = self._counters.get(key)
-        if child is None:
-            child = self._counters[key] = self.metrics.events_received.labels(*key)
-        child.inc()
-
-    async def _webhook(self, request: web.Request) -> web.Response:
+    async def check(self, request: web.Request) -> Accepted | Refused:
+        """Read, verify and parse one delivery."""
         try:
             body = await self._read_body(request)
         except BodyTooLarge:
-            self._count("none", "too_large")
-            return _error(413, f"body over {self.settings.max_body_bytes} bytes")
+            return Refused(413, f"body over {self.settings.max_body_bytes} bytes", "too_large")
         try:
             verify(
                 request.headers,
@@ -137,53 +136,115 @@ class Ingress:
                 algorithm=self.settings.signature,
             )
         except SignatureError as exc:
-            self._count("none", "unauthorized")
             log.warning("webhook refused", reason=str(exc), remote=request.remote)
-            return _error(401, str(exc))
+            return Refused(401, str(exc), "unauthorized")
         try:
             envelope = jsonio.loads(body)
         except (ValueError, UnicodeDecodeError):
-            self._count("none", "bad_request")
-            return _error(400, "body is not JSON")
+            return Refused(400, "body is not JSON", "bad_request")
         problem = _envelope_problem(envelope)
         if problem:
-            self._count("none", "bad_request")
-            return _error(400, problem)
-        event_id: str = envelope["eventId"]
+            return Refused(400, problem, "bad_request")
         event_type: str = envelope["eventType"]
         reference_id = envelope.get("referenceId")
-        known = event_type in KNOWN_EVENT_TYPES
+        row = event_row(
+            envelope["eventId"],
+            event_type,
+            reference_id if isinstance(reference_id, str) else None,
+            _transaction_id(event_type, reference_id, envelope.get("data")),
+            body,
+            request.headers,
+            utc_now(),
+            "pending" if event_type in KNOWN_EVENT_TYPES else "ignored",
+        )
+        return Accepted(row, event_type_label(event_type))
+
+
+def webhook_handler(
+    gate: Gate, store_row: StoreRow, record: Record
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """POST {webhook.path}: verify, store durably, answer (SPEC section 6)."""
+
+    async def webhook(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        verdict = await gate.check(request)
+        if isinstance(verdict, Refused):
+            record("none", verdict.outcome, time.perf_counter() - started)
+            return verdict.response()
         try:
-            new = await self.store.insert_event(
-                event_id,
-                event_type,
-                reference_id if isinstance(reference_id, str) else None,
-                _transaction_id(event_type, reference_id, envelope.get("data")),
-                body,
-                request.headers,
-                utc_now(),
-                status="pending" if known else "ignored",
-            )
+            new = await store_row(verdict.row)
         except StorageError as exc:
-            self._count(event_type_label(event_type), "unavailable")
-            log.error("webhook not stored", event_id=event_id, error=str(exc))
+            record(verdict.label, "unavailable", time.perf_counter() - started)
+            log.error("webhook not stored", event_id=verdict.row[0], error=str(exc))
             return _error(503, "storage unavailable")
-        if not new:
-            outcome = "duplicate"
-        elif not known:
-            outcome = "ignored"
-        else:
-            outcome = "new"
-            self.wake()
-        self._count(event_type_label(event_type), outcome)
+        outcome = "duplicate" if not new else "new" if verdict.known else "ignored"
+        record(verdict.label, outcome, time.perf_counter() - started)
         return web.Response(body=_OK, content_type="application/json")
 
-    async def healthz(self, request: web.Request) -> web.Response:
-        """GET /healthz: the process answers."""
-        return web.json_response({"status": "ok"})
+    return webhook
 
-    async def readyz(self, request: web.Request) -> web.Response:
-        """GET /readyz: storage writable and every registered check fine; 503 lists failures."""
+
+class Ingress:
+    """The endpoints of SPEC section 6 on the store, the metrics and the ready checks."""
+
+    def __init__(
+        self,
+        settings: WebhookSettings,
+        store: Store,
+        metrics: Metrics,
+        *,
+        wake: Callable[[], None] = lambda: None,
+        ready_checks: Sequence[ReadyCheck] = (),
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.wake = wake
+        # Kept by reference: checks appended later (e.g. the scheduler's) are seen.
+        self.ready_checks = ready_checks
+        self._counters: dict[tuple[str, str], Any] = {}
+
+    def add_routes(self, app: web.Application) -> None:
+        """Register the webhook path, /healthz, /readyz and /metrics."""
+        app.router.add_post(
+            self.settings.path, webhook_handler(Gate(self.settings), self.store_row, self.record)
+        )
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics_text)
+
+    def queue_row(self, row: EventRow) -> asyncio.Future[bool]:
+        """Queue an accepted row for the next commit; the processor is woken for a new one."""
+        future = self.store.queue_event(row)
+        if row[EVENT_ROW_STATUS] == "pending":
+            future.add_done_callback(self._wake_if_new)
+        return future
+
+    def _wake_if_new(self, future: asyncio.Future[bool]) -> None:
+        if not future.cancelled() and future.exception() is None and future.result():
+            self.wake()
+
+    async def store_row(self, row: EventRow) -> bool:
+        """Store an accepted row durably: True when new."""
+        return await self.queue_row(row)
+
+    def record(self, label: str, outcome: str, seconds: float) -> None:
+        """Count one delivery."""
+        self.record_counts({(label, outcome): 1}, (seconds,))
+
+    def record_counts(self, counts: dict[tuple[str, str], int], seconds: Sequence[float]) -> None:
+        """Count deliveries: n per (event type label, outcome), and each one's time to answer."""
+        for key, n in counts.items():
+            child = self._counters.get(key)
+            if child is None:  # the labelled children are looked up once each
+                child = self._counters[key] = self.metrics.events_received.labels(*key)
+            child.inc(n)
+        observe = self.metrics.ingest_seconds.observe
+        for value in seconds:
+            observe(value)
+
+    async def readiness(self) -> tuple[int, dict[str, Any]]:
+        """Storage writable and every registered check fine: (200 or 503, the JSON answer)."""
         failed: list[str] = []
         try:
             await self.store.write(lambda db: set_meta(db, "ready_probe_at", utc_now()))
@@ -197,11 +258,16 @@ class Ingress:
             if problem:
                 failed.append(problem)
         if failed:
-            return web.json_response({"status": "not ready", "failed": failed}, status=503)
-        return web.json_response({"status": "ready"})
+            return 503, {"status": "not ready", "failed": failed}
+        return 200, {"status": "ready"}
 
-    async def metrics_text(self, request: web.Request) -> web.Response:
-        """GET /metrics: Prometheus text; store-backed gauges refreshed first."""
+    async def readyz(self, request: web.Request) -> web.Response:
+        """GET /readyz: 200 when ready; 503 lists the failures."""
+        status, answer = await self.readiness()
+        return web.json_response(answer, status=status)
+
+    async def metrics_body(self) -> bytes:
+        """Prometheus text; the store-backed gauges refreshed first."""
         try:
             states, oldest, depths = await self.store.read(
                 lambda db: (
@@ -218,7 +284,21 @@ class Ingress:
         except StorageError as exc:
             log.warning("metrics without store gauges", error=str(exc))
         self.metrics.commits.set(self.store.commits)
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+        return self.metrics.render()
+
+    async def metrics_text(self, request: web.Request) -> web.Response:
+        """GET /metrics."""
+        return metrics_response(await self.metrics_body())
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """GET /healthz: the process answers."""
+    return web.json_response({"status": "ok"})
+
+
+def metrics_response(body: bytes) -> web.Response:
+    """A /metrics answer."""
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
 def _event_depths(db: Any) -> dict[str, int]:

@@ -65,6 +65,8 @@ class WebhookSettings(Section):
     tolerance_s: float = Field(300, gt=0)
     max_body_bytes: int = Field(1_048_576, gt=0)
     signature: str = DEFAULT_ALGORITHM
+    # `serve` answers webhooks from a process of its own (see worker.front); false: in its own.
+    ingress_process: bool = True
 
     _alg = field_validator("signature")(_check_algorithm)
 

@@ -34,9 +34,39 @@ T = TypeVar("T")
 STORED_HEADERS = ("API-TIMESTAMP", "Content-Type", "User-Agent")
 
 
+# One events row as inserted (see `_INSERT_EVENT`); built by `event_row`. A plain tuple, so
+# that the ingress process can hand it over as it is (`worker.frontlink`).
+EventRow = tuple[str, str | None, str | None, str | None, bytes, str, str, str, str | None]
+EVENT_ROW_STATUS = 7  # index of status in an EventRow
+
+
+def event_row(
+    event_id: str,
+    event_type: str | None,
+    reference_id: str | None,
+    transaction_id: str | None,
+    body: bytes,
+    headers: Mapping[str, str],
+    received_at: str,
+    status: str = "pending",
+) -> EventRow:
+    """The row of one received event; only the `STORED_HEADERS` of `headers` are kept."""
+    return (
+        event_id,
+        event_type,
+        reference_id,
+        transaction_id,
+        body,
+        json.dumps({k: headers[k] for k in STORED_HEADERS if k in headers}),
+        received_at,
+        status,
+        None if status == "pending" else received_at,
+    )
+
+
 @dataclass
 class _Insert:
-    row: tuple[Any, ...]
+    row: EventRow
     future: asyncio.Future[bool]
 
 
@@ -97,7 +127,6 @@ _INSERT_EVENT = (
     "INSERT OR IGNORE INTO events (event_id, event_type, reference_id, transaction_id, body,"
     " headers, received_at, status, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_RECEIVED_AT = 6  # index of received_at in an insert row
 _BUSY_TIMEOUT_S = 5.0
 _CHECKPOINT_EVERY = 50  # commits between two WAL checkpoints
 
@@ -294,24 +323,22 @@ class Store:
 
         Concurrent calls share one transaction (group commit); each returns after the commit.
         """
-        self._require_open()
-        row = (
-            event_id,
-            event_type,
-            reference_id,
-            transaction_id,
-            body,
-            json.dumps({k: headers[k] for k in STORED_HEADERS if k in headers}),
-            received_at,
-            status,
-            None if status == "pending" else received_at,
+        row = event_row(
+            event_id, event_type, reference_id, transaction_id, body, headers, received_at, status
         )
+        return await self.queue_event(row)
+
+    def queue_event(self, row: EventRow) -> asyncio.Future[bool]:
+        """Queue one `event_row` for the next group transaction, without waiting: the future
+        says True (new) or False (known eventId) once committed, or holds the `StorageError`.
+        """
+        self._require_open()
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._inserts.append(_Insert(row, future))
         self._work.set()
         # A cancelled waiter (client gone) is skipped when the outcome is handed out; the
         # insert itself still commits with its batch.
-        return await future
+        return future
 
     def _require_open(self) -> None:
         if self._driver is None or self._closing or self._wdb is None:
@@ -447,7 +474,7 @@ class Store:
             cursor.execute(_INSERT_EVENT, item.row)
             results.append(cursor.rowcount == 1)
         if any(results):
-            set_meta(db, "last_webhook_at", batch[-1].row[_RECEIVED_AT])
+            set_meta(db, "last_webhook_at", batch[-1].row[6])  # received_at
         return results
 
     # --- reads ----------------------------------------------------------------------------

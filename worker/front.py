@@ -1,0 +1,155 @@
+"""The ingress process: `depositd serve`'s webhook listener, in a process of its own.
+
+Reading, verifying and parsing deliveries and speaking HTTP take most of a core at full load;
+so do storing and processing. `serve` therefore binds the listening socket, starts this process
+with it (`python -m worker.front`), and keeps the store, the processor, the scheduler and the
+outbox. Here each accepted delivery goes to `serve` over `worker.frontlink` and is answered 200
+only once `serve` reports it committed. /healthz is answered here; /readyz and /metrics are
+asked of `serve`.
+
+This process exits when `serve` does (the link closes), and on SIGTERM stops accepting and
+finishes the requests in flight first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import gc
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from worker.frontlink import FrontSide
+from worker.ingress import Gate, healthz, metrics_response, webhook_handler
+from worker.logs import configure, get_logger
+from worker.settings import load_settings
+
+log = get_logger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The webhook listener, bound by `serve` (so that it reports a taken port itself).
+
+    SO_REUSEPORT lets a restarted service bind while the ingress process of the previous one
+    is still exiting.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def spawn(
+    config: Path, listener: socket.socket, link: socket.socket
+) -> asyncio.subprocess.Process:
+    """Start the ingress process on `listener`, speaking to this process over `link`."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "worker.front",
+        "--config",
+        str(config),
+        "--listen-fd",
+        str(listener.fileno()),
+        "--link-fd",
+        str(link.fileno()),
+        "--parent",
+        str(os.getpid()),
+        pass_fds=(listener.fileno(), link.fileno()),
+    )
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel for SIGKILL when `serve` dies (Linux); the link's end is the fallback."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _settle_heap() -> None:
+    """Exempt what start-up built (modules, settings, the app) from garbage collection: each
+    full collection would walk it again, at full load several times a second."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
+
+
+async def run(config: Path, listen_fd: int, link_fd: int) -> int:
+    """Serve the webhook until SIGTERM/SIGINT or until `serve` is gone."""
+    settings = load_settings(config)
+    configure(settings.log.format, settings.log.level)
+    loop = asyncio.get_running_loop()
+    link_sock = socket.socket(fileno=link_fd)
+    _, link = await loop.create_unix_connection(FrontSide, sock=link_sock)
+
+    async def readyz(request: web.Request) -> web.Response:
+        status, body = await link.http("R")
+        return web.Response(body=body, status=status, content_type="application/json")
+
+    async def metrics(request: web.Request) -> web.Response:
+        return metrics_response((await link.http("M"))[1])
+
+    app = web.Application()
+    app.router.add_post(
+        settings.webhook.path, webhook_handler(Gate(settings.webhook), link.store, link.count)
+    )
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
+    await runner.setup()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    listener = socket.socket(fileno=listen_fd)
+    await web.SockSite(runner, listener).start()
+    _settle_heap()
+    link.send(("U",))
+    await asyncio.wait(
+        [asyncio.ensure_future(stop.wait()), link.closed], return_when=asyncio.FIRST_COMPLETED
+    )
+    if link.closed.done():
+        # Nothing can be stored any more: leave at once, the open requests get no answer.
+        log.error("depositd is gone; ingress process exits")
+        return 1
+    # Stop accepting, answer the requests in flight (their rows are committed by `serve`).
+    await runner.cleanup()
+    if link.transport is not None:
+        link.transport.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m worker.front")
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--listen-fd", type=int, required=True)
+    parser.add_argument("--link-fd", type=int, required=True)
+    parser.add_argument("--parent", type=int, required=True)
+    args = parser.parse_args(argv)
+    _die_with_parent()
+    if os.getppid() != args.parent:  # `serve` died before we could ask to follow it
+        return 1
+    # A reload is `serve`'s business (systemd signals the main process only; a terminal's
+    # process group gets it too).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    return asyncio.run(run(args.config, args.listen_fd, args.link_fd))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

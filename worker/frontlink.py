@@ -1,0 +1,214 @@
+"""The link between the ingress process (`worker.front`) and `depositd serve`'s own process.
+
+One stream socket (a socketpair made by `serve`), frames of a 4-byte length and a `marshal`-ed
+tuple; only these two processes of one service ever speak on it. Frames are gathered per
+event-loop turn and written together.
+
+From the ingress process:
+    ("E", id, row)                  store this accepted `EventRow`
+    ("R", id) / ("M", id)           the /readyz answer / the /metrics text
+    ("C", counts, seconds)          deliveries answered since the last such frame:
+                                    {(event type label, outcome): n}, [seconds to answer]
+    ("U",)                          listening: `serve` may report ready
+From `serve`:
+    ("e", id, code)                 STORED_NEW, STORED_KNOWN or NOT_STORED, after the commit
+    ("h", id, status, body)         an HTTP answer for "R" / "M"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import marshal
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from worker.errors import StorageError
+from worker.ingress import Ingress
+from worker.logs import get_logger
+from worker.store import EventRow
+
+log = get_logger(__name__)
+
+_LENGTH = struct.Struct("!I")
+
+STORED_NEW, STORED_KNOWN, NOT_STORED = 1, 2, 0
+
+
+class LinkLost(StorageError):
+    """The other process is gone: nothing more can be stored through this link."""
+
+
+class _Framed(asyncio.Protocol):
+    """Frame codec over a stream transport; subclasses handle the messages."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        pos, size = 0, len(buffer)
+        view = memoryview(buffer)
+        try:
+            while size - pos >= 4:
+                (length,) = _LENGTH.unpack_from(buffer, pos)
+                if size - pos - 4 < length:
+                    break
+                message = marshal.loads(view[pos + 4 : pos + 4 + length])
+                pos += 4 + length
+                self.on_message(message)
+        finally:
+            view.release()
+        del buffer[:pos]
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        """Queue one frame; written with the others of this loop turn."""
+        data = marshal.dumps(message)
+        self._out += (_LENGTH.pack(len(data)), data)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _before_flush(self) -> None:
+        """Last frames of this loop turn."""
+
+    def _flush(self) -> None:
+        self._before_flush()
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def on_message(self, message: tuple[Any, ...]) -> None:
+        raise NotImplementedError
+
+
+class CoreSide(_Framed):
+    """`serve`'s end: stores rows through the `Ingress`, answers /readyz and /metrics."""
+
+    def __init__(self, ingress: Ingress, on_up: Callable[[], None]) -> None:
+        super().__init__()
+        self.ingress = ingress
+        self.on_up = on_up
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def on_message(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "E":
+            self._store(message[1], message[2])
+        elif kind == "C":
+            self.ingress.record_counts(message[1], message[2])
+        elif kind in ("R", "M"):
+            task = asyncio.create_task(self._answer(kind, message[1]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif kind == "U":
+            self.on_up()
+        else:
+            log.error("unknown message from the ingress process", kind=str(kind))
+
+    def _store(self, ident: int, row: EventRow) -> None:
+        try:
+            future = self.ingress.queue_row(tuple(row))  # type: ignore[arg-type]
+        except StorageError as exc:
+            log.error("webhook not stored", event_id=row[0], error=str(exc))
+            self.send(("e", ident, NOT_STORED))
+            return
+
+        def stored(future: asyncio.Future[bool]) -> None:
+            if future.cancelled():
+                code = NOT_STORED
+            elif (exc := future.exception()) is not None:
+                log.error("webhook not stored", event_id=row[0], error=str(exc))
+                code = NOT_STORED
+            else:
+                code = STORED_NEW if future.result() else STORED_KNOWN
+            self.send(("e", ident, code))
+
+        future.add_done_callback(stored)
+
+    async def _answer(self, kind: str, ident: int) -> None:
+        if kind == "R":
+            status, answer = await self.ingress.readiness()
+            body = json.dumps(answer).encode()
+        else:
+            status, body = 200, await self.ingress.metrics_body()
+        self.send(("h", ident, status, body))
+
+
+class FrontSide(_Framed):
+    """The ingress process's end: hands rows over and waits for the commit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._next = 0
+        self._counts: dict[tuple[str, str], int] = {}
+        self._seconds: list[float] = []
+
+    def _ask(self, message: tuple[Any, ...]) -> asyncio.Future[Any]:
+        if self.closed.done():
+            raise LinkLost("depositd is gone")
+        self._next += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[self._next] = future
+        self.send((message[0], self._next, *message[1:]))
+        return future
+
+    async def store(self, row: EventRow) -> bool:
+        """Store one accepted row: True when new; `StorageError` when not stored."""
+        code = await self._ask(("E", row))
+        if code == NOT_STORED:
+            raise StorageError("storage unavailable")
+        return bool(code == STORED_NEW)
+
+    async def http(self, kind: str) -> tuple[int, bytes]:
+        """The (status, body) of /readyz ("R") or /metrics ("M")."""
+        status, body = await self._ask((kind,))
+        return int(status), bytes(body)
+
+    def count(self, label: str, outcome: str, seconds: float) -> None:
+        """Count one delivery in `serve`'s metrics (sent once per loop turn, with the others)."""
+        key = (label, outcome)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        self._seconds.append(seconds)
+        self._schedule_flush()
+
+    def _before_flush(self) -> None:
+        if self._counts:
+            counts, self._counts = self._counts, {}
+            seconds, self._seconds = self._seconds, []
+            self.send(("C", counts, seconds))
+
+    def on_message(self, message: tuple[Any, ...]) -> None:
+        future = self._waiting.pop(message[1], None)
+        if future is None or future.done():
+            return
+        if message[0] == "e":
+            future.set_result(message[2])
+        else:
+            future.set_result((message[2], message[3]))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        waiting, self._waiting = self._waiting, {}
+        for future in waiting.values():
+            if not future.done():
+                future.set_exception(LinkLost("depositd is gone"))
