@@ -6,10 +6,16 @@ DEPOSIT_WHITELIST_REQUIRED event with a unique eventId (or each eventId 10 times
 duplicate run). Runs are paired (depositd, then bare, same load) and the median ratio is shown.
 
     .venv/bin/python bench/ingest.py [--connections 50 8] [--dup 1 10] [--pairs 3] [--duration 4]
-                                     [--ladder]
+                                     [--warmup 2] [--one-process] [--ladder]
 
-After each depositd run it prints the processing lag left by that run (events still pending and
-the age of the oldest); the processor keeps running throughout (also during the bare runs).
+The processor keeps running throughout. Each depositd run starts with no backlog: the bench
+waits for the previous run's events to be processed (and prints how long that took: the
+processing rate), so that the pairs do not depend on each other; after each run it prints the
+lag that run left (events still pending, the age of the oldest). A warm-up load (not counted)
+first grows the fresh database's files and warms the processes up.
+
+With --one-process each pair also times a second depositd with `webhook.ingress_process: false`
+(webhook endpoint, store and processor in one process), the design before the ingress process.
 
 With --ladder each pair also loads two more bare apps: one that reads the body ('read') and one
 that also verifies the signature and parses the JSON with depositd's own functions ('verify'),
@@ -330,33 +336,56 @@ def lag(db: Path) -> tuple[int, float]:
     return int(count), max(0.0, time.time() - received)
 
 
-def bench(args: argparse.Namespace) -> None:
-    """The paired runs."""
-    tmp = Path(tempfile.mkdtemp(prefix="depositd-bench-"))
-    dport, bport = free_port(), free_port()
-    db = tmp / "depositd.db"
+def start_depositd(
+    tmp: Path, name: str, args: argparse.Namespace, *, ingress_process: bool
+) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """One `depositd serve` with a database of its own: (process, port, database)."""
+    port = free_port()
+    db = tmp / f"{name}.db"
     cfg = {
         "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
         "webhook": {
-            "listen": f"127.0.0.1:{dport}",
+            "listen": f"127.0.0.1:{port}",
             "path": PATH,
             "api_key": API_KEY,
             "secret": SECRET,
+            "ingress_process": ingress_process,
         },
         "storage": {"path": str(db), "synchronous": args.synchronous},
         "scheduler": {"enabled": False},
         "log": {"format": "json", "level": args.log_level},
     }
-    (tmp / "depositd.yaml").write_text(json.dumps(cfg))
+    (tmp / f"{name}.yaml").write_text(json.dumps(cfg))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    log = (tmp / "serve.log").open("wb")
-    depositd = subprocess.Popen(
-        [sys.executable, "-m", "worker", "serve", "--config", str(tmp / "depositd.yaml")],
+    log = (tmp / f"{name}.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker", "serve", "--config", str(tmp / f"{name}.yaml")],
         cwd=ROOT,
         env=env,
         stdout=log,
         stderr=log,
     )
+    log.close()
+    return proc, port, db
+
+
+def drain(db: Path, limit_s: float = 120) -> float:
+    """Wait until no event is pending; the seconds it took."""
+    t0 = time.monotonic()
+    while pending(db) and time.monotonic() - t0 < limit_s:
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def bench(args: argparse.Namespace) -> None:
+    """The paired runs."""
+    tmp = Path(tempfile.mkdtemp(prefix="depositd-bench-"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # name -> (process, port, database); "depositd" is the default configuration.
+    servers = {"depositd": start_depositd(tmp, "depositd", args, ingress_process=True)}
+    if args.one_process:
+        servers["one process"] = start_depositd(tmp, "one", args, ingress_process=False)
+    bport = free_port()
     bare = subprocess.Popen([sys.executable, __file__, "bare", str(bport)], env=env)
     steps = {step: free_port() for step in (LADDER if args.ladder else ())}
     ladder = [
@@ -364,64 +393,77 @@ def bench(args: argparse.Namespace) -> None:
         for step, port in steps.items()
     ]
     try:
-        wait_healthy(dport, depositd)
+        for proc, port, _ in servers.values():
+            wait_healthy(port, proc)
         wait_healthy(bport, bare)
         for proc, port in zip(ladder, steps.values(), strict=True):
             wait_healthy(port, proc)
         tool = "wrk" if shutil.which("wrk") else "aiohttp client"
         print(
             f"load: {tool}; synchronous={args.synchronous}; log level {args.log_level}; "
-            f"{args.duration}s per run; {os.cpu_count()} CPUs shared by load and servers"
+            f"{args.duration}s per run; {os.cpu_count()} CPUs shared by load and servers; "
+            f"each depositd run starts with no backlog"
         )
         next_id = 0
+        if args.warmup > 0:  # a fresh database and a cold process are slower: not counted
+            count = args.max_rate * int(args.warmup + 1)
+            reqs = tmp / "requests.tsv"
+            write_requests(reqs, next_id, count, 1)
+            next_id += count
+            for _, port, db in servers.values():
+                run_load(port, reqs, 50, args.warmup, tmp)
+                drain(db)
+            print(f"warm-up: {args.warmup}s at 50 connections on each server, not counted")
         for dup in args.dup:
             for conns in args.connections:
-                ratios = []
-                step_ratios: dict[str, list[float]] = {step: [] for step in steps}
+                ratios: dict[str, list[float]] = {name: [] for name in (*servers, *steps)}
                 for pair in range(args.pairs):
                     count = args.max_rate * int(args.duration + 1)
                     reqs = tmp / "requests.tsv"
                     write_requests(reqs, next_id, count, dup)
                     next_id += count
-                    d = summary(run_load(dport, reqs, conns, args.duration, tmp))
-                    backlog, age = lag(db)
+                    runs = []
+                    for name, (_, port, db) in servers.items():
+                        drained = drain(db)
+                        d = summary(run_load(port, reqs, conns, args.duration, tmp))
+                        runs.append((name, d, drained, *lag(db)))
                     b = summary(run_load(bport, reqs, conns, args.duration, tmp))
-                    ratios.append(d["rate"] / b["rate"])
                     for step, port in steps.items():
                         rate = summary(run_load(port, reqs, conns, args.duration, tmp))["rate"]
-                        step_ratios[step].append(rate / b["rate"])
+                        ratios[step].append(rate / b["rate"])
                     print(
-                        f"dup x{dup:<2} c={conns:<3} pair {pair + 1}: "
-                        f"depositd {d['rate']:7.0f}/s p50 {d['p50_ms']:6.2f} ms "
-                        f"p99 {d['p99_ms']:6.2f} ms (non-2xx {d['non2xx']}, "
-                        f"errors {d['errors']}, wraps {d['wraps']}) | bare "
-                        f"{b['rate']:7.0f}/s p50 {b['p50_ms']:6.2f} ms p99 {b['p99_ms']:6.2f} ms"
-                        f" | ratio {d['rate'] / b['rate']:.2f} | lag after the run: {backlog} "
-                        f"pending, oldest {age:.1f}s"
+                        f"dup x{dup:<2} c={conns:<3} pair {pair + 1}: bare {b['rate']:7.0f}/s "
+                        f"p50 {b['p50_ms']:6.2f} ms p99 {b['p99_ms']:6.2f} ms"
                     )
-                print(f"dup x{dup:<2} c={conns:<3} median ratio {statistics.median(ratios):.2f}")
-                for step, values in step_ratios.items():
+                    for name, d, drained, backlog, age in runs:
+                        ratios[name].append(d["rate"] / b["rate"])
+                        print(
+                            f"    {name:<12} {d['rate']:7.0f}/s p50 {d['p50_ms']:6.2f} ms "
+                            f"p99 {d['p99_ms']:6.2f} ms (non-2xx {d['non2xx']}, "
+                            f"errors {d['errors']}, wraps {d['wraps']}) ratio "
+                            f"{d['rate'] / b['rate']:.2f} | backlog drained {drained:.1f}s "
+                            f"before; after the run {backlog} pending, oldest {age:.1f}s"
+                        )
+                for name, values in ratios.items():
+                    what = name if name in servers else f"bare app that also does {name!r}"
                     print(
-                        f"dup x{dup:<2} c={conns:<3} bare app that also does {step!r}: "
+                        f"dup x{dup:<2} c={conns:<3} {what}: "
                         f"median ratio {statistics.median(values):.2f}"
                     )
-        left = pending(db)
-        t0 = time.monotonic()
-        while pending(db) and time.monotonic() - t0 < 120:
-            time.sleep(0.1)
-        print(
-            f"pending events at the end of the load: {left}; "
-            f"drained in {time.monotonic() - t0:.1f}s"
-        )
+        for name, (_, _, db) in servers.items():
+            left = pending(db)
+            print(f"{name}: {left} pending at the end of the load; drained in {drain(db):.1f}s")
     finally:
-        depositd.terminate()
+        for proc, _, _ in servers.values():
+            proc.terminate()
         bare.terminate()
         for proc in ladder:
             proc.terminate()
-            proc.wait(30)
-        print(f"depositd exit status after SIGTERM: {depositd.wait(30)}")
+        for name, (proc, _, _) in servers.items():
+            print(f"{name} exit status after SIGTERM: {proc.wait(60)}")
         bare.wait(30)
-        log.close()
+        for proc in ladder:
+            proc.wait(30)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -442,7 +484,13 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "EXTRA"])
     parser.add_argument("--log-level", default="info")
-    parser.add_argument("--max-rate", type=int, default=15000, help="requests generated per second")
+    parser.add_argument("--max-rate", type=int, default=25000, help="requests generated per second")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of uncounted load first")
+    parser.add_argument(
+        "--one-process",
+        action="store_true",
+        help="also time depositd with webhook.ingress_process: false in each pair",
+    )
     parser.add_argument(
         "--ladder",
         action="store_true",

@@ -1,0 +1,141 @@
+"""`serve`'s ingress process (`worker.front`): answers, metrics and readiness through it, and
+each process going down with the other. Real `serve` subprocesses, real loopback HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import aiohttp
+from test_ops import HOOK_KEY, HOOK_PATH, Service, envelope, wait_for
+
+from worker.provider.jsonio import dumpb
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # The command name may hold spaces: the fields after ") " are fixed.
+        if int(stat.rpartition(") ")[2].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def ingress_pid(service: Service) -> int:
+    """The one ingress process of a running serve."""
+    (pid,) = children(service.pid)
+    assert "worker.front" in Path(f"/proc/{pid}/cmdline").read_text()
+    return pid
+
+
+def one_process(service: Service) -> None:
+    """Rewrite the service's config with `webhook.ingress_process: false`."""
+    cfg = json.loads(service.config.read_text())
+    cfg["webhook"]["ingress_process"] = False
+    service.config.write_text(json.dumps(cfg))
+
+
+async def test_answers_counts_and_readiness_come_through_the_ingress_process(
+    tmp_path: Path, provider_url: str
+) -> None:
+    service = Service(tmp_path, provider_url)
+    await service.start()
+    try:
+        ingress = ingress_pid(service)
+        event = envelope("ip-1", "DEPOSIT_WHITELIST_REQUIRED", "ip-tx-1")
+        assert await service.post(event) == 200
+        assert await service.post(event) == 200  # the duplicate
+        async with aiohttp.ClientSession() as session:
+            async with session.post(
+                f"{service.url}{HOOK_PATH}",
+                data=dumpb(event),
+                headers={"API-KEY": HOOK_KEY, "API-TIMESTAMP": "1", "API-SIGNATURE": "00"},
+            ) as r:
+                assert r.status == 401
+                assert "API-TIMESTAMP too old" in (await r.json())["error"]
+            async with session.get(f"{service.url}/readyz") as r:
+                assert (r.status, await r.json()) == (200, {"status": "ready"})
+            async with session.get(f"{service.url}/metrics") as r:
+                assert r.status == 200
+                assert r.headers["Content-Type"].startswith("text/plain")
+                text = await r.text()
+        for outcome, n in (("new", 1), ("duplicate", 1)):
+            assert (
+                f'depositd_events_received_total{{event_type="DEPOSIT_WHITELIST_REQUIRED",'
+                f'outcome="{outcome}"}} {n}.0'
+            ) in text
+        assert (
+            'depositd_events_received_total{event_type="none",outcome="unauthorized"} 1.0' in text
+        )
+        assert "depositd_webhook_seconds_count 3.0" in text
+        with closing(sqlite3.connect(service.db)) as db:
+            assert db.execute("SELECT COUNT(*) FROM events").fetchone() == (1,)
+        assert await service.stop() == 0
+        await wait_for("the ingress process to exit", lambda: not alive(ingress), 5)
+    finally:
+        await service.kill()
+
+
+async def test_serve_exits_when_its_ingress_process_dies(tmp_path: Path, provider_url: str) -> None:
+    service = Service(tmp_path, provider_url)
+    await service.start()
+    try:
+        os.kill(ingress_pid(service), signal.SIGKILL)
+        assert service.proc is not None
+        # Nothing would answer webhooks any more: exit non-zero, so that systemd restarts it.
+        assert await asyncio.wait_for(service.proc.wait(), 20) == 1
+        assert "ingress process exited" in service.log.read_text()
+    finally:
+        await service.kill()
+
+
+async def test_the_ingress_process_goes_with_a_killed_serve(
+    tmp_path: Path, provider_url: str
+) -> None:
+    service = Service(tmp_path, provider_url)
+    await service.start()
+    try:
+        ingress = ingress_pid(service)
+        await service.signal(signal.SIGKILL)
+        await wait_for("the ingress process to exit", lambda: not alive(ingress), 5)
+        # A new serve binds the same port at once and stores again.
+        await service.start()
+        assert await service.post(envelope("ip-2", "DEPOSIT_WHITELIST_REQUIRED", "ip-tx-2")) == 200
+        assert await service.stop() == 0
+    finally:
+        await service.kill()
+
+
+async def test_one_process_serve_when_asked(tmp_path: Path, provider_url: str) -> None:
+    service = Service(tmp_path, provider_url)
+    one_process(service)
+    await service.start()
+    try:
+        assert children(service.pid) == []
+        assert await service.post(envelope("ip-3", "DEPOSIT_WHITELIST_REQUIRED", "ip-tx-3")) == 200
+        assert await service.stop() == 0
+        with closing(sqlite3.connect(service.db)) as db:
+            assert db.execute("SELECT event_id FROM events").fetchall() == [("ip-3",)]
+    finally:
+        await service.kill()
