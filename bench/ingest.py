@@ -8,10 +8,11 @@ duplicate run). Runs are paired (depositd, then bare, same load) and the median 
     .venv/bin/python bench/ingest.py [--connections 50 8] [--dup 1 10] [--pairs 3] [--duration 4]
                                      [--warmup 2] [--one-process] [--ladder]
 
-The processor keeps running throughout. Each depositd run starts with no backlog: the bench
-waits for the previous run's events to be processed (and prints how long that took: the
-processing rate), so that the pairs do not depend on each other; after each run it prints the
-lag that run left (events still pending, the age of the oldest). A warm-up load (not counted)
+The processor keeps running throughout. Every run (depositd's and the bare app's) starts with
+no backlog anywhere: the bench first waits for the events of earlier runs to be processed, so
+that no server's processor competes with the one timed and the pairs do not depend on each
+other. After each depositd run it prints the lag that run left (events still pending, the age
+of the oldest) and how long the previous backlog took to work off. A warm-up load (not counted)
 first grows the fresh database's files and warms the processes up.
 
 With --one-process each pair also times a second depositd with `webhook.ingress_process: false`
@@ -404,6 +405,11 @@ def bench(args: argparse.Namespace) -> None:
             f"{args.duration}s per run; {os.cpu_count()} CPUs shared by load and servers; "
             f"each depositd run starts with no backlog"
         )
+
+        def drain_all() -> float:
+            # No processor works off a backlog while another server is timed.
+            return sum(drain(db) for _, _, db in servers.values())
+
         next_id = 0
         if args.warmup > 0:  # a fresh database and a cold process are slower: not counted
             count = args.max_rate * int(args.warmup + 1)
@@ -424,11 +430,13 @@ def bench(args: argparse.Namespace) -> None:
                     next_id += count
                     runs = []
                     for name, (_, port, db) in servers.items():
-                        drained = drain(db)
+                        drained = drain_all()
                         d = summary(run_load(port, reqs, conns, args.duration, tmp))
                         runs.append((name, d, drained, *lag(db)))
+                    drain_all()
                     b = summary(run_load(bport, reqs, conns, args.duration, tmp))
                     for step, port in steps.items():
+                        drain_all()
                         rate = summary(run_load(port, reqs, conns, args.duration, tmp))["rate"]
                         ratios[step].append(rate / b["rate"])
                     print(
@@ -441,8 +449,8 @@ def bench(args: argparse.Namespace) -> None:
                             f"    {name:<12} {d['rate']:7.0f}/s p50 {d['p50_ms']:6.2f} ms "
                             f"p99 {d['p99_ms']:6.2f} ms (non-2xx {d['non2xx']}, "
                             f"errors {d['errors']}, wraps {d['wraps']}) ratio "
-                            f"{d['rate'] / b['rate']:.2f} | backlog drained {drained:.1f}s "
-                            f"before; after the run {backlog} pending, oldest {age:.1f}s"
+                            f"{d['rate'] / b['rate']:.2f} | after the run {backlog} pending, "
+                            f"oldest {age:.1f}s; the previous backlog took {drained:.1f}s"
                         )
                 for name, values in ratios.items():
                     what = name if name in servers else f"bare app that also does {name!r}"

@@ -8,8 +8,8 @@ path through `observe_fact`.
 
 Batches run on the event loop (`Store.write_inline`), so they take turns with request handling.
 How long a turn lasts is the processor's share: a full `batch_time_s` when no delivery arrived
-for a while; while deliveries arrive, `busy_share` of the time since its previous turn, so a
-burst is taken in at nearly full speed and worked off afterwards; once the lag (age of the oldest
+for a while; while deliveries arrive, one turn per 25 ms at most, of `busy_share` of the time
+since its previous turn, so a burst is taken in at nearly full speed and worked off afterwards; once the lag (age of the oldest
 pending event)
 passes `lag_target_s`, at least twice as many events as arrived meanwhile, so under sustained
 overload ingestion slows down to what processing can follow and the lag stays bounded.
@@ -122,6 +122,7 @@ def apply_fact(
 # waiting up to _RIDE_S for the deliveries' next commit rather than adding one of its own.
 _QUIET_S = 0.1
 _RIDE_S = 0.02
+_BUSY_TURN_S = 0.025  # while deliveries arrive, at most one turn per this long
 
 _FINAL_ADDRESS = (AddressStatus.ACTIVE.value, AddressStatus.FAILED.value)
 
@@ -233,6 +234,12 @@ class Processor:
         # While deliveries arrive, the batch rides along with their commit: no extra fsync, and
         # the loop goes back to requests between turns.
         ride = _RIDE_S if time.monotonic() - self._arrived_at < _QUIET_S else 0.0
+        if ride:
+            # Fewer, longer turns: each turn has a fixed cost (queries, savepoints, the job's
+            # hand-over), which at one turn per commit took more than the events themselves.
+            wait = self._last_turn + _BUSY_TURN_S - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
         outcomes = await self.store.write_inline(
             lambda db: self._apply_batch(db, reactor), ride_along_s=ride
         )
