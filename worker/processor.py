@@ -177,6 +177,7 @@ class Processor:
         self._arrived = 0  # wake() calls since the last batch
         self._arrived_at = -1.0  # monotonic time of the last wake()
         self._last_turn = time.perf_counter()  # when the previous batch ended
+        self._behind = False  # the lag was past lag_target_s at the last busy turn
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -234,9 +235,10 @@ class Processor:
         # While deliveries arrive, the batch rides along with their commit: no extra fsync, and
         # the loop goes back to requests between turns.
         ride = _RIDE_S if time.monotonic() - self._arrived_at < _QUIET_S else 0.0
-        if ride:
+        if ride and not self._behind:
             # Fewer, longer turns: each turn has a fixed cost (queries, savepoints, the job's
             # hand-over), which at one turn per commit took more than the events themselves.
+            # Past the lag target, turns follow each other without a pause.
             wait = self._last_turn + _BUSY_TURN_S - time.perf_counter()
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -269,11 +271,13 @@ class Processor:
     def _share(self, db: sqlite_utils.Database, arrived: int, now: float) -> tuple[float, int]:
         """This batch's time budget, and how many events it handles whatever the time."""
         if time.monotonic() - self._arrived_at > _QUIET_S:
+            self._behind = False
             return self.batch_time_s, 1
         received = _ms(oldest_pending_received_at(db))
         lag_s = time.time() - received / 1000 if received is not None else 0.0
         budget = min(self.batch_time_s, self.busy_share * (now - self._last_turn))
-        return budget, 2 * arrived if lag_s > self.lag_target_s else 1
+        self._behind = lag_s > self.lag_target_s
+        return budget, 2 * arrived if self._behind else 1
 
     def _apply_batch(self, db: sqlite_utils.Database, reactor: Reactor | None) -> list[_Outcome]:
         started = time.perf_counter()
