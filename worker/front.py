@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
-import gc
 import os
 import signal
 import socket
@@ -82,14 +81,6 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _settle_heap() -> None:
-    """Exempt what start-up built (modules, settings, the app) from garbage collection: each
-    full collection would walk it again, at full load several times a second."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 1000)
-
-
 async def run(config: Path, listen_fd: int, link_fd: int) -> int:
     """Serve the webhook until SIGTERM/SIGINT or until `serve` is gone."""
     settings = load_settings(config)
@@ -119,7 +110,6 @@ async def run(config: Path, listen_fd: int, link_fd: int) -> int:
         loop.add_signal_handler(sig, stop.set)
     listener = socket.socket(fileno=listen_fd)
     await web.SockSite(runner, listener).start()
-    _settle_heap()
     link.send(("U",))
     await asyncio.wait(
         [asyncio.ensure_future(stop.wait()), link.closed], return_when=asyncio.FIRST_COMPLETED

@@ -6,13 +6,14 @@ half. A batch of pending events shares the transaction (one fsync) with the webh
 the moment, and an event that raises is rolled back alone and marked failed. Polls feed the same
 path through `observe_fact`.
 
-Batches run on the event loop (`Store.write_inline`), so they take turns with request handling.
-How long a turn lasts is the processor's share: a full `batch_time_s` when no delivery arrived
-for a while; while deliveries arrive, one turn per 25 ms at most, of `busy_share` of the time
-since its previous turn, so a burst is taken in at nearly full speed and worked off afterwards; once the lag (age of the oldest
-pending event)
-passes `lag_target_s`, at least twice as many events as arrived meanwhile, so under sustained
-overload ingestion slows down to what processing can follow and the lag stays bounded.
+Batches run on the event loop (`Store.write_inline`), so they take turns with request handling
+and webhook commits. How long a turn lasts is the processor's share: a full `batch_time_s` when
+no delivery arrived for a while; while deliveries arrive, one turn per 25 ms at most, of
+`busy_share` of the time since its previous turn, so a burst is taken in at nearly full speed
+and worked off afterwards; once the lag (age of the oldest pending event) passes
+`lag_target_s`, turns follow each other without a pause and take at least twice as many events
+as arrived meanwhile, so under sustained overload ingestion slows down to what processing can
+follow and the lag stays bounded.
 """
 
 from __future__ import annotations
