@@ -12,7 +12,7 @@ The processor keeps running throughout. Every run (depositd's and the bare app's
 no backlog anywhere: the bench first waits for the events of earlier runs to be processed, so
 that no server's processor competes with the one timed and the pairs do not depend on each
 other. After each depositd run it prints the lag that run left (events still pending, the age
-of the oldest) and how long the previous backlog took to work off. A warm-up load (not counted)
+of the oldest) and how long the processor then took to work it off. A warm-up load (not counted)
 first grows the fresh database's files and warms the processes up.
 
 With --one-process each pair also times a second depositd with `webhook.ingress_process: false`
@@ -403,7 +403,7 @@ def bench(args: argparse.Namespace) -> None:
         print(
             f"load: {tool}; synchronous={args.synchronous}; log level {args.log_level}; "
             f"{args.duration}s per run; {os.cpu_count()} CPUs shared by load and servers; "
-            f"each depositd run starts with no backlog"
+            f"every run starts with no backlog"
         )
 
         def drain_all() -> float:
@@ -430,9 +430,10 @@ def bench(args: argparse.Namespace) -> None:
                     next_id += count
                     runs = []
                     for name, (_, port, db) in servers.items():
-                        drained = drain_all()
+                        drain_all()
                         d = summary(run_load(port, reqs, conns, args.duration, tmp))
-                        runs.append((name, d, drained, *lag(db)))
+                        backlog, age = lag(db)
+                        runs.append((name, d, backlog, age, drain(db)))
                     drain_all()
                     b = summary(run_load(bport, reqs, conns, args.duration, tmp))
                     for step, port in steps.items():
@@ -443,14 +444,14 @@ def bench(args: argparse.Namespace) -> None:
                         f"dup x{dup:<2} c={conns:<3} pair {pair + 1}: bare {b['rate']:7.0f}/s "
                         f"p50 {b['p50_ms']:6.2f} ms p99 {b['p99_ms']:6.2f} ms"
                     )
-                    for name, d, drained, backlog, age in runs:
+                    for name, d, backlog, age, worked_off in runs:
                         ratios[name].append(d["rate"] / b["rate"])
                         print(
                             f"    {name:<12} {d['rate']:7.0f}/s p50 {d['p50_ms']:6.2f} ms "
                             f"p99 {d['p99_ms']:6.2f} ms (non-2xx {d['non2xx']}, "
                             f"errors {d['errors']}, wraps {d['wraps']}) ratio "
                             f"{d['rate'] / b['rate']:.2f} | after the run {backlog} pending, "
-                            f"oldest {age:.1f}s; the previous backlog took {drained:.1f}s"
+                            f"oldest {age:.1f}s, worked off in {worked_off:.1f}s"
                         )
                 for name, values in ratios.items():
                     what = name if name in servers else f"bare app that also does {name!r}"
