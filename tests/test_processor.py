@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 
 from worker import processor as processor_mod
 from worker.errors import StorageError
+from worker.logs import LogLine
 from worker.processor import Processor
 from worker.provider.jsonio import dumpb
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
@@ -259,6 +260,39 @@ async def test_storage_failure_leaves_events_pending(store: Store) -> None:
     reactor.fail_on = None  # the disk is back
     assert await processor.run_until_idle() == 1
     assert reactor.seen == [("tx-s", "needs_details")]
+
+
+class LoggingReactor(RecordingReactor):
+    """Hands back one line to log per reaction, like the rules reactor's "booked"."""
+
+    def react(
+        self,
+        db: sqlite_utils.Database,
+        deposit: Deposit,
+        transitions: list[Transition],
+        fact: Fact,
+    ) -> list[LogLine]:
+        super().react(db, deposit, transitions, fact)
+        return [("reacted", {"transactionId": deposit.transaction_id})]
+
+
+async def test_reactor_lines_are_logged_only_once_committed(store: Store) -> None:
+    """A batch that SQLite rolls back logs none of its reactor lines; the redo logs them once."""
+    ok, failing = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-l1", 1), lifecycle("tx-l2")[0]
+    reactor = LoggingReactor(fail_on=failing["eventId"], exc=sqlite3.OperationalError)
+    processor = Processor(store, reactor=reactor)
+    for ev in (ok, failing):
+        await deliver(store, ev)
+    with capture_logs() as logs, pytest.raises(StorageError):
+        await processor.run_until_idle()
+    assert [line for line in logs if line["event"] == "reacted"] == []
+    reactor.fail_on = None
+    with capture_logs() as logs:
+        assert await processor.run_until_idle() == 2
+    assert [line["transactionId"] for line in logs if line["event"] == "reacted"] == [
+        "tx-l1",
+        "tx-l2",
+    ]
 
 
 async def test_malformed_deposit_event_fails_without_echoing_data(store: Store) -> None:

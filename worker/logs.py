@@ -69,6 +69,10 @@ def configure(fmt: str | None = None, level: str = "info", stream: Any = None) -
     )
 
 
+# A log line (message, fields) written later, e.g. once its transaction is committed.
+LogLine = tuple[str, dict[str, Any]]
+
+
 def get_logger(name: str) -> Any:
     """A bound structlog logger named after its module."""
     return structlog.get_logger(name)

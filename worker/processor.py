@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from worker.errors import StorageError
 from worker.facts import fact_from_event
-from worker.logs import get_logger
+from worker.logs import LogLine, get_logger
 from worker.metrics import Metrics, event_type_label
 from worker.provider import jsonio
 from worker.provider.models import (
@@ -66,8 +66,9 @@ class Reactor(Protocol):
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
-    ) -> None:
-        """Record whatever the transitions call for, using `db` only."""
+    ) -> list[LogLine] | None:
+        """Record whatever the transitions call for, using `db` only; the lines to log once
+        that is committed (a line such as "booked" must not precede the commit)."""
 
 
 @dataclass
@@ -78,6 +79,7 @@ class _Outcome:
     status: str
     transitions: list[Transition] = field(default_factory=list)
     error: str | None = None
+    lines: list[LogLine] = field(default_factory=list)
 
 
 def _ms(iso: str | None) -> int | None:
@@ -97,8 +99,11 @@ def _describe(exc: BaseException) -> str:
 
 def apply_fact(
     db: sqlite_utils.Database, fact: Fact, reactor: Reactor | None
-) -> tuple[Deposit, list[Transition]]:
-    """Load, observe, store the deposit and the fact, and react; call inside a transaction."""
+) -> tuple[Deposit, list[Transition], list[LogLine]]:
+    """Load, observe, store the deposit and the fact, and react; call inside a transaction.
+
+    Returns the deposit, its transitions and the reactor's lines to log after the commit.
+    """
     row = get_deposit_row(db, fact.transaction_id)
     before = Deposit.from_row(row) if row is not None else None
     after, transitions = observe(before, fact)
@@ -114,9 +119,8 @@ def apply_fact(
         fact=fact.to_json(),
         changed=changed,
     )
-    if reactor is not None:
-        reactor.react(db, after, transitions, fact)
-    return after, transitions
+    lines = reactor.react(db, after, transitions, fact) if reactor is not None else None
+    return after, transitions, lines or []
 
 
 # Deliveries this recent mean ingestion is going on: the processor takes short turns, each
@@ -255,7 +259,9 @@ class Processor:
     async def observe_fact(self, fact: Fact) -> list[Transition]:
         """Apply one fact from a poll (or a submission) the way an event's fact is applied."""
         reactor = self.reactor
-        _, transitions = await self.store.write(lambda db: apply_fact(db, fact, reactor))
+        _, transitions, lines = await self.store.write(lambda db: apply_fact(db, fact, reactor))
+        for message, fields in lines:
+            log.info(message, **fields)
         for t in transitions:
             self._count_transition(t)
         if transitions:
@@ -325,8 +331,8 @@ class Processor:
         fact = fact_from_event(envelope, received_at=_ms(event.received_at))
         if fact is None:
             return _Outcome(event, "ignored")
-        _, transitions = apply_fact(db, fact, reactor)
-        return _Outcome(event, "processed", transitions)
+        _, transitions, lines = apply_fact(db, fact, reactor)
+        return _Outcome(event, "processed", transitions, lines=lines)
 
     def _report(self, outcomes: list[_Outcome]) -> None:
         """One log line per event (eventId, eventType, transactionId, outcome), counters."""
@@ -335,6 +341,8 @@ class Processor:
         logger = log.bind()  # resolve the lazy logger once per batch, not per line
         counts: Counter[tuple[str, str]] = Counter()
         for outcome in outcomes:
+            for message, extra in outcome.lines:
+                logger.info(message, **extra)
             event = outcome.event
             fields: dict[str, Any] = {
                 "eventId": event.event_id,

@@ -14,13 +14,11 @@ from typing import Any
 
 import sqlite_utils
 
-from worker.logs import get_logger
+from worker.logs import LogLine
 from worker.profiles import Profiles
 from worker.queries import utc_now
 from worker.rules import Intent, RuleBook
 from worker.tracker import Deposit, Fact, Transition
-
-log = get_logger(__name__)
 
 
 def submit_key(transaction_id: str, content_hash: str) -> str:
@@ -152,9 +150,11 @@ class RuleReactor:
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
-    ) -> None:
-        """Record the actions that the rules pick for each transition (and raw eventType)."""
+    ) -> list[LogLine]:
+        """Record the actions that the rules pick for each transition (and raw eventType);
+        the lines to log once committed."""
         rulebook = self._rules()
+        lines: list[LogLine] = []
         match = self._profiles().for_deposit(deposit.wallet_id, deposit.from_address)
         todo: list[tuple[str, str]] = [(t.trigger.value, t.key) for t in transitions]
         if fact.event_type and fact.event_id and not _acted_on(db, fact.event_id, fact.event_type):
@@ -175,7 +175,8 @@ class RuleReactor:
                         outcome="ignored by rule",
                     )
                     break
-                self._record(db, deposit, key, fact, intent, match)
+                self._record(db, deposit, key, fact, intent, match, lines)
+        return lines
 
     def _record(
         self,
@@ -185,6 +186,7 @@ class RuleReactor:
         fact: Fact,
         intent: Intent,
         match: Any,
+        lines: list[LogLine],
     ) -> None:
         common: dict[str, Any] = {
             "deposit": deposit,
@@ -202,12 +204,12 @@ class RuleReactor:
                 outcome="booked" if booked else "already booked",
                 **common,
             )
-            log.info(
-                "booked" if booked else "already booked",
-                transactionId=deposit.transaction_id,
-                amount=deposit.as_json()["amount"],
-                currency=deposit.currency,
-            )
+            fields = {
+                "transactionId": deposit.transaction_id,
+                "amount": deposit.as_json()["amount"],
+                "currency": deposit.currency,
+            }
+            lines.append(("booked" if booked else "already booked", fields))
         elif intent.action == "submit_profile":
             if match is None and not intent.params.get("profile"):
                 add_action(
