@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sqlite3
+import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -139,3 +140,31 @@ async def test_one_process_serve_when_asked(tmp_path: Path, provider_url: str) -
             assert db.execute("SELECT event_id FROM events").fetchall() == [("ip-3",)]
     finally:
         await service.kill()
+
+
+async def test_a_second_serve_on_the_same_port_fails(tmp_path: Path, provider_url: str) -> None:
+    """Two services never share a port (and so the deliveries): the second one exits 1."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    first = Service(tmp_path / "a", provider_url)
+    await first.start()
+    try:
+        second = Service(tmp_path / "b", provider_url)
+        cfg = json.loads(second.config.read_text())
+        cfg["webhook"]["listen"] = f"127.0.0.1:{first.port}"
+        second.config.write_text(json.dumps(cfg))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "worker",
+            "serve",
+            "--config",
+            str(second.config),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 1
+        assert "cannot serve" in err.decode()
+        assert await first.post(envelope("ip-4", "DEPOSIT_WHITELIST_REQUIRED", "ip-tx-4")) == 200
+    finally:
+        await first.kill()

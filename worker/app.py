@@ -203,7 +203,7 @@ async def _ingress_process(
     """
     assert settings.config_path is not None
     loop = asyncio.get_running_loop()
-    listener = front.listen_socket(settings.webhook.host, settings.webhook.port)
+    listener = await front.listen_socket(settings.webhook.host, settings.webhook.port)
     ours, theirs = socket.socketpair()
     up = asyncio.Event()
     try:

@@ -17,10 +17,12 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import errno
 import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 from aiohttp import web
@@ -35,23 +37,30 @@ log = get_logger(__name__)
 _PR_SET_PDEATHSIG = 1
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
+_BIND_WAIT_S = 3.0
+
+
+async def listen_socket(host: str, port: int) -> socket.socket:
     """The webhook listener, bound by `serve` (so that it reports a taken port itself).
 
-    SO_REUSEPORT lets a restarted service bind while the ingress process of the previous one
-    is still exiting.
+    A port still held is retried for a few seconds: the ingress process of a service killed
+    just before may still be exiting. No SO_REUSEPORT: a second `serve` on the same port must
+    fail, not share the deliveries.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+    deadline = time.monotonic() + _BIND_WAIT_S
+    while True:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(1024)
+            return sock
+        except OSError as exc:
+            sock.close()
+            if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 async def spawn(
