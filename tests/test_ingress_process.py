@@ -111,6 +111,20 @@ async def test_serve_exits_when_its_ingress_process_dies(tmp_path: Path, provide
         await service.kill()
 
 
+async def test_sigterm_to_the_ingress_process_alone_stops_serve_cleanly(
+    tmp_path: Path, provider_url: str
+) -> None:
+    service = Service(tmp_path, provider_url)
+    await service.start()
+    try:
+        os.kill(ingress_pid(service), signal.SIGTERM)
+        assert service.proc is not None
+        assert await asyncio.wait_for(service.proc.wait(), 20) == 0
+        assert "ingress process stopped" in service.log.read_text()
+    finally:
+        await service.kill()
+
+
 async def test_the_ingress_process_goes_with_a_killed_serve(
     tmp_path: Path, provider_url: str
 ) -> None:

@@ -173,23 +173,26 @@ async def serve(settings: Settings, plugins: Plugins | None = None) -> int:
             log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
             notifier.ready()
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            if not stop.is_set():
+            if not stop.is_set() and ingress.returncode == 0:
+                log.info("ingress process stopped")  # it had SIGTERM first: stop as well
+            elif not stop.is_set():
                 log.error("ingress process exited", status=ingress.returncode)
                 status = 1
             log.info("shutting down")
             notifier.stopping()
     finally:
+        # Closes the listener (if here) and waits for in-flight requests, then the cleanup
+        # contexts: background jobs, processor (current batch), plugins, store (commit in
+        # flight). A second SIGTERM meanwhile changes nothing.
+        await runner.cleanup()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        # Closes the listener, waits for in-flight requests, then the cleanup contexts:
-        # background jobs, processor (current batch), plugins, store (commit in flight).
-        await runner.cleanup()
     log.info("stopped")
     return status
 
 
 _INGRESS_START_S = 30.0
-_INGRESS_STOP_S = 35.0  # its own shutdown allows requests 30 s
+_INGRESS_STOP_S = 25.0  # its own shutdown allows requests 20 s; the unit allows 30 s in all
 
 
 @contextlib.asynccontextmanager
@@ -206,11 +209,17 @@ async def _ingress_process(
     listener = await front.listen_socket(settings.webhook.host, settings.webhook.port)
     ours, theirs = socket.socketpair()
     up = asyncio.Event()
+    link: CoreSide | None = None
     try:
         _, link = await loop.create_unix_connection(
             lambda: CoreSide(app[INGRESS_KEY], up.set), sock=ours
         )
         proc = await front.spawn(settings.config_path, listener, theirs)
+    except BaseException:
+        if link is not None and link.transport is not None:
+            link.transport.close()
+        ours.close()
+        raise
     finally:
         listener.close()
         theirs.close()

@@ -47,13 +47,16 @@ async def listen_socket(host: str, port: int) -> socket.socket:
     just before may still be exiting. No SO_REUSEPORT: a second `serve` on the same port must
     fail, not share the deliveries.
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # The first address of the host (a name such as "localhost" gives its first address).
+    family, _, _, _, address = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
     deadline = time.monotonic() + _BIND_WAIT_S
     while True:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
+            sock.bind(address)
             sock.listen(1024)
             return sock
         except OSError as exc:
@@ -112,7 +115,8 @@ async def run(config: Path, listen_fd: int, link_fd: int) -> int:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
+    # Within the unit's TimeoutStopSec=30, with `serve`'s own stop after this one.
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=20.0)
     await runner.setup()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

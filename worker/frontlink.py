@@ -11,7 +11,8 @@ From the ingress process:
                                     {(event type label, outcome): n}, [seconds to answer]
     ("U",)                          listening: `serve` may report ready
 From `serve`:
-    ("e", id, code)                 STORED_NEW, STORED_KNOWN or NOT_STORED, after the commit
+    ("e", id, code)                 STORED_NEW or STORED_KNOWN after the commit; NOT_STORED
+                                    when the commit failed or the row could not be queued
     ("h", id, status, body)         an HTTP answer for "R" / "M"
 """
 
@@ -145,11 +146,15 @@ class CoreSide(_Framed):
         future.add_done_callback(stored)
 
     async def _answer(self, kind: str, ident: int) -> None:
-        if kind == "R":
-            status, answer = await self.ingress.readiness()
-            body = json.dumps(answer).encode()
-        else:
-            status, body = 200, await self.ingress.metrics_body()
+        try:
+            if kind == "R":
+                status, answer = await self.ingress.readiness()
+                body = json.dumps(answer).encode()
+            else:
+                status, body = 200, await self.ingress.metrics_body()
+        except Exception as exc:  # answered all the same: the ingress process is waiting
+            log.error("cannot answer the ingress process", kind=kind, error=repr(exc))
+            status, body = 500, json.dumps({"error": "internal error"}).encode()
         self.send(("h", ident, status, body))
 
 

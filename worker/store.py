@@ -37,6 +37,7 @@ STORED_HEADERS = ("API-TIMESTAMP", "Content-Type", "User-Agent")
 # One events row as inserted (see `_INSERT_EVENT`); built by `event_row`. A plain tuple, so
 # that the ingress process can hand it over as it is (`worker.frontlink`).
 EventRow = tuple[str, str | None, str | None, str | None, bytes, str, str, str, str | None]
+EVENT_ROW_RECEIVED_AT = 6  # index of received_at in an EventRow
 EVENT_ROW_STATUS = 7  # index of status in an EventRow
 
 
@@ -474,7 +475,7 @@ class Store:
             cursor.execute(_INSERT_EVENT, item.row)
             results.append(cursor.rowcount == 1)
         if any(results):
-            set_meta(db, "last_webhook_at", batch[-1].row[6])  # received_at
+            set_meta(db, "last_webhook_at", str(batch[-1].row[EVENT_ROW_RECEIVED_AT]))
         return results
 
     # --- reads ----------------------------------------------------------------------------
