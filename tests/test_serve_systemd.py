@@ -15,6 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from serveproc import PROVIDER_KEY, PROVIDER_SECRET, free_port
+from test_ingress_process import children
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,3 +137,39 @@ async def test_no_ready_when_the_port_is_taken(
         while True:
             messages.append(notify_socket.recv(4096).decode())
     assert "READY=1" not in messages
+
+
+async def messages_for(sock: socket.socket, seconds: float) -> list[str]:
+    """Every datagram that arrives within `seconds`."""
+    got: list[str] = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            got.append(await next_message(sock, left))
+        except TimeoutError:
+            break
+    return got
+
+
+async def test_watchdog_stops_while_the_ingress_process_does_not_answer(
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+) -> None:
+    """A stopped (hung) ingress process stops the watchdog pings, so systemd restarts serve."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = await start_serve(write_config(tmp_path, provider_url, port), notify_socket, log)
+    try:
+        while await next_message(notify_socket, 15) != "READY=1":
+            pass
+        (ingress,) = children(proc.pid)
+        os.kill(ingress, signal.SIGSTOP)
+        await messages_for(notify_socket, 1.5)  # pings already due may still come
+        assert "WATCHDOG=1" not in await messages_for(notify_socket, 1.5)
+        os.kill(ingress, signal.SIGCONT)
+        assert "WATCHDOG=1" in await messages_for(notify_socket, 2)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

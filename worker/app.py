@@ -41,6 +41,8 @@ METRICS_KEY = web.AppKey("metrics", Metrics)
 PROCESSOR_KEY = web.AppKey("processor", Processor)
 INGRESS_KEY = web.AppKey("ingress", Ingress)
 READY_CHECKS_KEY: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
+# Checks the systemd watchdog pings depend on besides the event loop (the ingress process).
+LIVENESS_KEY: web.AppKey[list[Callable[[], bool]]] = web.AppKey("liveness")
 BACKGROUND_TASKS_KEY: web.AppKey[list[asyncio.Task[None]]] = web.AppKey("background_tasks")
 
 
@@ -131,6 +133,7 @@ def build_app(
     app[PROCESSOR_KEY] = processor
     app[READY_CHECKS_KEY] = checks
     app[BACKGROUND_TASKS_KEY] = []
+    app[LIVENESS_KEY] = []
     ingress = Ingress(settings.webhook, store, metrics, wake=processor.wake, ready_checks=checks)
     ingress.add_routes(app)
     app[INGRESS_KEY] = ingress
@@ -223,6 +226,7 @@ async def _ingress_process(
     finally:
         listener.close()
         theirs.close()
+    pinger: asyncio.Future[None] | None = None
     try:
         started = asyncio.ensure_future(up.wait())
         exited = asyncio.ensure_future(proc.wait())
@@ -233,8 +237,16 @@ async def _ingress_process(
         exited.cancel()
         if not up.is_set():
             raise OSError(f"the ingress process did not start (exit status {proc.returncode})")
+        # The watchdog (if systemd runs one) also stops when the ingress process stops answering.
+        interval = SystemdNotifier().watchdog_interval_s()
+        if interval is not None:
+            every, within = interval / 4, interval
+            pinger = asyncio.ensure_future(link.keep_pinging(every))
+            app[LIVENESS_KEY].append(lambda: link.heard_within(within))
         yield proc
     finally:
+        if pinger is not None:
+            pinger.cancel()
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)

@@ -10,10 +10,12 @@ From the ingress process:
     ("C", counts, seconds)          deliveries answered since the last such frame:
                                     {(event type label, outcome): n}, [seconds to answer]
     ("U",)                          listening: `serve` may report ready
+    ("p",)                          the answer to a ping
 From `serve`:
     ("e", id, code)                 STORED_NEW or STORED_KNOWN after the commit; NOT_STORED
                                     when the commit failed or the row could not be queued
     ("h", id, status, body)         an HTTP answer for "R" / "M"
+    ("P",)                          a ping (for the watchdog): answer "p"
 """
 
 from __future__ import annotations
@@ -109,6 +111,21 @@ class CoreSide(_Framed):
         self.ingress = ingress
         self.on_up = on_up
         self._tasks: set[asyncio.Task[None]] = set()
+        self._heard = asyncio.get_running_loop().time()  # the last frame from the ingress process
+
+    def data_received(self, data: bytes) -> None:
+        self._heard = asyncio.get_running_loop().time()
+        super().data_received(data)
+
+    def heard_within(self, seconds: float) -> bool:
+        """True when the ingress process sent anything in the last `seconds`."""
+        return asyncio.get_running_loop().time() - self._heard < seconds
+
+    async def keep_pinging(self, every_s: float) -> None:
+        """Ping the ingress process every `every_s` (its answers keep `heard_within` true)."""
+        while not self.closed.done():
+            self.send(("P",))
+            await asyncio.sleep(every_s)
 
     def on_message(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -122,6 +139,8 @@ class CoreSide(_Framed):
             task.add_done_callback(self._tasks.discard)
         elif kind == "U":
             self.on_up()
+        elif kind == "p":
+            pass  # heard: data_received noted the time
         else:
             log.error("unknown message from the ingress process", kind=str(kind))
 
@@ -203,6 +222,9 @@ class FrontSide(_Framed):
             self.send(("C", counts, seconds))
 
     def on_message(self, message: tuple[Any, ...]) -> None:
+        if message[0] == "P":
+            self.send(("p",))
+            return
         future = self._waiting.pop(message[1], None)
         if future is None or future.done():
             return

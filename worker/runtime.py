@@ -19,7 +19,7 @@ import sqlite_utils
 from aiohttp import web
 from prometheus_client import Counter, Gauge
 
-from worker.app import METRICS_KEY, PROCESSOR_KEY, STORE_KEY, Plugins
+from worker.app import LIVENESS_KEY, METRICS_KEY, PROCESSOR_KEY, STORE_KEY, Plugins
 from worker.check import Bundle, load_bundle
 from worker.errors import ConfigError, ProviderError, StorageError
 from worker.logs import get_logger
@@ -292,7 +292,11 @@ class Runtime:
         if self.notifier.enabled:
             self._tasks.append(
                 asyncio.create_task(
-                    watchdog_loop(self.notifier, self.notifier.watchdog_interval_s()),
+                    watchdog_loop(
+                        self.notifier,
+                        self.notifier.watchdog_interval_s(),
+                        lambda: all(check() for check in app[LIVENESS_KEY]),
+                    ),
                     name="watchdog",
                 )
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from collections.abc import Callable
 
 
 class SystemdNotifier:
@@ -72,8 +73,13 @@ class SystemdNotifier:
         return usec / 1_000_000 if usec > 0 else None
 
 
-async def watchdog_loop(notifier: SystemdNotifier, interval_s: float | None) -> None:
-    """Send WATCHDOG=1 every `interval_s / 2` from the event loop until cancelled.
+async def watchdog_loop(
+    notifier: SystemdNotifier,
+    interval_s: float | None,
+    alive: Callable[[], bool] = lambda: True,
+) -> None:
+    """Send WATCHDOG=1 every `interval_s / 2` from the event loop until cancelled, while
+    `alive()` (e.g. the ingress process answers).
 
     Pinging from the loop itself (not a thread) is the point: if the loop hangs, the pings
     stop and systemd restarts the service. `interval_s` None or not positive returns at once.
@@ -81,5 +87,6 @@ async def watchdog_loop(notifier: SystemdNotifier, interval_s: float | None) -> 
     if interval_s is None or interval_s <= 0 or not notifier.enabled:
         return
     while True:
-        notifier.watchdog()
+        if alive():
+            notifier.watchdog()
         await asyncio.sleep(interval_s / 2)
