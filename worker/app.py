@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from worker import front
+from worker.aio import first_done
 from worker.errors import StorageError
 from worker.frontlink import CoreSide
 from worker.ingress import Ingress, ReadyCheck
@@ -165,22 +166,22 @@ async def serve(settings: Settings, plugins: Plugins | None = None) -> int:
     status = 0
     try:
         async with contextlib.AsyncExitStack() as stack:
+            ingress: asyncio.subprocess.Process | None = None
             if settings.webhook.ingress_process:
                 ingress = await stack.enter_async_context(_ingress_process(settings, app))
-                waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(ingress.wait())]
-                stack.callback(lambda: [w.cancel() for w in waits])
             else:
-                site = web.TCPSite(runner, settings.webhook.host, settings.webhook.port)
-                await site.start()
-                waits = [asyncio.ensure_future(stop.wait())]
+                await web.TCPSite(runner, settings.webhook.host, settings.webhook.port).start()
             log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
             notifier.ready()
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            if not stop.is_set() and ingress.returncode == 0:
-                log.info("ingress process stopped")  # it had SIGTERM first: stop as well
-            elif not stop.is_set():
-                log.error("ingress process exited", status=ingress.returncode)
-                status = 1
+            if ingress is None:
+                await stop.wait()
+            else:
+                await first_done(stop.wait(), ingress.wait())
+                if not stop.is_set() and ingress.returncode == 0:
+                    log.info("ingress process stopped")  # it had SIGTERM first: stop as well
+                elif not stop.is_set():
+                    log.error("ingress process exited", status=ingress.returncode)
+                    status = 1
             log.info("shutting down")
             notifier.stopping()
     finally:
@@ -228,13 +229,7 @@ async def _ingress_process(
         theirs.close()
     pinger: asyncio.Future[None] | None = None
     try:
-        started = asyncio.ensure_future(up.wait())
-        exited = asyncio.ensure_future(proc.wait())
-        await asyncio.wait(
-            [started, exited], timeout=_INGRESS_START_S, return_when="FIRST_COMPLETED"
-        )
-        started.cancel()
-        exited.cancel()
+        await first_done(up.wait(), proc.wait(), at_most_s=_INGRESS_START_S)
         if not up.is_set():
             raise OSError(f"the ingress process did not start (exit status {proc.returncode})")
         # The watchdog (if systemd runs one) also stops when the ingress process stops answering.

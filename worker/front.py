@@ -27,6 +27,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from worker.aio import first_done
 from worker.frontlink import FrontSide
 from worker.ingress import Gate, healthz, metrics_response, webhook_handler
 from worker.logs import configure, get_logger
@@ -124,9 +125,7 @@ async def run(config: Path, listen_fd: int, link_fd: int) -> int:
     listener = socket.socket(fileno=listen_fd)
     await web.SockSite(runner, listener).start()
     link.send(("U",))
-    await asyncio.wait(
-        [asyncio.ensure_future(stop.wait()), link.closed], return_when=asyncio.FIRST_COMPLETED
-    )
+    await first_done(stop.wait(), link.closed)
     if link.closed.done():
         # Nothing can be stored any more: leave at once, the open requests get no answer.
         log.error("depositd is gone; ingress process exits")

@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import sqlite_utils
 
+from worker.aio import first_done
 from worker.errors import (
     ProviderAuthError,
     ProviderBusinessError,
@@ -104,11 +105,9 @@ class Outbox:
             if ran:
                 continue
             self._wake.clear()
-            waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+            # Events stay set: a wake() while the next due time is read is not missed.
             timeout = await self._until_next_due()
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            for waiter in waiters:
-                waiter.cancel()
+            await first_done(self._wake.wait(), stop.wait(), at_most_s=timeout)
         if self._http is not None:
             await self._http.close()
 
