@@ -12,8 +12,8 @@ From the ingress process:
     ("U",)                          listening: `serve` may report ready
     ("p",)                          the answer to a ping
 From `serve`:
-    ("e", id, code)                 STORED_NEW or STORED_KNOWN after the commit; NOT_STORED
-                                    when the commit failed or the row could not be queued
+    ("e", id, code, error)          STORED_NEW or STORED_KNOWN after the commit; NOT_STORED
+                                    (and why) when the commit failed or the row was not queued
     ("h", id, status, body)         an HTTP answer for "R" / "M"
     ("P",)                          a ping (for the watchdog): answer "p"
 """
@@ -145,22 +145,20 @@ class CoreSide(_Framed):
             log.error("unknown message from the ingress process", kind=str(kind))
 
     def _store(self, ident: int, row: EventRow) -> None:
+        # A failure travels back as text: the ingress process logs it with the delivery.
         try:
-            future = self.ingress.queue_row(tuple(row))  # type: ignore[arg-type]
+            future = self.ingress.queue_row(row)
         except StorageError as exc:
-            log.error("webhook not stored", event_id=row[0], error=str(exc))
-            self.send(("e", ident, NOT_STORED))
+            self.send(("e", ident, NOT_STORED, str(exc)))
             return
 
         def stored(future: asyncio.Future[bool]) -> None:
             if future.cancelled():
-                code = NOT_STORED
+                self.send(("e", ident, NOT_STORED, "cancelled"))
             elif (exc := future.exception()) is not None:
-                log.error("webhook not stored", event_id=row[0], error=str(exc))
-                code = NOT_STORED
+                self.send(("e", ident, NOT_STORED, str(exc)))
             else:
-                code = STORED_NEW if future.result() else STORED_KNOWN
-            self.send(("e", ident, code))
+                self.send(("e", ident, STORED_NEW if future.result() else STORED_KNOWN, ""))
 
         future.add_done_callback(stored)
 
@@ -198,9 +196,9 @@ class FrontSide(_Framed):
 
     async def store(self, row: EventRow) -> bool:
         """Store one accepted row: True when new; `StorageError` when not stored."""
-        code = await self._ask(("E", row))
+        code, error = await self._ask(("E", row))
         if code == NOT_STORED:
-            raise StorageError("storage unavailable")
+            raise StorageError(error)
         return bool(code == STORED_NEW)
 
     async def http(self, kind: str) -> tuple[int, bytes]:
@@ -228,10 +226,7 @@ class FrontSide(_Framed):
         future = self._waiting.pop(message[1], None)
         if future is None or future.done():
             return
-        if message[0] == "e":
-            future.set_result(message[2])
-        else:
-            future.set_result((message[2], message[3]))
+        future.set_result((message[2], message[3]))  # (code, error) or (status, body)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
