@@ -8,6 +8,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 import aiohttp
 
@@ -31,8 +32,8 @@ class ServeProcess:
         self.config, self.port, self.log = config, port, log
         self.proc: asyncio.subprocess.Process | None = None
 
-    async def start(self, timeout_s: float = 20) -> None:
-        """Start and wait until /healthz answers."""
+    async def spawn(self) -> asyncio.subprocess.Process:
+        """Start the process without waiting for it to answer."""
         with self.log.open("ab") as err:
             self.proc = await asyncio.create_subprocess_exec(
                 *[sys.executable, "-m", "worker", "serve", "--config", str(self.config)],
@@ -41,6 +42,12 @@ class ServeProcess:
                 stderr=err,
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
             )
+        return self.proc
+
+    async def start(self, timeout_s: float = 20) -> None:
+        """Start and wait until /healthz answers."""
+        await self.spawn()
+        assert self.proc is not None
         deadline = time.monotonic() + timeout_s
         async with aiohttp.ClientSession() as session:
             while time.monotonic() < deadline:
@@ -59,3 +66,16 @@ class ServeProcess:
         assert self.proc is not None
         self.proc.send_signal(sig)
         return await asyncio.wait_for(self.proc.wait(), timeout_s)
+
+    async def kill(self) -> None:
+        """Make sure the process is gone (test teardown)."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.kill()

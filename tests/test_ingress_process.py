@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sqlite3
-import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -60,9 +59,7 @@ def one_process(service: Service) -> None:
 async def test_answers_counts_and_readiness_come_through_the_ingress_process(
     tmp_path: Path, provider_url: str
 ) -> None:
-    service = Service(tmp_path, provider_url)
-    await service.start()
-    try:
+    async with Service(tmp_path, provider_url) as service:
         ingress = ingress_pid(service)
         event = envelope("ip-1", "DEPOSIT_WHITELIST_REQUIRED", "ip-tx-1")
         assert await service.post(event) == 200
@@ -94,43 +91,31 @@ async def test_answers_counts_and_readiness_come_through_the_ingress_process(
             assert db.execute("SELECT COUNT(*) FROM events").fetchone() == (1,)
         assert await service.stop() == 0
         await wait_for("the ingress process to exit", lambda: not alive(ingress), 5)
-    finally:
-        await service.kill()
 
 
 async def test_serve_exits_when_its_ingress_process_dies(tmp_path: Path, provider_url: str) -> None:
-    service = Service(tmp_path, provider_url)
-    await service.start()
-    try:
+    async with Service(tmp_path, provider_url) as service:
         os.kill(ingress_pid(service), signal.SIGKILL)
         assert service.proc is not None
         # Nothing would answer webhooks any more: exit non-zero, so that systemd restarts it.
         assert await asyncio.wait_for(service.proc.wait(), 20) == 1
         assert "ingress process exited" in service.log.read_text()
-    finally:
-        await service.kill()
 
 
 async def test_sigterm_to_the_ingress_process_alone_stops_serve_cleanly(
     tmp_path: Path, provider_url: str
 ) -> None:
-    service = Service(tmp_path, provider_url)
-    await service.start()
-    try:
+    async with Service(tmp_path, provider_url) as service:
         os.kill(ingress_pid(service), signal.SIGTERM)
         assert service.proc is not None
         assert await asyncio.wait_for(service.proc.wait(), 20) == 0
         assert "ingress process stopped" in service.log.read_text()
-    finally:
-        await service.kill()
 
 
 async def test_the_ingress_process_goes_with_a_killed_serve(
     tmp_path: Path, provider_url: str
 ) -> None:
-    service = Service(tmp_path, provider_url)
-    await service.start()
-    try:
+    async with Service(tmp_path, provider_url) as service:
         ingress = ingress_pid(service)
         await service.signal(signal.SIGKILL)
         await wait_for("the ingress process to exit", lambda: not alive(ingress), 5)
@@ -138,47 +123,32 @@ async def test_the_ingress_process_goes_with_a_killed_serve(
         await service.start()
         assert await service.post(envelope("ip-2", "DEPOSIT_WHITELIST_REQUIRED", "ip-tx-2")) == 200
         assert await service.stop() == 0
-    finally:
-        await service.kill()
 
 
 async def test_one_process_serve_when_asked(tmp_path: Path, provider_url: str) -> None:
     service = Service(tmp_path, provider_url)
     one_process(service)
-    await service.start()
-    try:
+    async with service:
         assert children(service.pid) == []
         assert await service.post(envelope("ip-3", "DEPOSIT_WHITELIST_REQUIRED", "ip-tx-3")) == 200
         assert await service.stop() == 0
         with closing(sqlite3.connect(service.db)) as db:
             assert db.execute("SELECT event_id FROM events").fetchall() == [("ip-3",)]
-    finally:
-        await service.kill()
 
 
 async def test_a_second_serve_on_the_same_port_fails(tmp_path: Path, provider_url: str) -> None:
     """Two services never share a port (and so the deliveries): the second one exits 1."""
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-    first = Service(tmp_path / "a", provider_url)
-    await first.start()
-    try:
+    async with Service(tmp_path / "a", provider_url) as first:
         second = Service(tmp_path / "b", provider_url)
         cfg = json.loads(second.config.read_text())
         cfg["webhook"]["listen"] = f"127.0.0.1:{first.port}"
         second.config.write_text(json.dumps(cfg))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "worker",
-            "serve",
-            "--config",
-            str(second.config),
-            stderr=asyncio.subprocess.PIPE,
-        )
-        _, err = await asyncio.wait_for(proc.communicate(), 30)
-        assert proc.returncode == 1
-        assert "cannot serve" in err.decode()
+        try:
+            proc = await second.spawn()
+            assert await asyncio.wait_for(proc.wait(), 30) == 1
+            assert "cannot serve" in second.log.read_text()
+        finally:
+            await second.kill()
         assert await first.post(envelope("ip-4", "DEPOSIT_WHITELIST_REQUIRED", "ip-tx-4")) == 200
-    finally:
-        await first.kill()

@@ -159,12 +159,6 @@ class Service(ServeProcess):
             return await self.signal(signal.SIGTERM, 20)
         return await self.proc.wait()
 
-    async def kill(self) -> None:
-        """Make sure the process is gone (test teardown)."""
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.kill()
-            await self.proc.wait()
-
     def actions(self, tx: str) -> list[tuple[Any, ...]]:
         """(action, rule, rule_set_version, status) of one deposit's actions, in order."""
         return rows(

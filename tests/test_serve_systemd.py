@@ -75,6 +75,18 @@ async def next_message(sock: socket.socket, within: float) -> str:
     return data.decode()
 
 
+async def messages_for(sock: socket.socket, seconds: float) -> list[str]:
+    """Every datagram that arrives within `seconds`."""
+    got: list[str] = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            got.append(await next_message(sock, left))
+        except TimeoutError:
+            break
+    return got
+
+
 async def test_ready_after_port_bound_watchdog_then_stopping(
     tmp_path: Path, provider_url: str, notify_socket: socket.socket
 ) -> None:
@@ -94,13 +106,7 @@ async def test_ready_after_port_bound_watchdog_then_stopping(
         ):
             assert resp.status == 200
 
-        after_ready: list[str] = []
-        deadline = time.monotonic() + 1.6
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                after_ready.append(await next_message(notify_socket, left))
-            except TimeoutError:
-                break
+        after_ready = await messages_for(notify_socket, 1.6)
         # WATCHDOG_USEC=1s: a ping every half second, so about three in 1.6 s.
         assert after_ready.count("WATCHDOG=1") >= 2, after_ready
         assert set(after_ready) == {"WATCHDOG=1"}, after_ready
@@ -137,18 +143,6 @@ async def test_no_ready_when_the_port_is_taken(
         while True:
             messages.append(notify_socket.recv(4096).decode())
     assert "READY=1" not in messages
-
-
-async def messages_for(sock: socket.socket, seconds: float) -> list[str]:
-    """Every datagram that arrives within `seconds`."""
-    got: list[str] = []
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            got.append(await next_message(sock, left))
-        except TimeoutError:
-            break
-    return got
 
 
 async def test_watchdog_stops_while_the_ingress_process_does_not_answer(
