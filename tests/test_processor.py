@@ -23,7 +23,7 @@ from worker.processor import Processor
 from worker.provider.jsonio import dumpb
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
 from worker.queries import utc_now
-from worker.store import Store
+from worker.store import Store, event_row
 from worker.tracker import Deposit, Fact, Transition
 
 T0 = 1_700_000_000_000
@@ -97,14 +97,16 @@ def lifecycle(tx: str) -> list[dict[str, Any]]:
 
 async def deliver(store: Store, ev: dict[str, Any]) -> bool:
     """Store an event as ingress does."""
-    return await store.insert_event(
-        ev["eventId"],
-        ev["eventType"],
-        ev.get("referenceId"),
-        ev["data"].get("transactionId"),
-        dumpb(ev),
-        {},
-        utc_now(),
+    return await store.queue_event(
+        event_row(
+            ev["eventId"],
+            ev["eventType"],
+            ev.get("referenceId"),
+            ev["data"].get("transactionId"),
+            dumpb(ev),
+            {},
+            utc_now(),
+        )
     )
 
 
@@ -321,8 +323,8 @@ async def test_non_deposit_events(store: Store) -> None:
 
     stable = {"eventId": "s-1", "eventType": "STABLE_ORDER_UPDATED", "data": {"orderId": "o"}}
     for ev in (stable, addr("PROCESSING", 1), addr("ACTIVE", 2), addr("PROCESSING", 3)):
-        await store.insert_event(
-            ev["eventId"], ev["eventType"], None, None, dumpb(ev), {}, utc_now()
+        await store.queue_event(
+            event_row(ev["eventId"], ev["eventType"], None, None, dumpb(ev), {}, utc_now())
         )
     await Processor(store).run_until_idle()
     rows = await store.read(
@@ -424,8 +426,16 @@ async def test_lag_over_target_takes_twice_the_arrivals(store: Store) -> None:
     """Past the lag target a batch handles at least twice the deliveries that arrived."""
     for n in range(12):
         ev = envelope("DEPOSIT_WHITELIST_REQUIRED", f"tx-g{n}", 1)
-        await store.insert_event(
-            ev["eventId"], ev["eventType"], None, f"tx-g{n}", dumpb(ev), {}, "2020-01-01T00:00:00Z"
+        await store.queue_event(
+            event_row(
+                ev["eventId"],
+                ev["eventType"],
+                None,
+                f"tx-g{n}",
+                dumpb(ev),
+                {},
+                "2020-01-01T00:00:00Z",
+            )
         )
     processor = Processor(store, busy_share=0.0, lag_target_s=60.0)
     for _ in range(4):

@@ -13,7 +13,7 @@ import sqlite_utils
 from worker import store as store_mod
 from worker.errors import SchemaTooNew, StorageError
 from worker.queries import get_meta, pending_events, set_meta
-from worker.store import SCHEMA_VERSION, Store
+from worker.store import SCHEMA_VERSION, Store, event_row
 
 TABLES = {"meta", "events", "deposits", "facts", "actions", "ledger", "alerts", "addresses"}
 
@@ -28,17 +28,21 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 
 def _insert(s: Store, event_id: str, **kw: str) -> asyncio.Future[bool]:
-    return asyncio.ensure_future(
-        s.insert_event(
-            event_id,
-            kw.get("event_type", "DEPOSIT_WHITELIST_REQUIRED"),
-            "tx-1",
-            "tx-1",
-            b'{"eventId": "%s"}' % event_id.encode(),
-            {"API-TIMESTAMP": "1", "API-KEY": "k", "API-SIGNATURE": "s", "X-Other": "o"},
-            "2026-01-01T00:00:00.000Z",
-        )
+    """One event queued when the returned task first runs (as a request handler would)."""
+    row = event_row(
+        event_id,
+        kw.get("event_type", "DEPOSIT_WHITELIST_REQUIRED"),
+        "tx-1",
+        "tx-1",
+        b'{"eventId": "%s"}' % event_id.encode(),
+        {"API-TIMESTAMP": "1", "API-KEY": "k", "API-SIGNATURE": "s", "X-Other": "o"},
+        "2026-01-01T00:00:00.000Z",
     )
+
+    async def queued() -> bool:
+        return await s.queue_event(row)
+
+    return asyncio.ensure_future(queued())
 
 
 async def test_open_creates_every_table_with_wal_and_version(tmp_path: Path) -> None:

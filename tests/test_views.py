@@ -13,7 +13,7 @@ from worker.cli import main
 from worker.logs import configure
 from worker.processor import Processor
 from worker.provider.jsonio import dumpb
-from worker.store import Store
+from worker.store import Store, event_row
 from worker.views import parse_since
 
 T0 = 1_700_000_000_000
@@ -74,14 +74,16 @@ async def config(tmp_path: Path) -> Path:
     ]
     del events[2]["data"]["walletId"]  # fails validation
     for n, ev in enumerate(events):
-        await store.insert_event(
-            ev["eventId"],
-            ev["eventType"],
-            ev["referenceId"],
-            ev["referenceId"],
-            dumpb(ev),
-            {},
-            f"2026-01-01T00:00:0{n}.000Z",
+        await store.queue_event(
+            event_row(
+                ev["eventId"],
+                ev["eventType"],
+                ev["referenceId"],
+                ev["referenceId"],
+                dumpb(ev),
+                {},
+                f"2026-01-01T00:00:0{n}.000Z",
+            )
         )
     await Processor(store).run_until_idle()
 

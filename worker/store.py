@@ -308,30 +308,10 @@ class Store:
         self._work.set()
         return await future
 
-    async def insert_event(
-        self,
-        event_id: str,
-        event_type: str | None,
-        reference_id: str | None,
-        transaction_id: str | None,
-        body: bytes,
-        headers: Mapping[str, str],
-        received_at: str,
-        *,
-        status: str = "pending",
-    ) -> bool:
-        """Store a raw webhook event durably; True if new, False for a known eventId.
-
-        Concurrent calls share one transaction (group commit); each returns after the commit.
-        """
-        row = event_row(
-            event_id, event_type, reference_id, transaction_id, body, headers, received_at, status
-        )
-        return await self.queue_event(row)
-
     def queue_event(self, row: EventRow) -> asyncio.Future[bool]:
         """Queue one `event_row` for the next group transaction, without waiting: the future
         says True (new) or False (known eventId) once committed, or holds the `StorageError`.
+        Concurrent rows share one transaction (group commit).
         """
         self._require_open()
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
