@@ -408,6 +408,39 @@ async def test_background_loop_wakes_and_stops(store: Store) -> None:
     assert not processor.running
 
 
+async def test_a_failed_batch_does_not_stop_the_loop(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault outside any one event is logged; the loop retries at the next sweep."""
+    real = processor_mod.pending_events
+    calls = 0
+
+    def failing_once(db: sqlite_utils.Database, *, limit: int = 100) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("injected fault")
+        return real(db, limit=limit)
+
+    monkeypatch.setattr(processor_mod, "pending_events", failing_once)
+    await deliver(store, lifecycle("tx-f")[0])
+    processor = Processor(store, sweep_interval_s=0.05)
+    with capture_logs() as logs:
+        processor.start()
+        for _ in range(200):
+            status = await store.read(
+                lambda db: db.execute("SELECT status FROM events").fetchone()[0]
+            )
+            if status == "processed":
+                break
+            await asyncio.sleep(0.01)
+        assert processor.running
+        await processor.stop()
+    assert status == "processed"
+    failed = [e for e in logs if e["event"] == "processing paused: batch failed"]
+    assert [e["error"] for e in failed] == ["RuntimeError: injected fault"]
+
+
 async def test_short_turns_while_deliveries_arrive(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -422,22 +455,37 @@ async def test_short_turns_while_deliveries_arrive(
     assert await processor.process_batch() == 5
 
 
-async def test_lag_over_target_takes_twice_the_arrivals(store: Store) -> None:
-    """Past the lag target a batch handles at least twice the deliveries that arrived."""
-    for n in range(12):
-        ev = envelope("DEPOSIT_WHITELIST_REQUIRED", f"tx-g{n}", 1)
+async def deliver_late(store: Store, count: int, prefix: str) -> None:
+    """Store `count` deposit events received long ago (a lag far past any target)."""
+    for n in range(count):
+        ev = envelope("DEPOSIT_WHITELIST_REQUIRED", f"{prefix}{n}", 1)
         await store.queue_event(
             event_row(
                 ev["eventId"],
                 ev["eventType"],
                 None,
-                f"tx-g{n}",
+                f"{prefix}{n}",
                 dumpb(ev),
                 {},
                 "2020-01-01T00:00:00Z",
             )
         )
+
+
+async def test_lag_over_target_takes_twice_the_arrivals(store: Store) -> None:
+    """Past the lag target a batch handles at least twice the deliveries that arrived."""
+    await deliver_late(store, 12, "tx-g")
     processor = Processor(store, busy_share=0.0, lag_target_s=60.0)
     for _ in range(4):
         processor.wake()
     assert await processor.process_batch() == 8
+
+
+async def test_behind_with_no_new_arrival_still_makes_progress(store: Store) -> None:
+    """Past the lag target, a turn after which nothing new arrived still handles an event
+    (it once handled none, and the processor stopped on a division by zero)."""
+    await deliver_late(store, 3, "tx-z")
+    processor = Processor(store, busy_share=0.0, lag_target_s=60.0)
+    processor.wake()
+    assert await processor.process_batch() == 2  # behind now: twice the one arrival
+    assert await processor.process_batch() == 1  # no arrival since, still behind

@@ -214,7 +214,7 @@ class Processor:
             await task
 
     async def run(self) -> None:
-        """Process until `stop`; storage failures are logged and retried at the next sweep."""
+        """Process until `stop`; a failed batch is logged and retried at the next sweep."""
         while not self._stopping:
             self._wake.clear()
             try:
@@ -222,6 +222,10 @@ class Processor:
                     pass
             except StorageError as exc:
                 log.error("processing paused: storage unavailable", error=str(exc))
+            except Exception as exc:
+                # A fault outside any one event (each event's own is caught in its batch): the
+                # batch was rolled back; keep the loop alive and try again at the next sweep.
+                log.error("processing paused: batch failed", error=_describe(exc))
             if self._stopping:
                 break
             with contextlib.suppress(TimeoutError):
@@ -284,7 +288,8 @@ class Processor:
         lag_s = time.time() - received / 1000 if received is not None else 0.0
         budget = min(self.batch_time_s, self.busy_share * (now - self._last_turn))
         self._behind = lag_s > self.lag_target_s
-        return budget, 2 * arrived if self._behind else 1
+        # At least one event a turn: behind with no new arrival must still make progress.
+        return budget, max(1, 2 * arrived) if self._behind else 1
 
     def _apply_batch(self, db: sqlite_utils.Database, reactor: Reactor | None) -> list[_Outcome]:
         started = time.perf_counter()
