@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -316,6 +317,41 @@ async def test_alerts_once_per_condition_and_never_carry_payer_data(
     # Alerts name the profile, never its contents.
     assert "e2e-entity" in json.dumps(stack.slack_for(tx_r, "rejected"))
     assert_no_payer_data(stack)
+
+
+async def test_every_filtered_lookup_while_processing_uses_an_index(
+    make_stack: MakeStack,
+) -> None:
+    """What the worker writes through (processor, reactor, outbox) never scans a whole table to
+    find rows: that cost grows with every event and action ever recorded."""
+    stack = await make_stack()
+    statements: list[str] = []
+    stack.store._wdb.conn.set_trace_callback(statements.append)  # type: ignore[union-attr]
+    booked, rejected = (
+        stack.sandbox.inject_deposit(1001, "USDT", "TRON", amount, ENTITY_ADDRESS)["transactionId"]
+        for amount in ("12.5", "20")
+    )
+    await submitted(stack, booked)
+    await submitted(stack, rejected)
+    stack.sandbox.approve_review(booked)
+    stack.sandbox.reject_review(rejected, "payer name unreadable")
+    await stack.settle()
+    stack.sandbox.finish_sweep(booked)
+    await stack.settle()
+    assert len(await stack.ledger()) == 1
+    assert len(stack.slack_for(rejected, "rejected")) == 1
+
+    plans = sqlite3.connect(stack.store.path)
+    scans = set()
+    for sql in set(statements):
+        if " WHERE " not in sql.upper():
+            continue  # a whole-table statement by design
+        for _, _, _, detail in plans.execute("EXPLAIN QUERY PLAN " + sql):
+            if detail.startswith("SCAN "):
+                scans.add(f"{detail}: {sql}")
+    plans.close()
+    assert len(statements) > 50
+    assert sorted(scans) == []
 
 
 def cli(stack: Stack, *args: str) -> str:

@@ -120,6 +120,28 @@ async def test_migrations_run_in_order_with_their_version(
     db.close()
 
 
+async def test_a_version_1_database_is_brought_up_to_date(tmp_path: Path) -> None:
+    """A database written before version 2 keeps its rows and gains the actions_event index."""
+    path = tmp_path / "d.db"
+    db = sqlite_utils.Database(path)
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    store_mod.MIGRATIONS[0](db)
+    set_meta(db, "schema_version", "1")
+    db.execute(
+        "INSERT INTO actions (event_id, trigger, action) VALUES ('e1', 'needs_details', 'x')"
+    )
+    db.conn.commit()
+    db.close()
+    s = Store(path)
+    await s.open()
+    await s.close()
+    db = sqlite_utils.Database(path)
+    assert get_meta(db, "schema_version") == str(SCHEMA_VERSION) == "2"
+    assert "actions_event" in {i.name for i in db["actions"].indexes}
+    assert db.execute("SELECT event_id FROM actions").fetchall() == [("e1",)]
+    db.close()
+
+
 async def test_newer_schema_is_refused(tmp_path: Path) -> None:
     """A database written by a newer depositd is refused with a clear message."""
     path = tmp_path / "d.db"

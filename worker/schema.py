@@ -126,6 +126,12 @@ def _migrate_v1(db: sqlite_utils.Database) -> None:
             db.execute(statement)
 
 
+def _migrate_v2(db: sqlite_utils.Database) -> None:
+    # The reactor asks, per processed event, whether rules already ran on it: without this
+    # index that is a scan of every action ever recorded.
+    db.execute("CREATE INDEX IF NOT EXISTS actions_event ON actions (event_id, trigger)")
+
+
 # Append only.
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_migrate_v1]
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_migrate_v1, _migrate_v2]
 SCHEMA_VERSION = len(MIGRATIONS)
