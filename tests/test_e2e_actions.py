@@ -255,6 +255,30 @@ async def test_rejection_alerts_without_resubmit_until_profile_changes(
     assert_no_payer_data(stack)
 
 
+@pytest.mark.parametrize("provider_clock_offset_ms", [-30_000, 30_000])
+async def test_rejections_and_resubmissions_tracked_whatever_the_provider_clock(
+    make_stack: MakeStack, recorded: Recorded, provider_clock_offset_ms: int
+) -> None:
+    """Our own submission is placed in the provider's time, never this machine's: with the
+    provider's clock 30 s behind, its rejection (older than our clock) still wins over our
+    "pending"; 30 s ahead, our resubmission still wins over its earlier rejection."""
+    stack = await make_stack(provider_clock_offset_ms=provider_clock_offset_ms)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "500", ENTITY_ADDRESS)["transactionId"]
+    for round_ in (1, 2):
+        await submitted(stack, tx)
+        assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+        stack.sandbox.reject_review(tx, f"rejection {round_}")
+        await stack.settle()
+        assert (await stack.deposit(tx)).state.value == "rejected"  # type: ignore[union-attr]
+        assert len(stack.slack_for(tx)) == round_  # each rejection alerts
+        corrected = {**ENTITY, "companyAddress": f"{round_} Quartz Boulevard, Singapore"}
+        assert await stack.rewrite_profiles(profiles_yaml(entity=corrected))
+        await stack.settle()
+        assert len(submits(recorded, tx)) == round_ + 1
+    await submitted(stack, tx)
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+
+
 async def post_webhook(stack: Stack, envelope: Mapping[str, Any]) -> int:
     """Post one signed webhook to the worker's ingress; the HTTP status."""
     import aiohttp

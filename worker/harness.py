@@ -32,6 +32,7 @@ from worker.app import PROCESSOR_KEY, STORE_KEY, build_app
 from worker.errors import ConfigError
 from worker.outbox import Outbox
 from worker.processor import Processor
+from worker.provider import signing
 from worker.queries import get_deposit_row, utc_now
 from worker.runtime import Runtime
 from worker.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, WalletSpec, create_app
@@ -109,6 +110,7 @@ class Stack:
         notify: bool = True,
         auto_collection: dict[int, bool] | None = None,
         outbox_backoff_s: float = 0.05,
+        provider_clock_offset_ms: int = 0,
     ) -> None:
         self.workdir = Path(workdir)
         self.rules_source = rules
@@ -119,6 +121,8 @@ class Stack:
         self.notify = notify
         self.auto_collection = dict(auto_collection or {})
         self.outbox_backoff_s = outbox_backoff_s
+        # The sandbox's clock against this machine's (the provider's timestamps come from it).
+        self.provider_clock_offset_ms = provider_clock_offset_ms
 
         # Credentials of this stack only; the YAML file holds them inline.
         self.api_key = "sandbox-" + secrets.token_hex(4)
@@ -247,7 +251,10 @@ class Stack:
         self.config_path.write_text(self._config_yaml(), encoding="utf-8")
         self._settings = load_settings(self.config_path)
 
-        self._sandbox_app = create_app(self._sandbox_config())
+        offset = self.provider_clock_offset_ms
+        self._sandbox_app = create_app(
+            self._sandbox_config(), clock=lambda: signing.now_ms() + offset
+        )
         self._sandbox_runner = web.AppRunner(
             self._sandbox_app, handle_signals=False, access_log=None, shutdown_timeout=1.0
         )

@@ -39,7 +39,7 @@ from worker.provider.client import ProviderClient
 from worker.provider.codes import code_rule
 from worker.provider.models import WhiteListStatus
 from worker.queries import utc_now
-from worker.reactor import add_action, enqueue_alert, submit_key
+from worker.reactor import add_action, enqueue_alert, submit_key, submit_params
 from worker.store import Store
 from worker.tracker import Deposit, Fact, iso_from_ms
 
@@ -276,11 +276,14 @@ class Outbox:
         await self._finish(
             action_id, "done", f"submitted profile {name}; whiteListStatus pending", key=key
         )
+        # Just after the status the submission answered, in the provider's time (rows queued
+        # before `after_ms` was recorded: this machine's clock).
+        after = params.get("after_ms")
         await self._observe(
             Fact(
                 transaction_id=tx,
                 source="submit",
-                observed_at=signing.now_ms(),
+                observed_at=int(after) + 1 if after is not None else signing.now_ms(),
                 white_list_status=WhiteListStatus.PENDING,
             )
         )
@@ -540,7 +543,7 @@ def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:
             db,
             deposit=deposit,
             action="submit_profile",
-            params={"profile": name, "content_hash": content, "named": named},
+            params=submit_params(deposit, name, content, named=named),
             trigger="profile_changed",
             idempotency_key=key,
         )

@@ -26,6 +26,24 @@ def submit_key(transaction_id: str, content_hash: str) -> str:
     return hashlib.sha256(f"{transaction_id}:{content_hash}".encode()).hexdigest()[:40]
 
 
+def submit_params(
+    deposit: Deposit, profile: str, content_hash: str, *, named: bool
+) -> dict[str, Any]:
+    """The params of a submit_profile action.
+
+    `after_ms` is the provider's time of the whitelist status the submission answers: once the
+    provider accepts it, the tracker takes "pending" as observed just after that, never at this
+    machine's clock, which the provider's own timestamps must not be compared with (a review
+    finished within the call, or a clock that is off, would otherwise lose a rejection).
+    """
+    return {
+        "profile": profile,
+        "content_hash": content_hash,
+        "named": named,
+        "after_ms": deposit.white_list_time(),
+    }
+
+
 def add_action(
     db: sqlite_utils.Database,
     *,
@@ -241,7 +259,7 @@ class RuleReactor:
             add_action(
                 db,
                 action="submit_profile",
-                params={"profile": name, "content_hash": content, "named": bool(named)},
+                params=submit_params(deposit, name, content, named=bool(named)),
                 idempotency_key=key,
                 **common,
             )

@@ -242,6 +242,11 @@ class Deposit:
             updated_at=ms_from_iso(row["updated_at"]),
         )
 
+    def white_list_time(self) -> int:
+        """The provider's time of the fact that set the whitelist status held (else of the
+        newest fact): what a submission decided now answers."""
+        return self.field_times.get("white_list_status", self.updated_at)
+
     def as_json(self) -> dict[str, Any]:
         """The `deposits --json` object (SPEC section 3); also the body of `forward`."""
         return {
