@@ -322,7 +322,9 @@ async def test_non_deposit_events(store: Store) -> None:
         }
 
     stable = {"eventId": "s-1", "eventType": "STABLE_ORDER_UPDATED", "data": {"orderId": "o"}}
-    for ev in (stable, addr("PROCESSING", 1), addr("ACTIVE", 2), addr("PROCESSING", 3)):
+    gone = {**addr("DISABLED", 4), "data": {**addr("DISABLED", 4)["data"], "id": "a-2"}}
+    late = {**addr("ACTIVE", 5), "data": {**addr("ACTIVE", 5)["data"], "id": "a-2"}}
+    for ev in (stable, addr("PROCESSING", 1), addr("ACTIVE", 2), addr("PROCESSING", 3), gone, late):
         await store.queue_event(
             event_row(ev["eventId"], ev["eventType"], None, None, dumpb(ev), {}, utc_now())
         )
@@ -332,16 +334,15 @@ async def test_non_deposit_events(store: Store) -> None:
             tuple(r) for r in db.execute("SELECT event_type, status FROM events ORDER BY seq")
         ]
     )
-    assert rows == [
-        ("STABLE_ORDER_UPDATED", "ignored"),
-        ("WALLET_ADDRESS_UPDATED", "processed"),
-        ("WALLET_ADDRESS_UPDATED", "processed"),
-        ("WALLET_ADDRESS_UPDATED", "processed"),
-    ]
-    address = await store.read(
-        lambda db: tuple(db.execute("SELECT id, status FROM addresses").fetchone())
+    assert (
+        rows
+        == [("STABLE_ORDER_UPDATED", "ignored")] + [("WALLET_ADDRESS_UPDATED", "processed")] * 5
     )
-    assert address == ("a-1", "ACTIVE")  # a late PROCESSING does not undo the review
+    addresses = await store.read(
+        lambda db: [tuple(r) for r in db.execute("SELECT id, status FROM addresses ORDER BY id")]
+    )
+    # A late PROCESSING does not undo the review; a late ACTIVE does not undo a disable.
+    assert addresses == [("a-1", "ACTIVE"), ("a-2", "DISABLED")]
 
 
 async def test_observe_fact_feeds_the_same_path(store: Store) -> None:

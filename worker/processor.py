@@ -133,7 +133,8 @@ _FINAL_ADDRESS = (AddressStatus.ACTIVE.value, AddressStatus.FAILED.value)
 
 
 def apply_address_update(db: sqlite_utils.Database, data: AddressUpdatedData) -> None:
-    """Update the `addresses` row by id, or insert it; a late PROCESSING never undoes a review."""
+    """Update the `addresses` row by id, or insert it; a late PROCESSING never undoes a review
+    and nothing undoes DISABLED."""
     row = db.execute("SELECT status FROM addresses WHERE id = ?", [data.id]).fetchone()
     now = utc_now()
     status = data.status.value
@@ -144,6 +145,8 @@ def apply_address_update(db: sqlite_utils.Database, data: AddressUpdatedData) ->
             [data.id, data.walletAddress, data.network, status, data.failMessage, now, now],
         )
         return
+    if row[0] == AddressStatus.DISABLED.value and status != row[0]:
+        return  # a disabled record stays disabled (a late or redelivered update says nothing new)
     if status == AddressStatus.PROCESSING.value and row[0] in _FINAL_ADDRESS:
         return
     db.execute(
