@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -11,14 +12,17 @@ from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestServer
+from structlog.testing import capture_logs
 
 from worker.facts import fact_from_order
 from worker.processor import Processor
 from worker.provider.client import ProviderClient
 from worker.provider.models import WhiteListStatus
+from worker.reactor import enqueue_alert
 from worker.sandbox.app import SANDBOX_KEY, create_app
 from worker.sandbox.config import SandboxConfig
 from worker.sandbox.handle import Sandbox
+from worker.sandbox.testing import ENTITY_PAYER
 from worker.schedule import FAILING_ALERT_AFTER, Poller, Scheduler
 from worker.settings import SchedulerSettings
 from worker.store import Store
@@ -315,18 +319,218 @@ async def mark_submitted(env: Env, tx: str) -> None:
     )
 
 
-async def test_detail_poll_reads_only_deposits_that_may_still_change(env: Env) -> None:
-    """Detail is read for submitted deposits, not for ones waiting for details; BLOCKED shows."""
+async def test_detail_poll_reads_every_deposit_not_yet_final(env: Env) -> None:
+    """Detail is read for every deposit that is not final, waiting ones too; BLOCKED shows."""
     waiting, submitted = inject(env.sandbox, 2)
     poller = Poller(env.client, env.store, env.processor.observe_fact, settings())
     await poller.poll_history()
     await mark_submitted(env, submitted)
     calls_before = env.calls.count("transaction_detail")
     env.sandbox.block(submitted)
-    assert await poller.poll_detail() == 1
-    assert env.calls.count("transaction_detail") == calls_before + 1
+    assert await poller.poll_detail() == 2
+    assert env.calls.count("transaction_detail") == calls_before + 2
     states = await env.store.write(
         lambda db: {r[0]: r[1] for r in db.execute("SELECT transaction_id, state FROM deposits")}
     )
     assert states == {waiting: "needs_details", submitted: "blocked"}
-    assert await poller.poll_detail() == 0, "a blocked deposit is final for the detail poll"
+    assert await poller.poll_detail() == 1, "a blocked deposit is final for the detail poll"
+    assert env.calls.count("transaction_detail") == calls_before + 3
+
+
+async def states_of(env: Env) -> dict[str, str]:
+    """The tracked state of every deposit."""
+    return await env.store.write(
+        lambda db: {r[0]: r[1] for r in db.execute("SELECT transaction_id, state FROM deposits")}
+    )
+
+
+@pytest.mark.parametrize("tracked", ["needs_details", "rejected"])
+async def test_detail_poll_finds_credit_of_a_deposit_that_left_the_history_queues(
+    env: Env, tracked: str
+) -> None:
+    """Submitted outside depositd and credited with its webhooks lost: only detail can tell."""
+    (tx,) = inject(env.sandbox, 1)
+    poller = Poller(env.client, env.store, env.processor.observe_fact, settings())
+    if tracked == "rejected":
+        env.sandbox.submit(tx, ENTITY_PAYER)
+        env.sandbox.reject_review(tx, "name does not match")
+    await poller.poll_history()
+    assert await states_of(env) == {tx: tracked}
+    # The merchant's hosted page submits; the review passes; no webhook reaches us.
+    env.sandbox.submit(tx, ENTITY_PAYER)
+    env.sandbox.approve_review(tx)
+    assert await poller.poll_history() == 0, "the deposit left the init/rejected queues"
+    assert await states_of(env) == {tx: tracked}
+    assert await poller.poll_detail() == 1
+    assert await states_of(env) == {tx: "credited"}
+
+
+async def three_submitted(env: Env) -> tuple[str, str, str]:
+    """Three submitted deposits; the first has the oldest `updated_at`, so it is read first."""
+    first, second, third = inject(env.sandbox, 3)
+    for tx in (first, second, third):
+        await mark_submitted(env, tx)
+        await asyncio.sleep(0.005)  # distinct updated_at (milliseconds): a fixed reading order
+    return first, second, third
+
+
+def one_deposit(tx: str) -> str:
+    """The path prefix of one deposit's transaction detail, to inject a fault on it alone."""
+    return f"/v1/wallet/transactions/{tx}"
+
+
+@pytest.mark.parametrize("failure", ["business_code", "bad_record", "apply_error"])
+async def test_one_failing_deposit_does_not_stop_the_detail_poll(env: Env, failure: str) -> None:
+    """A deposit whose detail cannot be read or applied is logged and skipped; the run goes on."""
+    bad, credited, blocked = await three_submitted(env)
+    env.sandbox.approve_review(credited)
+    env.sandbox.block(blocked)
+    if failure == "business_code":
+        env.sandbox.set_fault(one_deposit(bad), "code", count=None, code="10000107")
+    elif failure == "bad_record":
+        env.sandbox.state.orders[bad].network = None  # type: ignore[assignment]
+
+    async def observe(fact: Fact) -> object:
+        # Only this variant fakes a fault: a tracker that fails on one deposit's fact.
+        if failure == "apply_error" and fact.transaction_id == bad:
+            raise ValueError("cannot apply this fact")
+        return await env.processor.observe_fact(fact)
+
+    outcomes: list[str] = []
+    poller = Poller(
+        env.client,
+        env.store,
+        observe,
+        settings(),
+        on_poll=lambda name, outcome: outcomes.append(f"{name}:{outcome}"),
+    )
+    with capture_logs() as logs:
+        assert await poller.poll_detail() == 3
+    assert await states_of(env) == {bad: "submitted", credited: "credited", blocked: "blocked"}
+    # The provider answered: the run counts as a success of the poll (no back-off) ...
+    assert outcomes == ["detail:ok"]
+    assert poller.stats.failures == {"detail": 0}
+    # ... and the deposit's failure is visible, by transactionId and error only.
+    assert poller.stats.detail_failed == 1
+    (line,) = [e for e in logs if e["event"] == "deposit detail failed; poll goes on"]
+    assert line["transactionId"] == bad
+    expected = {
+        "business_code": "10000107",
+        "bad_record": "network",
+        "apply_error": "cannot apply this fact",
+    }[failure]
+    assert expected in line["error"]
+    assert {"transactionId", "failedRuns", "error"} <= set(line)
+    assert not any("Sched Test Ltd" in str(e) for e in logs), "payer data logged"
+
+
+async def test_failing_deposit_is_read_after_the_others(env: Env) -> None:
+    """A deposit that failed on its own is read last next time, though it is the stalest."""
+    bad, second, third = await three_submitted(env)
+    applied: list[str] = []
+
+    async def observe(fact: Fact) -> object:
+        applied.append(fact.transaction_id)
+        if fact.transaction_id == bad:
+            raise ValueError("cannot apply this fact")
+        return await env.processor.observe_fact(fact)
+
+    poller = Poller(env.client, env.store, observe, settings())
+    assert await poller.poll_detail() == 3
+    assert applied == [bad, second, third]
+    applied.clear()
+    assert await poller.poll_detail() == 3
+    assert applied == [second, third, bad]
+
+
+async def detail_alerts(env: Env) -> list[tuple[str, str, str]]:
+    """The detail_failing alerts queued: (transactionId, condition, severity)."""
+    rows = await env.store.write(
+        lambda db: db.execute(
+            "SELECT transaction_id, params FROM actions"
+            " WHERE action='alert' AND trigger='detail_failing'"
+        ).fetchall()
+    )
+    return [(r[0], json.loads(r[1])["condition"], json.loads(r[1])["severity"]) for r in rows]
+
+
+async def test_deposit_failing_three_runs_in_a_row_alerts_once(env: Env) -> None:
+    """The same deposit failing on 3 consecutive detail runs queues one warning alert for it."""
+    bad, good, _ = await three_submitted(env)
+    env.sandbox.set_fault(one_deposit(bad), "code", count=None, code="10000101")
+    poller = Poller(env.client, env.store, env.processor.observe_fact, settings())
+    for run in range(1, FAILING_ALERT_AFTER):
+        assert await poller.poll_detail() == 3
+        assert await detail_alerts(env) == [], f"alerted after {run} failed run(s)"
+    env.sandbox.approve_review(good)
+    assert await poller.poll_detail() == 3
+    assert await detail_alerts(env) == [(bad, "detail_failing", "warning")]
+    assert (await states_of(env))[good] == "credited", "the other deposits are still read"
+    for _ in range(3):
+        assert await poller.poll_detail() == 3
+    assert await detail_alerts(env) == [(bad, "detail_failing", "warning")], "alerted twice"
+    assert poller.stats.failures == {"detail": 0}
+    assert poller.stats.detail_failed == FAILING_ALERT_AFTER + 3
+
+
+async def test_detail_run_cut_short_starts_with_the_deposits_it_did_not_read(env: Env) -> None:
+    """A provider-wide error at one deposit ends the run; the next run reads the others first."""
+    stuck, credited, blocked = await three_submitted(env)
+    env.sandbox.approve_review(credited)
+    env.sandbox.block(blocked)
+    # A gateway failing on this one path: a 5xx, which ends the run like any outage.
+    env.sandbox.set_fault(one_deposit(stuck), "5xx", count=None)
+    outcomes: list[str] = []
+    poller = Poller(
+        env.client,
+        env.store,
+        env.processor.observe_fact,
+        settings(),
+        on_poll=lambda name, outcome: outcomes.append(f"{name}:{outcome}"),
+        backoff_s=0,  # no waiting between the runs of this test
+    )
+    before = env.calls.count("transaction_detail")
+    assert await poller.poll_detail() == 0
+    assert outcomes == ["detail:error"]
+    assert env.calls.count("transaction_detail") == before + 1, "the run went on after a 5xx"
+    assert await states_of(env) == {stuck: "submitted", credited: "submitted", blocked: "submitted"}
+
+    assert await poller.poll_detail() == 0
+    assert outcomes == ["detail:error", "detail:error"]
+    assert await states_of(env) == {stuck: "submitted", credited: "credited", blocked: "blocked"}
+
+
+async def test_alert_that_cannot_be_queued_does_not_kill_the_poll(env: Env) -> None:
+    """Storage down fails the poll and its poll_failing alert; a later failed run queues it."""
+    (tx,) = inject(env.sandbox, 1)
+    await mark_submitted(env, tx)
+
+    async def alert(condition: str, severity: str, detail: str) -> None:
+        # What the runtime's alert does: queue it in the (here failing) store.
+        await env.store.write(
+            lambda db: enqueue_alert(db, None, condition, severity, trigger="system", detail=detail)
+        )
+
+    poller = Poller(
+        env.client, env.store, env.processor.observe_fact, settings(), alert=alert, backoff_s=0
+    )
+    await env.store.close()
+    for _ in range(FAILING_ALERT_AFTER):
+        assert await poller.poll_detail() == 0  # the third failure's alert fails too
+    assert poller.stats.failures == {"detail": FAILING_ALERT_AFTER}
+
+    await env.store.open()
+    env.sandbox.set_fault("detail", "5xx", count=None)
+    for _ in range(2):
+        assert await poller.poll_detail() == 0
+    assert poller.stats.failures == {"detail": FAILING_ALERT_AFTER + 2}
+    queued = await env.store.write(
+        lambda db: [
+            tuple(r)
+            for r in db.execute(
+                "SELECT trigger, json_extract(params, '$.condition') FROM actions"
+                " WHERE action='alert'"
+            )
+        ]
+    )
+    assert queued == [("system", "poll_failing:detail")], "queued on the retry, and once"

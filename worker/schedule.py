@@ -18,40 +18,76 @@ from typing import Any
 import sqlite_utils
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from worker.errors import ProviderAuthError, ProviderBusinessError, ProviderError
+from worker.errors import (
+    ProviderAuthError,
+    ProviderBusinessError,
+    ProviderError,
+    ProviderRetryLater,
+    ProviderUnavailable,
+)
 from worker.facts import fact_from_order
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
 from worker.reactor import enqueue_alert
 from worker.settings import SchedulerSettings
 from worker.store import Store
-from worker.tracker import Deposit, Fact
+from worker.tracker import Deposit, Fact, State
 
 log = get_logger(__name__)
 
-# Tracked states whose detail may still change and that history (init/rejected) does not show.
-DETAIL_STATES = ("submitted", "credited", "processing")
+# The tracker never leaves these (creditStatus' terminal values never change either), so their
+# detail has nothing left to tell.
+FINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.BLOCKED})
+# Every other tracked state may still change, needs_details and rejected included: a deposit can
+# leave the history queues (submitted on the provider's hosted page, a lost webhook, a crash
+# between the outbox's two commits) and then only its detail shows CREDITED or BLOCKED.
+DETAIL_STATES = tuple(s.value for s in State if s not in FINAL_STATES)
 FAILING_ALERT_AFTER = 3
+# Errors that say "not now" for the whole provider, not "no" for one deposit: they end the detail
+# run and back off the poll. Any other failure reading or applying one deposit is that deposit's.
+PROVIDER_WIDE = (ProviderAuthError, ProviderUnavailable, ProviderRetryLater)
 
 Observe = Callable[[Fact], Awaitable[Any]]
 
 
-def alert_gone(db: sqlite_utils.Database, transaction_id: str) -> None:
-    """Queue one critical alert for a tracked deposit the provider no longer knows (10000100)."""
+def _alert_once(
+    db: sqlite_utils.Database,
+    transaction_id: str,
+    condition: str,
+    severity: str,
+    *,
+    trigger: str,
+    detail: str,
+) -> None:
+    """Queue an alert about a tracked deposit unless one with this trigger was ever queued."""
     queued = db.execute(
-        "SELECT 1 FROM actions WHERE transaction_id=? AND action='alert' AND trigger='gone'",
-        [transaction_id],
+        "SELECT 1 FROM actions WHERE transaction_id=? AND action='alert' AND trigger=?",
+        [transaction_id, trigger],
     ).fetchone()
     row = db.execute("SELECT * FROM deposits WHERE transaction_id=?", [transaction_id]).fetchone()
     if queued is None and row is not None:
         enqueue_alert(
-            db,
-            Deposit.from_row(dict(row)),
-            "deposit_gone",
-            "critical",
-            trigger="gone",
-            detail="10000100: transaction not found, or not owned by the caller (detail poll)",
+            db, Deposit.from_row(dict(row)), condition, severity, trigger=trigger, detail=detail
         )
+
+
+def alert_gone(db: sqlite_utils.Database, transaction_id: str) -> None:
+    """Queue one critical alert for a tracked deposit the provider no longer knows (10000100)."""
+    _alert_once(
+        db,
+        transaction_id,
+        "deposit_gone",
+        "critical",
+        trigger="gone",
+        detail="10000100: transaction not found, or not owned by the caller (detail poll)",
+    )
+
+
+def alert_detail_failing(db: sqlite_utils.Database, transaction_id: str, detail: str) -> None:
+    """Queue one warning alert for a tracked deposit whose detail keeps failing to be read."""
+    _alert_once(
+        db, transaction_id, "detail_failing", "warning", trigger="detail_failing", detail=detail
+    )
 
 
 class PollStats:
@@ -61,6 +97,8 @@ class PollStats:
         self.last_success: dict[str, float] = {}
         self.failures: dict[str, int] = {}
         self.found_by_poll = 0
+        # Deposits whose detail could not be read or applied, summed over runs.
+        self.detail_failed = 0
 
 
 class Poller:
@@ -89,6 +127,12 @@ class Poller:
         self.backoff_max_s = backoff_max_s
         self._not_before: dict[str, float] = {}
         self._alerted: set[str] = set()
+        # Detail poll, per deposit: consecutive runs that failed to read or apply it, and the run
+        # in which it was last attempted (least recently attempted goes first: a run cut short
+        # cannot starve the deposits behind the one it stopped at).
+        self._detail_failing: dict[str, int] = {}
+        self._detail_turn: dict[str, int] = {}
+        self._detail_runs = 0
         self._stopping = False
         self.stats = PollStats()
 
@@ -134,24 +178,77 @@ class Poller:
                 r[0]
                 for r in db.execute(
                     f"SELECT transaction_id FROM deposits WHERE state IN ({marks})"
-                    " ORDER BY updated_at",
+                    " ORDER BY updated_at, transaction_id",
                     list(DETAIL_STATES),
                 ).fetchall()
             ]
         )
+        tracked = set(rows)
+        for memo in (self._detail_failing, self._detail_turn):
+            for tx in [t for t in memo if t not in tracked]:
+                del memo[tx]  # final now, or gone: nothing more to remember
+        # Deposits failing on their own go last, then the least recently attempted first; the
+        # sort is stable, so ties keep the stalest-first order of the query.
+        rows.sort(key=lambda t: (t in self._detail_failing, self._detail_turn.get(t, -1)))
+        self._detail_runs += 1
+        attempted = 0
         for tx in rows:
             if self._stopping:
                 break
-            try:
-                order = await self._client.transaction_detail(tx)
-            except ProviderBusinessError as exc:
-                if exc.code == "10000100":
-                    log.warning("deposit not found by detail poll", transactionId=tx)
-                    await self._store.write(partial(alert_gone, transaction_id=tx))
-                    continue
-                raise
+            self._detail_turn[tx] = self._detail_runs
+            attempted += 1
+            await self._detail_one(tx)
+        return attempted
+
+    async def _detail_one(self, tx: str) -> None:
+        """Read and apply one deposit's detail; raises only what ends the whole run."""
+        try:
+            order = await self._client.transaction_detail(tx)
+        except PROVIDER_WIDE:
+            raise
+        except ProviderBusinessError as exc:
+            if exc.code == "10000100":
+                self._detail_failing.pop(tx, None)
+                log.warning("deposit not found by detail poll", transactionId=tx)
+                await self._store.write(partial(alert_gone, transaction_id=tx))
+                return
+            await self._deposit_failed(tx, str(exc))
+            return
+        except ProviderError as exc:  # an answer that is no readable record of this deposit
+            await self._deposit_failed(tx, str(exc))
+            return
+        try:
             await self._observe(fact_from_order(order, source="poll"))
-        return len(rows)
+        except Exception as exc:
+            await self._deposit_failed(tx, f"{type(exc).__name__}: {exc}", trace=True)
+            return
+        self._detail_failing.pop(tx, None)
+
+    async def _deposit_failed(self, tx: str, error: str, *, trace: bool = False) -> None:
+        """Log and count one deposit's failure; alert once when it keeps failing run after run."""
+        runs = self._detail_failing.get(tx, 0) + 1
+        self._detail_failing[tx] = runs
+        self.stats.detail_failed += 1
+        # Only the transactionId and the error: a detail carries no payer data, nor does this.
+        log.warning(
+            "deposit detail failed; poll goes on",
+            transactionId=tx,
+            failedRuns=runs,
+            error=error,
+            exc_info=trace,
+        )
+        if runs < FAILING_ALERT_AFTER:
+            return
+        detail = f"transaction detail failed on {runs} polls in a row: {error}"
+        try:
+            # Deduplicated in the actions table: one alert per deposit, however long it fails.
+            await self._store.write(partial(alert_detail_failing, transaction_id=tx, detail=detail))
+        except Exception as exc:
+            log.warning(
+                "could not queue detail_failing alert; next run tries again",
+                transactionId=tx,
+                error=f"{type(exc).__name__}: {exc}",
+            )
 
     async def _guard(self, name: str, poll: Callable[[], Coroutine[Any, Any, int]]) -> int:
         now = time.monotonic()
@@ -193,14 +290,25 @@ class Poller:
         )
         if self._on_poll is not None:
             self._on_poll(name, kind)
-        if failures >= FAILING_ALERT_AFTER and name not in self._alerted:
-            self._alerted.add(name)
-            if self._alert is not None:
+        if failures < FAILING_ALERT_AFTER or name in self._alerted:
+            return
+        if self._alert is not None:
+            try:
                 await self._alert(
                     f"poll_failing:{name}",
                     "critical" if kind == "auth" else "warning",
                     f"{name} poll failed {failures} times in a row: {error}",
                 )
+            except Exception as exc:
+                # Often the poll's own cause (storage failing): it must not kill the poll task,
+                # and it is not marked as alerted, so the next failed run tries again.
+                log.warning(
+                    "could not queue poll_failing alert; next failure tries again",
+                    poll=name,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                return
+        self._alerted.add(name)
 
 
 class Scheduler:
