@@ -170,6 +170,65 @@ def test_unknown_profile_references_and_keys_all_at_once(
     ]
 
 
+ADA = """
+profiles:
+  ada:
+    correspondentType: INDIVIDUAL
+    firstName: Ada
+    lastName: Lovelace
+    birthday: BIRTHDAY
+    residentialAddress: 12 St James
+    countryCode: GB
+    walletType: SELF_HOSTED
+"""
+
+
+@pytest.mark.parametrize("impossible", ["1990-02-30", "2024-13-45"])
+def test_unquoted_birthday_reads_as_the_quoted_one(tmp_path: Path, impossible: str) -> None:
+    """An unquoted birthday is the yyyy-MM-dd text a quoted one is: a real date gives the same
+    body and hash, an impossible one the same birthday problem (not a crash)."""
+    quoted = Profiles.load(write(tmp_path, ADA.replace("BIRTHDAY", '"1990-02-28"')))
+    unquoted = Profiles.load(write(tmp_path, ADA.replace("BIRTHDAY", "1990-02-28")))
+    assert unquoted.body("ada")["birthday"] == "1990-02-28"
+    assert unquoted.body("ada") == quoted.body("ada")
+    assert unquoted.content_hash("ada") == quoted.content_hash("ada")
+    message = "profile 'ada': birthday must be a real date in the format yyyy-MM-dd"
+    for text in (f'"{impossible}"', impossible):
+        path = write(tmp_path, ADA.replace("BIRTHDAY", text))
+        assert problems(path) == [f"{path}:6: {message}"]
+
+
+def test_value_yaml_cannot_build_names_file_line_and_key_never_the_value(tmp_path: Path) -> None:
+    """A value YAML parses but cannot build is a problem with its line and key, not a crash."""
+    path = write(
+        tmp_path,
+        ADA.replace("BIRTHDAY", "!!timestamp 1990-02-30").replace("12 St James", "!!int St James"),
+    )
+    found = problems(path)
+    assert found == [
+        f"{path}:6: profiles.ada.birthday: invalid YAML: the value cannot be read as a date",
+        f"{path}:7: profiles.ada.residentialAddress: invalid YAML: the value cannot be read as"
+        " an integer",
+    ]
+    assert "1990" not in "".join(found) and "James" not in "".join(found)
+
+
+def test_keys_that_read_the_same_are_given_twice(
+    tmp_path: Path, entity_payer: ProfileFactory
+) -> None:
+    """Two keys YAML reads as one (1001 and 0x3E9) are a duplicate, not a silent override."""
+    path = write(
+        tmp_path,
+        {"profiles": {"acme": entity_payer(), "acme2": entity_payer()}},
+    )
+    text = path.read_text() + "wallets:\n  1001: acme\n  0x3E9: acme2\n"
+    path.write_text(text)
+    line = len(text.splitlines())
+    assert problems(path) == [
+        f"{path}:{line}: key '0x3E9' is given twice (first at line {line - 1} as '1001')"
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

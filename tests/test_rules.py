@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlite_utils
 
-from worker.cli import build_parser
+from worker.cli import build_parser, main
 from worker.errors import ConfigError
 from worker.facts import fact_from_event
 from worker.processor import apply_fact
@@ -343,6 +343,59 @@ def test_version_is_a_hash_of_the_file(tmp_path: Path) -> None:
     assert len(first) == 12 and int(first, 16) >= 0
     path.write_text("wallet: 1\nrules: []\n# edited\n")
     assert RuleBook.load(path).rulesets[0].version != first
+
+
+@pytest.mark.parametrize("other", ["On", "ON", "yes", "true"])
+@pytest.mark.parametrize("other_first", [False, True], ids=["on-first", "on-second"])
+def test_key_yaml_reads_as_true_next_to_on_is_an_unknown_key(
+    tmp_path: Path, other: str, other_first: bool
+) -> None:
+    """`On:`/`yes:`/`true:` beside `on:` is an unknown key at its line, not a silent override."""
+    keys = [f"{other}: [blocked]", "on: [credited]"]
+    if not other_first:
+        keys.reverse()
+    lines = [
+        "wallet: 1",
+        "rules:",
+        "  - name: r",
+        *(f"    {key}" for key in keys),
+        "    then: [book]",
+    ]
+    path = write(tmp_path, "w.yaml", "\n".join(lines) + "\n")
+    line = 4 if other_first else 5
+    hint = "; did you mean 'on'?" if other.lower() == "on" else ""
+    assert problems(path) == [
+        f"{path}:{line}: rules[0].{other}: unknown key {other!r} (known: name, on, if, then){hint}"
+    ]
+
+
+def test_description_may_look_like_a_date(tmp_path: Path) -> None:
+    """`description:` is free text, also when it looks like a date that does not exist."""
+    path = write(tmp_path, "w.yaml", "wallet: 1\ndescription: 2024-13-45\nrules: []\n")
+    assert [rs.wallet for rs in RuleBook.load(path).rulesets] == [1]
+
+
+def test_value_yaml_cannot_build_is_a_problem_in_every_file(tmp_path: Path) -> None:
+    """Values YAML parses but cannot build are problems with file, line and key, all at once."""
+    write(tmp_path, "a.yaml", "wallet: !!int main\nrules: []\n")
+    huge = "1" + ":0" * 200 + ".5"  # a base-60 float too large for a float: OverflowError
+    text = """
+        wallet: 2
+        rules:
+          - name: r
+            on: [credited]
+            if:
+              amount: {lte: !!float lots, gt: HUGE}
+            then: [book]
+        """
+    write(tmp_path, "b.yaml", text.replace("HUGE", huge))
+    assert problems(tmp_path) == [
+        f"{tmp_path}/a.yaml:1: wallet: invalid YAML: the value cannot be read as an integer",
+        f"{tmp_path}/b.yaml:6: rules[0].if.amount.lte: invalid YAML: the value cannot be read as"
+        " a number",
+        f"{tmp_path}/b.yaml:6: rules[0].if.amount.gt: invalid YAML: the value cannot be read as"
+        " a number",
+    ]
 
 
 def test_trigger_names_match_the_tracker() -> None:
@@ -774,6 +827,50 @@ def test_rules_test_reads_a_live_database_without_writing(config: Path) -> None:
         assert db_path.read_bytes() == main_before
     finally:
         writer.close()
+
+
+def test_check_lists_dates_and_true_keys_and_exits_2(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`check` names file, line and field for an impossible unquoted date, a value YAML cannot
+    build and an `On:` beside `on:`, all at once, and exits 2 instead of crashing."""
+    profiles = """
+        profiles:
+          ada:
+            correspondentType: INDIVIDUAL
+            firstName: Ada
+            lastName: Lovelace
+            birthday: 1990-02-30
+            residentialAddress: 12 St James
+            countryCode: GB
+            walletType: SELF_HOSTED
+        """
+    write(config.parent, "profiles.yaml", profiles)
+    write(
+        config.parent,
+        "rules/w.yaml",
+        """
+        wallet: 1001
+        description: 2024-13-45
+        rules:
+          - name: r
+            on: [credited]
+            On: [blocked]
+            then: [book]
+        """,
+    )
+    write(config.parent, "rules/x.yaml", "wallet: !!int main\nrules: []\n")
+    code = main(["check", "--config", str(config)])
+    err = capsys.readouterr().err
+    folder = config.parent
+    assert code == 2
+    assert err.splitlines() == [
+        f"{folder}/profiles.yaml:6: profile 'ada': birthday must be a real date in the format "
+        "yyyy-MM-dd",
+        f"{folder}/rules/w.yaml:6: rules[0].On: unknown key 'On' (known: name, on, if, then); "
+        "did you mean 'on'?",
+        f"{folder}/rules/x.yaml:1: wallet: invalid YAML: the value cannot be read as an integer",
+    ]
 
 
 @pytest.mark.parametrize(

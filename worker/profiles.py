@@ -183,7 +183,7 @@ class Profiles:
                     " and wallets:"
                 ]
             )
-        problems = duplicate_keys(text, path)
+        problems = duplicate_keys(src)
         reader = _Reader(src, problems)
         for key in src.data:
             if key not in TOP_KEYS:

@@ -38,8 +38,8 @@ from worker.rules.model import (
     RuleSet,
     WalletKey,
 )
-from worker.rules.yamlcheck import dotted, duplicate_keys, known, restore_bool_keys, suggest
-from worker.yamlsrc import Loc, YamlSource, yaml_error
+from worker.rules.yamlcheck import duplicate_keys, known, suggest
+from worker.yamlsrc import Loc, YamlSource, dotted, yaml_error
 from worker.yamlsrc import loads as parse_yaml
 
 TOP_KEYS = ("wallet", "rules", "description")
@@ -406,11 +406,14 @@ def _load_file(
         problems.append(f"{path}:1: rules file is not UTF-8 text")
         return None
     try:
-        src = parse_yaml(text, path)
+        # `on:` is the trigger key, and YAML 1.1 would read it (and `On:`, `yes:`) as True.
+        src = parse_yaml(text, path, bool_keys_as_text=True)
     except yaml.YAMLError as exc:
         problems.append(yaml_error(path, exc))
         return None
-    src.data = restore_bool_keys(src.data, src)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+        return None
     if folder and _is_profiles_file(src.data):
         return None
     if not isinstance(src.data, dict):
@@ -420,7 +423,7 @@ def _load_file(
         )
         return None
     before = len(problems)
-    problems.extend(duplicate_keys(text, path))
+    problems.extend(duplicate_keys(src))
     file = _File(src, problems, profile_names)
     file.unknown_keys(src.data, (), TOP_KEYS)
     wallet = file.wallet(src.data)
