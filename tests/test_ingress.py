@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import io
 import json
 import sqlite3
@@ -17,6 +18,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from worker import ingress as ingress_mod
 from worker.app import PROCESSOR_KEY, READY_CHECKS_KEY, STORE_KEY, build_app
 from worker.logs import configure
 from worker.provider.jsonio import dumpb
@@ -294,6 +296,13 @@ async def test_chunked_body_over_limit_is_413(client: Client, settings: Settings
         (b'{"eventId": "e1", "data": {}}', "missing eventType"),
         (b'{"eventId": 17, "eventType": "DEPOSIT_WHITELIST_REQUIRED"}', "eventId must be"),
         (b'{"eventId": "", "eventType": "DEPOSIT_WHITELIST_REQUIRED"}', "eventId must be"),
+        (b"[" * 100_000 + b"]" * 100_000, "not JSON"),
+        (b'{"eventId": "e\\ud800", "eventType": "DEPOSIT_WHITELIST_REQUIRED"}', "eventId holds"),
+        (
+            b'{"eventId": "e1", "eventType": "DEPOSIT_WHITELIST_REQUIRED",'
+            b' "data": {"transactionId": "tx\\udfff"}}',
+            "transactionId holds a lone surrogate",
+        ),
     ],
     ids=[
         "truncated",
@@ -303,6 +312,9 @@ async def test_chunked_body_over_limit_is_413(client: Client, settings: Settings
         "no-event-type",
         "number-id",
         "empty-id",
+        "nested-too-deep",
+        "surrogate-id",
+        "surrogate-tx",
     ],
 )
 async def test_malformed_bodies_answer_400(
@@ -312,6 +324,66 @@ async def test_malformed_bodies_answer_400(
     status, answer = await post(client, raw)
     assert status == 400
     assert error in answer["error"]
+    assert stored(settings) == []
+
+
+async def test_compressed_body_answers_415(client: Client, settings: Settings) -> None:
+    """The signature covers the bytes as sent, which are not unpacked first: a compressed
+    delivery is refused, never inflated past max_body_bytes."""
+    raw = gzip.compress(dumpb(deposit_event()))
+    headers = signed_headers(API_KEY, SECRET, "POST", PATH, raw)
+    headers["Content-Encoding"] = "gzip"
+    resp = await client.post(PATH, data=raw, headers=headers)
+    assert resp.status == 415
+    assert "Content-Encoding gzip" in (await resp.json())["error"]
+    assert stored(settings) == []
+
+
+async def raw_request(client: Client, head: bytes, body: bytes = b"") -> bytes:
+    """Send bytes as they are on a fresh connection; the first bytes of the answer (the server
+    may keep reading what is left of an unfinished body before it closes)."""
+    assert client.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
+    try:
+        writer.write(head + body)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(65536), 10)
+    finally:
+        writer.close()
+
+
+async def test_header_bytes_that_are_not_utf8_answer_401(
+    client: Client, settings: Settings
+) -> None:
+    """An API-KEY or API-SIGNATURE with bytes that are not UTF-8 fails authentication (401
+    with a JSON error), not the server."""
+    raw = dumpb(deposit_event())
+    good = signed_headers(API_KEY, SECRET, "POST", PATH, raw)
+    for name in ("API-KEY", "API-SIGNATURE"):
+        headers = {**good, "Content-Length": str(len(raw)), "Connection": "close"}
+        lines = [f"{k}: {v}".encode() for k, v in headers.items() if k != name]
+        lines.append(name.encode() + b": \xff\xfe" + good[name].encode()[2:])
+        head = f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+        answer = await raw_request(client, head + b"\r\n".join(lines) + b"\r\n\r\n", raw)
+        status, _, body = answer.partition(b"\r\n")
+        assert status == b"HTTP/1.1 401 Unauthorized", (name, answer)
+        assert b'{"error": ' in body
+    assert stored(settings) == []
+
+
+async def test_body_that_stops_arriving_answers_408(
+    client: Client, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body still incomplete after the read timeout is answered 408 and not stored (the
+    connection is not held open for as long as the client likes)."""
+    monkeypatch.setattr(ingress_mod, "_READ_TIMEOUT_S", 0.3)
+    raw = dumpb(deposit_event())
+    headers = signed_headers(API_KEY, SECRET, "POST", PATH, raw)
+    head = f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(raw)}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "Connection: close\r\n\r\n"
+    answer = await raw_request(client, head.encode(), raw[:100])
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert b"not received within 0.3 s" in answer
     assert stored(settings) == []
 
 

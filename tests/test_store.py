@@ -6,6 +6,7 @@ import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlite_utils
@@ -13,7 +14,7 @@ import sqlite_utils
 from worker import store as store_mod
 from worker.errors import SchemaTooNew, StorageError
 from worker.queries import get_meta, pending_events, set_meta
-from worker.store import SCHEMA_VERSION, Store, event_row
+from worker.store import SCHEMA_VERSION, EventRow, Store, event_row
 
 TABLES = {"meta", "events", "deposits", "facts", "actions", "ledger", "alerts", "addresses"}
 
@@ -283,6 +284,49 @@ async def test_failing_jobs_do_not_fail_the_inserts_beside_them(store: Store) ->
     assert await store.read(lambda db: get_meta(db, "half")) is None
     count = await store.read(lambda db: db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
     assert count == 2
+
+
+async def test_a_row_sqlite_refuses_fails_alone(store: Store) -> None:
+    """One row of a round that SQLite cannot take (a lone surrogate in its eventId) fails its
+    own delivery only; the rows committed beside it are stored."""
+
+    def row(event_id: str) -> EventRow:
+        return event_row(event_id, "X", None, None, b"{}", {}, "2026-01-01T00:00:00.000Z")
+
+    before = store.commits
+    ids = [f"e{i}" for i in range(5)] + ["bad-\ud800"] + [f"f{i}" for i in range(5)]
+    queued = [store.queue_event(row(i)) for i in ids]  # all in the same round
+    results = await asyncio.gather(*queued, return_exceptions=True)
+    assert results[:5] == [True] * 5 and results[6:] == [True] * 5
+    assert isinstance(results[5], StorageError)
+    assert store.commits - before == 1
+    count = await store.read(lambda db: db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+    assert count == 10
+
+
+async def test_the_writer_outlives_any_failure_of_a_round(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job raising StopIteration (which no future takes), or a round crashing outright,
+    fails that round's waiters with an error; the writer goes on and later writes commit."""
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        await store.write_inline(lambda db: next(iter([])))
+    assert await _insert(store, "after-stop") is True
+
+    def crash(*args: Any) -> None:
+        raise RuntimeError("a bug in the round")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Store, "_insert_all", crash)
+        results = await asyncio.gather(
+            _insert(store, "lost"), store.write(lambda db: 1), return_exceptions=True
+        )
+    assert [type(r) for r in results] == [StorageError, StorageError]
+    assert await _insert(store, "after-crash") is True
+    ids = await store.read(
+        lambda db: [r[0] for r in db.execute("SELECT event_id FROM events ORDER BY seq")]
+    )
+    assert ids == ["after-stop", "after-crash"]
 
 
 async def test_cancelled_waiter_still_commits_and_the_writer_goes_on(store: Store) -> None:

@@ -157,7 +157,7 @@ async def serve(settings: Settings, plugins: Plugins | None = None) -> int:
         ready_checks=plugins.ready_checks,
     )
     notifier = SystemdNotifier()
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=20.0)
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -35,6 +35,7 @@ ReadyCheck = Callable[[], Awaitable[str | None]]
 
 _OK = b"{}"
 _CHUNK = 64 * 1024
+_READ_TIMEOUT_S = 10.0  # a body still arriving after this is answered 408
 
 
 class BodyTooLarge(Exception):
@@ -106,24 +107,36 @@ class Gate:
             if content.is_eof():  # the whole body is buffered already (the usual case)
                 return content.read_nowait(-1)
             try:
-                return await content.readexactly(length)
+                async with asyncio.timeout(_READ_TIMEOUT_S):
+                    return await content.readexactly(length)
             except asyncio.IncompleteReadError as exc:
                 return exc.partial  # a short body then fails its signature
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.content.iter_chunked(_CHUNK):
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge
-            chunks.append(chunk)
+        async with asyncio.timeout(_READ_TIMEOUT_S):
+            async for chunk in request.content.iter_chunked(_CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge
+                chunks.append(chunk)
         return b"".join(chunks)
 
     async def check(self, request: web.Request) -> Accepted | Refused:
         """Read, verify and parse one delivery."""
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            # The signature covers the bytes as sent; they are not unpacked first.
+            return Refused(
+                415,
+                f"Content-Encoding {encoding} is not accepted; send the body as is",
+                "bad_request",
+            )
         try:
             body = await self._read_body(request)
         except BodyTooLarge:
             return Refused(413, f"body over {self.settings.max_body_bytes} bytes", "too_large")
+        except TimeoutError:
+            return Refused(408, f"body not received within {_READ_TIMEOUT_S:g} s", "bad_request")
         try:
             verify(
                 request.headers,
@@ -140,18 +153,29 @@ class Gate:
             return Refused(401, str(exc), "unauthorized")
         try:
             envelope = jsonio.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return Refused(400, "body is not JSON", "bad_request")
         problem = _envelope_problem(envelope)
         if problem:
             return Refused(400, problem, "bad_request")
         event_type: str = envelope["eventType"]
         reference_id = envelope.get("referenceId")
+        reference = reference_id if isinstance(reference_id, str) else None
+        transaction_id = _transaction_id(event_type, reference_id, envelope.get("data"))
+        keys = {
+            "eventId": envelope["eventId"],
+            "eventType": event_type,
+            "referenceId": reference,
+            "transactionId": transaction_id,
+        }
+        for name, value in keys.items():
+            if value is not None and not _is_text(value):
+                return Refused(400, f"{name} holds a lone surrogate escape", "bad_request")
         row = event_row(
             envelope["eventId"],
             event_type,
-            reference_id if isinstance(reference_id, str) else None,
-            _transaction_id(event_type, reference_id, envelope.get("data")),
+            reference,
+            transaction_id,
             body,
             request.headers,
             utc_now(),
@@ -173,7 +197,7 @@ def webhook_handler(
             return verdict.response()
         try:
             new = await store_row(verdict.row)
-        except StorageError as exc:
+        except Exception as exc:  # whatever kept it from being stored: never 200, it is retried
             record(verdict.label, "unavailable", time.perf_counter() - started)
             log.error("webhook not stored", event_id=verdict.row[0], error=str(exc))
             return _error(503, "storage unavailable")
@@ -309,6 +333,15 @@ def _event_depths(db: Any) -> dict[str, int]:
             " GROUP BY status"
         )
     }
+
+
+def _is_text(value: str) -> bool:
+    """False for a string SQLite cannot store as text (JSON's "\\ud800" escapes allow that)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _envelope_problem(envelope: Any) -> str | None:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -166,9 +167,22 @@ def _in_savepoint(
             error = StorageError(str(exc))
             error.__cause__ = exc
             return False, error
+        if isinstance(exc, StopIteration):  # a future refuses it (it would end a coroutine)
+            wrapped = RuntimeError(f"StopIteration raised: {exc}")
+            wrapped.__cause__ = exc
+            return False, wrapped
         return False, exc
     conn.execute("RELEASE job")
     return True, result
+
+
+def _not_stored(exc: BaseException) -> StorageError:
+    """A webhook row's failure as the StorageError its delivery is answered 503 for."""
+    if isinstance(exc, StorageError):
+        return exc
+    error = StorageError(f"not stored: {exc!r}")
+    error.__cause__ = exc
+    return error
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -332,14 +346,14 @@ class Store:
             now = loop.time()
             start_by = min((job.start_by for job in self._inline), default=None)
             if self._inserts or self._threaded or (start_by is not None and start_by <= now):
-                await self._cycle()
+                await self._round()
                 # Let the waiters just answered run (and queue more) before the next one.
                 await asyncio.sleep(0)
                 continue
             if self._closing:
                 if not self._inline:
                     return
-                await self._cycle()
+                await self._round()
                 continue
             self._work.clear()
             if start_by is None:
@@ -348,23 +362,32 @@ class Store:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._work.wait(), start_by - now)
 
-    async def _cycle(self) -> None:
+    async def _round(self) -> None:
+        """One group transaction of everything queued; the writer outlives any failure of it."""
         inserts, self._inserts = self._inserts, []
         inline, self._inline = self._inline, []
         threaded, self._threaded = self._threaded, []
+        try:
+            await self._cycle(inserts, inline, threaded)
+        except Exception as exc:  # a bug: fail this round's waiters, but keep the writer
+            log.exception("group transaction crashed")
+            error = StorageError(f"write failed: {exc}")
+            futures: list[asyncio.Future[Any]] = [i.future for i in inserts]
+            futures += [job.future for job in (*inline, *threaded)]
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
+
+    async def _cycle(
+        self, inserts: list[_Insert], inline: list[_Job], threaded: list[_Job]
+    ) -> None:
         db = self._wdb
         assert db is not None and self._writer is not None
         settled: list[_Settled] = []
         try:
             await self._begin(db)
             if inserts:
-                ok, result = _in_savepoint(db, lambda d: self._insert_batch(d, inserts))
-                if ok:
-                    settled += [
-                        (i.future, True, new) for i, new in zip(inserts, result, strict=True)
-                    ]
-                else:
-                    settled.extend((i.future, False, result) for i in inserts)
+                settled += self._insert_all(db, inserts)
             for job in inline:
                 settled.append((job.future, *_in_savepoint(db, job.fn)))
             if not threaded:
@@ -383,7 +406,10 @@ class Store:
                     raise
         except BaseException as exc:
             if db.conn.in_transaction:
-                db.conn.execute("ROLLBACK")
+                try:
+                    db.conn.execute("ROLLBACK")
+                except sqlite3.Error as failed:  # the next BEGIN then fails, and says so
+                    log.error("rollback failed", error=str(failed))
             error = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
             futures: list[asyncio.Future[Any]] = [i.future for i in inserts]
             futures += [job.future for job in (*inline, *threaded)]
@@ -445,6 +471,23 @@ class Store:
             db.conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StorageError(str(exc)) from exc
+        return settled
+
+    def _insert_all(self, db: sqlite_utils.Database, inserts: list[_Insert]) -> list[_Settled]:
+        """The round's webhook rows under one savepoint; if that fails, each row under its own,
+        so that one row SQLite refuses fails only its own delivery."""
+        ok, result = _in_savepoint(db, lambda d: self._insert_batch(d, inserts))
+        if ok:
+            return [(i.future, True, new) for i, new in zip(inserts, result, strict=True)]
+        if len(inserts) == 1:
+            return [(inserts[0].future, False, _not_stored(result))]
+        settled: list[_Settled] = []
+        for item in inserts:
+            ok, result = _in_savepoint(db, partial(self._insert_batch, batch=[item]))
+            if ok:
+                settled.append((item.future, True, result[0]))
+            else:
+                settled.append((item.future, False, _not_stored(result)))
         return settled
 
     @staticmethod

@@ -37,7 +37,9 @@ class SignatureError(Exception):
 
 
 def _as_bytes(value: str | bytes) -> bytes:
-    return value.encode() if isinstance(value, str) else value
+    # surrogateescape: header bytes that are not UTF-8 (as aiohttp hands them over) compare as
+    # the bytes they were, and fail the check instead of raising.
+    return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
 
 
 def now_ms() -> int:
@@ -63,7 +65,7 @@ def sign(
     algorithm: str = DEFAULT_ALGORITHM,
 ) -> str:
     """The API-SIGNATURE value for one request."""
-    message = f"{timestamp}{method.upper()}{path_and_query}".encode() + body
+    message = _as_bytes(f"{timestamp}{method.upper()}{path_and_query}") + body
     return signer(algorithm)(_as_bytes(secret), message)
 
 
@@ -114,7 +116,7 @@ def verify(
     if missing:
         raise SignatureError(f"missing header {', '.join(missing)}")
     assert key is not None and ts is not None and given is not None
-    if not hmac.compare_digest(key.encode(), api_key.encode()):
+    if not hmac.compare_digest(_as_bytes(key), _as_bytes(api_key)):
         raise SignatureError("unknown API-KEY")
     try:
         ts_ms = int(ts)
@@ -128,7 +130,7 @@ def verify(
         raise SignatureError(
             f"API-TIMESTAMP in the future ({-skew_s:.0f}s, tolerance {tolerance_s:g}s)"
         )
-    given_b = given.lower().encode()
+    given_b = _as_bytes(given.lower())
     ok = False
     for secret in secrets:
         expected = sign(secret, ts, method, path_and_query, body, algorithm).encode()
