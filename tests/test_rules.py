@@ -829,6 +829,22 @@ def test_rules_test_reads_a_live_database_without_writing(config: Path) -> None:
         writer.close()
 
 
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
+def test_check_warns_when_a_200_may_not_survive_a_power_failure(
+    config: Path, capsys: pytest.CaptureFixture[str], synchronous: str
+) -> None:
+    """`check` passes either way, and says what storage.synchronous NORMAL gives up."""
+    text = config.read_text().replace(
+        "{path: data/depositd.db}", f"{{path: data/depositd.db, synchronous: {synchronous}}}"
+    )
+    config.write_text(text)
+    assert main(["check", "--config", str(config)]) == 0
+    warned = "storage.synchronous: NORMAL; an event answered 200 can be lost" in (
+        capsys.readouterr().err
+    )
+    assert warned is (synchronous == "NORMAL")
+
+
 def test_check_lists_dates_and_true_keys_and_exits_2(
     config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,6 +26,11 @@ def load_bundle(settings: Settings) -> Bundle:
     """Load profiles then rules; `ConfigError` lists every problem of both."""
     problems: list[str] = []
     warnings: list[str] = []
+    if settings.storage.synchronous == "NORMAL":
+        warnings.append(
+            "storage.synchronous: NORMAL; an event answered 200 can be lost on a power failure or"
+            " an OS crash (FULL, the default, and EXTRA cannot)"
+        )
     profiles = Profiles.empty()
     if settings.profiles is None:
         warnings.append("profiles: not set; submit_profile never finds a profile")
