@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from worker.errors import SandboxError
 from worker.provider.client import ProviderClient
 from worker.provider.models import AddressStatus, CreditStatus, OrderStatus, WhiteListStatus
 from worker.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
@@ -361,6 +362,47 @@ async def test_fail_order_notifies_fail(env: Env) -> None:
     last = (await env.delivered(tx))[-1]
     assert (last["eventType"], last["status"]) == ("DEPOSIT_ORDER_NOTIFICATION", "FAIL")
     assert await env.balance() == (Decimal(0), Decimal(0))
+
+
+@pytest.mark.parametrize("end", ["fail", "block"])
+async def test_failed_or_blocked_deposit_is_never_decided(env: Env, end: str) -> None:
+    """A review decision on a deposit that failed or was blocked while under review is refused:
+    no SUCCESS out of FAIL, no second release of its funds, no late webhook."""
+    tx = env.deposit(PLAIN, amount="10")
+    await env.submit(tx)
+    getattr(env.sandbox, "fail_order" if end == "fail" else "block")(tx)
+    before = (await env.reading(tx), await env.balance(PLAIN), await env.types(tx))
+    for decide in (env.sandbox.approve_review, lambda t: env.sandbox.reject_review(t, "late")):
+        with pytest.raises(SandboxError):
+            decide(tx)
+    assert (await env.reading(tx), await env.balance(PLAIN), await env.types(tx)) == before
+
+
+async def test_failed_deposit_leaves_the_work_queue(env: Env) -> None:
+    """History's init queue lists deposits waiting for details, never a failed one."""
+    waiting, failed = env.deposit(), env.deposit()
+    env.sandbox.fail_order(failed)
+    page = await env.client.history(white_list_status="init")
+    assert [r.transactionId for r in page.records] == [waiting]
+
+
+async def test_sweep_needs_auto_collection(env: Env) -> None:
+    """Only a wallet with auto-collection sweeps (without it, approval made it SUCCESS)."""
+    tx = env.deposit(AUTO)
+    await env.submit(tx)
+    env.sandbox.approve_review(tx)
+    env.sandbox.put_wallet(AUTO, "Main USDT", auto_collection=False)
+    with pytest.raises(SandboxError, match="no auto-collection"):
+        env.sandbox.finish_sweep(tx)
+    assert (await env.reading(tx))[0] is OrderStatus.PROCESSING
+
+
+async def test_balance_of_a_currency_never_held_is_zero_and_not_kept(env: Env) -> None:
+    """Asking for a currency the wallet never held answers zero without adding it to the wallet."""
+    (row,) = await env.client.asset_balance(PLAIN, "FOO")
+    assert (row.available, row.unavailable) == (Decimal(0), Decimal(0))
+    wallets = await env.client.list_wallets(PLAIN)
+    assert "FOO" not in {w.currency for g in wallets for w in g.wallets}
 
 
 async def test_no_whitelist_event_ever_for_active_source(env: Env) -> None:

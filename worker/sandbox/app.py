@@ -14,6 +14,7 @@ import hashlib
 import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from aiohttp import web
@@ -255,13 +256,20 @@ async def asset_balance(request: web.Request) -> web.Response:
     state = request.app[SANDBOX_KEY].state
     wallet = state.wallet(_required_int(request, "walletId"))
     currency = request.query.get("currency") or None
-    if currency is not None:
-        state.balance(wallet.wallet_id, currency)
     rows = [
         {"walletId": wid, "currency": cur, "available": b.available, "unavailable": b.unavailable}
         for (wid, cur), b in sorted(state.balances.items(), key=lambda kv: kv[0])
         if wid == wallet.wallet_id and (currency is None or cur == currency)
     ]
+    if currency is not None and not rows:  # asked for, never held: zero, and nothing recorded
+        rows = [
+            {
+                "walletId": wallet.wallet_id,
+                "currency": currency,
+                "available": Decimal(0),
+                "unavailable": Decimal(0),
+            }
+        ]
     return respond(ok_envelope(rows))
 
 

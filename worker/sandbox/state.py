@@ -109,7 +109,11 @@ class SandboxState:
         rows = [
             o
             for o in self.orders.values()
-            if (white_list_status is None or o.white_list_status == white_list_status)
+            if (
+                white_list_status is None
+                # The work queues hold deposits waiting for details: never a failed one.
+                or (o.white_list_status == white_list_status and o.status is not OrderStatus.FAIL)
+            )
             and (wallet_id is None or o.wallet_id == wallet_id)
             and (currency is None or o.currency == currency)
             and (start_time is None or o.create_time >= start_time)
@@ -216,15 +220,23 @@ class SandboxState:
         order.update_time = now
         return order
 
-    def approve_review(self, tx_id: str, now: int) -> tuple[Order, list[Event]]:
-        """Review passes: approved + CREDITED; SUCCESS at once without auto-collection."""
+    def _under_review(self, tx_id: str) -> Order:
+        """The order, if a review decision may be taken on it: PROCESSING, whiteListStatus
+        pending, not BLOCKED (a failed or blocked deposit is never decided later)."""
         order = self._control_order(tx_id)
         if order.white_list_status is not WhiteListStatus.PENDING:
             raise SandboxError(
                 f"deposit {tx_id} is not under review ({status_value(order.white_list_status)})"
             )
+        if order.status is not OrderStatus.PROCESSING:
+            raise SandboxError(f"deposit {tx_id} is {order.status.value}, not PROCESSING")
         if order.credit_status is CreditStatus.BLOCKED:
             raise SandboxError(f"deposit {tx_id} is BLOCKED")
+        return order
+
+    def approve_review(self, tx_id: str, now: int) -> tuple[Order, list[Event]]:
+        """Review passes: approved + CREDITED; SUCCESS at once without auto-collection."""
+        order = self._under_review(tx_id)
         order.white_list_status = WhiteListStatus.APPROVED
         order.credit_status = CreditStatus.CREDITED
         order.credit_time = now
@@ -243,11 +255,7 @@ class SandboxState:
 
     def reject_review(self, tx_id: str, fail_message: str, now: int) -> tuple[Order, list[Event]]:
         """Review rejects: rejected with failMessage; order PROCESSING, funds stay unavailable."""
-        order = self._control_order(tx_id)
-        if order.white_list_status is not WhiteListStatus.PENDING:
-            raise SandboxError(
-                f"deposit {tx_id} is not under review ({status_value(order.white_list_status)})"
-            )
+        order = self._under_review(tx_id)
         if not fail_message:
             raise SandboxError("failMessage must not be empty")
         order.white_list_status = WhiteListStatus.REJECTED
@@ -264,6 +272,9 @@ class SandboxState:
             raise SandboxError(f"deposit {tx_id} is {order.status.value}, not PROCESSING")
         if order.credit_status is not CreditStatus.CREDITED:
             raise SandboxError(f"deposit {tx_id} is not credited ({order.credit_status.value})")
+        wallet = self.wallets.get(order.wallet_id)
+        if wallet is None or not wallet.auto_collection:
+            raise SandboxError(f"wallet {order.wallet_id} has no auto-collection: nothing sweeps")
         # The main account is not modelled: the swept amount stays in the receiving wallet.
         order.status = OrderStatus.SUCCESS
         order.update_time = now
