@@ -708,3 +708,30 @@ async def test_partner_routes(
     assert await call(client) == {"x": 1}
     [seen] = provider.seen
     assert (seen.method, seen.target, seen.signature_ok) == (method, target, True)
+
+
+async def test_malformed_http_answer_is_unavailable_and_retried(
+    make_client: ClientFactory, calls: Calls
+) -> None:
+    """An answer aiohttp cannot parse (a bad Content-Length) is no answer: ProviderUnavailable,
+    retried with the same key and counted, never a raw aiohttp error."""
+    keys: list[bytes] = []
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        keys.extend(line for line in head.split(b"\r\n") if line.startswith(b"Idempotency-Key"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        client = make_client(base_url=f"http://127.0.0.1:{port}", retries=1)
+        with pytest.raises(ProviderUnavailable, match="transport error"):
+            await client.submit_payer(TX, PAYER, idempotency_key="key-9")
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert keys == [b"Idempotency-Key: key-9"] * 2
+    assert calls == [("submit_payer", "unavailable")] * 2

@@ -1,22 +1,28 @@
 """End to end: every provider failure of a submission ends as SPEC section 10 says.
 
 The failures come from the sandbox itself: its fault controls (5xx, latency, a wallet code),
-its own validation, and a changed API secret. The worker, the sandbox, an aiosmtpd server and a
-Slack stand-in are real and on loopback (`worker.harness.Stack`).
+its own validation, a changed API secret, and its submit answering with what its fault controls
+cannot say (an HTML page, a redirect, a system error, "processing"), sent over real HTTP. The
+worker, the sandbox, an aiosmtpd server and a Slack stand-in are real and on loopback
+(`worker.harness.Stack`).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
+from worker.errors import StorageError, WalletCodeError
 from worker.harness import Stack
+from worker.tracker import Fact
 
 PAYER_ADDRESS = "TE2eErrorsPayer00000000000000001"
 ENTITY = {
@@ -119,13 +125,63 @@ def assert_no_payer_data(stack: Stack) -> None:
             assert value not in text
 
 
+def answer_submits(stack: Stack, *answers: Callable[[], Exception]) -> None:
+    """The sandbox's next submissions answer with these (an HTTP answer aiohttp sends as it is,
+    or a wallet failure envelope); later ones reach the sandbox's own submit."""
+    original = stack.sandbox.submit
+    queue = list(answers)
+
+    def submit(tx_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        if queue:
+            raise queue.pop(0)()
+        return original(tx_id, body)
+
+    stack.sandbox.submit = submit  # type: ignore[method-assign]
+
+
+def json_answer(kind: type[web.HTTPException], body: Mapping[str, Any]) -> Callable[[], Exception]:
+    """An HTTP error answer (`kind`: its status) with a JSON body."""
+    return lambda: kind(text=json.dumps(body), content_type="application/json")
+
+
+def texts(stack: Stack) -> list[str]:
+    """Every alert received (Slack payloads and e-mails) as text."""
+    return [json.dumps(p) for p in stack.slack] + [m.as_string() for m in stack.emails]
+
+
 async def test_10000100_deposit_still_there_is_reread_and_not_resubmitted(
     make_stack: MakeStack, recorded: Recorded
 ) -> None:
-    """10000100 for a deposit that exists: re-read, no alert, no new submission."""
+    """10000100 for a deposit still waiting for details: re-read, no new submission, and a
+    warning, since nothing depositd may do moves the deposit on."""
     stack, tx, row = await deposit_with_fault(make_stack, "10000100")
     assert row["status"] == "failed" and "still exists" in row["outcome"]
     assert detail_reads_after_submit(recorded, tx)
+    assert len(submits(recorded, tx)) == 1
+    assert alert_conditions(stack) == [
+        ("email", "submit_failed:10000100"),
+        ("slack", "submit_failed:10000100"),
+    ]
+    assert "WARNING" in stack.slack[0]["text"]
+    assert "still waits for payer details" in json.dumps(stack.slack[0])
+
+
+async def test_10000100_deposit_moved_on_is_not_alerted(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """10000100 although the submission was taken (the detail shows it pending): no alert."""
+    stack = await make_stack()
+    original = stack.sandbox.submit
+
+    def taken_but_not_found(tx_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        original(tx_id, body)
+        raise WalletCodeError("10000100", "transaction not found")
+
+    stack.sandbox.submit = taken_but_not_found  # type: ignore[method-assign]
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "3.5", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "failed" and "still exists" in row["outcome"]
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
     assert len(submits(recorded, tx)) == 1
     assert stack.slack == [] and stack.emails == []
 
@@ -355,3 +411,257 @@ async def test_auth_failure_alerts_and_retries_after_backoff(
     assert gaps[1] > gaps[0] * 0.5  # and it does not shrink
     assert alert_conditions(stack) == [("email", "auth_failure"), ("slack", "auth_failure")]
     assert "CRITICAL" in stack.slack[0]["text"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda: web.HTTPNotFound(text="<html><body>404 Not Found</body></html>"),
+        lambda: web.HTTPForbidden(text="<html><body>blocked by WAF</body></html>"),
+        lambda: web.HTTPFound(location="/login"),
+    ],
+    ids=["html-404", "html-403", "redirect"],
+)
+async def test_unreadable_answer_is_retried_with_same_key_and_alerted_once(
+    make_stack: MakeStack, recorded: Recorded, answer: Callable[[], Exception]
+) -> None:
+    """An answer that is no envelope leaves the outcome unknown: retried with back-off and the
+    same key (interface: "Timeout / unknown"), one warning once it lasts, then accepted."""
+    stack = await make_stack()
+    answer_submits(stack, answer, answer, answer, answer)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "6", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "done" and row["attempts"] == 5
+    calls = submits(recorded, tx)
+    assert len(calls) == 5
+    assert {c["headers"]["Idempotency-Key"] for c in calls} == {row["idempotency_key"]}
+    gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(calls)]
+    assert all(gap >= 0.02 for gap in gaps)  # back-off, not a hot loop
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+    assert alert_conditions(stack) == [
+        ("email", "submit_failed:unreadable"),
+        ("slack", "submit_failed:unreadable"),
+    ]
+    assert "WARNING" in stack.slack[0]["text"]
+    assert_no_payer_data(stack)
+
+
+SYSTEM_ERROR = {
+    "status": 500,
+    "code": "SYSTEM_ERROR",
+    "msg": "internal server error",
+    "success": False,
+    "traceId": "t-system",
+    "data": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("answer", "in_flight"),
+    [
+        (json_answer(web.HTTPInternalServerError, SYSTEM_ERROR), False),
+        (lambda: WalletCodeError("SYSTEM_ERROR", "internal server error"), False),
+        (lambda: WalletCodeError("IN_PROGRESS", "request is processing, query later"), True),
+    ],
+    ids=["http-500-system-error", "envelope-500-internal", "envelope-500-processing"],
+)
+async def test_system_error_and_in_flight_are_retried_with_same_key(
+    make_stack: MakeStack, recorded: Recorded, answer: Callable[[], Exception], in_flight: bool
+) -> None:
+    """ "System error" and "In-flight" answers: retried later with the same key (in flight: the
+    detail is read first), one warning once it lasts; never a failed row or a critical alert."""
+    stack = await make_stack()
+    answer_submits(stack, answer, answer, answer)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "4", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "done" and row["attempts"] == 4
+    calls = submits(recorded, tx)
+    assert len(calls) == 4
+    assert {c["headers"]["Idempotency-Key"] for c in calls} == {row["idempotency_key"]}
+    assert bool(detail_reads_after_submit(recorded, tx)) is in_flight
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+    assert len(stack.slack) == 1 and len(stack.emails) == 1
+    assert "WARNING" in stack.slack[0]["text"] and "CRITICAL" not in stack.slack[0]["text"]
+
+
+async def test_accepted_submission_stays_done_when_its_fact_is_not_recorded(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """The provider took the submission but recording its fact fails (storage locked): the row
+    stays done, so a later profile edit does not submit again while the review runs."""
+    stack = await make_stack()
+    observe = stack.outbox._observe
+
+    async def locked(fact: Fact) -> Any:
+        if fact.source == "submit":
+            raise StorageError("database is locked")
+        return await observe(fact)
+
+    stack.outbox._observe = locked
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "2", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "done"
+    assert stack.sandbox.state.order(tx).white_list_status.value == "pending"
+
+    assert await stack.rewrite_profiles(profiles_yaml({**ENTITY, "walletLabel": "Edited label"}))
+    await stack.settle()
+    assert len(submits(recorded, tx)) == 1
+    assert len(await submit_rows(stack, tx)) == 1
+
+
+async def test_10000105_stays_done_when_the_read_result_is_not_recorded(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """10000105 and the original result is read, but recording it fails: still done (the
+    submission exists at the provider), no resubmission after a profile edit."""
+    stack = await make_stack()
+    observe = stack.outbox._observe
+
+    async def locked(fact: Fact) -> Any:
+        if fact.source == "poll":
+            raise StorageError("database is locked")
+        return await observe(fact)
+
+    stack.outbox._observe = locked
+    stack.sandbox.set_fault("submit", "code", count=1, code="10000105")
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "2.2", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "done" and detail_reads_after_submit(recorded, tx)
+    assert await stack.rewrite_profiles(profiles_yaml({**ENTITY, "walletLabel": "Edited again"}))
+    await stack.settle()
+    assert len(submits(recorded, tx)) == 1
+
+
+async def test_second_refusal_after_correction_alerts_again(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """Refused naming one field, corrected, refused naming another: two alerts, each naming
+    its field (one alert per submission, not per deposit)."""
+    stack = await make_stack()
+    answer_submits(
+        stack,
+        lambda: WalletCodeError("10000102", "payer details incomplete: walletLabel is mandatory"),
+        lambda: WalletCodeError("10000102", "payer details incomplete: companyAddress is empty"),
+    )
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "1.5", PAYER_ADDRESS)["transactionId"]
+    await first_submit_ends(stack, tx)
+    assert await stack.rewrite_profiles(profiles_yaml({**ENTITY, "walletLabel": "Label two"}))
+    await stack.settle()
+
+    calls = submits(recorded, tx)
+    assert len(calls) == 2
+    assert calls[0]["headers"]["Idempotency-Key"] != calls[1]["headers"]["Idempotency-Key"]
+    assert [r["status"] for r in await submit_rows(stack, tx)] == ["failed", "failed"]
+    first, second = stack.slack_for(tx, "submit_failed:10000102")
+    assert "walletLabel" in json.dumps(first) and "companyAddress" not in json.dumps(first)
+    assert "companyAddress" in json.dumps(second)
+    assert len(stack.emails_for(tx, "submit_failed:10000102")) == 2
+
+
+async def test_same_submission_refused_again_alerts_once(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """10000107 for one submission, retried by hand (retry-failed keeps the key) and refused
+    again: still one alert; a corrected profile refused too alerts once more."""
+    stack = await make_stack()
+    stack.sandbox.set_fault("submit", "code", count=3, code="10000107")
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "2.5", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "failed" and len(stack.slack) == 1
+
+    await stack.store.write(
+        lambda db: db.execute(
+            "UPDATE actions SET status='pending', next_attempt_at='0' WHERE id=?", [row["id"]]
+        )
+    )
+    stack.outbox.wake()
+    await stack.wait_for(lambda: len(submits(recorded, tx)) == 2, what="the retried submit")
+    await stack.settle()
+    assert len(stack.slack) == 1 and len(stack.emails) == 1
+
+    assert await stack.rewrite_profiles(profiles_yaml({**ENTITY, "walletLabel": "Label three"}))
+    await stack.settle()
+    calls = submits(recorded, tx)
+    assert len(calls) == 3
+    assert len({c["headers"]["Idempotency-Key"] for c in calls}) == 2
+    assert (
+        alert_conditions(stack)
+        == [("email", "submit_failed:10000107")] * 2 + [("slack", "submit_failed:10000107")] * 2
+    )
+
+
+async def test_refused_row_keeps_the_key_it_sent_so_a_restart_does_not_resend(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """The profile changed between queueing and a refused attempt: the row records the key it
+    sent, so the next start does not send the same refused payload again."""
+    stack = await make_stack()
+    stack.sandbox.set_fault("submit", "5xx", count=None)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "3", PAYER_ADDRESS)["transactionId"]
+    await stack.wait_for(lambda: len(submits(recorded, tx)) >= 2, what="a failed attempt")
+    assert await stack.rewrite_profiles(profiles_yaml({**ENTITY, "walletLabel": "New label"}))
+    stack.sandbox.clear_faults()
+    stack.sandbox.set_fault("submit", "code", count=1, code="10000103")
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "failed"
+    sent = submits(recorded, tx)[-1]["headers"]["Idempotency-Key"]
+    assert row["idempotency_key"] == sent
+
+    await stack.restart_worker()  # resubmit_changed runs at every start
+    await stack.settle()
+    assert [c["headers"]["Idempotency-Key"] for c in submits(recorded, tx)].count(sent) == 1
+    assert len(await submit_rows(stack, tx)) == 1
+
+
+PERSON = {
+    "correspondentType": "INDIVIDUAL",
+    "firstName": "Bo",
+    "lastName": "Li",
+    "birthday": "1991-03-04",
+    "residentialAddress": "8 Short Road, Leeds",
+    "countryCode": "GB",
+    "walletType": "SELF_HOSTED",
+}
+
+
+async def test_refusal_echoing_short_values_names_fields_only(
+    make_stack: MakeStack, recorded: Recorded, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A provider message echoing short unquoted values (lastName=Li): alerts, the row and the
+    log name the fields, never the values."""
+    stack = await make_stack(profiles=profiles_yaml(PERSON))
+    answer_submits(
+        stack,
+        lambda: WalletCodeError("10000103", "name not accepted: lastName=Li, firstName=Bo"),
+    )
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "9.5", PAYER_ADDRESS)["transactionId"]
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "failed"
+    alerts = texts(stack)
+    assert len(alerts) == 2
+    logged = capsys.readouterr()
+    for text in [*alerts, row["outcome"], logged.out, logged.err]:
+        assert not re.search(r"\b(Li|Bo)\b", text), text
+    for text in [*alerts, row["outcome"]]:
+        assert "lastName" in text and "firstName" in text
+
+
+async def test_submission_retried_without_end_keeps_a_bounded_back_off(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """A row that has been retried a thousand times (days of an unknown outcome) is still
+    retried, not failed by an overflowing back-off."""
+    stack = await make_stack()
+    stack.sandbox.set_fault("submit", "5xx", count=None)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "1.1", PAYER_ADDRESS)["transactionId"]
+    await stack.wait_for(lambda: len(submits(recorded, tx)) >= 2, what="a failed attempt")
+    await stack.store.write(
+        lambda db: db.execute(
+            "UPDATE actions SET attempts=5000, next_attempt_at='0' WHERE action='submit_profile'"
+        )
+    )
+    stack.outbox.wake()
+    await stack.wait_for(lambda: len(submits(recorded, tx)) >= 4, what="attempt 5001")
+    stack.sandbox.clear_faults()
+    [row] = await submit_rows(stack, tx)
+    assert row["status"] in ("pending", "running"), row["outcome"]

@@ -10,7 +10,7 @@ import ipaddress
 import json
 import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from email.message import EmailMessage
@@ -37,7 +37,13 @@ from worker.notify import (
     subject,
 )
 from worker.notify import email as email_channel
+from worker.outbox import Outbox
+from worker.profiles import Profiles
+from worker.provider.client import ProviderClient
+from worker.reactor import enqueue_alert
 from worker.settings import NotifySettings
+from worker.store import Store
+from worker.tracker import Fact
 
 pytestmark = [
     # aiosmtpd warns (UserWarning) when AUTH is required without TLS; the plain-login tests
@@ -698,3 +704,83 @@ def test_notifiers_from_settings_builds_only_configured_channels() -> None:
         {"email": {"host": "smtp.example", "from": SENDER, "to": ["a@b.example"]}}
     )
     assert set(notifiers_from_settings(only_mail)) == {"email"}
+
+
+# --- alerts through the outbox ---------------------------------------------------------------
+
+
+@pytest.fixture
+async def alert_outbox(tmp_path: Path, slack: SlackStub) -> AsyncIterator[tuple[Outbox, Store]]:
+    """An outbox on a real store whose only channel is the Slack stub (production retry
+    settings: notify_retry not given)."""
+    store = Store(tmp_path / "depositd.db")
+    await store.open()
+
+    async def observe(fact: Fact) -> None:
+        return None
+
+    client = ProviderClient("http://127.0.0.1:9", "key", "secret", retries=0)
+    outbox = Outbox(
+        store,
+        client=client,
+        notifiers={"slack": SlackNotifier(slack.url)},
+        profiles=Profiles.empty,
+        observe=observe,
+    )
+    yield outbox, store
+    await client.close()
+    await store.close()
+
+
+async def alert_rows(store: Store) -> list[dict[str, Any]]:
+    """The alert action rows, oldest first."""
+    return await store.read(
+        lambda db: [dict(r) for r in db.query("SELECT * FROM actions ORDER BY id")]
+    )
+
+
+async def test_outbox_requeues_a_rate_limited_alert_instead_of_sleeping(
+    alert_outbox: tuple[Outbox, Store], slack: SlackStub
+) -> None:
+    """Slack answers 429 with Retry-After 60: the pass makes one attempt and returns at once;
+    the row is due again after the Retry-After, and then sent."""
+    outbox, store = alert_outbox
+    slack.script = [429]
+    slack.headers = {"Retry-After": "60"}
+    await store.write(lambda db: enqueue_alert(db, None, "poll_failing", "warning", trigger="t"))
+    started = time.monotonic()
+    assert await asyncio.wait_for(outbox.run_once(), timeout=5) == 1
+    assert time.monotonic() - started < 2
+    [row] = await alert_rows(store)
+    assert row["status"] == "pending" and "HTTP 429" in row["outcome"]
+    due = dt.datetime.fromisoformat(row["next_attempt_at"].replace("Z", "+00:00"))
+    assert due - dt.datetime.now(dt.UTC) > dt.timedelta(seconds=55)
+    assert len(slack.payloads) == 1
+
+    slack.headers = {}
+    await outbox.run_once(include_delayed=True)
+    [row] = await alert_rows(store)
+    assert row["status"] == "done" and len(slack.payloads) == 2
+
+
+async def test_outbox_stop_is_not_held_by_the_rows_left_in_a_pass(
+    alert_outbox: tuple[Outbox, Store], slack: SlackStub
+) -> None:
+    """A stop while one alert is being sent ends the pass after that row; the others wait."""
+    outbox, store = alert_outbox
+    slack.release = asyncio.Event()
+    for condition in ("poll_failing", "reload_failed", "auth_failure"):
+        await store.write(
+            lambda db, c=condition: enqueue_alert(db, None, c, "warning", trigger="t")
+        )
+    stop = asyncio.Event()
+    task = asyncio.create_task(outbox.run(stop))
+    for _ in range(500):  # until the first alert is at Slack, held there
+        if slack.payloads:
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    slack.release.set()
+    await asyncio.wait_for(task, timeout=5)
+    assert len(slack.payloads) == 1
+    assert [r["status"] for r in await alert_rows(store)] == ["done", "pending", "pending"]

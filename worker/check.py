@@ -52,6 +52,26 @@ def load_bundle(settings: Settings) -> Bundle:
     return Bundle(rules, profiles, warnings)
 
 
+def forward_secret_problems(rules: RuleBook) -> list[str]:
+    """Forward rules whose secret_env is unset or empty, or whose secret_file cannot be read:
+    such a forward is never sent (SPEC section 8: forward is signed) until the secret is there."""
+    from worker.outbox import forward_secret
+
+    problems = []
+    for ruleset in rules.rulesets:
+        for rule in ruleset.rules:
+            for action in rule.actions:
+                if action.name != "forward":
+                    continue
+                _, problem = forward_secret(action.params)
+                if problem is not None:
+                    problems.append(
+                        f"{ruleset.path}:{rule.line}: rule {rule.name!r}: forward {problem}; "
+                        "it would not be sent (forward is signed)"
+                    )
+    return problems
+
+
 async def unknown_providers(settings: Settings, profiles: Profiles) -> list[str]:
     """Profiles whose `provider` the options endpoint no longer offers."""
     from worker.provider.client import ProviderClient
@@ -77,6 +97,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for warning in bundle.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    # Checked here, not in load_bundle: serve starts without the secret (each forward waits
+    # for it, alerting once); check, run where serve runs, says so before it matters.
+    missing = forward_secret_problems(bundle.rules)
+    for problem in missing:
+        print(problem, file=sys.stderr)
+    if missing:
+        return 2
     if getattr(args, "online", False):
         try:
             bad = asyncio.run(unknown_providers(settings, bundle.profiles))

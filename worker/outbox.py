@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import random
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,19 +26,21 @@ from worker.errors import (
     ProviderAuthError,
     ProviderBusinessError,
     ProviderError,
+    ProviderProtocolError,
     ProviderRetryLater,
     ProviderUnavailable,
     StorageError,
 )
 from worker.facts import fact_from_order
 from worker.logs import get_logger
-from worker.notify.channels import Notifier, send_all
+from worker.notify.channels import Notifier, send_once
 from worker.notify.message import build_alert
 from worker.profiles import Profiles
 from worker.provider import jsonio, signing
 from worker.provider.client import ProviderClient
-from worker.provider.codes import code_rule
-from worker.provider.models import WhiteListStatus
+from worker.provider.codes import RetryCategory, categorize, code_rule, may_retry_same_key
+from worker.provider.models import DepositOrder, WhiteListStatus
+from worker.provider.payer import WITHDRAWN_FIELDS, PayerDetails
 from worker.queries import utc_now
 from worker.reactor import add_action, enqueue_alert, submit_key, submit_params
 from worker.store import Store
@@ -48,7 +51,15 @@ log = get_logger(__name__)
 Observe = Callable[[Fact], Awaitable[Any]]
 
 MAX_FORWARD_ATTEMPTS = 8
+# An alert row is sent once per pass: up to MAX_ALERT_ROUNDS x notify_retry["attempts"] (5)
+# sends while its channels fail in a retryable way, MAX_ALERT_ROUNDS when they refuse it.
 MAX_ALERT_ROUNDS = 3
+MAX_RETRY_AFTER_S = 3600.0  # a channel's Retry-After is honoured up to this
+# A submission whose outcome is unknown (an unreadable answer, a system error, "processing") is
+# retried with the same key without end; a human is told once it has lasted this many attempts.
+UNKNOWN_ALERT_AFTER = 3
+# Field names a provider message may name; its values are never echoed (they may be payer data).
+PAYER_FIELDS = (*PayerDetails.model_fields, *WITHDRAWN_FIELDS)
 
 
 def _iso_in(seconds: float) -> str:
@@ -79,6 +90,8 @@ class Outbox:
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
         self._notify_retry = dict(notify_retry or {})
+        self._alert_attempts = MAX_ALERT_ROUNDS * int(self._notify_retry.get("attempts", 5))
+        self._stop: asyncio.Event | None = None
         self._on_alert = on_alert
         self._wake = asyncio.Event()
         # One pass at a time: serve's loop and a burst caller must not run a row twice.
@@ -90,11 +103,15 @@ class Outbox:
         self._wake.set()
 
     def _delay(self, attempts: int) -> float:
-        base: float = min(self._backoff_max_s, self._backoff_s * 2.0 ** max(0, attempts - 1))
+        # The exponent is capped: a row retried without end (an unknown outcome) must not
+        # overflow a float after ~1000 attempts.
+        step = 2.0 ** min(max(0, attempts - 1), 40)
+        base: float = min(self._backoff_max_s, self._backoff_s * step)
         return base * (0.5 + random.random() / 2)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set; the action in flight is finished first."""
+        self._stop = stop
         while not stop.is_set():
             try:
                 ran = await self.run_once()
@@ -144,9 +161,13 @@ class Outbox:
                     )
                 )
             )
+            ran = 0
             for row in rows:
+                if self._stop is not None and self._stop.is_set():
+                    break  # the rows left stay pending: a stop waits for one row, not fifty
                 await self._execute(row)
-        return len(rows)
+                ran += 1
+        return ran
 
     async def _execute(self, row: dict[str, Any]) -> None:
         action_id = int(row["id"])
@@ -268,6 +289,14 @@ class Outbox:
                 key=key,
             )
             return
+        except ProviderProtocolError as exc:
+            # No answer that can be read (an HTML error page, a redirect, data of the wrong
+            # shape): the submission may or may not have been taken. The interface's
+            # "Timeout / unknown": retry with back-off and the same key.
+            await self._unknown_outcome(
+                action_id, attempts, deposit, name, key, "unreadable", f"answer unreadable: {exc}"
+            )
+            return
         except ProviderBusinessError as exc:
             await self._submit_failed(
                 action_id, tx, deposit, name, key, exc, profiles.body(name), attempts
@@ -279,25 +308,64 @@ class Outbox:
         # Just after the status the submission answered, in the provider's time (rows queued
         # before `after_ms` was recorded: this machine's clock).
         after = params.get("after_ms")
-        await self._observe(
-            Fact(
-                transaction_id=tx,
-                source="submit",
-                observed_at=int(after) + 1 if after is not None else signing.now_ms(),
-                white_list_status=WhiteListStatus.PENDING,
+        fact = Fact(
+            transaction_id=tx,
+            source="submit",
+            observed_at=int(after) + 1 if after is not None else signing.now_ms(),
+            white_list_status=WhiteListStatus.PENDING,
+        )
+        try:
+            await self._observe(fact)
+        except Exception:
+            # The provider has the submission and the row says so: it must stay done (a failed
+            # row would let a profile edit queue a second submission while this one is under
+            # review). The detail poll and the webhooks bring the deposit's state.
+            log.exception("submission accepted; its fact not recorded now", transactionId=tx)
+
+    async def _unknown_outcome(
+        self,
+        action_id: int,
+        attempts: int,
+        deposit: Deposit | None,
+        profile: str,
+        key: str,
+        label: str,
+        what: str,
+    ) -> None:
+        """Retry later with the same key; alert (warning) once it has lasted a few attempts."""
+        also = None
+        if attempts >= UNKNOWN_ALERT_AFTER:
+            also = _alert_once(
+                deposit,
+                f"submit_failed:{label}",
+                "warning",
+                detail=f"{what}; {attempts} attempts so far; depositd keeps retrying with the "
+                "same Idempotency-Key",
+                profile=profile,
+                once_per=_short(key),
             )
+        await self._later(
+            action_id,
+            attempts,
+            f"{what}; outcome unknown, retrying with the same key",
+            key=key,
+            also=also,
         )
 
-    async def _refresh(self, tx: str) -> bool:
-        """Read the deposit's detail and feed it to the tracker; False if it is gone."""
+    async def _refresh(self, tx: str) -> DepositOrder | None:
+        """Read the deposit's detail and feed it to the tracker; None if it is gone."""
         try:
             order = await self._client.transaction_detail(tx)
         except ProviderBusinessError as exc:
             if exc.code == "10000100":
-                return False
+                return None
             raise
-        await self._observe(fact_from_order(order, source="poll"))
-        return True
+        try:
+            await self._observe(fact_from_order(order, source="poll"))
+        except Exception:
+            # What was read still decides this row; the detail poll records it later.
+            log.exception("detail read; its fact not recorded now", transactionId=tx)
+        return order
 
     async def _submit_failed(
         self,
@@ -312,13 +380,38 @@ class Outbox:
     ) -> None:
         code = exc.code or ""
         rule = code_rule(code)
-        msg = _redact(exc.msg, body)
-        detail = f"{code} {rule.meaning if rule else ''}: {msg} (traceId {exc.trace_id})"
-        condition = f"submit_failed:{code}"
+        # The provider's message may echo the values sent (payer data): only the fields it
+        # names are kept, for the alert, the row and the log alike.
+        fields = _fields_named(exc.msg, body)
+        named = f"names {', '.join(fields)}" if fields else "names no field"
+        head = f"{code} {rule.meaning}" if rule else (code or f"HTTP {exc.http_status}")
+        detail = f"{head}: the provider's message {named} (traceId {exc.trace_id})"
 
-        def alert(severity: str) -> Callable[[sqlite_utils.Database], object]:
-            return lambda db: enqueue_alert(
-                db, deposit, condition, severity, trigger="submit", detail=detail, profile=profile
+        if may_retry_same_key(exc.code, exc.msg, exc.http_status):
+            # Codes outside the interface's table, read by its retry categories: "System
+            # error" (same key acceptable) and "In-flight" (do not change the key; query).
+            if categorize(exc.msg, exc.http_status) is RetryCategory.IN_FLIGHT:
+                try:
+                    await self._refresh(tx)
+                except ProviderError as err:
+                    log.warning("detail not read", transactionId=tx, error=err.msg)
+                label, what = "in_flight", f"submission in flight at the provider: {detail}"
+            else:
+                label, what = code or "system_error", f"provider system error: {detail}"
+            await self._unknown_outcome(action_id, attempts, deposit, profile, key, label, what)
+            return
+
+        # Each submission's refusal alerts on its own (a refusal after a correction is news);
+        # the same submission refused again does not.
+        def alert(severity: str, text: str = detail) -> Callable[[sqlite_utils.Database], object]:
+            return lambda db: _queue_alert(
+                db,
+                deposit,
+                f"submit_failed:{code}",
+                severity,
+                detail=text,
+                profile=profile,
+                once_per=_short(key),
             )
 
         if code in ("10000101", "10000105"):
@@ -331,33 +424,52 @@ class Outbox:
             except ProviderError as err:
                 # Nothing to submit either way; the detail poll reads the result later.
                 read = f"detail not read now ({err.msg}); the detail poll reads it"
-            await self._finish(action_id, "done", f"{what}; {read}")
+            await self._finish(action_id, "done", f"{what}; {read}", key=key)
         elif code == "10000100":
             try:
-                still_there = await self._refresh(tx)
+                order = await self._refresh(tx)
             except ProviderError as err:
                 # Gone or not cannot be told yet: try again later with the same key.
                 await self._later(
                     action_id,
                     attempts,
                     f"{detail}; detail not read ({err.msg}); retrying later",
+                    key=key,
                 )
                 return
-            if still_there:
-                await self._finish(action_id, "failed", f"{detail}; the deposit still exists")
-            else:
+            if order is None:
                 await self._finish(
-                    action_id, "failed", f"{detail}; deposit gone", also=alert("critical")
+                    action_id, "failed", f"{detail}; deposit gone", key=key, also=alert("critical")
+                )
+            elif order.whiteListStatus is WhiteListStatus.INIT:
+                # Not found to a submission, yet still waiting for payer details: nothing
+                # depositd may do (no retry with this key) moves it on, so a human must know.
+                await self._finish(
+                    action_id,
+                    "failed",
+                    f"{detail}; the deposit still exists and still waits for details",
+                    key=key,
+                    also=alert(
+                        "warning",
+                        f"{detail}; the deposit still exists and still waits for payer details;"
+                        " depositd does not submit again",
+                    ),
+                )
+            else:
+                # It moved on (a review under way or done): the tracker follows it from here.
+                await self._finish(
+                    action_id, "failed", f"{detail}; the deposit still exists", key=key
                 )
         elif code in ("10000102", "10000103"):
             await self._finish(
                 action_id,
                 "failed",
                 f"profile {profile} refused: {detail}; no retry until the profile changes",
+                key=key,
                 also=alert("warning"),
             )
         else:  # 10000106 (a bug on our side), 10000107 (wallet) and codes the interface omits
-            await self._finish(action_id, "failed", detail, also=alert("critical"))
+            await self._finish(action_id, "failed", detail, key=key, also=alert("critical"))
 
     # --- alert -------------------------------------------------------------------------------
 
@@ -366,9 +478,13 @@ class Outbox:
     ) -> None:
         condition = str(params["condition"])
         tx = deposit.transaction_id if deposit else "-"
-        # Deposit alerts: once per (deposit, condition, channel). An alert about no deposit (poll
-        # failing, reload refused) is once per queued alert: its callers decide how often.
+        # Deposit alerts: once per (deposit, condition, channel), or per (deposit, condition,
+        # once_per, channel) when the caller names what one alert is about (a submission). An
+        # alert about no deposit (poll failing, reload refused) is once per queued alert: its
+        # callers decide how often.
         scope = tx if deposit else f"system#{action_id}"
+        if params.get("once_per"):
+            scope += f"#{params['once_per']}"
         wanted = params.get("channels") or list(self._notifiers)
         channels = [c for c in wanted if c in self._notifiers]
         alert = build_alert(
@@ -383,10 +499,13 @@ class Outbox:
             await self._finish(action_id, "done", "logged (no alert channel configured)")
             return
 
+        def dedupe(channel: str) -> str:
+            return f"{scope}:{condition}:{channel}"
+
         def claim(db: sqlite_utils.Database) -> list[str]:
             todo = []
             for channel in channels:
-                key = f"{scope}:{condition}:{channel}"
+                key = dedupe(channel)
                 db.execute(
                     "INSERT OR IGNORE INTO alerts (dedupe_key, transaction_id, condition, severity,"
                     " channel, status, attempts, created_at) VALUES (?,?,?,?,?, 'pending', 0, ?)",
@@ -403,41 +522,58 @@ class Outbox:
         if not todo:
             await self._finish(action_id, "done", "already sent")
             return
-        results = await send_all(self._notifiers, alert, todo, **self._notify_retry)
+        # One attempt per pass: a channel that answers 429 (Retry-After) or is down must not
+        # hold the pass (and its lock) in a sleep while submissions wait and SIGTERM cannot end
+        # it; the row is requeued for when the channel may take it.
+        results = await send_once(self._notifiers, alert, todo)
+        failed = {c: e for c, e in results.items() if e is not None}
+        errors = "; ".join(e.msg for e in failed.values())
+        # Retrying cannot help a refused URL or login: those get the old three rounds only.
+        retryable = any(e.retryable for e in failed.values())
+        limit = self._alert_attempts if retryable else MAX_ALERT_ROUNDS
+        retry = bool(failed) and attempts < limit
 
         def record(db: sqlite_utils.Database) -> None:
             for channel, error in results.items():
+                status = "sent" if error is None else "pending" if retry else "failed"
                 db.execute(
                     "UPDATE alerts SET status=?, attempts=attempts+1, last_error=?, sent_at=?"
                     " WHERE dedupe_key=?",
                     [
-                        "failed" if error else "sent",
-                        error,
+                        status,
+                        None if error is None else error.msg,
                         None if error else utc_now(),
-                        f"{scope}:{condition}:{channel}",
+                        dedupe(channel),
                     ],
                 )
 
         for channel, error in results.items():
             if self._on_alert is not None:
                 self._on_alert(channel, "failed" if error else "sent")
-        failed = {c: e for c, e in results.items() if e}
         if not failed:
             await self._finish(action_id, "done", f"sent to {', '.join(todo)}", also=record)
-        elif attempts < MAX_ALERT_ROUNDS:
-            await self._later(
+        elif retry:
+            hint = max((e.retry_after or 0.0 for e in failed.values()), default=0.0)
+            await self._finish(
                 action_id,
-                attempts,
-                f"not sent to {', '.join(failed)}: {'; '.join(failed.values())}",
+                "pending",
+                f"not sent to {', '.join(failed)}: {errors}",
+                retry_in=max(self._alert_delay(attempts), min(hint, MAX_RETRY_AFTER_S)),
                 also=record,
             )
         else:
             await self._finish(
                 action_id,
                 "failed",
-                f"could not send to {', '.join(failed)}: {'; '.join(failed.values())}",
+                f"could not send to {', '.join(failed)}: {errors}",
                 also=record,
             )
+
+    def _alert_delay(self, attempts: int) -> float:
+        """Back-off between sends of one alert (notify_retry's backoff_s, backoff_max_s)."""
+        base = float(self._notify_retry.get("backoff_s", 1.0))
+        cap = float(self._notify_retry.get("backoff_max_s", 60.0))
+        return min(cap, base * 2.0 ** min(max(0, attempts - 1), 40))
 
     # --- forward -----------------------------------------------------------------------------
 
@@ -448,7 +584,22 @@ class Outbox:
             await self._finish(action_id, "skipped", "deposit unknown")
             return
         url = str(params["url"])
-        secret = _forward_secret(params)
+        secret, problem = forward_secret(params)
+        if problem is not None:
+            # Forward is signed (SPEC section 8): never post unsigned; wait for the secret.
+            outcome = f"not sent: forward secret missing ({problem})"
+            also = _alert_once(
+                deposit,
+                "forward_secret_missing",
+                "warning",
+                detail=f"forward not sent: {problem}; depositd retries with back-off and never "
+                "posts unsigned",
+            )
+            if attempts < MAX_FORWARD_ATTEMPTS:
+                await self._later(action_id, attempts, f"{outcome}; retrying", also=also)
+            else:
+                await self._finish(action_id, "failed", outcome, also=also)
+            return
         body = jsonio.dumpb(params.get("deposit") or deposit.as_json())
         target = url.split("://", 1)[-1]
         path = "/" + target.split("/", 1)[1] if "/" in target else "/"
@@ -475,27 +626,88 @@ class Outbox:
             await self._finish(action_id, "failed", f"forward to {url} failed: {outcome}")
 
 
-def _forward_secret(params: Mapping[str, Any]) -> str:
-    """The forward signing secret (rule keys secret_env/secret_file), read when used."""
+def forward_secret(params: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(secret, problem) of a forward rule's signing secret (secret_env/secret_file), read when
+    used: ("", None) when the rule names none, a problem when it names one that is unset, empty
+    or unreadable (SPEC section 8: forward is signed, so that forward must not be sent)."""
     if params.get("secret_env"):
-        return os.environ.get(str(params["secret_env"]), "")
+        name = str(params["secret_env"])
+        value = os.environ.get(name, "")
+        return (value, None) if value else ("", f"secret_env {name} is not set or empty")
     if params.get("secret_file"):
+        path = Path(str(params["secret_file"]))
         try:
-            return Path(str(params["secret_file"])).read_text().strip()
+            value = path.read_text().strip()
         except OSError as exc:
-            log.warning("forward secret unreadable", error=exc.strerror)
-    return ""
+            return "", f"secret_file {path} cannot be read ({exc.strerror})"
+        return (value, None) if value else ("", f"secret_file {path} is empty")
+    return "", None
 
 
-def _redact(text: str, body: Mapping[str, Any]) -> str:
-    """A provider message without the payer values it may echo: alerts name fields only."""
-    for value in body.values():
-        if isinstance(value, str) and value:
-            for form in (f" {value!r}", repr(value), f'"{value}"'):
-                text = text.replace(form, "")
-            if len(value) > 3:
-                text = text.replace(value, "[redacted]")
-    return text
+def _fields_named(text: str | None, body: Mapping[str, Any]) -> list[str]:
+    """The payer fields a provider message names, never the values it may echo."""
+    names = dict.fromkeys([*PAYER_FIELDS, *(str(k) for k in body)])
+    return [
+        name
+        for name in names
+        if text and re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text, re.I)
+    ]
+
+
+def _short(key: str) -> str:
+    """The short form of an Idempotency-Key that tells one submission's alerts from another's."""
+    return key[:12]
+
+
+def _queue_alert(
+    db: sqlite_utils.Database,
+    deposit: Deposit | None,
+    condition: str,
+    severity: str,
+    *,
+    detail: str,
+    profile: str | None = None,
+    once_per: str | None = None,
+) -> int:
+    """`enqueue_alert` of a submission or forward; `once_per` narrows the alert's dedupe from
+    (deposit, condition) to (deposit, condition, once_per): one alert per submission."""
+    params = {
+        "condition": condition,
+        "severity": severity,
+        "channels": None,
+        "detail": detail,
+        "profile": profile,
+        "once_per": once_per,
+    }
+    trigger = "forward" if condition.startswith("forward") else "submit"
+    return add_action(db, deposit=deposit, action="alert", params=params, trigger=trigger)
+
+
+def _alert_once(
+    deposit: Deposit | None,
+    condition: str,
+    severity: str,
+    *,
+    detail: str,
+    profile: str | None = None,
+    once_per: str | None = None,
+) -> Callable[[sqlite_utils.Database], object]:
+    """Queue the alert unless one of the same (deposit, condition, once_per) is queued already:
+    a condition that lasts over many attempts queues one alert row, not one per attempt."""
+
+    def fn(db: sqlite_utils.Database) -> None:
+        queued = db.execute(
+            "SELECT 1 FROM actions WHERE action='alert' AND transaction_id IS ?"
+            " AND json_extract(params, '$.condition')=?"
+            " AND json_extract(params, '$.once_per') IS ? LIMIT 1",
+            [deposit.transaction_id if deposit else None, condition, once_per],
+        ).fetchone()
+        if queued is None:
+            _queue_alert(
+                db, deposit, condition, severity, detail=detail, profile=profile, once_per=once_per
+            )
+
+    return fn
 
 
 def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:

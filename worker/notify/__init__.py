@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from worker.errors import NotifyError
-from worker.notify.channels import Notifier, notifiers_from_settings, send_all, send_with_retry
+from worker.notify.channels import (
+    Notifier,
+    notifiers_from_settings,
+    send_all,
+    send_once,
+    send_with_retry,
+)
 from worker.notify.email import EmailNotifier
 from worker.notify.message import Alert, build_alert, render_slack, render_text, subject
 from worker.notify.slack import SlackNotifier
@@ -23,6 +29,7 @@ __all__ = [
     "render_slack",
     "render_text",
     "send_all",
+    "send_once",
     "send_with_retry",
     "subject",
 ]

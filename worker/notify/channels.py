@@ -1,4 +1,8 @@
-"""Alert channels built from settings, retries with back-off, and fan-out to several channels."""
+"""Alert channels built from settings, retries with back-off, and fan-out to several channels.
+
+`send_all` retries with back-off inside the call (for one-shot commands); `send_once` makes one
+attempt per channel and reports the error, for the outbox, which schedules the next attempt.
+"""
 
 from __future__ import annotations
 
@@ -109,6 +113,49 @@ async def _outcome(
         error=outcome,
     )
     return outcome
+
+
+async def send_once(
+    notifiers: Mapping[str, Notifier], alert: Alert, channels: Sequence[str]
+) -> dict[str, NotifyError | None]:
+    """One attempt per channel, in parallel, never sleeping: channel -> None or its error.
+
+    For a caller that schedules the next attempt itself (the outbox requeues an alert after the
+    error's `retry_after` or its back-off) rather than hold its worker in `asyncio.sleep`.
+    """
+    names = list(dict.fromkeys(channels))
+    results = await asyncio.gather(*(_once(name, notifiers.get(name), alert) for name in names))
+    return dict(zip(names, results, strict=True))
+
+
+async def _once(name: str, notifier: Notifier | None, alert: Alert) -> NotifyError | None:
+    if notifier is None:
+        return NotifyError(name, "channel not configured", retryable=False)
+    try:
+        await notifier.send(alert)
+    except NotifyError as exc:
+        error = exc
+    # One channel's bug must not cost the others their alert.
+    except Exception as exc:
+        error = NotifyError(name, f"unexpected {type(exc).__name__}: {exc}", retryable=False)
+    else:
+        log.info(
+            "alert_sent",
+            channel=name,
+            condition=alert.condition,
+            transactionId=alert.transaction_id,
+        )
+        return None
+    log.warning(
+        "alert_not_sent",
+        channel=name,
+        condition=alert.condition,
+        transactionId=alert.transaction_id,
+        error=error.msg,
+        retryable=error.retryable,
+        retry_after_s=error.retry_after,
+    )
+    return error
 
 
 async def send_all(

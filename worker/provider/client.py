@@ -8,9 +8,11 @@ into typed errors from `worker.errors`:
   never retried here, the caller decides (SPEC section 10).
 - `ProviderAuthError`: HTTP 401 or a message about signature, unauthorized or timestamp; not
   retried at once, the caller backs off (a clock or key problem does not fix itself in 50 ms).
-- `ProviderUnavailable`: timeout, connection error, 5xx (or 408/429) without a business body;
-  retried here with exponential back-off, jitter, a fresh signature and the SAME Idempotency-Key.
-- `ProviderProtocolError`: an answer that is no known envelope.
+- `ProviderUnavailable`: timeout, connection or transport error (an answer aiohttp cannot
+  parse), 5xx (or 408/429) without a business body; retried here with exponential back-off,
+  jitter, a fresh signature and the SAME Idempotency-Key.
+- `ProviderProtocolError`: an answer that is no known envelope, or data of the wrong shape. For
+  a write the outcome is unknown: the caller retries later with the same key.
 
 Paths and payload shapes are those of the provider interface and SPEC section 13 (see
 `worker.provider.models`).
@@ -510,6 +512,13 @@ class ProviderClient:
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise ProviderUnavailable(
                 f"connection error: {type(exc).__name__}", endpoint=endpoint
+            ) from None
+        except aiohttp.ClientError as exc:
+            # Anything else the transport raises (e.g. ClientResponseError for a malformed
+            # status line or header): no answer was read, so the outcome is unknown, which the
+            # interface retries with back-off and the same key ("Timeout / unknown").
+            raise ProviderUnavailable(
+                f"transport error: {type(exc).__name__}", endpoint=endpoint
             ) from None
         return read_answer(endpoint, status, payload, envelope)
 
