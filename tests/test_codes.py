@@ -78,6 +78,7 @@ def test_unlisted_codes(code: str | None) -> None:
         ("deposit review rejected", RetryCategory.TERMINAL),
         ("payment fail", RetryCategory.TERMINAL),
         ("internal server error", RetryCategory.SYSTEM),
+        ("Internal server error, request failed", RetryCategory.SYSTEM),
     ],
 )
 def test_categories_from_message(msg: str, category: RetryCategory) -> None:

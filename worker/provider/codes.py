@@ -168,6 +168,14 @@ def code_rule(code: str | None) -> CodeRule | None:
     return WALLET_CODES.get(code or "")
 
 
+# The table's order, except that "fail" (terminal) is the weakest signal and is tried last: "internal
+# server error, request failed" is a system error, not a terminal failure.
+_MATCH_ORDER = [
+    *(rule for rule in CATEGORIES.values() if rule.category is not RetryCategory.TERMINAL),
+    CATEGORIES[RetryCategory.TERMINAL],
+]
+
+
 def categorize(msg: str | None, http_status: int | None = None) -> RetryCategory:
     """The retry category of a failure from its message (and HTTP status where it helps)."""
     if http_status == 401:
@@ -175,7 +183,7 @@ def categorize(msg: str | None, http_status: int | None = None) -> RetryCategory
     if http_status is not None and http_status >= 500 and not msg:
         return RetryCategory.SYSTEM
     text = (msg or "").lower()
-    for rule in CATEGORIES.values():
+    for rule in _MATCH_ORDER:
         if any(signal in text for signal in rule.signals):
             return rule.category
     if http_status is not None and http_status >= 500:
