@@ -168,8 +168,8 @@ def code_rule(code: str | None) -> CodeRule | None:
     return WALLET_CODES.get(code or "")
 
 
-# The table's order, except that "fail" (terminal) is the weakest signal and is tried last: "internal
-# server error, request failed" is a system error, not a terminal failure.
+# The table's order, except that "fail" (terminal) is the weakest signal and is tried last:
+# "internal server error, request failed" is a system error, not a terminal failure.
 _MATCH_ORDER = [
     *(rule for rule in CATEGORIES.values() if rule.category is not RetryCategory.TERMINAL),
     CATEGORIES[RetryCategory.TERMINAL],
