@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from worker.errors import ConfigError, ProviderError
 from worker.profiles import Profiles
 from worker.rules import RuleBook
-from worker.settings import Settings, load_settings
+from worker.settings import Loaded, Settings, read_settings
 
 
 @dataclass
@@ -52,10 +52,34 @@ def load_bundle(settings: Settings) -> Bundle:
     return Bundle(rules, profiles, warnings)
 
 
+def _files_problems(loaded: Loaded) -> list[str]:
+    """With the config itself invalid: the problems of the rules and profiles it names, when
+    it names them plainly (SPEC section 3: every problem at once)."""
+    profiles_path = loaded.files.get("profiles")
+    rules_path = loaded.files.get("rules")
+    problems: list[str] = []
+    names: set[str] | None = None  # profiles unknown or unreadable: rules may name any
+    if "profiles" in loaded.files and profiles_path is None:
+        names = set()  # not set: no profile exists, as in load_bundle
+    elif profiles_path is not None:
+        try:
+            names = Profiles.load(profiles_path).names()
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if rules_path is not None:
+        try:
+            rules = RuleBook.load(rules_path, profile_names=names)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+        else:
+            problems.extend(forward_secret_problems(rules))
+    return problems
+
+
 def forward_secret_problems(rules: RuleBook) -> list[str]:
     """Forward rules whose secret_env is unset or empty, or whose secret_file cannot be read:
     such a forward is never sent (SPEC section 8: forward is signed) until the secret is there."""
-    from worker.outbox import forward_secret
+    from worker.forward import forward_secret
 
     problems = []
     for ruleset in rules.rulesets:
@@ -83,10 +107,10 @@ async def unknown_providers(settings: Settings, profiles: Profiles) -> list[str]
 
 def run(args: argparse.Namespace) -> int:
     """Validate; print problems (exit 2) or a short summary (exit 0)."""
-    try:
-        settings = load_settings(args.config)
-    except ConfigError as exc:
-        for problem in exc.problems:
+    loaded = read_settings(args.config)
+    settings = loaded.settings
+    if settings is None:
+        for problem in [*loaded.problems, *_files_problems(loaded)]:
             print(problem, file=sys.stderr)
         return 2
     try:

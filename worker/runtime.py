@@ -25,7 +25,7 @@ from worker.errors import ConfigError, ProviderError, StorageError
 from worker.logs import get_logger
 from worker.metrics import Metrics
 from worker.notify.channels import Notifier, notifiers_from_settings
-from worker.outbox import Outbox, resubmit_changed
+from worker.outbox import Outbox
 from worker.profiles import Profiles
 from worker.provider.client import ProviderClient
 from worker.provider.signing import now_ms
@@ -35,6 +35,7 @@ from worker.rules import RuleBook
 from worker.schedule import Poller, Scheduler
 from worker.settings import Settings
 from worker.store import Store
+from worker.submission import resubmit_changed
 from worker.systemd import SystemdNotifier, watchdog_loop
 from worker.tracker import iso_from_ms
 

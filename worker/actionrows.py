@@ -1,0 +1,135 @@
+"""The actions table as a running row writes it: the row's outcome and the alerts it queues.
+
+`ActionRows` records an action row's outcome (done, failed, skipped, or pending again after a
+back-off) for `worker.outbox.Outbox` and the modules that run each kind of row
+(`worker.submission`, `worker.alerts`, `worker.forward`), so those modules do not import the
+runner. `queue_alert` and `alert_once` queue alert rows from a submission or a forward, in the
+write that records its outcome.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import sqlite_utils
+
+from worker.logs import get_logger
+from worker.provider import signing
+from worker.queries import utc_now
+from worker.reactor import add_action
+from worker.store import Store
+from worker.tracker import Deposit, iso_from_ms
+
+log = get_logger(__name__)
+
+
+def _iso_in(seconds: float) -> str:
+    return iso_from_ms(signing.now_ms() + round(seconds * 1000))
+
+
+class ActionRows:
+    """Records action rows' outcomes; a retried row is due again after an exponential back-off."""
+
+    def __init__(self, store: Store, *, backoff_s: float, backoff_max_s: float) -> None:
+        self._store = store
+        self._backoff_s = backoff_s
+        self._backoff_max_s = backoff_max_s
+
+    def _delay(self, attempts: int) -> float:
+        # The exponent is capped: a row retried without end (an unknown outcome) must not
+        # overflow a float after ~1000 attempts.
+        step = 2.0 ** min(max(0, attempts - 1), 40)
+        base: float = min(self._backoff_max_s, self._backoff_s * step)
+        return base * (0.5 + random.random() / 2)
+
+    async def finish(
+        self,
+        action_id: int,
+        status: str,
+        outcome: str,
+        *,
+        retry_in: float | None = None,
+        also: Callable[[sqlite_utils.Database], object] | None = None,
+        key: str | None = None,
+    ) -> None:
+        """Record the row's status and outcome; `also` runs in the same write."""
+
+        def fn(db: sqlite_utils.Database) -> None:
+            sets = "status=?, outcome=?, updated_at=?, next_attempt_at=?"
+            args: list[Any] = [status, outcome, utc_now(), _iso_in(retry_in or 0)]
+            if key is not None:
+                sets += ", idempotency_key=?"
+                args.append(key)
+            db.execute(f"UPDATE actions SET {sets} WHERE id=?", [*args, action_id])
+            if also is not None:
+                also(db)
+
+        await self._store.write(fn)
+        log.info("action", actionId=action_id, status=status, outcome=outcome)
+
+    async def later(
+        self,
+        action_id: int,
+        attempts: int,
+        outcome: str,
+        *,
+        key: str | None = None,
+        also: Callable[[sqlite_utils.Database], object] | None = None,
+    ) -> None:
+        """Back to pending, due again after this attempt's back-off."""
+        await self.finish(
+            action_id, "pending", outcome, retry_in=self._delay(attempts), key=key, also=also
+        )
+
+
+def queue_alert(
+    db: sqlite_utils.Database,
+    deposit: Deposit | None,
+    condition: str,
+    severity: str,
+    *,
+    detail: str,
+    profile: str | None = None,
+    once_per: str | None = None,
+) -> int:
+    """`enqueue_alert` of a submission or forward; `once_per` narrows the alert's dedupe from
+    (deposit, condition) to (deposit, condition, once_per): one alert per submission."""
+    params = {
+        "condition": condition,
+        "severity": severity,
+        "channels": None,
+        "detail": detail,
+        "profile": profile,
+        "once_per": once_per,
+    }
+    trigger = "forward" if condition.startswith("forward") else "submit"
+    return add_action(db, deposit=deposit, action="alert", params=params, trigger=trigger)
+
+
+def alert_once(
+    deposit: Deposit | None,
+    condition: str,
+    severity: str,
+    *,
+    detail: str,
+    profile: str | None = None,
+    once_per: str | None = None,
+) -> Callable[[sqlite_utils.Database], object]:
+    """Queue the alert unless one of the same (deposit, condition, once_per) is queued already:
+    a condition that lasts over many attempts queues one alert row, not one per attempt."""
+
+    def fn(db: sqlite_utils.Database) -> None:
+        queued = db.execute(
+            "SELECT 1 FROM actions WHERE action='alert' AND transaction_id IS ?"
+            " AND json_extract(params, '$.condition')=?"
+            " AND json_extract(params, '$.once_per') IS ? LIMIT 1",
+            [deposit.transaction_id if deposit else None, condition, once_per],
+        ).fetchone()
+        if queued is None:
+            queue_alert(
+                db, deposit, condition, severity, detail=detail, profile=profile, once_per=once_per
+            )
+
+    return fn

@@ -1,0 +1,100 @@
+"""The forward rows: post a deposit to the URL a rule names, signed with its secret (SPEC 8).
+
+`Forwarder` runs one forward row for `worker.outbox.Outbox`; `forward_secret` reads a forward
+rule's signing secret (also used by `worker.check`, which reports one that is missing).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from worker.actionrows import ActionRows, alert_once
+from worker.provider import jsonio, signing
+from worker.tracker import Deposit
+
+MAX_FORWARD_ATTEMPTS = 8
+
+
+class Forwarder:
+    """Runs forward rows on its own HTTP session, recording outcomes in `ActionRows`."""
+
+    def __init__(self, rows: ActionRows) -> None:
+        self._rows = rows
+        self._http: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        """Close the HTTP session, if a forward opened one."""
+        if self._http is not None:
+            await self._http.close()
+
+    async def run(
+        self, action_id: int, deposit: Deposit | None, params: dict[str, Any], attempts: int
+    ) -> None:
+        """Post the deposit to the rule's URL; a failure is retried with back-off."""
+        if deposit is None:
+            await self._rows.finish(action_id, "skipped", "deposit unknown")
+            return
+        url = str(params["url"])
+        secret, problem = forward_secret(params)
+        if problem is not None:
+            # Forward is signed (SPEC section 8): never post unsigned; wait for the secret.
+            outcome = f"not sent: forward secret missing ({problem})"
+            also = alert_once(
+                deposit,
+                "forward_secret_missing",
+                "warning",
+                detail=f"forward not sent: {problem}; depositd retries with back-off and never "
+                "posts unsigned",
+            )
+            if attempts < MAX_FORWARD_ATTEMPTS:
+                await self._rows.later(action_id, attempts, f"{outcome}; retrying", also=also)
+            else:
+                await self._rows.finish(action_id, "failed", outcome, also=also)
+            return
+        body = jsonio.dumpb(params.get("deposit") or deposit.as_json())
+        target = url.split("://", 1)[-1]
+        path = "/" + target.split("/", 1)[1] if "/" in target else "/"
+        headers = {"Content-Type": "application/json"}
+        if secret:
+            headers.update(signing.signed_headers("depositd", secret, "POST", path, body))
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        try:
+            async with self._http.post(url, data=body, headers=headers) as resp:
+                ok = 200 <= resp.status < 300
+                outcome = f"HTTP {resp.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            ok, outcome = False, f"{type(exc).__name__}: {exc}"
+        if ok:
+            await self._rows.finish(action_id, "done", f"forwarded to {url}: {outcome}")
+        elif attempts < MAX_FORWARD_ATTEMPTS:
+            await self._rows.later(
+                action_id,
+                attempts,
+                f"forward failed ({outcome}); retrying",
+            )
+        else:
+            await self._rows.finish(action_id, "failed", f"forward to {url} failed: {outcome}")
+
+
+def forward_secret(params: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(secret, problem) of a forward rule's signing secret (secret_env/secret_file), read when
+    used: ("", None) when the rule names none, a problem when it names one that is unset, empty
+    or unreadable (SPEC section 8: forward is signed, so that forward must not be sent)."""
+    if params.get("secret_env"):
+        name = str(params["secret_env"])
+        value = os.environ.get(name, "")
+        return (value, None) if value else ("", f"secret_env {name} is not set or empty")
+    if params.get("secret_file"):
+        path = Path(str(params["secret_file"]))
+        try:
+            value = path.read_text().strip()
+        except OSError as exc:
+            return "", f"secret_file {path} cannot be read ({exc.strerror})"
+        return (value, None) if value else ("", f"secret_file {path} is empty")
+    return "", None
