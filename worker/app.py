@@ -27,6 +27,7 @@ from worker.logs import configure, get_logger
 from worker.metrics import Metrics
 from worker.processor import Processor, Reactor
 from worker.queries import set_meta, utc_now
+from worker.servelock import serve_lock
 from worker.settings import Settings, load_settings
 from worker.store import Store
 from worker.systemd import SystemdNotifier
@@ -158,6 +159,24 @@ async def serve(settings: Settings, plugins: Plugins | None = None) -> int:
     )
     notifier = SystemdNotifier()
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=20.0)
+    with contextlib.ExitStack() as held:
+        # Before anything runs: a second serve on this database or this port leaves at once,
+        # having started no processor, outbox or scheduler beside the first.
+        held.enter_context(serve_lock(settings.storage.path))
+        listener = held.enter_context(
+            await front.listen_socket(settings.webhook.host, settings.webhook.port)
+        )
+        return await _serve(settings, app, runner, listener, notifier)
+
+
+async def _serve(
+    settings: Settings,
+    app: web.Application,
+    runner: web.AppRunner,
+    listener: socket.socket,
+    notifier: SystemdNotifier,
+) -> int:
+    """`serve` once the database and the port are held."""
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -168,9 +187,9 @@ async def serve(settings: Settings, plugins: Plugins | None = None) -> int:
         async with contextlib.AsyncExitStack() as stack:
             ingress: asyncio.subprocess.Process | None = None
             if settings.webhook.ingress_process:
-                ingress = await stack.enter_async_context(_ingress_process(settings, app))
+                ingress = await stack.enter_async_context(_ingress_process(settings, app, listener))
             else:
-                await web.TCPSite(runner, settings.webhook.host, settings.webhook.port).start()
+                await web.SockSite(runner, listener).start()
             log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
             notifier.ready()
             if ingress is None:
@@ -201,7 +220,7 @@ _INGRESS_STOP_S = 25.0  # its own shutdown allows requests 20 s; the unit allows
 
 @contextlib.asynccontextmanager
 async def _ingress_process(
-    settings: Settings, app: web.Application
+    settings: Settings, app: web.Application, listener: socket.socket
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """The webhook listener in a process of its own (`worker.front`), linked to this store.
 
@@ -210,7 +229,6 @@ async def _ingress_process(
     """
     assert settings.config_path is not None
     loop = asyncio.get_running_loop()
-    listener = await front.listen_socket(settings.webhook.host, settings.webhook.port)
     ours, theirs = socket.socketpair()
     up = asyncio.Event()
     link: CoreSide | None = None
@@ -225,7 +243,7 @@ async def _ingress_process(
         ours.close()
         raise
     finally:
-        listener.close()
+        listener.close()  # the ingress process has its own copy
         theirs.close()
     pinger: asyncio.Future[None] | None = None
     try:
