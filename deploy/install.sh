@@ -136,6 +136,10 @@ if [[ -z $ROOT ]] && ! getent group "$GROUP" >/dev/null; then
 fi
 install -d -m 0750 "$ETC"
 if [[ -z $ROOT ]]; then chgrp "$GROUP" "$ETC"; fi
+# The shipped rule sets go in on the first install only: a rule set the merchant removed must
+# not come back (and act) with the next upgrade. The current ones are always in $SHARE/rules.
+first_install=0
+if [[ ! -d $ETC/rules ]]; then first_install=1; fi
 install -d -m 0755 "$ETC/rules"
 install -d -m 0700 "$ETC/credentials"
 install_new "$SHARE/depositd.example.yaml" "$ETC/depositd.yaml"
@@ -153,17 +157,26 @@ fi
 shopt -s nullglob
 for file in "$SHARE"/rules/*.yaml "$SHARE"/rules/*.yml; do
     name=$(basename "$file")
-    # Profiles are not rule sets: they live beside the rules folder, not in it; examples are
-    # for reference only, outside it too, so that they never act.
+    # The demo's profiles (fictitious payers) are never installed; examples are for reference
+    # only, outside the rules folder, so that they never act.
     case $name in
-        profiles.yaml | profiles.yml) install_new "$file" "$ETC/profiles.yaml" ;;
+        profiles.yaml | profiles.yml) ;;
         *example*)
             install -d -m 0755 "$ETC/examples"
             install_new "$file" "$ETC/examples/$name"
             ;;
-        *) install_new "$file" "$ETC/rules/$name" ;;
+        *) if [[ $first_install == 1 ]]; then install_new "$file" "$ETC/rules/$name"; fi ;;
     esac
 done
+if [[ ! -e $ETC/profiles.yaml ]]; then
+    cat >"$ETC/profiles.yaml" <<'PROFILES'
+# Payer profiles (SPEC section 9): none yet, so submit_profile finds none and alerts instead.
+# See examples/profiles.example.yaml; `depositd check` validates this file.
+profiles: {}
+PROFILES
+    chmod 0644 "$ETC/profiles.yaml"
+    log "installed $ETC/profiles.yaml"
+fi
 for file in "$SHARE"/rules/examples/*; do
     if [[ -f $file ]]; then
         install -d -m 0755 "$ETC/examples"

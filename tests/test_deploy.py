@@ -288,7 +288,9 @@ def test_install_puts_files_in_place(installed: Installed) -> None:
     etc = installed.etc
     share = installed.root / PREFIX.lstrip("/") / "share"
     assert (etc / "depositd.yaml").read_text() == EXAMPLE.read_text()
-    assert (etc / "profiles.yaml").read_text() == (REPO / "rules/profiles.yaml").read_text()
+    # Never the demo's fictitious payers: an empty profiles file.
+    assert "profiles: {}" in (etc / "profiles.yaml").read_text()
+    assert "Demo" not in (etc / "profiles.yaml").read_text()
     shipped_sets = {
         p.name for p in (REPO / "rules").glob("*.yaml") if p.name != "profiles.yaml"
         and "example" not in p.name
@@ -379,13 +381,17 @@ def test_depositctl_is_valid_shell(installed: Installed) -> None:
 
 
 def test_install_twice_keeps_merchant_edits(installed: Installed) -> None:
-    """A second run keeps edited config and rules, restores deleted defaults, reuses the venv."""
+    """A second run keeps edited config and rules, does not bring back a removed rule set,
+    restores a deleted (empty) profiles file, reuses the venv."""
     etc = installed.etc
     edited = (etc / "depositd.yaml").read_text().replace("level: info", "level: debug")
     (etc / "depositd.yaml").write_text(edited)
     (etc / "depositd.env").write_text("PROVIDER_API_KEY=mine\n")
-    rule_set = next((etc / "rules").iterdir())
-    rule_set.write_text(rule_set.read_text() + "# merchant note\n")
+    # The merchant replaces the shipped catch-all rule set with one of their own.
+    removed = etc / "rules/default.yaml"
+    rule_set = etc / "rules/mine.yaml"
+    rule_set.write_text(removed.read_text() + "# merchant note\n")
+    removed.unlink()
     (etc / "profiles.yaml").unlink()
     (etc / "credentials/api_secret").write_text("s3cret\n")
     venv_python = (installed.venv / "bin/python").stat()
@@ -399,7 +405,8 @@ def test_install_twice_keeps_merchant_edits(installed: Installed) -> None:
     assert (etc / "depositd.yaml").read_text() == edited
     assert (etc / "depositd.env").read_text() == "PROVIDER_API_KEY=mine\n"
     assert rule_set.read_text().endswith("# merchant note\n")
-    assert (etc / "profiles.yaml").read_text() == (REPO / "rules/profiles.yaml").read_text()
+    assert not removed.exists()
+    assert "profiles: {}" in (etc / "profiles.yaml").read_text()
     assert (etc / "credentials/api_secret").read_text() == "s3cret\n"
     assert f"kept {etc / 'depositd.yaml'}" in output
 
