@@ -12,14 +12,17 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
+from worker import runtime as runtime_mod
 from worker.errors import StorageError, WalletCodeError
 from worker.harness import Stack
 from worker.tracker import Fact
@@ -382,6 +385,32 @@ async def test_timeout_retried_with_same_key_and_applied_once(
     assert len(calls) == 2
     assert {c["headers"]["Idempotency-Key"] for c in calls} == {row["idempotency_key"]}
     assert applied == [tx]
+    assert stack.sandbox.state.order(tx).white_list_status.value == "pending"
+
+
+async def test_stop_does_not_wait_out_a_hung_provider(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """A stop while a submission hangs at the provider (4 tries x 5 s) ends within the grace
+    (well inside systemd's 30 s); the row stays running and, after the restart, is submitted
+    with the same key and applied once."""
+    stack = await make_stack(scheduler=False)
+    stack.sandbox.set_fault("submit", "timeout", count=None)
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "8", PAYER_ADDRESS)["transactionId"]
+    await stack.wait_for(lambda: len(submits(recorded, tx)) == 1, what="the hung submission")
+    started = time.monotonic()
+    await stack.stop_worker()
+    assert time.monotonic() - started < runtime_mod.STOP_GRACE_S + 3
+    with closing(sqlite3.connect(stack.db_path)) as db:
+        status = db.execute("SELECT status FROM actions WHERE action='submit_profile'").fetchall()
+    assert status == [("running",)]
+    stack.sandbox.clear_faults()
+    await stack.start_worker()
+    row = await first_submit_ends(stack, tx)
+    assert row["status"] == "done"
+    assert {c["headers"]["Idempotency-Key"] for c in submits(recorded, tx)} == {
+        row["idempotency_key"]
+    }
     assert stack.sandbox.state.order(tx).white_list_status.value == "pending"
 
 

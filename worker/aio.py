@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from typing import Any
 
 
@@ -20,3 +20,15 @@ async def first_done(*waits: Awaitable[Any], at_most_s: float | None = None) -> 
         for wait, future in zip(waits, futures, strict=True):
             if future is not wait:
                 future.cancel()
+
+
+async def finish_or_cancel(
+    tasks: Collection[asyncio.Future[Any]], grace_s: float | None
+) -> list[Any]:
+    """Wait for `tasks`; those still running after `grace_s` seconds are cancelled. Returns
+    their results or exceptions (a cancelled one gives its CancelledError), never raising."""
+    if grace_s is not None and tasks:
+        _, late = await asyncio.wait(tasks, timeout=grace_s)
+        for task in late:
+            task.cancel()
+    return await asyncio.gather(*tasks, return_exceptions=True)

@@ -279,7 +279,15 @@ class Stack:
 
     async def restart_worker(self) -> None:
         """Stop the worker app and start a new one on the same database, config and port."""
+        await self.stop_worker()
+        await self.start_worker()
+
+    async def stop_worker(self) -> None:
+        """Stop the worker app as SIGTERM stops serve (the sandbox and the sinks stay up)."""
         await self._stop_worker()
+
+    async def start_worker(self) -> None:
+        """Start a worker app on the same database, config and port."""
         await self._start_worker(_listener(self._worker_port))
 
     async def _start_worker(self, sock: socket.socket) -> None:

@@ -81,22 +81,27 @@ class Outbox:
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run until `stop` is set; the action in flight is finished first."""
+        """Run until `stop` is set; the action in flight is finished first, unless the stop
+        cancels it (`Runtime`: after a grace): its row stays running and resumes after the
+        restart with the same key, as after a crash."""
         self._stop = stop
-        while not stop.is_set():
-            try:
-                ran = await self.run_once()
-            except Exception:
-                # The runner must outlive a storage outage: the rows wait, the next pass retries.
-                log.exception("outbox pass failed; retrying")
-                ran = 0
-            if ran:
-                continue
-            self._wake.clear()
-            # Events stay set: a wake() while the next due time is read is not missed.
-            timeout = await self._until_next_due()
-            await first_done(self._wake.wait(), stop.wait(), at_most_s=timeout)
-        await self._forwarder.close()
+        try:
+            while not stop.is_set():
+                try:
+                    ran = await self.run_once()
+                except Exception:
+                    # The runner must outlive a storage outage: the rows wait, the next pass
+                    # retries.
+                    log.exception("outbox pass failed; retrying")
+                    ran = 0
+                if ran:
+                    continue
+                self._wake.clear()
+                # Events stay set: a wake() while the next due time is read is not missed.
+                timeout = await self._until_next_due()
+                await first_done(self._wake.wait(), stop.wait(), at_most_s=timeout)
+        finally:  # also when a stop cancels the action in flight
+            await self._forwarder.close()
 
     async def _until_next_due(self, cap_s: float = 1.0) -> float:
         """Seconds until the earliest delayed row is due, so a short back-off stays short."""

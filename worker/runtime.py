@@ -19,6 +19,7 @@ import sqlite_utils
 from aiohttp import web
 from prometheus_client import Counter, Gauge
 
+from worker.aio import finish_or_cancel
 from worker.app import LIVENESS_KEY, METRICS_KEY, PROCESSOR_KEY, STORE_KEY, Plugins
 from worker.check import Bundle, load_bundle
 from worker.errors import ConfigError, ProviderError, StorageError
@@ -79,6 +80,7 @@ class PollMetrics:
 
 # meta key: the profiles already alerted about because their provider is no longer offered.
 _UNKNOWN_PROVIDERS = "providers_unknown_alerted"
+STOP_GRACE_S = 5.0  # how long a stop waits for the outbox's action or a poll in flight
 
 
 def _alerted_unknown(db: sqlite_utils.Database) -> set[str]:
@@ -304,13 +306,17 @@ class Runtime:
         yield
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGHUP)
+        # Within the unit's TimeoutStopSec (30 s, the ingress process's drain included): work
+        # still waiting on the provider after the grace is cancelled. That is a crash at that
+        # point, which the design survives: a running action is resumed after the restart with
+        # the same Idempotency-Key, and a poll is read again.
         if self.scheduler is not None:
-            await self.scheduler.stop()
+            await self.scheduler.stop(grace_s=STOP_GRACE_S)
         self._stop.set()
         for task in self._tasks:
             if task.get_name() == "watchdog":
                 task.cancel()
-        ended = await asyncio.gather(*self._tasks, *self._side_writes, return_exceptions=True)
+        ended = await finish_or_cancel([*self._tasks, *self._side_writes], STOP_GRACE_S)
         for result in ended:
             if isinstance(result, Exception):
                 log.error("task ended with an error", error=f"{type(result).__name__}: {result}")

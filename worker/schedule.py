@@ -18,6 +18,7 @@ from typing import Any
 import sqlite_utils
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from worker.aio import finish_or_cancel
 from worker.errors import (
     ProviderAuthError,
     ProviderBusinessError,
@@ -361,8 +362,9 @@ class Scheduler:
             )
         self._scheduler.start()
 
-    async def stop(self) -> None:
-        """Stop scheduling and wait for the poll in flight."""
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop scheduling and wait for the poll in flight (cancelled after `grace_s`: a poll
+        only reads, and the next run after the restart reads again)."""
         self._stopping = True
         self._poller.stop()
         if self._scheduler.running:
@@ -371,4 +373,4 @@ class Scheduler:
             await asyncio.sleep(0)
         pending = [t for t in self._running.values() if not t.done()]
         if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+            await finish_or_cancel(pending, grace_s)
