@@ -42,17 +42,17 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
+    config_help = "configuration file (default: $DEPOSITD_CONFIG, else ./depositd.yaml)"
+    # `--config` goes before or after the command (`depositd --config X status`, `depositd
+    # status --config X`). Only the top level has a default (None): a subcommand's own default
+    # would overwrite a value given before it, as would a nested one in `rules --config X test`.
     common = _Parser(add_help=False)
-    common.add_argument(
-        "--config",
-        metavar="PATH",
-        help="configuration file (default: $DEPOSITD_CONFIG, else ./depositd.yaml)",
-    )
-    # A nested subcommand's own default would overwrite `rules --config X test`: suppress it.
+    common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help=config_help)
     nested = _Parser(add_help=False)
     nested.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="as above")
     parser = _Parser(prog="depositd", description="Travel Rule deposit worker")
     parser.add_argument("--version", action="version", version=f"depositd {__version__}")
+    parser.add_argument("--config", metavar="PATH", default=None, help=config_help)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     sub.add_parser("serve", parents=[common], help="run ingress, processor and scheduler")
