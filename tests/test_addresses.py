@@ -11,12 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from worker.addresses import register, register_body
+from worker.addresses import register, register_body, save_address
 from worker.errors import ConfigError
-from worker.harness import Stack
+from worker.harness import Stack, shipped_profiles
 from worker.provider.client import ProviderClient
+from worker.provider.codes import code_rule
 from worker.provider.models import AddressStatus, SourceAddress
+from worker.sandbox.records import Address
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = "demo-entity"  # rules/profiles.yaml
@@ -94,13 +97,18 @@ class Ran:
 
 async def cli(stack: Stack, *args: str) -> asyncio.subprocess.Process:
     """Start `python -m worker ARGS --config <the stack's config>` without waiting for it."""
+    return await cli_with(stack.config_path, *args)
+
+
+async def cli_with(config: Path, *args: str) -> asyncio.subprocess.Process:
+    """Start `python -m worker ARGS --config CONFIG` without waiting for it."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "worker",
         *args,
         "--config",
-        str(stack.config_path),
+        str(config),
         cwd=REPO,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -306,3 +314,153 @@ async def test_addresses_command_lists_active_records(stack: Stack) -> None:
     }
     assert line["profile"] == PROFILE
     assert_no_payer_data(ran.out, ran.err)
+
+
+def json_logs(stderr: str) -> list[dict[str, Any]]:
+    """The JSON log lines of a CLI run's stderr (its progress lines are plain text)."""
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+async def test_refusal_prints_code_meaning_and_field_names_never_the_message(
+    tmp_path: Path,
+) -> None:
+    """A refused registration prints the code, its meaning and the payer fields named, no values."""
+    secret = "Secret Payer VASP Ltd"
+    data = yaml.safe_load(shipped_profiles().read_text(encoding="utf-8"))
+    data["profiles"][PROFILE]["provider"] = secret  # not in the options list: 10000103
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(yaml.safe_dump(data), encoding="utf-8")
+    async with Stack(tmp_path / "stack", profiles=profiles) as stack:
+        ran = await finished(await cli(stack, *register_args("TKnownRefused0000000000000001")))
+        assert stack.sandbox.state.addresses == {}
+    assert ran.code == 1 and ran.out == ""
+    rule = code_rule("10000103")
+    assert rule is not None
+    assert f"code 10000103 ({rule.meaning})" in ran.err
+    assert "names provider" in ran.err
+    assert secret not in ran.err
+    assert_no_payer_data(ran.err)
+
+
+async def test_printed_record_holds_only_the_declared_address_fields(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer that echoes payer details prints the record's own fields only."""
+    real = Address.wire
+    payer = stack.runtime.profiles.body(PROFILE)
+
+    def echoing(self: Address) -> dict[str, Any]:
+        return {**real(self), **payer}
+
+    monkeypatch.setattr(Address, "wire", echoing)
+    ran = await finished(
+        await cli(stack, *register_args("TKnownEchoing0000000000000001", "--no-wait"))
+    )
+    assert ran.code == 0, ran.err
+    printed = json.loads(ran.out)
+    assert printed["status"] == "PROCESSING"
+    assert set(printed) <= set(SourceAddress.model_fields)
+    assert_no_payer_data(ran.out, ran.err)
+
+
+async def test_rerun_after_rejection_prints_and_keeps_failed(stack: Stack) -> None:
+    """The same --no-wait command re-run after a rejection reports FAILED and keeps it stored."""
+    address = "TKnownRerun00000000000000000001"
+    first = await finished(await cli(stack, *register_args(address, "--no-wait")))
+    assert first.code == 0, first.err
+    record_id = json.loads(first.out)["id"]
+    stack.sandbox.reject_address(record_id, "payer name does not match the exchange's records")
+
+    async def stored_failed() -> bool:
+        return (await address_rows(stack))[record_id]["status"] == "FAILED"
+
+    await stack.wait_for(stored_failed, 5, "the FAILED webhook")
+
+    again = await finished(await cli(stack, *register_args(address, "--no-wait")))
+    assert again.code == 1, again.err
+    printed = json.loads(again.out)
+    assert (printed["id"], printed["status"]) == (record_id, "FAILED")
+    assert set(stack.sandbox.state.addresses) == {record_id}, "nothing registered anew"
+    row = (await address_rows(stack))[record_id]
+    assert (row["status"], row["profile"]) == ("FAILED", PROFILE)
+
+
+async def test_save_address_never_moves_a_record_back(stack: Stack) -> None:
+    """An older answer (an earlier status) never overwrites the stored status."""
+    record = SourceAddress(
+        id="A-order",
+        walletId=1001,
+        walletAddress="TKnownOrder000000000000000001",
+        network="TRON",
+        status=AddressStatus.PROCESSING,
+    )
+    steps = [
+        (AddressStatus.FAILED, "rejected", "FAILED"),
+        (AddressStatus.PROCESSING, None, "FAILED"),
+        (AddressStatus.DISABLED, "rejected", "DISABLED"),
+        (AddressStatus.FAILED, "rejected", "DISABLED"),
+    ]
+    await stack.store.write(lambda db: save_address(db, record, None))
+    for status, fail, expected in steps:
+        answer = record.model_copy(update={"status": status, "failMessage": fail})
+        await stack.store.write(lambda db, a=answer: save_address(db, a, PROFILE))
+        row = (await address_rows(stack))[record.id]
+        assert (row["status"], row["profile"]) == (expected, PROFILE)
+    assert row["fail_message"] == "rejected"
+
+
+async def test_failed_without_notify_is_logged_without_payer_data(tmp_path: Path) -> None:
+    """With `notify` absent a FAILED address is logged as a warning (SPEC: alerts logged only)."""
+    address = "TKnownQuietFailed00000000000001"
+    async with Stack(tmp_path / "stack", notify=False) as stack:
+        proc = await cli(stack, *register_args(address))
+        record_id = await new_record(stack, set())
+        stack.sandbox.reject_address(record_id, "fullName does not match the exchange's records")
+        ran = await finished(proc)
+    assert ran.code == 1, ran.err
+    [alert] = [line for line in json_logs(ran.err) if line.get("event") == "alert"]
+    assert alert["level"] == "warning"
+    assert (alert["condition"], alert["addressId"], alert["profile"]) == (
+        "address_failed",
+        record_id,
+        PROFILE,
+    )
+    assert (alert["walletAddress"], alert["network"]) == (address, "TRON")
+    assert alert["failFields"] == ["fullName"]
+    assert "does not match" not in json.dumps(alert), "the provider's message is not logged"
+    assert_no_payer_data(ran.err)
+
+
+@pytest.mark.parametrize(
+    ("with_profiles", "problem"),
+    [
+        (True, "no profile named 'nope'"),
+        (False, "profiles: no profiles file is configured, so there is no profile named 'nope'"),
+    ],
+)
+async def test_a_refused_profile_creates_no_database(
+    tmp_path: Path, with_profiles: bool, problem: str
+) -> None:
+    """An unknown profile (or no profiles file) exits 2 before the database or its folder exist."""
+    data_dir = tmp_path / "data"
+    config: dict[str, Any] = {
+        "provider": {
+            "base_url": "http://127.0.0.1:9",
+            "api_key": "never-used",
+            "api_secret": "never-used",
+        },
+        "webhook": {"api_key": "never-used", "secret": "never-used"},
+        "storage": {"path": str(data_dir / "depositd.db")},
+    }
+    if with_profiles:
+        config["profiles"] = str(shipped_profiles())
+    config_path = tmp_path / "depositd.yaml"
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    args = register_args("TKnownNoProfile000000000000001")
+    args[args.index(PROFILE)] = "nope"
+
+    ran = await finished(await cli_with(config_path, *args))
+    assert ran.code == 2, ran.err
+    assert problem in ran.err
+    assert "None" not in ran.err
+    assert not data_dir.exists()

@@ -8,7 +8,6 @@ Idempotency-Key, an unknown outcome retried with that key, a refusal read by its
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -30,7 +29,7 @@ from worker.provider import signing
 from worker.provider.client import ProviderClient
 from worker.provider.codes import RetryCategory, categorize, code_rule, may_retry_same_key
 from worker.provider.models import DepositOrder, WhiteListStatus
-from worker.provider.payer import WITHDRAWN_FIELDS, PayerDetails
+from worker.provider.payer import fields_named
 from worker.reactor import add_action, enqueue_alert, submit_key, submit_params
 from worker.tracker import Deposit, Fact
 
@@ -42,7 +41,6 @@ Observe = Callable[[Fact], Awaitable[Any]]
 # retried with the same key without end; a human is told once it has lasted this many attempts.
 UNKNOWN_ALERT_AFTER = 3
 # Field names a provider message may name; its values are never echoed (they may be payer data).
-PAYER_FIELDS = (*PayerDetails.model_fields, *WITHDRAWN_FIELDS)
 
 
 class Submitter:
@@ -206,7 +204,7 @@ class Submitter:
         rule = code_rule(code)
         # The provider's message may echo the values sent (payer data): only the fields it
         # names are kept, for the alert, the row and the log alike.
-        fields = _fields_named(exc.msg, body)
+        fields = fields_named(exc.msg, body)
         named = f"names {', '.join(fields)}" if fields else "names no field"
         head = f"{code} {rule.meaning}" if rule else (code or f"HTTP {exc.http_status}")
         detail = f"{head}: the provider's message {named} (traceId {exc.trace_id})"
@@ -294,16 +292,6 @@ class Submitter:
             )
         else:  # 10000106 (a bug on our side), 10000107 (wallet) and codes the interface omits
             await self._rows.finish(action_id, "failed", detail, key=key, also=alert("critical"))
-
-
-def _fields_named(text: str | None, body: Mapping[str, Any]) -> list[str]:
-    """The payer fields a provider message names, never the values it may echo."""
-    names = dict.fromkeys([*PAYER_FIELDS, *(str(k) for k in body)])
-    return [
-        name
-        for name in names
-        if text and re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text, re.I)
-    ]
 
 
 def _short(key: str) -> str:

@@ -331,3 +331,16 @@ def content_hash(body: Mapping[str, Any]) -> str:
         dict(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_canonical
     )
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def fields_named(text: str | None, body: Mapping[str, Any]) -> list[str]:
+    """The payer fields (and keys of `body`) a provider message names, as whole words: what a
+    refusal may show, never the values the message may echo (payer data)."""
+    if not text:
+        return []
+    names = dict.fromkeys([*PayerDetails.model_fields, *WITHDRAWN_FIELDS, *map(str, body)])
+    return [
+        name
+        for name in names
+        if re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text, re.I)
+    ]
