@@ -155,12 +155,12 @@ ENV
     log "installed $ETC/depositd.env"
 fi
 shopt -s nullglob
-for file in "$SHARE"/rules/*.yaml "$SHARE"/rules/*.yml; do
+for file in "$SHARE"/rules/*.yaml; do  # the loader reads *.yaml only
     name=$(basename "$file")
     # The demo's profiles (fictitious payers) are never installed; examples are for reference
     # only, outside the rules folder, so that they never act.
     case $name in
-        profiles.yaml | profiles.yml) ;;
+        profiles.yaml) ;;
         *example*)
             install -d -m 0755 "$ETC/examples"
             install_new "$file" "$ETC/examples/$name"

@@ -13,6 +13,7 @@ from pytest_aiohttp import AiohttpServer
 
 from worker.cli import main
 from worker.errors import StorageError
+from worker.forward import forward_secret
 from worker.harness import Stack
 from worker.outbox import Outbox
 from worker.profiles import Profiles
@@ -61,6 +62,16 @@ rules:
     on: [needs_details]
     then: [{forward: {url: '%s', %s: %s}}]
 """
+
+
+def test_forward_secret_file_that_is_not_utf8_is_a_problem_without_its_bytes(
+    tmp_path: Path,
+) -> None:
+    """A secret_file that is not UTF-8 is a problem saying so, never a byte of the secret."""
+    path = tmp_path / "forward.secret"
+    path.write_bytes(b"s\xe8cret\n")
+    secret, problem = forward_secret({"secret_file": str(path)})
+    assert (secret, problem) == ("", f"secret_file {path} is not UTF-8 text")
 
 
 @pytest.mark.parametrize("source", ["secret_env", "secret_file"])

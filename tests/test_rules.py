@@ -829,6 +829,15 @@ def test_rules_test_reads_a_live_database_without_writing(config: Path) -> None:
         writer.close()
 
 
+def test_check_warns_when_no_rule_set_is_found(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rules folder without any *.yaml rule set passes, with a warning that nothing acts."""
+    (config.parent / "rules/default.yaml").rename(config.parent / "rules/default.yml")
+    assert main(["check", "--config", str(config)]) == 0
+    assert "holds no rule set (*.yaml); nothing acts" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
 def test_check_warns_when_a_200_may_not_survive_a_power_failure(
     config: Path, capsys: pytest.CaptureFixture[str], synchronous: str

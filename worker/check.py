@@ -47,6 +47,12 @@ def load_bundle(settings: Settings) -> Bundle:
             rules = RuleBook.load(settings.rules, profile_names=profiles.names())
         except ConfigError as exc:
             problems.extend(exc.problems)
+        else:
+            if not rules.rulesets:
+                warnings.append(
+                    f"rules: {settings.rules} holds no rule set (*.yaml); nothing acts (events"
+                    " are stored and tracked only)"
+                )
     if problems:
         raise ConfigError(problems)
     return Bundle(rules, profiles, warnings)

@@ -93,8 +93,10 @@ def forward_secret(params: Mapping[str, Any]) -> tuple[str, str | None]:
     if params.get("secret_file"):
         path = Path(str(params["secret_file"]))
         try:
-            value = path.read_text().strip()
+            value = path.read_text(encoding="utf-8").strip()
         except OSError as exc:
             return "", f"secret_file {path} cannot be read ({exc.strerror})"
+        except UnicodeDecodeError:  # said without the byte: it is part of a secret
+            return "", f"secret_file {path} is not UTF-8 text"
         return (value, None) if value else ("", f"secret_file {path} is empty")
     return "", None
