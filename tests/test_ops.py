@@ -25,7 +25,7 @@ from worker import __version__
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 from worker.queries import utc_now
-from worker.runtime import prune_events
+from worker.runtime import prune_events, prune_unchanged_facts
 from worker.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,6 +69,11 @@ def rows(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     """Rows of one query on a database file (a short-lived connection beside the service)."""
     with closing(sqlite3.connect(db, timeout=10)) as conn:
         return [tuple(r) for r in conn.execute(sql, args).fetchall()]
+
+
+def names(folder: Path) -> list[str]:
+    """The names in a folder, sorted."""
+    return sorted(p.name for p in folder.iterdir())
 
 
 async def wait_for(what: str, check: Callable[[], Any], within: float = 10) -> Any:
@@ -322,6 +327,116 @@ async def test_backup_under_write_load_holds_every_acknowledged_event(
         await service.kill()
 
 
+async def test_backup_refuses_the_live_database_and_its_files(
+    tmp_path: Path, provider_url: str
+) -> None:
+    """`backup` onto the running service's database, its -wal/-shm/-journal, or another name of
+    the database (relative, symlink, hard link) exits 2 and writes nothing: the database stays
+    whole and keeps every event."""
+    service = Service(tmp_path, provider_url)
+    await service.start()
+    db = service.db
+    try:
+        assert await service.post(envelope("ev-1", "DEPOSIT_ORDER_NOTIFICATION", "tx-1")) == 200
+        await wait_for("ev-1", lambda: service.event_status("ev-1") == "processed")
+        (tmp_path / "link.db").symlink_to(db)
+        os.link(db, tmp_path / "hard.db")
+        targets = [
+            db,
+            *(db.with_name(db.name + suffix) for suffix in ("-wal", "-shm", "-journal")),
+            Path(os.path.relpath(db, ROOT)),  # noqa: ASYNC240 (no I/O); `cli` runs in ROOT
+            tmp_path / "link.db",
+            tmp_path / "hard.db",
+        ]
+        for target in targets:
+            rc, out, err = await cli(service.config, "backup", str(target))
+            assert rc == 2, (target, out, err)
+            assert "live database file" in err and "Traceback" not in err
+        assert await service.post(envelope("ev-2", "DEPOSIT_ORDER_NOTIFICATION", "tx-2")) == 200
+        await wait_for("ev-2", lambda: service.event_status("ev-2") == "processed")
+        assert await service.stop() == 0
+    finally:
+        await service.kill()
+    assert rows(db, "PRAGMA integrity_check") == [("ok",)]
+    assert rows(db, "SELECT event_id FROM events ORDER BY seq") == [("ev-1",), ("ev-2",)]
+    assert not [name for name in names(tmp_path) if name.endswith(".partial")]
+
+
+def ops_config(tmp_path: Path, db: Path) -> Path:
+    """A config for the day-2 commands (no serve) on the database `db`."""
+    config = tmp_path / "depositd.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
+                "webhook": {"api_key": "k", "secret": "s"},
+                "storage": {"path": str(db)},
+            }
+        )
+    )
+    return config
+
+
+async def test_backup_refuses_a_target_whose_temporary_copy_is_the_database(
+    tmp_path: Path,
+) -> None:
+    """`backup X` writes X.partial first: with the database at X.partial, that is refused too."""
+    db = tmp_path / "copy.db.partial"
+    await prefill(db, 1)
+    config = ops_config(tmp_path, db)
+    rc, _, err = await cli(config, "backup", str(tmp_path / "copy.db"))
+    assert rc == 2 and "temporary copy" in err
+    assert rows(db, "SELECT COUNT(*) FROM events") == [(1,)]
+    assert not (tmp_path / "copy.db").exists()
+
+
+async def test_backup_to_a_folder_or_an_unwritable_place_fails_cleanly(tmp_path: Path) -> None:
+    """A folder as the target is refused (exit 2) before anything is written; a target that
+    cannot be created, or a write failing midway, exits 1 with a message, no traceback and no
+    `.partial` file left behind."""
+    db = tmp_path / "depositd.db"
+    await prefill(db, 50)  # ~200 KB
+    config = ops_config(tmp_path, db)
+    folder = tmp_path / "backups"
+    folder.mkdir()
+    rc, _, err = await cli(config, "backup", str(folder))
+    assert rc == 2 and "is a directory" in err and "Traceback" not in err
+    assert [n for n in names(tmp_path) if not n.startswith("depositd.db")] == [
+        "backups",
+        "depositd.yaml",
+    ]
+    assert names(folder) == []
+
+    (tmp_path / "a-file").write_text("")
+    rc, _, err = await cli(config, "backup", str(tmp_path / "a-file" / "copy.db"))
+    assert rc == 1 and "backup to" in err and "Traceback" not in err
+
+    # A disk filling up midway, as a file-size limit for the command (which root obeys too).
+    limited = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536));"
+        " from worker.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        *[
+            sys.executable,
+            "-c",
+            limited,
+            "backup",
+            str(folder / "copy.db"),
+            "--config",
+            str(config),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, raw_err = await asyncio.wait_for(proc.communicate(), 30)
+    err = raw_err.decode()
+    assert proc.returncode == 1 and "backup to" in err and "Traceback" not in err, err
+    assert names(folder) == []
+
+
 # --- replay, retry-failed, status ----------------------------------------------------------
 
 
@@ -423,6 +538,44 @@ async def test_status_then_retry_failed_keeps_idempotency_keys(
         await service.kill()
 
 
+async def test_status_is_running_only_while_serve_has_the_database_open(
+    tmp_path: Path, provider_url: str
+) -> None:
+    """`status` after serve was SIGKILLed (start recorded, no stop) says not running and an
+    unclean stop, with no uptime; while serve runs, and after a clean stop, it says so."""
+    service = Service(tmp_path, provider_url)
+    try:
+        await service.start()
+        rc, out, err = await cli(service.config, "status")
+        assert rc == 0, err
+        report = json.loads(out)
+        assert (report["running"], report["uncleanStop"]) == (True, False)
+        assert report["uptimeSeconds"] >= 0
+
+        assert await service.signal(signal.SIGKILL, 20) == -signal.SIGKILL
+        started = rows(service.db, "SELECT value FROM meta WHERE key='started_at'")[0][0]
+        rc, out, err = await cli(service.config, "status")
+        assert rc == 0, err
+        report = json.loads(out)
+        assert (report["running"], report["uncleanStop"], report["uptimeSeconds"]) == (
+            False,
+            True,
+            None,
+        )
+        assert (report["startedAt"], report["stoppedAt"]) == (started, None)
+
+        await service.start()
+        rc, out, _ = await cli(service.config, "status")
+        assert json.loads(out)["running"] is True
+        assert await service.stop() == 0
+        rc, out, _ = await cli(service.config, "status")
+        report = json.loads(out)
+        assert (report["running"], report["uncleanStop"]) == (False, False)
+        assert report["stoppedAt"] > report["startedAt"]
+    finally:
+        await service.kill()
+
+
 async def test_ops_commands_without_a_database_exit_1(tmp_path: Path) -> None:
     """`status` before any `serve` ran says there is no database and exits 1."""
     config = tmp_path / "depositd.yaml"
@@ -492,3 +645,27 @@ async def test_prune_events_keeps_history_and_unfinished_events(tmp_path: Path) 
     }
     for table in ("deposits", "actions", "ledger"):
         assert rows(db, f"SELECT COUNT(*) FROM {table}") == [(1,)], table
+
+
+async def test_prune_unchanged_facts_keeps_the_ones_that_moved_a_deposit(tmp_path: Path) -> None:
+    """Facts that changed nothing (repeated polls) go after the retention; the rest stay."""
+    store = Store(tmp_path / "depositd.db")
+    await store.open()
+    old, recent = "2020-01-01T00:00:00.000Z", "2099-01-01T00:00:00.000Z"
+    facts = [("old-same", 0, old), ("old-moved", 1, old), ("new-same", 0, recent)]
+
+    def seed(db: Any) -> None:
+        db.conn.executemany(
+            "INSERT INTO facts (transaction_id, source, event_id, fact, changed, recorded_at)"
+            " VALUES ('tx-1', 'poll', ?, '{}', ?, ?)",
+            facts,
+        )
+
+    try:
+        await store.write(seed)
+        assert await store.write(lambda db: prune_unchanged_facts(db, 30)) == 1
+        assert await store.write(lambda db: prune_unchanged_facts(db, 30)) == 0
+    finally:
+        await store.close()
+    kept = {r[0] for r in rows(tmp_path / "depositd.db", "SELECT event_id FROM facts")}
+    assert kept == {"old-moved", "new-same"}

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from worker.store import Store, event_row
 from worker.views import parse_since
 
 T0 = 1_700_000_000_000
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def write_config(tmp_path: Path) -> Path:
@@ -63,7 +67,8 @@ def logs_to_stderr() -> None:
 
 @pytest.fixture
 async def config(tmp_path: Path) -> Path:
-    """A database with two deposits, one failed event, an action and two ledger entries."""
+    """A database with two deposits, one failed event, a failed action, two failed alerts (one
+    about no deposit) and a sent one, and two ledger entries."""
     path = write_config(tmp_path)
     store = Store(tmp_path / "depositd.db")
     await store.open()
@@ -95,6 +100,17 @@ async def config(tmp_path: Path) -> Path:
             " 'alert', '{}', 'failed', 3, 'smtp down', '2026-01-01T00:00:05.000Z',"
             " '2026-01-01T00:00:06.000Z')"
         )
+        for key, tx, status, error in (
+            ("tx-a:needs_details:slack", "tx-a", "failed", "slack 500"),
+            ("tx-a:needs_details:email", "tx-a", "sent", None),
+            ("system#9:detail_failing:slack", "-", "failed", "slack timeout"),
+        ):
+            db.execute(
+                "INSERT INTO alerts (dedupe_key, transaction_id, condition, severity, channel,"
+                " status, attempts, last_error, created_at) VALUES (?, ?, ?, 'warning', ?, ?, 5,"
+                " ?, '2026-01-01T00:00:07.000Z')",
+                [key, tx, key.split(":")[1], key.split(":")[2], status, error],
+            )
         for tx, booked in (
             ("tx-b", "2026-11-22T10:00:00.000Z"),
             ("tx-c", "2026-11-23T10:00:00.000Z"),
@@ -133,15 +149,12 @@ def test_events_json(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
         ("e3", "tx-a", "failed"),
     ]
     assert {"eventType", "receivedAt", "error"} <= set(lines[0])
+    assert {e["kind"] for e in lines} == {"event"}
     assert "T-from" not in out and "body" not in lines[0]
 
 
 def test_events_failed(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`events --failed` shows only failed events with the error, then failed actions."""
-    status, out, _ = run(capsys, "events", "--failed", "--json", "--config", str(config))
-    assert status == 0
-    [only] = json_lines(out)
-    assert only["eventId"] == "e3" and "walletId" in only["error"]
+    """`events --failed` shows only failed events with the error, then failed actions and alerts."""
     status, out, _ = run(capsys, "events", "--failed", "--config", str(config))
     assert status == 0
     lines = out.splitlines()
@@ -155,6 +168,42 @@ def test_events_failed(config: Path, capsys: pytest.CaptureFixture[str]) -> None
     ]
     assert "e3" in lines[1] and "e1" not in out
     assert "failed actions" in out and "smtp down" in out
+    assert "failed alerts" in out and "slack 500" in out and "slack timeout" in out
+    assert "needs_details:email" not in out
+
+
+def test_events_failed_json_has_actions_and_alerts(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`events --failed --json` prints what the table shows: failed events, actions, alerts,
+    told apart by `kind`, every line with the keys SPEC section 3 pins."""
+    status, out, _ = run(capsys, "events", "--failed", "--json", "--config", str(config))
+    assert status == 0
+    lines = json_lines(out)
+    assert [line["kind"] for line in lines] == ["event", "action", "alert", "alert"]
+    for line in lines:
+        assert {"eventId", "eventType", "transactionId", "receivedAt", "status"} <= set(line)
+        assert line["status"] == "failed"
+    event, action, alert, system_alert = lines
+    assert event["eventId"] == "e3" and "walletId" in event["error"]
+    assert action["eventId"] == "e1" and action["transactionId"] == "tx-a"
+    # The event the action came from.
+    assert action["eventType"] == "DEPOSIT_WHITELIST_REQUIRED"
+    assert action["receivedAt"] == "2026-01-01T00:00:00.000Z"
+    assert (action["action"], action["rule"], action["attempts"], action["outcome"]) == (
+        "alert",
+        "ask",
+        3,
+        "smtp down",
+    )
+    assert (alert["alert"], alert["channel"], alert["error"]) == (
+        "tx-a:needs_details:slack",
+        "slack",
+        "slack 500",
+    )
+    assert alert["transactionId"] == "tx-a" and alert["eventId"] is None
+    assert system_alert["condition"] == "detail_failing"
+    assert system_alert["transactionId"] is None
 
 
 def test_human_table_is_aligned(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -241,6 +290,25 @@ def test_ledger_json_and_since(config: Path, capsys: pytest.CaptureFixture[str])
     assert status == 2 and "--since" in err
 
 
+@pytest.mark.parametrize(
+    ("since", "says"),
+    [
+        ("", "is empty"),
+        ("  ", "is empty"),
+        ("0001-01-01T00:00:00+01:00", "out of range"),
+        ("9999-12-31T23:59:59-01:00", "out of range"),
+    ],
+)
+def test_ledger_since_empty_or_out_of_range_is_usage_error(
+    config: Path, capsys: pytest.CaptureFixture[str], since: str, says: str
+) -> None:
+    """An empty --since is not "no filter", and one that leaves the datetime range once in UTC
+    is no traceback: both exit 2 printing nothing on stdout."""
+    status, out, err = run(capsys, "ledger", "--json", "--since", since, "--config", str(config))
+    assert (status, out) == (2, "")
+    assert "--since" in err and says in err and "Traceback" not in err
+
+
 def test_parse_since_normalises_to_utc() -> None:
     """--since accepts dates, offsets and Z, compared as UTC milliseconds."""
     assert parse_since("2026-11-22") == "2026-11-22T00:00:00.000Z"
@@ -255,3 +323,58 @@ def test_missing_database_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[
         status, _, err = run(capsys, command, "--config", str(cfg))
         assert status == 1 and "no database at" in err
     assert not (tmp_path / "depositd.db").exists()
+
+
+def unprivileged(folder: Path) -> list[str]:
+    """A command prefix under which the read-only `folder` cannot be written: none for a normal
+    user; for root (whom chmod does not stop), setpriv dropping the capabilities that override
+    file permissions. Skips the test when neither stops a write."""
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("root without setpriv: chmod cannot take write access away")
+        prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+    probe = folder / "probe"
+    write = [*prefix, sys.executable, "-c", f"open({str(probe)!r}, 'w')"]
+    if subprocess.run(write, capture_output=True, timeout=30).returncode == 0:
+        probe.unlink()
+        pytest.skip("cannot take write access to a folder away here")
+    return prefix
+
+
+def test_read_commands_on_a_wal_database_in_a_read_only_folder(config: Path) -> None:
+    """A user who may read the database but not write its folder (the service stopped cleanly,
+    so no -shm is left to share) still gets events, deposits, ledger, addresses and status,
+    like `rules test`; nothing is created beside the database."""
+    folder = config.parent
+    db = folder / "depositd.db"
+    assert db.read_bytes()[18] == 2  # WAL in the header
+    before = sorted(os.listdir(folder))
+    assert "depositd.db-shm" not in before and "depositd.db-wal" not in before
+    db.chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        prefix = unprivileged(folder)
+        outputs: dict[str, str] = {}
+        for command in ("events", "deposits", "ledger", "addresses", "status"):
+            flags = [] if command == "status" else ["--json"]
+            proc = subprocess.run(
+                [*prefix, sys.executable, "-m", "worker", command, *flags, "--config", str(config)],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                timeout=60,
+            )
+            assert proc.returncode == 0, f"{command}: {proc.stderr}"
+            outputs[command] = proc.stdout
+    finally:
+        folder.chmod(0o755)
+        db.chmod(0o644)
+    assert [e["eventId"] for e in json_lines(outputs["events"])] == ["e1", "e2", "e3"]
+    assert len(json_lines(outputs["deposits"])) == 2
+    assert len(json_lines(outputs["ledger"])) == 2
+    assert outputs["addresses"] == ""
+    assert json.loads(outputs["status"])["booked"] == 2
+    assert sorted(os.listdir(folder)) == before

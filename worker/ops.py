@@ -8,7 +8,9 @@ commands set back to pending (they sweep the tables every second).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -18,34 +20,86 @@ from typing import Any, TextIO
 
 from worker import __version__
 from worker.queries import utc_now
+from worker.servelock import serving
 from worker.settings import load_settings
 from worker.tracker import ms_from_iso
 from worker.views import run_on_db
 
+# The files SQLite keeps beside a database: writing over any of them under a running service
+# corrupts the database.
+_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if a.resolve() == b.resolve():
+            return True
+        return os.path.samefile(a, b)  # hard links, bind mounts
+    except (OSError, RuntimeError):  # one of them does not exist; a symlink loop
+        return False
+
+
+def backup_target_problem(database: Path, target: Path) -> str | None:
+    """Why `target` must not be written as a backup of `database`, or None when it may."""
+    if target.is_dir():
+        return f"{target} is a directory; give the path of the backup file to write"
+    live = [database, *(database.with_name(database.name + s) for s in _COMPANIONS)]
+    for file in live:
+        if _same_file(target, file):
+            return f"{target} is the live database file {file}; choose another path"
+        if _same_file(_partial(target), file):
+            return f"{target}: its temporary copy would overwrite the live database file {file}"
+    return None
+
+
+def _partial(target: Path) -> Path:
+    return target.with_name(target.name + ".partial")
+
 
 def backup(source: Path, target: Path) -> int:
-    """Consistent online copy with SQLite's backup API; returns the page count copied."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".partial")
-    tmp.unlink(missing_ok=True)
-    with closing(sqlite3.connect(source, timeout=30)) as src, closing(sqlite3.connect(tmp)) as dst:
-        # One step under one read transaction: copied in steps, every commit the service
-        # makes between two steps restarts the copy, which under load may never finish.
-        # WAL keeps the service writing meanwhile.
-        src.backup(dst, pages=-1)
-        pages = int(dst.execute("PRAGMA page_count").fetchone()[0])
-        dst.execute("PRAGMA journal_mode=DELETE")
-    tmp.replace(target)
+    """Consistent online copy with SQLite's backup API; returns the page count copied.
+
+    Written to `<target>.partial` first, which is removed if anything fails.
+    """
+    tmp = _partial(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
+        with (
+            closing(sqlite3.connect(source, timeout=30)) as src,
+            closing(sqlite3.connect(tmp)) as dst,
+        ):
+            # One step under one read transaction: copied in steps, every commit the service
+            # makes between two steps restarts the copy, which under load may never finish.
+            # WAL keeps the service writing meanwhile.
+            src.backup(dst, pages=-1)
+            pages = int(dst.execute("PRAGMA page_count").fetchone()[0])
+            dst.execute("PRAGMA journal_mode=DELETE")
+        tmp.replace(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if tmp.is_file():
+                tmp.unlink()
+        raise
     return pages
 
 
 def run_backup(args: argparse.Namespace) -> int:
-    """`depositd backup PATH`."""
+    """`depositd backup PATH`: exit 2 for a target that is the database or a folder."""
 
     def body(_conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
         settings = load_settings(args.config)
+        target = Path(args.path)
+        problem = backup_target_problem(Path(settings.storage.path), target)
+        if problem:
+            print(f"depositd: backup refused: {problem}", file=sys.stderr)
+            return 2
         started = time.monotonic()
-        pages = backup(settings.storage.path, Path(args.path))
+        try:
+            pages = backup(settings.storage.path, target)
+        except (OSError, sqlite3.Error) as exc:
+            print(f"depositd: backup to {target} failed: {exc}", file=sys.stderr)
+            return 1
         elapsed = time.monotonic() - started
         print(f"backup written to {args.path} ({pages} pages, {elapsed:.2f}s)", file=out)
         return 0
@@ -98,15 +152,19 @@ def run_retry_failed(args: argparse.Namespace) -> int:
     return run_on_db(args, _retry_failed, readonly=False)
 
 
-def status_report(conn: sqlite3.Connection) -> dict[str, Any]:
-    """What `status` shows, read from the database."""
+def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[str, Any]:
+    """What `status` shows, read from the database; `in_use`: whether a serve holds it now
+    (`worker.servelock.serving`), None when unknown."""
     meta = {r["key"]: r["value"] for r in conn.execute("SELECT key, value FROM meta")}
 
     def one(sql: str, *args: Any) -> Any:
         return conn.execute(sql, args).fetchone()[0]
 
     started, stopped = meta.get("started_at"), meta.get("stopped_at")
-    running = bool(started) and (not stopped or stopped < started)
+    # `serve` records its start and its stop; a SIGKILL, a crash or a power cut leaves the start
+    # alone, so the record is only believed while some process has the database open.
+    recorded = bool(started) and (not stopped or stopped < started)
+    running = recorded and in_use is not False
     uptime = None
     if running and started:
         uptime = round((ms_from_iso(utc_now()) - ms_from_iso(started)) / 1000)
@@ -115,6 +173,8 @@ def status_report(conn: sqlite3.Connection) -> dict[str, Any]:
         "running": running,
         "startedAt": started,
         "stoppedAt": stopped,
+        # true: the last serve ended without recording its stop; null: could not check.
+        "uncleanStop": None if recorded and in_use is None else recorded and not running,
         "uptimeSeconds": uptime,
         # The meta key survives retention pruning; the events table is the fallback.
         "lastWebhookAt": meta.get("last_webhook_at") or one("SELECT MAX(received_at) FROM events"),
@@ -135,11 +195,12 @@ def status_report(conn: sqlite3.Connection) -> dict[str, Any]:
     }
 
 
-def _status(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
-    print(json.dumps(status_report(conn), indent=2), file=out)
-    return 0
-
-
 def run_status(args: argparse.Namespace) -> int:
     """`depositd status`: from the running service's database."""
-    return run_on_db(args, _status)
+    in_use = serving(Path(load_settings(args.config).storage.path))
+
+    def body(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
+        print(json.dumps(status_report(conn, in_use), indent=2), file=out)
+        return 0
+
+    return run_on_db(args, body)

@@ -13,6 +13,7 @@ import contextlib
 import json
 import signal
 from collections.abc import AsyncIterator, Coroutine, Mapping
+from functools import partial
 from typing import Any
 
 import sqlite_utils
@@ -47,12 +48,28 @@ DAY_S = 86_400.0
 
 def prune_events(db: sqlite_utils.Database, retention_days: int) -> int:
     """Delete processed/ignored events older than the retention; ledger, actions stay."""
-    cutoff = iso_from_ms(now_ms() - retention_days * int(DAY_S) * 1000)
     cur = db.execute(
         "DELETE FROM events WHERE status IN ('processed','ignored') AND received_at < ?",
-        [cutoff],
+        [_cutoff(retention_days)],
     )
     return int(cur.rowcount)
+
+
+def prune_unchanged_facts(db: sqlite_utils.Database, retention_days: int) -> int:
+    """Delete facts older than the retention that changed nothing (mostly polls repeating what
+    was known: one per poll run per waiting deposit); the facts that moved a deposit stay."""
+    cur = db.execute(
+        "DELETE FROM facts WHERE changed = 0 AND recorded_at < ?", [_cutoff(retention_days)]
+    )
+    return int(cur.rowcount)
+
+
+def _prune(db: sqlite_utils.Database, days: int) -> tuple[int, int]:
+    return prune_events(db, days), prune_unchanged_facts(db, days)
+
+
+def _cutoff(retention_days: int) -> str:
+    return iso_from_ms(now_ms() - retention_days * int(DAY_S) * 1000)
 
 
 class PollMetrics:
@@ -212,14 +229,14 @@ class Runtime:
             try:
                 await self.check_providers()
                 pruned = await self.store.write(
-                    lambda db: prune_events(db, self.settings.storage.retention_days)
+                    partial(_prune, days=self.settings.storage.retention_days)
                 )
             except StorageError as exc:
                 # Tomorrow's run tries again; the task must not end with the error unseen.
                 log.error("daily maintenance failed", error=str(exc))
             else:
-                if pruned:
-                    log.info("retention", prunedEvents=pruned)
+                if any(pruned):
+                    log.info("retention", prunedEvents=pruned[0], prunedFacts=pruned[1])
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), DAY_S)
 

@@ -1,8 +1,9 @@
-"""Read-only commands: `events`, `deposits`, `ledger` (SPEC sections 3 and 11).
+"""Read-only commands: `events`, `deposits`, `ledger`, `addresses` (SPEC sections 3 and 11).
 
 They open the database with a plain read-only connection, so they run beside `serve` (WAL lets
-readers and the writer proceed together). Human output is aligned columns; `--json` prints one
-object per line. A stored event's body is never printed (it may carry payer data).
+readers and the writer proceed together), and as immutable where a WAL reader cannot start (see
+`_readable`). Human output is aligned columns; `--json` prints one object per line. A stored
+event's body is never printed (it may carry payer data).
 """
 
 from __future__ import annotations
@@ -35,10 +36,45 @@ def open_db(args: argparse.Namespace, *, readonly: bool = True) -> Iterator[sqli
     if not path.exists():
         raise NoDatabase(f"no database at {path} (has `depositd serve` run yet?)")
     conn = connect(path, readonly=readonly, synchronous=settings.storage.synchronous)
+    if readonly:
+        conn = _readable(conn, path)
     try:
         yield conn
     finally:
         conn.close()
+
+
+def _readable(conn: sqlite3.Connection, path: Path) -> sqlite3.Connection:
+    """`conn`, or an immutable reader when a read-only WAL reader cannot start here.
+
+    A WAL reader needs the -shm file; with none left (the service stopped cleanly) and a folder
+    this user cannot write, SQLite cannot create it and refuses to read ("attempt to write a
+    readonly database"). With no -wal content the main file holds every commit, so reading it
+    as immutable is complete (as `rules test` does). A -wal with content is never skipped.
+    """
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY or _wal_has_content(path):
+            conn.close()
+            raise
+    conn.close()
+    immutable = sqlite3.connect(
+        f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, timeout=5.0
+    )
+    immutable.row_factory = sqlite3.Row
+    return immutable
+
+
+def _wal_has_content(path: Path) -> bool:
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return wal.stat().st_size > 0
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: do not risk skipping commits
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO) -> None:
@@ -85,6 +121,7 @@ def run_on_db(args: argparse.Namespace, body: Any, *, readonly: bool = True) -> 
 def event_json(row: Mapping[str, Any]) -> dict[str, Any]:
     """An `events` row as `events --json` prints it (never the body)."""
     return {
+        "kind": "event",
         "eventId": row["event_id"],
         "eventType": row["event_type"],
         "referenceId": row["reference_id"],
@@ -96,15 +133,63 @@ def event_json(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# Action and alert lines of `events --failed --json` carry the keys SPEC section 3 pins for
+# every line (eventId, eventType, transactionId, receivedAt, status): for an action, those of
+# the event it came from (null once retention pruned it); an alert belongs to no event.
+
+
+def action_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A failed `actions` row as `events --failed --json` prints it (`kind` "action")."""
+    return {
+        "kind": "action",
+        "eventId": row["event_id"],
+        "eventType": row["event_type"],
+        "transactionId": row["transaction_id"],
+        "receivedAt": row["received_at"],
+        "status": row["status"],
+        "id": row["id"],
+        "trigger": row["trigger"],
+        "ruleSet": row["rule_set"],
+        "ruleSetVersion": row["rule_set_version"],
+        "rule": row["rule"],
+        "action": row["action"],
+        "attempts": row["attempts"],
+        "outcome": row["outcome"],
+        "updatedAt": row["updated_at"],
+    }
+
+
+def alert_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A failed `alerts` row as `events --failed --json` prints it (`kind` "alert")."""
+    return {
+        "kind": "alert",
+        "eventId": None,
+        "eventType": None,
+        # "-": an alert about no deposit (a poll failing, a reload refused).
+        "transactionId": None if row["transaction_id"] == "-" else row["transaction_id"],
+        "receivedAt": None,
+        "status": row["status"],
+        "id": row["id"],
+        "alert": row["dedupe_key"],
+        "condition": row["condition"],
+        "severity": row["severity"],
+        "channel": row["channel"],
+        "attempts": row["attempts"],
+        "error": row["last_error"],
+        "createdAt": row["created_at"],
+    }
+
+
 def _events(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
     where = "WHERE status = 'failed'" if args.failed else ""
     rows = conn.execute(
         "SELECT seq, event_id, event_type, reference_id, transaction_id, received_at, status,"
         f" processed_at, error FROM events {where} ORDER BY seq"
     ).fetchall()
+    actions, alerts = _failed_actions(conn) if args.failed else ([], [])
     if args.json:
-        for row in rows:
-            _json_line(event_json(row), out)
+        for line in [*map(event_json, rows), *actions, *alerts]:
+            _json_line(line, out)
         return 0
     table(
         ["receivedAt", "eventId", "eventType", "transactionId", "status", "error"],
@@ -121,48 +206,31 @@ def _events(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> 
         ],
         out,
     )
-    if args.failed:
-        _failed_actions(conn, out)
-    return 0
-
-
-def _failed_actions(conn: sqlite3.Connection, out: TextIO) -> None:
-    actions = conn.execute(
-        "SELECT id, transaction_id, trigger, rule, action, attempts, outcome, updated_at"
-        " FROM actions WHERE status = 'failed' ORDER BY id"
-    ).fetchall()
     if actions:
         print("\nfailed actions", file=out)
-        table(
-            ["id", "transactionId", "trigger", "rule", "action", "attempts", "outcome"],
-            [
-                [
-                    a["id"],
-                    a["transaction_id"],
-                    a["trigger"],
-                    a["rule"],
-                    a["action"],
-                    a["attempts"],
-                    a["outcome"],
-                ]
-                for a in actions
-            ],
-            out,
-        )
-    alerts = conn.execute(
-        "SELECT dedupe_key, severity, channel, attempts, last_error FROM alerts"
-        " WHERE status = 'failed' ORDER BY id"
-    ).fetchall()
+        columns = ["id", "transactionId", "trigger", "rule", "action", "attempts", "outcome"]
+        table(columns, [[a[c] for c in columns] for a in actions], out)
     if alerts:
         print("\nfailed alerts", file=out)
         table(
             ["alert", "severity", "channel", "attempts", "error"],
-            [
-                [a["dedupe_key"], a["severity"], a["channel"], a["attempts"], a["last_error"]]
-                for a in alerts
-            ],
+            [[a["alert"], a["severity"], a["channel"], a["attempts"], a["error"]] for a in alerts],
             out,
         )
+    return 0
+
+
+def _failed_actions(
+    conn: sqlite3.Connection,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Failed actions and alerts that could not be sent, as their JSON lines."""
+    actions = conn.execute(
+        "SELECT a.*, e.event_type, e.received_at FROM actions a"
+        " LEFT JOIN events e ON e.event_id = a.event_id"
+        " WHERE a.status = 'failed' ORDER BY a.id"
+    ).fetchall()
+    alerts = conn.execute("SELECT * FROM alerts WHERE status = 'failed' ORDER BY id").fetchall()
+    return [action_json(a) for a in actions], [alert_json(a) for a in alerts]
 
 
 def run_events(args: argparse.Namespace) -> int:
@@ -343,21 +411,30 @@ def ledger_json(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_since(value: str) -> str:
-    """--since as the stored timestamp format (UTC, milliseconds, Z); ValueError if unreadable."""
-    moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    """--since as the stored timestamp format (UTC, milliseconds, Z); ValueError if unusable."""
+    if not value.strip():
+        raise ValueError("is empty (leave --since out to print the whole ledger)")
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("is not an ISO 8601 time") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is in year 0 in UTC
+        raise ValueError("is out of range once converted to UTC") from None
+    return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _ledger(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
     query = "SELECT * FROM ledger"
     params: list[Any] = []
-    if args.since:
+    if args.since is not None:  # an empty --since is a mistake, not "no filter"
         try:
             params.append(parse_since(args.since))
-        except ValueError:
-            print(f"depositd: --since {args.since!r} is not an ISO 8601 time", file=sys.stderr)
+        except ValueError as exc:
+            print(f"depositd: --since {args.since!r} {exc}", file=sys.stderr)
             return 2
         query += " WHERE booked_at >= ?"
     rows = [
