@@ -8,6 +8,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from worker.provider import jsonio
@@ -99,6 +101,19 @@ def test_loads_reads_utf8_bytes() -> None:
     assert jsonio.loads('\ufeff{"name": "Zoë"}'.encode()) == {"name": "Zoë"}
     with pytest.raises(ValueError):
         jsonio.loads('{"name": "Zoë"}'.encode("utf-16"))
+
+
+@given(st.decimals(allow_nan=False, allow_infinity=False), st.text())
+def test_decimals_as_numbers_round_trip_exactly(value: Decimal, text: str) -> None:
+    """Written as a JSON number (the sandbox's webhook amounts), a decimal reads back as the
+    same value with the same digits; strings beside it, whatever they hold, stay strings."""
+    assume(not (value.is_zero() and value.is_signed()))  # "-0" reads back as the integer 0
+    raw = jsonio.dumpb({"amount": value, "text": text}, decimals_as_numbers=True)
+    assert b'"amount":"' not in raw
+    back = jsonio.loads(raw)
+    assert back["text"] == text
+    assert Decimal(back["amount"]) == value
+    assert jsonio.decimal_str(Decimal(back["amount"])) == jsonio.decimal_str(value)
 
 
 @pytest.mark.parametrize("value", [0.1, 1e-7, 5.0])

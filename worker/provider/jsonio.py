@@ -7,6 +7,8 @@ back as a plain decimal string with its scale kept ("0.0000001", not "1E-7"; "12
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from decimal import Decimal
 from typing import Any
 
@@ -43,6 +45,27 @@ def dumps(obj: Any, *, compact: bool = True) -> str:
     return json.dumps(obj, default=_default, ensure_ascii=False, indent=2)
 
 
-def dumpb(obj: Any) -> bytes:
-    """Serialise to UTF-8 JSON bytes (for request and webhook bodies)."""
-    return dumps(obj).encode()
+def dumpb(obj: Any, *, decimals_as_numbers: bool = False) -> bytes:
+    """Serialise to UTF-8 JSON bytes (for request and webhook bodies).
+
+    With `decimals_as_numbers`, every `Decimal` is written as a JSON number with its exact
+    digits ("125.50" -> 125.50), as the provider's webhooks carry amounts.
+    """
+    if not decimals_as_numbers:
+        return dumps(obj).encode()
+    text = json.dumps(obj, default=_number_marker, separators=(",", ":"), ensure_ascii=False)
+    return _MARKED.sub(r"\1", text).encode()
+
+
+# A Decimal goes through the encoder as a marked string, then loses its quotes and marker. The
+# marker holds a NUL (always escaped in JSON text) and a random part of this process: a real
+# string cannot look like it by chance.
+_NONCE = secrets.token_hex(8)
+_MARKER = f"\x00{_NONCE}:"
+_MARKED = re.compile(rf'"\\u0000{_NONCE}:(-?[0-9]+(?:\.[0-9]+)?)"')
+
+
+def _number_marker(obj: Any) -> Any:
+    if isinstance(obj, Decimal) and obj.is_finite():
+        return _MARKER + decimal_str(obj)
+    return _default(obj)

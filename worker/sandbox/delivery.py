@@ -182,7 +182,7 @@ class Deliverer:
     async def _attempt(self, delivery: Delivery) -> bool:
         assert self._session is not None and self.cfg.webhook_url
         url = URL(self.cfg.webhook_url)
-        body = jsonio.dumpb(delivery.envelope)
+        body = jsonio.dumpb(delivery.envelope, decimals_as_numbers=True)
         headers = signed_headers(
             self.cfg.webhook_api_key,
             self.cfg.webhook_secret,

@@ -112,7 +112,8 @@ class Order:
             "transactionId": self.transaction_id,
             "transactionHash": self.transaction_hash,
             "transactionType": "DEPOSIT",
-            "amount": decimal_str(self.amount),
+            # A JSON number on the wire (the interface's event table), with its exact digits.
+            "amount": self.amount,
             "currency": self.currency,
             "network": self.network,
             "fromAddress": self.from_address,
