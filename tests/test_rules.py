@@ -143,6 +143,19 @@ MISTAKES = [
         "w.yaml:6: rules[0].then[0].forward.secret: unknown key 'secret'",
     ),
     (
+        "unsigned forward",
+        """
+        wallet: 1001
+        rules:
+          - name: r
+            on: [credited]
+            then:
+              - forward: {url: "https://x.example/h"}
+        """,
+        "w.yaml:6: rules[0].then[0].forward: forward needs secret_env or secret_file (the POST"
+        " is signed)",
+    ),
+    (
         "unknown severity",
         """
         wallet: 1001

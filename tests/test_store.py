@@ -122,7 +122,7 @@ async def test_migrations_run_in_order_with_their_version(
 
 
 async def test_a_version_1_database_is_brought_up_to_date(tmp_path: Path) -> None:
-    """A database written before version 2 keeps its rows and gains the actions_event index."""
+    """A database written before version 2 keeps its rows and gains the version 2 indexes."""
     path = tmp_path / "d.db"
     db = sqlite_utils.Database(path)
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -139,6 +139,7 @@ async def test_a_version_1_database_is_brought_up_to_date(tmp_path: Path) -> Non
     db = sqlite_utils.Database(path)
     assert get_meta(db, "schema_version") == str(SCHEMA_VERSION) == "2"
     assert "actions_event" in {i.name for i in db["actions"].indexes}
+    assert "facts_unchanged" in {i.name for i in db["facts"].indexes}
     assert db.execute("SELECT event_id FROM actions").fetchall() == [("e1",)]
     db.close()
 

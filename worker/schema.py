@@ -130,6 +130,9 @@ def _migrate_v2(db: sqlite_utils.Database) -> None:
     # The reactor asks, per processed event, whether rules already ran on it: without this
     # index that is a scan of every action ever recorded.
     db.execute("CREATE INDEX IF NOT EXISTS actions_event ON actions (event_id, trigger)")
+    # Retention deletes the facts that changed nothing (repeated polls) by age, daily, inside
+    # the group transaction that webhooks wait for: a range, not a scan of every fact.
+    db.execute("CREATE INDEX IF NOT EXISTS facts_unchanged ON facts (changed, recorded_at)")
 
 
 # Append only.

@@ -348,6 +348,9 @@ class _File:
         out: dict[str, Any] = {"url": url}
         if "secret_env" in params and "secret_file" in params:
             self.bad((*loc, "secret_file"), "give either secret_env or secret_file, not both")
+        elif "secret_env" not in params and "secret_file" not in params:
+            # SPEC section 8: forward posts the deposit signed; never unsigned by omission.
+            self.bad(loc, "forward needs secret_env or secret_file (the POST is signed)")
         env = params.get("secret_env")
         if "secret_env" in params:
             if not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
