@@ -244,6 +244,11 @@ def test_deposits_json_and_state_filter(config: Path, capsys: pytest.CaptureFixt
     assert [d["transactionId"] for d in json_lines(out)] == ["tx-b"]
     status, _, err = run(capsys, "deposits", "--state", "bogus", "--config", str(config))
     assert status == 2 and "unknown state 'bogus'" in err
+    # A transactionId with --state would silently drop the filter: refused.
+    status, out, err = run(
+        capsys, "deposits", "tx-a", "--state", "completed", "--config", str(config)
+    )
+    assert (status, out) == (2, "") and "not both" in err
 
 
 def test_one_deposit_with_history(config: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -261,6 +261,9 @@ def deposit_json(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _deposits(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
     if args.transaction_id:
+        if args.state:
+            print("depositd: give a transactionId or --state, not both", file=sys.stderr)
+            return 2
         return _one_deposit(conn, args.transaction_id, args.json, out)
     states = {s.value for s in State}
     if args.state and args.state not in states:
