@@ -391,13 +391,18 @@ async def test_timeout_retried_with_same_key_and_applied_once(
 async def test_stop_does_not_wait_out_a_hung_provider(
     make_stack: MakeStack, recorded: Recorded
 ) -> None:
-    """A stop while a submission hangs at the provider (4 tries x 5 s) ends within the grace
-    (well inside systemd's 30 s); the row stays running and, after the restart, is submitted
-    with the same key and applied once."""
-    stack = await make_stack(scheduler=False)
-    stack.sandbox.set_fault("submit", "timeout", count=None)
+    """A stop while a submission and the polls hang at the provider (4 tries x 5 s each) ends
+    within one grace (well inside systemd's 30 s); the row stays running and, after the
+    restart, is submitted with the same key and applied once."""
+    stack = await make_stack()
+    stack.sandbox.set_fault("*", "timeout", count=None)
     tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "8", PAYER_ADDRESS)["transactionId"]
     await stack.wait_for(lambda: len(submits(recorded, tx)) == 1, what="the hung submission")
+    since = submits(recorded, tx)[0]["at"]
+    await stack.wait_for(
+        lambda: any(r["method"] == "GET" and r["at"] > since for r in recorded),
+        what="a poll hanging too",
+    )
     started = time.monotonic()
     await stack.stop_worker()
     assert time.monotonic() - started < runtime_mod.STOP_GRACE_S + 3

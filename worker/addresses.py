@@ -6,8 +6,9 @@ with `--replace-failed` a FAILED record for the same address is disabled and a n
 (a record cannot be edited). Records are kept in the `addresses` table; WALLET_ADDRESS_UPDATED
 webhooks update them too.
 
-Payer details are personal data (SPEC section 9): what this command prints, logs or alerts names
-the profile and the payer fields a provider message mentions, never a value.
+Payer details are personal data (SPEC section 9): what this command prints and logs names the
+profile and the payer fields a provider message mentions, never a value. The FAILED alert carries
+the provider's failMessage (the review's reason), as a deposit's rejection alert does.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ _STATUS_RANK = {
     AddressStatus.FAILED.value: 1,
     AddressStatus.DISABLED.value: 2,
 }
-# Field names a provider message may name; its values are never echoed (they may be payer data).
 
 
 def register_body(

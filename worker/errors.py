@@ -19,6 +19,10 @@ class StorageError(DepositdError):
     """The SQLite store is unavailable or refused the operation."""
 
 
+class AlreadyServing(DepositdError, OSError):
+    """Another `depositd serve` holds the database (its `<database>.lock`)."""
+
+
 class SchemaTooNew(StorageError):
     """The database was written by a newer depositd; refusing to touch it."""
 

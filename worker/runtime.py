@@ -326,14 +326,17 @@ class Runtime:
         # Within the unit's TimeoutStopSec (30 s, the ingress process's drain included): work
         # still waiting on the provider after the grace is cancelled. That is a crash at that
         # point, which the design survives: a running action is resumed after the restart with
-        # the same Idempotency-Key, and a poll is read again.
-        if self.scheduler is not None:
-            await self.scheduler.stop(grace_s=STOP_GRACE_S)
+        # the same Idempotency-Key, and a poll is read again. One grace for all of it: the
+        # outbox stops taking rows at once while a poll in flight ends.
+        deadline = loop.time() + STOP_GRACE_S
         self._stop.set()
         for task in self._tasks:
             if task.get_name() == "watchdog":
                 task.cancel()
-        ended = await finish_or_cancel([*self._tasks, *self._side_writes], STOP_GRACE_S)
+        if self.scheduler is not None:
+            await self.scheduler.stop(grace_s=STOP_GRACE_S)
+        left = max(0.0, deadline - loop.time())
+        ended = await finish_or_cancel([*self._tasks, *self._side_writes], left)
         for result in ended:
             if isinstance(result, Exception):
                 log.error("task ended with an error", error=f"{type(result).__name__}: {result}")

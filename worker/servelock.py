@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from worker.errors import AlreadyServing
 
-class AlreadyServing(OSError):
-    """Another `depositd serve` holds the database."""
+# `status` takes the lock shared for an instant to look: a serve starting just then retries.
+_TRIES, _PAUSE_S = 20, 0.05
 
 
 def lock_path(database: Path) -> Path:
@@ -29,13 +31,20 @@ def serve_lock(database: Path) -> Iterator[None]:
     """Hold the database's serve lock for the block; `AlreadyServing` when another holds it."""
     path = lock_path(database)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    # Readable by all (it holds a pid): `status` run by another user looks at it.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            raise AlreadyServing(f"another depositd serve (pid {holder}) uses {database}") from None
+        for attempt in range(_TRIES):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == _TRIES - 1:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                    raise AlreadyServing(
+                        f"another depositd serve (pid {holder}) uses {database}"
+                    ) from None
+                time.sleep(_PAUSE_S)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
@@ -43,12 +52,15 @@ def serve_lock(database: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def serving(database: Path) -> bool:
-    """Does a `depositd serve` hold the database now?"""
+def serving(database: Path) -> bool | None:
+    """Does a `depositd serve` hold the database now? None when the lock cannot be looked at
+    (e.g. a lock file this user may not read)."""
     try:
         fd = os.open(lock_path(database), os.O_RDONLY)
     except FileNotFoundError:
         return False
+    except OSError:
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -40,7 +40,6 @@ Observe = Callable[[Fact], Awaitable[Any]]
 # A submission whose outcome is unknown (an unreadable answer, a system error, "processing") is
 # retried with the same key without end; a human is told once it has lasted this many attempts.
 UNKNOWN_ALERT_AFTER = 3
-# Field names a provider message may name; its values are never echoed (they may be payer data).
 
 
 class Submitter:
