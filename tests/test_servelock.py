@@ -18,9 +18,9 @@ def test_the_lock_is_held_while_serving_and_refuses_a_second(tmp_path: Path) -> 
     assert serving(db) is False  # never served
     with serve_lock(db):
         assert serving(db) is True
-        with pytest.raises(AlreadyServing, match=rf"another depositd serve \(pid {os.getpid()}\)"):
-            with serve_lock(db):
-                pass
+        held_by_us = rf"another depositd serve \(pid {os.getpid()}\)"
+        with pytest.raises(AlreadyServing, match=held_by_us), serve_lock(db):
+            pass
     assert serving(db) is False
     with serve_lock(db):
         assert serving(db) is True
