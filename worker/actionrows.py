@@ -3,8 +3,8 @@
 `ActionRows` records an action row's outcome (done, failed, skipped, or pending again after a
 back-off) for `worker.outbox.Outbox` and the modules that run each kind of row
 (`worker.submission`, `worker.alerts`, `worker.forward`), so those modules do not import the
-runner. `queue_alert` and `alert_once` queue alert rows from a submission or a forward, in the
-write that records its outcome.
+runner. `alert_once` queues an alert row from a submission or a forward (unless the same one is
+queued already), in the write that records its outcome.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sqlite_utils
 from worker.logs import get_logger
 from worker.provider import signing
 from worker.queries import utc_now
-from worker.reactor import add_action
+from worker.reactor import enqueue_alert
 from worker.store import Store
 from worker.tracker import Deposit, iso_from_ms
 
@@ -84,35 +84,12 @@ class ActionRows:
         )
 
 
-def queue_alert(
-    db: sqlite_utils.Database,
-    deposit: Deposit | None,
-    condition: str,
-    severity: str,
-    *,
-    detail: str,
-    profile: str | None = None,
-    once_per: str | None = None,
-) -> int:
-    """`enqueue_alert` of a submission or forward; `once_per` narrows the alert's dedupe from
-    (deposit, condition) to (deposit, condition, once_per): one alert per submission."""
-    params = {
-        "condition": condition,
-        "severity": severity,
-        "channels": None,
-        "detail": detail,
-        "profile": profile,
-        "once_per": once_per,
-    }
-    trigger = "forward" if condition.startswith("forward") else "submit"
-    return add_action(db, deposit=deposit, action="alert", params=params, trigger=trigger)
-
-
 def alert_once(
     deposit: Deposit | None,
     condition: str,
     severity: str,
     *,
+    trigger: str,
     detail: str,
     profile: str | None = None,
     once_per: str | None = None,
@@ -128,8 +105,15 @@ def alert_once(
             [deposit.transaction_id if deposit else None, condition, once_per],
         ).fetchone()
         if queued is None:
-            queue_alert(
-                db, deposit, condition, severity, detail=detail, profile=profile, once_per=once_per
+            enqueue_alert(
+                db,
+                deposit,
+                condition,
+                severity,
+                trigger=trigger,
+                detail=detail,
+                profile=profile,
+                once_per=once_per,
             )
 
     return fn

@@ -48,6 +48,7 @@ class Forwarder:
                 deposit,
                 "forward_secret_missing",
                 "warning",
+                trigger="forward",
                 detail=f"forward not sent: {problem}; depositd retries with back-off and never "
                 "posts unsigned",
             )

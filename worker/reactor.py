@@ -115,15 +115,20 @@ def enqueue_alert(
     channels: Sequence[str] | None = None,
     intent: Intent | None = None,
     profile: str | None = None,
+    once_per: str | None = None,
 ) -> int:
-    """Queue an alert; the runner sends it once per (deposit, condition, channel)."""
-    params = {
+    """Queue an alert; the runner sends it once per (deposit, condition, channel), or per
+    (deposit, condition, once_per, channel) when `once_per` names what one alert is about (one
+    submission)."""
+    params: dict[str, Any] = {
         "condition": condition,
         "severity": severity,
         "channels": list(channels) if channels else None,
         "detail": detail,
         "profile": profile,
     }
+    if once_per is not None:
+        params["once_per"] = once_per
     return add_action(
         db, deposit=deposit, action="alert", params=params, trigger=trigger, intent=intent
     )

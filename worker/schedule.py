@@ -51,7 +51,7 @@ PROVIDER_WIDE = (ProviderAuthError, ProviderUnavailable, ProviderRetryLater)
 Observe = Callable[[Fact], Awaitable[Any]]
 
 
-def _alert_once(
+def _alert_once_per_trigger(
     db: sqlite_utils.Database,
     transaction_id: str,
     condition: str,
@@ -74,7 +74,7 @@ def _alert_once(
 
 def alert_gone(db: sqlite_utils.Database, transaction_id: str) -> None:
     """Queue one critical alert for a tracked deposit the provider no longer knows (10000100)."""
-    _alert_once(
+    _alert_once_per_trigger(
         db,
         transaction_id,
         "deposit_gone",
@@ -86,7 +86,7 @@ def alert_gone(db: sqlite_utils.Database, transaction_id: str) -> None:
 
 def alert_detail_failing(db: sqlite_utils.Database, transaction_id: str, detail: str) -> None:
     """Queue one warning alert for a tracked deposit whose detail keeps failing to be read."""
-    _alert_once(
+    _alert_once_per_trigger(
         db, transaction_id, "detail_failing", "warning", trigger="detail_failing", detail=detail
     )
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlite_utils
 
-from worker.actionrows import ActionRows, alert_once, queue_alert
+from worker.actionrows import ActionRows, alert_once
 from worker.errors import (
     ProviderAuthError,
     ProviderBusinessError,
@@ -160,6 +160,7 @@ class Submitter:
                 deposit,
                 f"submit_failed:{label}",
                 "warning",
+                trigger="submit",
                 detail=f"{what}; {attempts} attempts so far; depositd keeps retrying with the "
                 "same Idempotency-Key",
                 profile=profile,
@@ -225,11 +226,12 @@ class Submitter:
         # Each submission's refusal alerts on its own (a refusal after a correction is news);
         # the same submission refused again does not.
         def alert(severity: str, text: str = detail) -> Callable[[sqlite_utils.Database], object]:
-            return lambda db: queue_alert(
+            return lambda db: enqueue_alert(
                 db,
                 deposit,
                 f"submit_failed:{code}",
                 severity,
+                trigger="submit",
                 detail=text,
                 profile=profile,
                 once_per=_short(key),

@@ -98,21 +98,15 @@ async def _outcome(
     except Exception as exc:
         outcome = f"unexpected {type(exc).__name__}: {exc}"
     else:
-        log.info(
-            "alert_sent",
-            channel=name,
-            condition=alert.condition,
-            transactionId=alert.transaction_id,
-        )
+        log.info("alert_sent", **_about(name, alert))
         return None
-    log.error(
-        "alert_failed",
-        channel=name,
-        condition=alert.condition,
-        transactionId=alert.transaction_id,
-        error=outcome,
-    )
+    log.error("alert_failed", error=outcome, **_about(name, alert))
     return outcome
+
+
+def _about(name: str, alert: Alert) -> dict[str, Any]:
+    """The fields of an alert's log lines: channel, condition, deposit (never its contents)."""
+    return {"channel": name, "condition": alert.condition, "transactionId": alert.transaction_id}
 
 
 async def send_once(
@@ -139,21 +133,14 @@ async def _once(name: str, notifier: Notifier | None, alert: Alert) -> NotifyErr
     except Exception as exc:
         error = NotifyError(name, f"unexpected {type(exc).__name__}: {exc}", retryable=False)
     else:
-        log.info(
-            "alert_sent",
-            channel=name,
-            condition=alert.condition,
-            transactionId=alert.transaction_id,
-        )
+        log.info("alert_sent", **_about(name, alert))
         return None
     log.warning(
         "alert_not_sent",
-        channel=name,
-        condition=alert.condition,
-        transactionId=alert.transaction_id,
         error=error.msg,
         retryable=error.retryable,
         retry_after_s=error.retry_after,
+        **_about(name, alert),
     )
     return error
 
