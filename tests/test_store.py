@@ -314,11 +314,11 @@ async def test_the_writer_outlives_any_failure_of_a_round(
         await store.write_inline(lambda db: next(iter([])))
     assert await _insert(store, "after-stop") is True
 
-    def crash(*args: Any) -> None:
-        raise RuntimeError("a bug in the round")
+    async def crash(*args: Any) -> None:
+        raise RuntimeError("a bug in the round")  # outside the round's own error handling
 
     with monkeypatch.context() as patched:
-        patched.setattr(Store, "_insert_all", crash)
+        patched.setattr(Store, "_cycle", crash)
         results = await asyncio.gather(
             _insert(store, "lost"), store.write(lambda db: 1), return_exceptions=True
         )
