@@ -52,17 +52,17 @@ class Forwarder:
                 detail=f"forward not sent: {problem}; depositd retries with back-off and never "
                 "posts unsigned",
             )
-            if attempts < MAX_FORWARD_ATTEMPTS:
-                await self._rows.later(action_id, attempts, f"{outcome}; retrying", also=also)
-            else:
-                await self._rows.finish(action_id, "failed", outcome, also=also)
+            # Not counted against MAX_FORWARD_ATTEMPTS: it goes out once the secret is there
+            # (the back-off is capped), alerted once meanwhile.
+            await self._rows.later(action_id, attempts, f"{outcome}; retrying", also=also)
             return
         body = jsonio.dumpb(params.get("deposit") or deposit.as_json())
         target = url.split("://", 1)[-1]
         path = "/" + target.split("/", 1)[1] if "/" in target else "/"
-        headers = {"Content-Type": "application/json"}
-        if secret:
-            headers.update(signing.signed_headers("depositd", secret, "POST", path, body))
+        headers = {
+            "Content-Type": "application/json",
+            **signing.signed_headers("depositd", secret, "POST", path, body),
+        }
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         try:
@@ -85,8 +85,8 @@ class Forwarder:
 
 def forward_secret(params: Mapping[str, Any]) -> tuple[str, str | None]:
     """(secret, problem) of a forward rule's signing secret (secret_env/secret_file), read when
-    used: ("", None) when the rule names none, a problem when it names one that is unset, empty
-    or unreadable (SPEC section 8: forward is signed, so that forward must not be sent)."""
+    used: a problem when it names none (a row queued before the rules required one), or one that
+    is unset, empty or unreadable (SPEC section 8: forward is signed, so it is not sent)."""
     if params.get("secret_env"):
         name = str(params["secret_env"])
         value = os.environ.get(name, "")
@@ -100,4 +100,4 @@ def forward_secret(params: Mapping[str, Any]) -> tuple[str, str | None]:
         except UnicodeDecodeError:  # said without the byte: it is part of a secret
             return "", f"secret_file {path} is not UTF-8 text"
         return (value, None) if value else ("", f"secret_file {path} is empty")
-    return "", None
+    return "", "no secret_env or secret_file"
