@@ -300,6 +300,8 @@ async def test_state_survives_restart(start: Factory, aiohttp_server: Any, tmp_p
     assert again.whiteListStatus is WhiteListStatus.PENDING
     await second.sandbox.delivered_idle()
     assert hooks.types(tx) == ["DEPOSIT_WHITELIST_REQUIRED"]
+    # Sent after the restart as it would have been before: the amount a JSON number.
+    assert hooks.events[-1]["data"]["amount"] == Decimal("12.345")
 
 
 # --- history -------------------------------------------------------------------------------------

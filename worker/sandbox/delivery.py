@@ -15,6 +15,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import aiohttp
@@ -70,6 +71,15 @@ def envelope(event: Event, now: int | None = None) -> dict[str, Any]:
     }
 
 
+def _amount_back(env: dict[str, Any]) -> dict[str, Any]:
+    """A stored envelope as it was queued: the state file keeps decimals as strings, while the
+    webhook carries `data.amount` as a number."""
+    data = env.get("data")
+    if isinstance(data, dict) and isinstance(data.get("amount"), str):
+        return {**env, "data": {**data, "amount": Decimal(data["amount"])}}
+    return env
+
+
 class Deliverer:
     """Delivers envelopes to the configured webhook URL; `on_change` runs after each outcome."""
 
@@ -120,7 +130,7 @@ class Deliverer:
         """Put back what `pending()` held before a restart (delivery starts with `start`)."""
         self._drop = drops_owed
         for doc in docs:
-            delivery = Delivery(doc["envelope"], attempts=int(doc.get("attempts", 0)))
+            delivery = Delivery(_amount_back(doc["envelope"]), attempts=int(doc.get("attempts", 0)))
             self.history.append(delivery)
             self._queues.setdefault(delivery.reference_id, deque()).append(delivery)
             self._idle.clear()
