@@ -255,7 +255,7 @@ class RuleReactor:
                 add_action(
                     db,
                     action="submit_profile",
-                    params={"profile": name, "content_hash": content, "named": bool(named)},
+                    params=submit_params(deposit, name, content, named=bool(named)),
                     status="skipped",
                     outcome="identical payload already submitted; waiting for a changed profile",
                     **common,

@@ -1,7 +1,8 @@
 """JSON in and out with exact decimals.
 
 Numbers are parsed straight into `Decimal` (never through float) and every `Decimal` is written
-back as a plain decimal string with its scale kept ("0.0000001", not "1E-7"; "125.50" stays).
+back as a plain decimal string with its scale kept ("0.0000001", not "1E-7"; "125.50" stays), or,
+with `dumpb(decimals_as_numbers=True)`, as a JSON number with those same digits.
 """
 
 from __future__ import annotations
