@@ -518,20 +518,25 @@ async def test_system_error_and_in_flight_are_retried_with_same_key(
     assert "WARNING" in stack.slack[0]["text"] and "CRITICAL" not in stack.slack[0]["text"]
 
 
+def fail_recording(stack: Stack, source: str) -> None:
+    """Make the running outbox's recording of facts from `source` fail (storage locked)."""
+    observe = stack.outbox._observe
+
+    async def locked(fact: Fact) -> Any:
+        if fact.source == source:
+            raise StorageError("database is locked")
+        return await observe(fact)
+
+    stack.outbox._observe = locked
+
+
 async def test_accepted_submission_stays_done_when_its_fact_is_not_recorded(
     make_stack: MakeStack, recorded: Recorded
 ) -> None:
     """The provider took the submission but recording its fact fails (storage locked): the row
     stays done, so a later profile edit does not submit again while the review runs."""
     stack = await make_stack()
-    observe = stack.outbox._observe
-
-    async def locked(fact: Fact) -> Any:
-        if fact.source == "submit":
-            raise StorageError("database is locked")
-        return await observe(fact)
-
-    stack.outbox._observe = locked
+    fail_recording(stack, "submit")
     tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "2", PAYER_ADDRESS)["transactionId"]
     row = await first_submit_ends(stack, tx)
     assert row["status"] == "done"
@@ -549,14 +554,7 @@ async def test_10000105_stays_done_when_the_read_result_is_not_recorded(
     """10000105 and the original result is read, but recording it fails: still done (the
     submission exists at the provider), no resubmission after a profile edit."""
     stack = await make_stack()
-    observe = stack.outbox._observe
-
-    async def locked(fact: Fact) -> Any:
-        if fact.source == "poll":
-            raise StorageError("database is locked")
-        return await observe(fact)
-
-    stack.outbox._observe = locked
+    fail_recording(stack, "poll")
     stack.sandbox.set_fault("submit", "code", count=1, code="10000105")
     tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "2.2", PAYER_ADDRESS)["transactionId"]
     row = await first_submit_ends(stack, tx)
