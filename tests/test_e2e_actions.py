@@ -255,6 +255,59 @@ async def test_rejection_alerts_without_resubmit_until_profile_changes(
     assert_no_payer_data(stack)
 
 
+RULES_EVERY_MATCH = """
+wallet: '*'
+rules:
+  - name: submit
+    on: [needs_details]
+    if: {profile: found}
+    then: [submit_profile]
+  - name: warn on rejection
+    on: [rejected]
+    then: [{alert: {severity: warning, channels: [slack]}}]
+  - name: escalate rejection
+    on: [rejected]
+    then: [{alert: {severity: critical, channels: [slack]}}]
+  - name: every failed event
+    on: [DEPOSIT_WHITELIST_FAILED]
+    then: [{alert: {severity: warning, channels: [email]}}]
+  - name: funds in
+    on: [credited, completed]
+    then: [{alert: {severity: info, channels: [slack]}}]
+"""
+
+
+async def test_every_matching_rule_acts_and_once_per_fact(
+    make_stack: MakeStack, tmp_path: Path
+) -> None:
+    """Two rules alerting on the same trigger both alert, each rejection round again; a rule on
+    a raw eventType alerts for each such event; a rule naming two triggers that one fact causes
+    together (the CREDITED webhook lost, SUCCESS says both) acts once."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "every.yaml").write_text(RULES_EVERY_MATCH)
+    stack = await make_stack(rules=rules, scheduler=False)
+    tx = stack.sandbox.inject_deposit(1002, "USDT", "TRON", "7", ENTITY_ADDRESS)["transactionId"]
+    for round_ in (1, 2):
+        await submitted(stack, tx)
+        stack.sandbox.reject_review(tx, f"rejection {round_}")
+        await stack.settle()
+        texts = [json.dumps(p) for p in stack.slack_for(tx)]
+        assert sum("CRITICAL" in t for t in texts) == round_
+        assert sum("WARNING" in t for t in texts) == round_
+        assert len(stack.emails_for(tx)) == round_
+        corrected = {**ENTITY, "companyAddress": f"{round_} Quartz Boulevard, Singapore"}
+        assert await stack.rewrite_profiles(profiles_yaml(entity=corrected))
+        await stack.settle()
+    await submitted(stack, tx)
+    stack.sandbox.drop_webhooks(1)  # DEPOSIT_WHITELIST_CREDITED
+    stack.sandbox.approve_review(tx)
+    await stack.settle()
+    assert (await stack.deposit(tx)).state.value == "completed"  # type: ignore[union-attr]
+    funds_in = [p for p in stack.slack_for(tx) if "INFO" in json.dumps(p)]
+    assert len(funds_in) == 1
+
+
 @pytest.mark.parametrize("provider_clock_offset_ms", [-30_000, 30_000])
 async def test_rejections_and_resubmissions_tracked_whatever_the_provider_clock(
     make_stack: MakeStack, recorded: Recorded, provider_clock_offset_ms: int

@@ -116,10 +116,11 @@ def enqueue_alert(
     intent: Intent | None = None,
     profile: str | None = None,
     once_per: str | None = None,
+    event_id: str | None = None,
 ) -> int:
     """Queue an alert; the runner sends it once per (deposit, condition, channel), or per
     (deposit, condition, once_per, channel) when `once_per` names what one alert is about (one
-    submission)."""
+    submission, one rule)."""
     params: dict[str, Any] = {
         "condition": condition,
         "severity": severity,
@@ -130,7 +131,13 @@ def enqueue_alert(
     if once_per is not None:
         params["once_per"] = once_per
     return add_action(
-        db, deposit=deposit, action="alert", params=params, trigger=trigger, intent=intent
+        db,
+        deposit=deposit,
+        action="alert",
+        params=params,
+        trigger=trigger,
+        intent=intent,
+        event_id=event_id,
     )
 
 
@@ -183,8 +190,16 @@ class RuleReactor:
         if fact.event_type and fact.event_id and not _acted_on(db, fact.event_id, fact.event_type):
             # Raw eventType rules run once per stored event: a replay does not repeat them.
             todo.append((fact.event_type, fact.event_type))
+        # A rule runs at most once per fact: `on: [credited, completed]` on a deposit that is
+        # both at once (or its raw eventType besides) acts once, on the first in causal order.
+        ran: set[tuple[str, str]] = set()
         for trigger, key in todo:
+            running: set[tuple[str, str]] = set()
             for intent in rulebook.evaluate(deposit, trigger, profile_found=match is not None):
+                rule = (intent.rule_set, intent.rule)
+                if rule in ran:
+                    continue
+                running.add(rule)
                 if intent.action == "ignore":
                     add_action(
                         db,
@@ -199,6 +214,7 @@ class RuleReactor:
                     )
                     break
                 self._record(db, deposit, key, fact, intent, match, lines)
+            ran |= running
         return lines
 
     def _record(
@@ -269,6 +285,11 @@ class RuleReactor:
                 **common,
             )
         elif intent.action == "alert":
+            # One alert per rule and trigger (every matching rule runs); a raw eventType rule
+            # alerts per stored event (a second rejection is news), a replay of it does not.
+            once_per = f"{intent.rule_set}:{intent.rule}"
+            if trigger == fact.event_type:
+                once_per += f":{fact.event_id}"
             enqueue_alert(
                 db,
                 deposit,
@@ -279,6 +300,8 @@ class RuleReactor:
                 channels=intent.params.get("channels"),
                 intent=intent,
                 profile=match.name if match is not None else None,
+                once_per=once_per,
+                event_id=fact.event_id,
             )
         elif intent.action == "forward":
             # The deposit as of this transition: every retry posts the same body.
