@@ -769,23 +769,21 @@ def test_rules_test_event_file_shows_matches(config: Path) -> None:
 
 
 def test_rules_test_stored_event_touches_nothing(config: Path) -> None:
-    """`--event` reads the stored event and deposit read-only; the database is unchanged."""
+    """`--event` on events already processed shows each as it was when it arrived (the deposit
+    rebuilt from the facts before it), read-only: the database is unchanged."""
+    required = event("DEPOSIT_WHITELIST_REQUIRED")
     credited = event("DEPOSIT_WHITELIST_CREDITED", whiteListStatus="approved")
-    db_path = stored(config, event("DEPOSIT_WHITELIST_REQUIRED"), credited)
-    # Make the stored deposit look as it did before the credit arrived, to see the transition.
-    conn = sqlite3.connect(db_path)
-    with conn:
-        conn.execute(
-            "UPDATE deposits SET state='needs_details', credit_status='PENDING',"
-            " white_list_status='init', emitted='[\"needs_details\"]'"
-        )
-    conn.close()
+    db_path = stored(config, required, credited)
     before = snapshot(db_path.parent)
     code, text = run_test(config, "--event", credited["eventId"])
     assert code == 0
     assert "state: needs_details -> credited" in text
     assert "[match] book credited deposit -> book" in text
     assert "would run: book (rule 'book credited deposit')" in text
+    code, text = run_test(config, "--event", required["eventId"])
+    assert code == 0
+    assert "state: (not tracked yet) -> needs_details" in text
+    assert "would run: submit_profile profile acme" in text
     assert snapshot(db_path.parent) == before
 
 

@@ -106,6 +106,31 @@ def _stored_deposit(conn: sqlite3.Connection | None, transaction_id: str) -> Dep
     return None if row is None else Deposit.from_row(dict(row))
 
 
+def _deposit_before(
+    conn: sqlite3.Connection | None, transaction_id: str, event_id: str
+) -> Deposit | None:
+    """The deposit as it was when a stored event arrived: its recorded facts folded up to that
+    event's own (the current row already holds what the event changed). Facts that changed
+    nothing, which retention may have dropped, change nothing in the fold either."""
+    if conn is None:
+        return None
+    try:
+        rows = conn.execute(
+            "SELECT fact, event_id FROM facts WHERE transaction_id = ? ORDER BY id",
+            [transaction_id],
+        ).fetchall()
+    except sqlite3.Error:
+        return None
+    if event_id not in {row["event_id"] for row in rows}:
+        return _stored_deposit(conn, transaction_id)  # not applied yet (pending, failed)
+    deposit: Deposit | None = None
+    for row in rows:
+        if row["event_id"] == event_id:
+            break
+        deposit, _ = observe(deposit, Fact.from_json(jsonio.loads(row["fact"])))
+    return deposit
+
+
 def _show_deposit(out: Out, before: Deposit | None, after: Deposit) -> None:
     amount = after.as_json()["amount"] or "?"
     name = f" ({after.wallet_name})" if after.wallet_name else ""
@@ -190,7 +215,10 @@ def run(args: argparse.Namespace, out: Out = print) -> int:
         if fact is None:
             out("not a deposit event: deposit rules do not run for it")
             return 0
-        before = _stored_deposit(conn, fact.transaction_id)
+        if getattr(args, "event", None):
+            before = _deposit_before(conn, fact.transaction_id, args.event)
+        else:
+            before = _stored_deposit(conn, fact.transaction_id)
         explain_fact(out, bundle.rules, bundle.profiles, before, fact)
         out("")
         out("dry run: nothing was sent, stored or changed")
