@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import textwrap
 from decimal import Decimal
 from pathlib import Path
