@@ -205,6 +205,31 @@ async def test_no_profile_alerts_on_slack_and_email_and_submits_nothing(
     assert len(stack.slack) == 1 and len(stack.emails) == 1
 
 
+async def test_a_profile_added_after_the_alert_submits_the_held_deposit(
+    make_stack: MakeStack, recorded: Recorded
+) -> None:
+    """The human's answer to "payer details needed" is a profile for the address: on the
+    reload the held deposit is submitted (once; another reload changes nothing)."""
+    payer = "TNobodyKnewThisPayerUntilNow0001"
+    stack = await make_stack()
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "980", payer)["transactionId"]
+    await stack.wait_for(lambda: stack.slack_for(tx, "needs_details"), what="the alert")
+    await stack.settle()
+    assert submits(recorded, tx) == []
+
+    known = f'"{ENTITY_ADDRESS}": "e2e-entity"'
+    added = profiles_yaml().replace(known, f'{known}, "{payer}": "e2e-entity"')
+    assert payer in added
+    assert await stack.rewrite_profiles(added)
+    await submitted(stack, tx)
+    assert await stack.rewrite_profiles(added + "\n")
+    await stack.settle()
+    [row] = await actions_of(stack, tx, "submit_profile")
+    assert (row["trigger"], row["status"]) == ("profile_added", "done")
+    assert len(submits(recorded, tx)) == 1
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+
+
 async def test_rejection_alerts_without_resubmit_until_profile_changes(
     make_stack: MakeStack, recorded: Recorded
 ) -> None:

@@ -37,7 +37,7 @@ from worker.rules import RuleBook
 from worker.schedule import Poller, Scheduler
 from worker.settings import Settings
 from worker.store import Store
-from worker.submission import resubmit_changed
+from worker.submission import resubmit_changed, submit_newly_covered
 from worker.systemd import SystemdNotifier, watchdog_loop
 from worker.tracker import iso_from_ms
 
@@ -62,6 +62,14 @@ def prune_unchanged_facts(db: sqlite_utils.Database, retention_days: int) -> int
         "DELETE FROM facts WHERE changed = 0 AND recorded_at < ?", [_cutoff(retention_days)]
     )
     return int(cur.rowcount)
+
+
+def _submissions_due(db: sqlite_utils.Database, bundle: Bundle) -> int:
+    """Submissions a (re)loaded profiles file calls for: corrected profiles for rejected or
+    refused deposits, and new ones for deposits that no profile covered until now."""
+    return resubmit_changed(db, bundle.profiles) + submit_newly_covered(
+        db, bundle.profiles, bundle.rules
+    )
 
 
 def _prune(db: sqlite_utils.Database, days: int) -> tuple[int, int]:
@@ -187,10 +195,11 @@ class Runtime:
         changed = bundle.profiles.file_hash != self.bundle.profiles.file_hash
         self.bundle = bundle
         log.info("rules and profiles reloaded", ruleSets=len(bundle.rules.rulesets))
-        if changed and self.store is not None:
-            queued = await self.store.write(lambda db: resubmit_changed(db, bundle.profiles))
-            log.info("profiles changed", resubmissions=queued)
-            if self.outbox is not None:
+        if self.store is not None:
+            queued = await self.store.write(partial(_submissions_due, bundle=bundle))
+            if changed or queued:
+                log.info("profiles changed", submissions=queued)
+            if queued and self.outbox is not None:
                 self.outbox.wake()
         await self.check_providers()
         return True
@@ -274,7 +283,7 @@ class Runtime:
             on_alert=on_alert,
         )
         processor.after_commit.append(self.outbox.wake)
-        await store.write(lambda db: resubmit_changed(db, self.profiles))
+        await store.write(partial(_submissions_due, bundle=self.bundle))
         self._tasks = [
             asyncio.create_task(self.outbox.run(self._stop), name="outbox"),
             asyncio.create_task(self._daily(), name="daily"),

@@ -2,7 +2,8 @@
 
 `Submitter` runs one submission row for `worker.outbox.Outbox`: the call with a stable
 Idempotency-Key, an unknown outcome retried with that key, a refusal read by its code.
-`resubmit_changed` queues a new submission once a rejected or refused deposit's profile changes.
+`resubmit_changed` queues a new submission once a rejected or refused deposit's profile changes;
+`submit_newly_covered` once a profile covers a deposit that none covered when it arrived.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from worker.provider.codes import RetryCategory, categorize, code_rule, may_retr
 from worker.provider.models import DepositOrder, WhiteListStatus
 from worker.provider.payer import fields_named
 from worker.reactor import add_action, enqueue_alert, submit_key, submit_params
+from worker.rules import RuleBook
 from worker.tracker import Deposit, Fact
 
 log = get_logger(__name__)
@@ -348,6 +350,49 @@ def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:
             params=submit_params(deposit, name, content, named=named),
             trigger="profile_changed",
             idempotency_key=key,
+        )
+        queued += 1
+    return queued
+
+
+def submit_newly_covered(db: sqlite_utils.Database, profiles: Profiles, rules: RuleBook) -> int:
+    """Queue a submission for deposits still waiting for payer details that depositd never
+    submitted, now that a profile applies and their rules submit on `needs_details` (a profile
+    added after the "payer details needed" alert). Runs with `resubmit_changed`."""
+    queued = 0
+    rows = db.query(
+        "SELECT * FROM deposits WHERE state='needs_details' AND NOT EXISTS"
+        " (SELECT 1 FROM actions a WHERE a.transaction_id=deposits.transaction_id"
+        " AND a.action='submit_profile' AND a.status != 'skipped')"
+    )
+    for row in list(rows):
+        deposit = Deposit.from_row(row)
+        match = profiles.for_deposit(deposit.wallet_id, deposit.from_address)
+        if match is None:
+            continue
+        intent = next(
+            (
+                i
+                for i in rules.evaluate(deposit, "needs_details", profile_found=True)
+                if i.action == "submit_profile"  # evaluate stops at an `ignore`
+            ),
+            None,
+        )
+        if intent is None:
+            continue
+        named = intent.params.get("profile")
+        name = str(named) if named else match.name
+        if name not in profiles.names():
+            continue
+        content = profiles.content_hash(name)
+        add_action(
+            db,
+            deposit=deposit,
+            action="submit_profile",
+            params=submit_params(deposit, name, content, named=bool(named)),
+            trigger="profile_added",
+            intent=intent,
+            idempotency_key=submit_key(deposit.transaction_id, content),
         )
         queued += 1
     return queued
