@@ -845,7 +845,34 @@ def test_check_warns_when_no_rule_set_is_found(
     """A rules folder without any *.yaml rule set passes, with a warning that nothing acts."""
     (config.parent / "rules/default.yaml").rename(config.parent / "rules/default.yml")
     assert main(["check", "--config", str(config)]) == 0
-    assert "holds no rule set (*.yaml); nothing acts" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds no rule set (*.yaml); nothing acts" in err
+    assert f"rules: {config.parent / 'rules/default.yml'} is not read (rule sets are *.yaml)" in err
+
+
+def test_check_warns_of_an_alert_channel_notify_does_not_configure(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rule alerting on e-mail with only Slack configured passes, with a warning naming the
+    rule: those alerts would only be logged."""
+    write(
+        config.parent,
+        "rules/w.yaml",
+        """
+        wallet: 1001
+        rules:
+          - name: tell the desk
+            on: [blocked]
+            then: [{alert: {severity: critical, channels: [email, slack]}}]
+        """,
+    )
+    config.write_text(
+        config.read_text() + "notify: {slack: {webhook_url: 'https://hooks.example/x'}}\n"
+    )
+    assert main(["check", "--config", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert "rule 'tell the desk' alerts on email, which notify does not configure" in err
+    assert "alerts on slack" not in err and "email, slack" not in err
 
 
 @pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])

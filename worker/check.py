@@ -53,6 +53,12 @@ def load_bundle(settings: Settings) -> Bundle:
                     f"rules: {settings.rules} holds no rule set (*.yaml); nothing acts (events"
                     " are stored and tracked only)"
                 )
+            if settings.rules.is_dir():
+                warnings += [
+                    f"rules: {path} is not read (rule sets are *.yaml)"
+                    for path in sorted(settings.rules.glob("*.yml"))
+                ]
+            warnings += _unconfigured_channels(settings, rules)
     if problems:
         raise ConfigError(problems)
     return Bundle(rules, profiles, warnings)
@@ -80,6 +86,22 @@ def _files_problems(loaded: Loaded) -> list[str]:
         else:
             problems.extend(forward_secret_problems(rules))
     return problems
+
+
+def _unconfigured_channels(settings: Settings, rules: RuleBook) -> list[str]:
+    """Rule alerts naming a channel `notify` does not configure: those go to the log only."""
+    configured = {name for name in ("slack", "email") if getattr(settings.notify, name)}
+    warnings = []
+    for ruleset in rules.rulesets:
+        for rule in ruleset.rules:
+            for action in rule.actions:
+                missing = sorted(set(action.params.get("channels") or ()) - configured)
+                if action.name == "alert" and missing:
+                    warnings.append(
+                        f"{ruleset.path}:{rule.line}: rule {rule.name!r} alerts on"
+                        f" {', '.join(missing)}, which notify does not configure: logged only"
+                    )
+    return warnings
 
 
 def forward_secret_problems(rules: RuleBook) -> list[str]:
