@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from serveproc import PROVIDER_KEY, PROVIDER_SECRET
 
 from worker.harness import Stack
+from worker.logs import reset as reset_logging
 from worker.sandbox import SandboxConfig, create_app
 from worker.sandbox import app as sandbox_app
 from worker.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
@@ -22,6 +23,14 @@ from worker.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
 PROVIDER_NAMES = ("Binance", "OKX", "Coinbase")
 
 ProfileFactory = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture(autouse=True)
+def fresh_logging() -> Iterator[None]:
+    """Each test starts from structlog's defaults (a command run by an earlier test configured
+    logging at its own level)."""
+    yield
+    reset_logging()
 
 
 @pytest.fixture

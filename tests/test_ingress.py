@@ -474,6 +474,7 @@ async def test_metrics_exposes_counters_and_gauges(client: Client, app: web.Appl
         'outcome="duplicate"} 1.0',
         'depositd_events_received_total{event_type="none",outcome="unauthorized"} 1.0',
         'depositd_deposits{state="needs_details"} 1.0',
+        'depositd_deposits{state="blocked"} 0.0',  # every state has a sample
         "depositd_processing_lag_seconds 0.0",
         'depositd_events_processed_total{event_type="DEPOSIT_WHITELIST_REQUIRED",'
         'outcome="processed"} 1.0',

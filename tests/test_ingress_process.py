@@ -186,3 +186,30 @@ async def test_a_second_serve_on_the_same_database_fails_at_once(
             "ip-5",
             "ip-6",
         ]
+
+
+async def test_library_errors_are_json_lines_without_request_bytes(
+    tmp_path: Path, provider_url: str
+) -> None:
+    """A malformed request (a control byte in a header holding a key) and a compressed body
+    that is not: aiohttp's own error lines come out as JSON lines naming the error type, never
+    a traceback or the request's bytes."""
+    requests = (
+        b"POST /webhooks/provider HTTP/1.1\r\nHost: x\r\nAPI-KEY: KEY-sentinel-value\x01x\r\n"
+        b"Content-Length: 2\r\n\r\n{}",
+        b"POST /webhooks/provider HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+        b"Content-Length: 5\r\nConnection: close\r\n\r\nhello",
+    )
+    async with Service(tmp_path, provider_url) as service:
+        for raw in requests:
+            reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
+            writer.write(raw)
+            await writer.drain()
+            assert (await asyncio.wait_for(reader.read(64), 10)).startswith(b"HTTP/1.")
+            writer.close()
+        assert await service.stop() == 0
+    text = service.log.read_text()
+    lines = [json.loads(line) for line in text.splitlines()]  # every line is JSON
+    errors = {(e.get("logger"), e.get("error")) for e in lines if e["level"] == "error"}
+    assert ("aiohttp.server", "BadHttpMessage") in errors
+    assert "sentinel-value" not in text and "Traceback" not in text

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from worker import __version__
 from worker.errors import ConfigError, DepositdError
+from worker.logs import configure
 
 # command -> "module:function"; modules are imported only when their command runs.
 COMMANDS: dict[str, str] = {
@@ -111,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `depositd` and `python -m worker`."""
     args = build_parser().parse_args(argv)
+    # Log lines go to stderr, never into a command's output (serve sets its own from config).
+    configure(None, "warning")
     target = COMMANDS[args.command]
     module_name, func_name = target.split(":")
     func = getattr(importlib.import_module(module_name), func_name)

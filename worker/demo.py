@@ -496,7 +496,7 @@ def _run_in(workdir: Path, *, kept: bool) -> int:
             return asyncio.run(main(workdir, sys.stdout, kept=kept))
         finally:
             root.removeHandler(handler)
-            configure("console", "error", stream=sys.stderr)
+            configure("console", "error")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -107,7 +107,10 @@ async def run(config: Path, listen_fd: int, link_fd: int) -> int:
         return web.Response(body=body, status=status, content_type="application/json")
 
     async def metrics(request: web.Request) -> web.Response:
-        return metrics_response((await link.http("M"))[1])
+        status, body = await link.http("M")
+        if status != 200:  # the main process could not render them: say so, not 200
+            return web.Response(body=body, status=status, content_type="application/json")
+        return metrics_response(body)
 
     app = web.Application()
     app.router.add_post(

@@ -149,7 +149,6 @@ class Gate:
                 algorithm=self.settings.signature,
             )
         except SignatureError as exc:
-            log.warning("webhook refused", reason=str(exc), remote=request.remote)
             return Refused(401, str(exc), "unauthorized")
         try:
             envelope = jsonio.loads(body)
@@ -194,12 +193,19 @@ def webhook_handler(
         verdict = await gate.check(request)
         if isinstance(verdict, Refused):
             record("none", verdict.outcome, time.perf_counter() - started)
+            # The reason names what was wrong, never a value from the request.
+            log.warning(
+                "webhook refused",
+                status=verdict.status,
+                reason=verdict.message,
+                remote=request.remote,
+            )
             return verdict.response()
         try:
             new = await store_row(verdict.row)
         except Exception as exc:  # whatever kept it from being stored: never 200, it is retried
             record(verdict.label, "unavailable", time.perf_counter() - started)
-            log.error("webhook not stored", event_id=verdict.row[0], error=str(exc))
+            log.error("webhook not stored", eventId=verdict.row[0], error=str(exc))
             return _error(503, "storage unavailable")
         outcome = "duplicate" if not new else "new" if verdict.known else "ignored"
         record(verdict.label, outcome, time.perf_counter() - started)

@@ -17,6 +17,7 @@ _NEVER_LOG = frozenset(
     {
         "secret",
         "api_secret",
+        "webhook_url",
         "password",
         "api_key",
         "signature",
@@ -42,9 +43,40 @@ def redact(
     return event_dict
 
 
+def _exception_type_only(
+    _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """A library's exception as its type only: its text may hold request bytes (a header with
+    a key in it), and its traceback would not be one JSON line."""
+    exc_info = event_dict.pop("exc_info", None)
+    if exc_info:
+        exc = exc_info[1] if isinstance(exc_info, tuple) else exc_info
+        if isinstance(exc, BaseException):
+            event_dict["error"] = type(exc).__name__
+    return event_dict
+
+
+_handler: logging.Handler | None = None  # ours on the root logger, replaced by a reconfigure
+
+
+class _Stderr:
+    """Whatever `sys.stderr` is at the time of writing (a test may swap it, then close it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 def configure(fmt: str | None = None, level: str = "info", stream: Any = None) -> None:
-    """Configure structlog once per process; `fmt` None picks json without a TTY."""
-    out = stream or sys.stderr
+    """Configure structlog once per process; `fmt` None picks json without a TTY. The standard
+    library's loggers (aiohttp, asyncio, APScheduler) go through the same renderer."""
+    global _handler
+    out: Any = stream or _Stderr()
     if fmt is None:
         fmt = "console" if out.isatty() else "json"
     renderer: Any = (
@@ -67,6 +99,35 @@ def configure(fmt: str | None = None, level: str = "info", stream: Any = None) -
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.add_logger_name,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                redact,
+                _exception_type_only,
+            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    if _handler is not None:
+        root.removeHandler(_handler)
+    root.addHandler(handler)
+    root.setLevel(logging.getLevelNamesMapping()[level.upper()])
+    logging.captureWarnings(True)
+    _handler = handler
+
+
+def reset() -> None:
+    """Back to structlog's defaults, without our handler on the root logger (between tests)."""
+    global _handler
+    structlog.reset_defaults()
+    if _handler is not None:
+        logging.getLogger().removeHandler(_handler)
+        _handler = None
 
 
 # A log line (message, fields) written later, e.g. once its transaction is committed.

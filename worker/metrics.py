@@ -1,7 +1,7 @@
 """Prometheus metrics, one registry per application (so tests can build many apps).
 
 Other modules increment the counters they own: the provider client `provider_calls`, the outbox
-`alerts_sent` and `actions_run`. Gauges read from the store are refreshed on each scrape.
+`alerts_sent`. Gauges read from the store are refreshed on each scrape.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from worker.provider.models import KNOWN_EVENT_TYPES
+from worker.tracker import State
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -68,12 +69,6 @@ class Metrics:
             ["channel", "outcome"],
             registry=r,
         )
-        self.actions_run = Counter(
-            "depositd_actions_run",
-            "Outbox actions run, by action and outcome.",
-            ["action", "outcome"],
-            registry=r,
-        )
         self.deposits = Gauge(
             "depositd_deposits", "Tracked deposits by state.", ["state"], registry=r
         )
@@ -88,10 +83,11 @@ class Metrics:
         )
 
     def set_deposit_states(self, counts: dict[str, int]) -> None:
-        """Replace the deposits-by-state gauge with fresh counts."""
+        """Replace the deposits-by-state gauge with fresh counts; every state has a sample
+        (0 included), so a state that empties does not vanish from the series."""
         self.deposits.clear()
-        for state, count in counts.items():
-            self.deposits.labels(state=state).set(count)
+        for state in (*(s.value for s in State), *counts):
+            self.deposits.labels(state=state).set(counts.get(state, 0))
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""

@@ -52,7 +52,8 @@ class SlackNotifier:
         except (aiohttp.InvalidURL, ValueError) as exc:
             raise self._error(f"bad webhook URL ({type(exc).__name__})", retryable=False) from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise self._error(f"connection error: {exc}", retryable=True) from None
+            # The type only: an error's text may hold the URL (the secret) in another spelling.
+            raise self._error(f"connection error: {type(exc).__name__}", retryable=True) from None
 
     async def _post(self, session: aiohttp.ClientSession, payload: dict[str, object]) -> None:
         async with session.post(self._url, json=payload, timeout=self._timeout) as resp:
