@@ -309,12 +309,15 @@ async def test_unreadable_answer_is_protocol_error(
 
 
 async def test_data_of_wrong_shape_is_protocol_error(
-    client: ProviderClient, provider: FakeProvider
+    client: ProviderClient, provider: FakeProvider, calls: Calls
 ) -> None:
-    """Success whose data lacks required fields raises ProviderProtocolError naming the field."""
+    """Success whose data lacks required fields raises ProviderProtocolError naming the field,
+    and the call counts as a protocol error (a provider schema change must not look healthy)."""
     provider.script(Reply(ok({"transactionId": TX})))
     with pytest.raises(ProviderProtocolError, match="walletId"):
         await client.transaction_detail(TX)
+    assert len(provider.seen) == 1
+    assert calls == [("transaction_detail", "protocol_error")]
 
 
 # --- retries ---------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from decimal import Decimal
 from enum import Enum
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -69,6 +70,12 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 JSON = "application/json"
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+def _as_is(data: Any) -> Any:
+    """An answer's data as given (operations whose payload the interface does not show)."""
+    return data
 
 
 def _outcome(exc: ProviderError) -> str:
@@ -176,62 +183,78 @@ class ProviderClient:
 
     async def options(self) -> list[str]:
         """Provider (VASP) names from the options endpoint."""
-        data = await self._call("options", "GET", "/v1/wallet/deposit-whitelist/options")
-        if isinstance(data, list):
-            data = {"providers": data}
-        return self._model("options", Options, data).names()
+
+        def names(data: Any) -> list[str]:
+            if isinstance(data, list):
+                data = {"providers": data}
+            return self._model("options", Options, data).names()
+
+        return await self._call(
+            "options", "GET", "/v1/wallet/deposit-whitelist/options", parse=names
+        )
 
     async def register_address(
         self, body: Mapping[str, Any], *, idempotency_key: str
     ) -> SourceAddress:
         """Register a source address with payer details; the record starts PROCESSING."""
-        data = await self._call(
+        return await self._call(
             "register_address",
             "POST",
             "/v1/wallet/deposit-whitelist/addresses",
             body=body,
             idempotency_key=idempotency_key,
+            parse=partial(self._model, "register_address", SourceAddress),
         )
-        return self._model("register_address", SourceAddress, data)
 
     async def list_addresses(
         self, *, page_num: int = 1, page_size: int = 50, status: str | None = None
     ) -> Page[SourceAddress]:
         """One page of registered source addresses, optionally of one status."""
-        data = await self._call(
+        return await self._call(
             "list_addresses",
             "GET",
             "/v1/wallet/deposit-whitelist/addresses",
             query={"pageNum": page_num, "pageSize": page_size, "status": status},
+            parse=partial(self._model, "list_addresses", Page[SourceAddress]),
         )
-        return self._model("list_addresses", Page[SourceAddress], data)
 
     async def address_detail(self, address_id: str) -> SourceAddress:
         """One source address record."""
         path = f"/v1/wallet/deposit-whitelist/addresses/{_segment(address_id)}"
-        data = await self._call("address_detail", "GET", path)
-        return self._model("address_detail", SourceAddress, data)
+        return await self._call(
+            "address_detail",
+            "GET",
+            path,
+            parse=partial(self._model, "address_detail", SourceAddress),
+        )
 
     async def disable_address(
         self, address_id: str, *, idempotency_key: str
     ) -> SourceAddress | None:
         """Disable a source address; the record if the provider returns one."""
         path = f"/v1/wallet/deposit-whitelist/addresses/{_segment(address_id)}/disable"
+
         # An empty JSON object rather than no body: servers that always parse JSON accept it.
-        data = await self._call(
-            "disable_address", "POST", path, body={}, idempotency_key=idempotency_key
+        def record(data: Any) -> SourceAddress | None:
+            return None if data is None else self._model("disable_address", SourceAddress, data)
+
+        return await self._call(
+            "disable_address", "POST", path, body={}, idempotency_key=idempotency_key, parse=record
         )
-        return None if data is None else self._model("disable_address", SourceAddress, data)
 
     async def submit_payer(
         self, transaction_id: str, body: Mapping[str, Any], *, idempotency_key: str
     ) -> SubmitResult:
         """Submit payer details for a received deposit (whiteListStatus becomes pending)."""
         path = f"/v1/wallet/deposit-whitelist/transactions/{_segment(transaction_id)}/submit"
-        data = await self._call(
-            "submit_payer", "POST", path, body=body, idempotency_key=idempotency_key
+        return await self._call(
+            "submit_payer",
+            "POST",
+            path,
+            body=body,
+            idempotency_key=idempotency_key,
+            parse=partial(self._model, "submit_payer", SubmitResult),
         )
-        return self._model("submit_payer", SubmitResult, data)
 
     async def transaction_detail(
         self, transaction_id: str, *, alt_path: bool = False
@@ -241,8 +264,12 @@ class ProviderClient:
             path = build_target("/v1/wallet/transaction/detail", {"transactionId": transaction_id})
         else:
             path = f"/v1/wallet/transactions/{_segment(transaction_id)}"
-        data = await self._call("transaction_detail", "GET", path)
-        return self._model("transaction_detail", DepositOrder, data)
+        return await self._call(
+            "transaction_detail",
+            "GET",
+            path,
+            parse=partial(self._model, "transaction_detail", DepositOrder),
+        )
 
     async def history(
         self,
@@ -267,8 +294,13 @@ class ProviderClient:
             "startTime": start_time,
             "endTime": end_time,
         }
-        data = await self._call("history", "GET", path, query=query)
-        return self._model("history", Page[DepositOrder], data)
+        return await self._call(
+            "history",
+            "GET",
+            path,
+            query=query,
+            parse=partial(self._model, "history", Page[DepositOrder]),
+        )
 
     async def iter_history(
         self, *, white_list_status: str, page_size: int = 50, **filters: Any
@@ -295,21 +327,31 @@ class ProviderClient:
     ) -> dict[str, Any]:
         """The deposit address of a wallet (payload not shown by the interface: a dict)."""
         query = {"walletId": wallet_id, "currency": currency, "network": network}
-        data = await self._call("deposit_address", "GET", "/v1/wallet/deposit-address", query=query)
-        return self._dict("deposit_address", data)
+        return await self._call(
+            "deposit_address",
+            "GET",
+            "/v1/wallet/deposit-address",
+            query=query,
+            parse=partial(self._dict, "deposit_address"),
+        )
 
     async def asset_balance(
         self, wallet_id: int, currency: str | None = None
     ) -> list[AssetBalance]:
         """Available and unavailable balances of a wallet, per currency."""
         query = {"walletId": wallet_id, "currency": currency}
-        data = await self._call("asset_balance", "GET", "/v1/wallet/asset-balance", query=query)
-        if isinstance(data, dict):
-            data = [data]
-        return [
-            self._model("asset_balance", AssetBalance, row)
-            for row in self._list("asset_balance", data)
-        ]
+
+        def rows(data: Any) -> list[AssetBalance]:
+            if isinstance(data, dict):
+                data = [data]
+            return [
+                self._model("asset_balance", AssetBalance, row)
+                for row in self._list("asset_balance", data)
+            ]
+
+        return await self._call(
+            "asset_balance", "GET", "/v1/wallet/asset-balance", query=query, parse=rows
+        )
 
     async def create_sub_wallet(
         self, body: Mapping[str, Any] | BaseModel, *, idempotency_key: str
@@ -337,22 +379,28 @@ class ProviderClient:
 
     async def list_wallets(self, wallet_id: int | None = None) -> list[WalletGroup]:
         """Wallet groups (operation_prime, collection_prime) with their balances."""
-        data = await self._call(
-            "list_wallets", "GET", "/v1/wallet/list", query={"walletId": wallet_id}
+
+        def groups(data: Any) -> list[WalletGroup]:
+            return [
+                self._model("list_wallets", WalletGroup, row)
+                for row in self._list("list_wallets", data or [])
+            ]
+
+        return await self._call(
+            "list_wallets", "GET", "/v1/wallet/list", query={"walletId": wallet_id}, parse=groups
         )
-        return [
-            self._model("list_wallets", WalletGroup, row)
-            for row in self._list("list_wallets", data or [])
-        ]
 
     # --- stable, virtual account, partner ----------------------------------------------
 
     async def abnormal_funds(self, body: Mapping[str, Any] | BaseModel) -> Page[dict[str, Any]]:
         """One page of abnormal-fund records (a read, though the interface uses POST)."""
-        data = await self._call(
-            "abnormal_funds", "POST", "/v1/stable/collect/abnormal-fund/list", body=body
+        return await self._call(
+            "abnormal_funds",
+            "POST",
+            "/v1/stable/collect/abnormal-fund/list",
+            body=body,
+            parse=partial(self._model, "abnormal_funds", Page[dict[str, Any]]),
         )
-        return self._model("abnormal_funds", Page[dict[str, Any]], data)
 
     async def stable_order_detail(
         self, *, merchant_order_id: str | None = None, order_id: str | None = None
@@ -361,17 +409,23 @@ class ProviderClient:
         if merchant_order_id is None and order_id is None:
             raise ValueError("stable_order_detail needs merchant_order_id or order_id")
         query = {"merchantOrderId": merchant_order_id, "orderId": order_id}
-        data = await self._call(
-            "stable_order_detail", "GET", "/v1/stable/order/query-detail", query=query
+        return await self._call(
+            "stable_order_detail",
+            "GET",
+            "/v1/stable/order/query-detail",
+            query=query,
+            parse=partial(self._dict, "stable_order_detail"),
         )
-        return self._dict("stable_order_detail", data)
 
     async def collection_order_status(self, **query: Any) -> dict[str, Any]:
         """Collection order status (carries whiteListStatus), by the provider's query keys."""
-        data = await self._call(
-            "collection_order_status", "GET", "/v2/stable/collect/order-status", query=query
+        return await self._call(
+            "collection_order_status",
+            "GET",
+            "/v2/stable/collect/order-status",
+            query=query,
+            parse=partial(self._dict, "collection_order_status"),
         )
-        return self._dict("collection_order_status", data)
 
     async def send_email_verify_code(self, email: str) -> None:
         """Ask the provider to e-mail a verification code (virtual accounts, pixKeyType EMAIL)."""
@@ -387,32 +441,36 @@ class ProviderClient:
 
     async def onboarding_kyc_share(self, body: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
         """Share KYC/KYB for onboarding; request_id in the body makes a retry the same request."""
-        data = await self._call(
+        return await self._call(
             "onboarding_kyc_share",
             "POST",
             "/api/v1/onboarding/kyc-share",
             body=body,
             envelope=Envelope.PARTNER,
+            parse=partial(self._dict, "onboarding_kyc_share"),
         )
-        return self._dict("onboarding_kyc_share", data)
 
     async def quote(self, body: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
         """A partner quote."""
-        data = await self._call(
-            "quote", "POST", "/api/v1/quotes", body=body, envelope=Envelope.PARTNER
+        return await self._call(
+            "quote",
+            "POST",
+            "/api/v1/quotes",
+            body=body,
+            envelope=Envelope.PARTNER,
+            parse=partial(self._dict, "quote"),
         )
-        return self._dict("quote", data)
 
     async def settlement_daily_records(self, **query: Any) -> dict[str, Any]:
         """The daily settlement report; query keys as the provider spells them (settlement_date)."""
-        data = await self._call(
+        return await self._call(
             "settlement_daily_records",
             "GET",
             "/api/v1/settlement/daily-records",
             query=query,
             envelope=Envelope.PARTNER,
+            parse=partial(self._dict, "settlement_daily_records"),
         )
-        return self._dict("settlement_daily_records", data)
 
     # --- transport -----------------------------------------------------------------------
 
@@ -427,14 +485,20 @@ class ProviderClient:
         idempotency_key: str | None = None,
         envelope: Envelope = Envelope.WALLET,
         retry: bool = True,
-    ) -> Any:
-        """One logical call: attempts with back-off until success, a final error or retries end."""
+        parse: Callable[[Any], T] = _as_is,
+    ) -> T:
+        """One logical call: attempts with back-off until success, a final error or retries end.
+
+        `parse` reads the answer's data (a `ProviderProtocolError` when it does not fit): a call
+        counts as `ok` only once it did, else as `protocol_error`, and is not repeated.
+        """
         target = self._prefix + build_target(path, query)
         raw = _body_bytes(body) if method != "GET" else b""
         attempts = 1 + (self._retries if retry else 0)
         for attempt in range(1, attempts + 1):
             try:
                 data = await self._attempt(endpoint, method, target, raw, idempotency_key, envelope)
+                result = parse(data)
             except ProviderError as exc:
                 exc.endpoint = endpoint
                 self._report(endpoint, _outcome(exc))
@@ -452,7 +516,7 @@ class ProviderClient:
                 await asyncio.sleep(delay)
                 continue
             self._report(endpoint, "ok")
-            return data
+            return result
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _delay(self, attempt: int) -> float:
