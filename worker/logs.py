@@ -116,7 +116,9 @@ def configure(fmt: str | None = None, level: str = "info", stream: Any = None) -
     if _handler is not None:
         root.removeHandler(_handler)
     root.addHandler(handler)
-    root.setLevel(logging.getLevelNamesMapping()[level.upper()])
+    # Libraries speak at warning and above (APScheduler's info is a line per job run), all of
+    # it at debug.
+    root.setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
     logging.captureWarnings(True)
     _handler = handler
 
