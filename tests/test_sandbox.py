@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +19,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from worker.cli import main as cli_main
 from worker.errors import (
     ProviderAuthError,
     ProviderBusinessError,
@@ -478,6 +480,31 @@ async def test_sandbox_command_serves_and_stops_on_sigterm(
     assert proc.returncode == 0, stderr.decode()
     assert (tmp_path / "sbx.db").exists()
     assert API_SECRET not in stderr.decode()
+
+
+def test_sandbox_command_refuses_a_bad_or_taken_port(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A port that is no port is a usage error (2); one that is taken fails with a message (1),
+    neither with a traceback."""
+    config = tmp_path / "depositd.yaml"
+    config.write_text(
+        f"provider: {{base_url: 'http://127.0.0.1:1', api_key: {API_KEY}, api_secret: x}}\n"
+        f"webhook: {{api_key: {HOOK_KEY}, secret: {HOOK_SECRET}}}\n"
+        "storage: {path: depositd.db}\n"
+        "log: {format: json}\n"
+    )
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["sandbox", "--config", str(config), "--port", "99999"])
+    assert exited.value.code == 2
+    assert "not a port number (1-65535): '99999'" in capsys.readouterr().err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli_main(["sandbox", "--config", str(config), "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert "sandbox cannot listen" in err and "Traceback" not in err
 
 
 async def test_auto_review_approves_on_its_own(start: Factory) -> None:

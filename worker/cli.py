@@ -101,12 +101,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="do not poll until ACTIVE or FAILED")
 
     p = sub.add_parser("sandbox", parents=[common], help="run the provider sandbox")
-    p.add_argument("--port", type=int)
+    p.add_argument("--port", type=_port)
     p.add_argument("--state", metavar="FILE", help="keep sandbox state in this SQLite file")
 
     p = sub.add_parser("demo", parents=[common], help="sandbox + worker scripted scenarios")
     p.add_argument("--keep", metavar="DIR", help="keep the demo's files in DIR")
     return parser
+
+
+def _port(text: str) -> int:
+    """A TCP port number (argparse type: anything else is a usage error, exit 2)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (1-65535): {text!r}")
+    return port
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -51,10 +51,14 @@ def run(args: argparse.Namespace) -> int:
     log.info(
         "sandbox starting",
         listen=f"{host}:{port}",
-        webhook_url=cfg.webhook_url,
+        deliver_to=cfg.webhook_url,
         state_path=str(cfg.state_path) if cfg.state_path else None,
     )
     # run_app installs SIGINT/SIGTERM handlers and runs the cleanup contexts on the way out.
-    web.run_app(create_app(cfg), host=host, port=port, print=None, access_log=None)
+    try:
+        web.run_app(create_app(cfg), host=host, port=port, print=None, access_log=None)
+    except OSError as exc:  # the port is taken, or not ours to bind
+        log.error("sandbox cannot listen", listen=f"{host}:{port}", error=exc.strerror or str(exc))
+        return 1
     log.info("sandbox stopped")
     return 0
