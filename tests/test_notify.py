@@ -784,3 +784,35 @@ async def test_outbox_stop_is_not_held_by_the_rows_left_in_a_pass(
     await asyncio.wait_for(task, timeout=5)
     assert len(slack.payloads) == 1
     assert [r["status"] for r in await alert_rows(store)] == ["done", "pending", "pending"]
+
+
+async def test_an_alert_with_no_channel_is_logged_and_counted(tmp_path: Path) -> None:
+    """With no channel configured (SPEC: alerts are logged only) the alert still counts, under
+    channel "log", so a dashboard of alerts does not miss it."""
+    store = Store(tmp_path / "depositd.db")
+    await store.open()
+    counted: list[tuple[str, str]] = []
+
+    async def observe(fact: Fact) -> None:
+        return None
+
+    client = ProviderClient("http://127.0.0.1:9", "key", "secret", retries=0)
+    outbox = Outbox(
+        store,
+        client=client,
+        notifiers={},
+        profiles=Profiles.empty,
+        observe=observe,
+        on_alert=lambda channel, outcome: counted.append((channel, outcome)),
+    )
+    try:
+        await store.write(
+            lambda db: enqueue_alert(db, None, "poll_failing", "warning", trigger="t")
+        )
+        assert await outbox.run_once() == 1
+        [row] = await alert_rows(store)
+    finally:
+        await client.close()
+        await store.close()
+    assert (row["status"], row["outcome"]) == ("done", "logged (no alert channel configured)")
+    assert counted == [("log", "logged")]

@@ -72,6 +72,8 @@ class AlertSender:
         if not channels:
             log.warning("alert", condition=condition, transactionId=tx, title=alert.title)
             await self._rows.finish(action_id, "done", "logged (no alert channel configured)")
+            if self._on_alert is not None:  # counted too: an alert only logged is still one
+                self._on_alert("log", "logged")
             return
 
         def dedupe(channel: str) -> str:
