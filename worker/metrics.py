@@ -65,7 +65,7 @@ class Metrics:
         )
         self.alerts_sent = Counter(
             "depositd_alerts_sent",
-            "Alerts by channel (\"log\" when no channel is configured) and outcome.",
+            'Alerts by channel ("log" when no channel is configured) and outcome.',
             ["channel", "outcome"],
             registry=r,
         )
