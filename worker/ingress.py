@@ -237,7 +237,7 @@ class Ingress:
     def add_routes(self, app: web.Application) -> None:
         """Register the webhook path, /healthz, /readyz and /metrics."""
         app.router.add_post(
-            self.settings.path, webhook_handler(Gate(self.settings), self.store_row, self.record)
+            self.settings.path, webhook_handler(Gate(self.settings), self.queue_row, self.record)
         )
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", self.readyz)
@@ -253,10 +253,6 @@ class Ingress:
     def _wake_if_new(self, future: asyncio.Future[bool]) -> None:
         if not future.cancelled() and future.exception() is None and future.result():
             self.wake()
-
-    async def store_row(self, row: EventRow) -> bool:
-        """Store an accepted row durably: True when new."""
-        return await self.queue_row(row)
 
     def record(self, label: str, outcome: str, seconds: float) -> None:
         """Count one delivery."""

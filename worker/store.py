@@ -185,6 +185,15 @@ def _not_stored(exc: BaseException) -> StorageError:
     return error
 
 
+def _fail_waiters(
+    inserts: list[_Insert], inline: list[_Job], threaded: list[_Job], error: StorageError
+) -> None:
+    """Every waiter of a round that did not commit gets `error` (unless answered already)."""
+    for future in (*(i.future for i in inserts), *(job.future for job in (*inline, *threaded))):
+        if not future.done():
+            future.set_exception(error)
+
+
 def _is_busy(exc: sqlite3.Error) -> bool:
     return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
 
@@ -371,12 +380,7 @@ class Store:
             await self._cycle(inserts, inline, threaded)
         except Exception as exc:  # a bug: fail this round's waiters, but keep the writer
             log.exception("group transaction crashed")
-            error = StorageError(f"write failed: {exc}")
-            futures: list[asyncio.Future[Any]] = [i.future for i in inserts]
-            futures += [job.future for job in (*inline, *threaded)]
-            for future in futures:
-                if not future.done():
-                    future.set_exception(error)
+            _fail_waiters(inserts, inline, threaded, StorageError(f"write failed: {exc}"))
 
     async def _cycle(
         self, inserts: list[_Insert], inline: list[_Job], threaded: list[_Job]
@@ -411,11 +415,7 @@ class Store:
                 except sqlite3.Error as failed:  # the next BEGIN then fails, and says so
                     log.error("rollback failed", error=str(failed))
             error = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
-            futures: list[asyncio.Future[Any]] = [i.future for i in inserts]
-            futures += [job.future for job in (*inline, *threaded)]
-            for future in futures:
-                if not future.done():
-                    future.set_exception(error)
+            _fail_waiters(inserts, inline, threaded, error)
             if not isinstance(exc, Exception):
                 raise
             log.error("group transaction failed", error=str(error))
