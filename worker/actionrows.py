@@ -25,6 +25,13 @@ from worker.tracker import Deposit, iso_from_ms
 log = get_logger(__name__)
 
 
+def backoff(attempts: int, base_s: float, max_s: float) -> float:
+    """The back-off after `attempts` tries: doubling from `base_s`, at most `max_s`. The
+    exponent is capped: a row retried without end (an unknown outcome) must not overflow a
+    float after ~1000 attempts."""
+    return min(max_s, base_s * 2.0 ** min(max(0, attempts - 1), 40))
+
+
 def _iso_in(seconds: float) -> str:
     return iso_from_ms(signing.now_ms() + round(seconds * 1000))
 
@@ -38,11 +45,8 @@ class ActionRows:
         self._backoff_max_s = backoff_max_s
 
     def _delay(self, attempts: int) -> float:
-        # The exponent is capped: a row retried without end (an unknown outcome) must not
-        # overflow a float after ~1000 attempts.
-        step = 2.0 ** min(max(0, attempts - 1), 40)
-        base: float = min(self._backoff_max_s, self._backoff_s * step)
-        return base * (0.5 + random.random() / 2)
+        step = backoff(attempts, self._backoff_s, self._backoff_max_s)
+        return step * (0.5 + random.random() / 2)
 
     async def finish(
         self,

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlite_utils
 
-from worker.actionrows import ActionRows
+from worker.actionrows import ActionRows, backoff
 from worker.logs import get_logger
 from worker.notify.channels import Notifier, send_once
 from worker.notify.message import build_alert
@@ -148,6 +148,8 @@ class AlertSender:
 
     def _alert_delay(self, attempts: int) -> float:
         """Back-off between sends of one alert (notify_retry's backoff_s, backoff_max_s)."""
-        base = float(self._notify_retry.get("backoff_s", 1.0))
-        cap = float(self._notify_retry.get("backoff_max_s", 60.0))
-        return min(cap, base * 2.0 ** min(max(0, attempts - 1), 40))
+        return backoff(
+            attempts,
+            float(self._notify_retry.get("backoff_s", 1.0)),
+            float(self._notify_retry.get("backoff_max_s", 60.0)),
+        )
