@@ -104,6 +104,31 @@ def book(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> bool:
     return cur.rowcount == 1
 
 
+def add_submission(
+    db: sqlite_utils.Database,
+    deposit: Deposit,
+    profile: str,
+    content_hash: str,
+    *,
+    named: bool,
+    trigger: str,
+    event_id: str | None = None,
+    intent: Intent | None = None,
+) -> int:
+    """Queue one submit_profile row for `profile`'s content, under that content's
+    Idempotency-Key; returns its id."""
+    return add_action(
+        db,
+        deposit=deposit,
+        action="submit_profile",
+        params=submit_params(deposit, profile, content_hash, named=named),
+        trigger=trigger,
+        event_id=event_id,
+        intent=intent,
+        idempotency_key=submit_key(deposit.transaction_id, content_hash),
+    )
+
+
 def enqueue_alert(
     db: sqlite_utils.Database,
     deposit: Deposit | None,
@@ -149,7 +174,7 @@ def _alert_detail(intent: Intent, deposit: Deposit, trigger: str) -> str | None:
     return "; ".join(parts) or None
 
 
-def _key_used(db: sqlite_utils.Database, transaction_id: str, key: str) -> bool:
+def key_used(db: sqlite_utils.Database, transaction_id: str, key: str) -> bool:
     """Was a submission with this Idempotency-Key (this exact payload) already queued?"""
     row = db.execute(
         "SELECT 1 FROM actions WHERE transaction_id=? AND action='submit_profile'"
@@ -265,7 +290,7 @@ class RuleReactor:
             name = str(named) if named else match.name
             content = profiles.content_hash(name)
             key = submit_key(deposit.transaction_id, content)
-            if _key_used(db, deposit.transaction_id, key):
+            if key_used(db, deposit.transaction_id, key):
                 # The provider has this very payload already (a rejection is never answered
                 # with the same details): wait for a changed profile instead.
                 add_action(
@@ -277,12 +302,15 @@ class RuleReactor:
                     **common,
                 )
                 return
-            add_action(
+            add_submission(
                 db,
-                action="submit_profile",
-                params=submit_params(deposit, name, content, named=bool(named)),
-                idempotency_key=key,
-                **common,
+                deposit,
+                name,
+                content,
+                named=bool(named),
+                trigger=trigger,
+                event_id=fact.event_id,
+                intent=intent,
             )
         elif intent.action == "alert":
             # One alert per rule and trigger (every matching rule runs); a raw eventType rule

@@ -31,7 +31,12 @@ from worker.provider.client import ProviderClient
 from worker.provider.codes import RetryCategory, categorize, code_rule, may_retry_same_key
 from worker.provider.models import DepositOrder, WhiteListStatus
 from worker.provider.payer import fields_named
-from worker.reactor import add_action, enqueue_alert, submit_key, submit_params
+from worker.reactor import (
+    add_submission,
+    enqueue_alert,
+    key_used,
+    submit_key,
+)
 from worker.rules import RuleBook
 from worker.tracker import Deposit, Fact
 
@@ -335,22 +340,9 @@ def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:
         else:
             continue
         content = profiles.content_hash(name)
-        key = submit_key(deposit.transaction_id, content)
-        seen = db.execute(
-            "SELECT COUNT(*) FROM actions WHERE transaction_id=? AND action='submit_profile'"
-            " AND idempotency_key=?",
-            [deposit.transaction_id, key],
-        ).fetchone()[0]
-        if seen:
+        if key_used(db, deposit.transaction_id, submit_key(deposit.transaction_id, content)):
             continue
-        add_action(
-            db,
-            deposit=deposit,
-            action="submit_profile",
-            params=submit_params(deposit, name, content, named=named),
-            trigger="profile_changed",
-            idempotency_key=key,
-        )
+        add_submission(db, deposit, name, content, named=named, trigger="profile_changed")
         queued += 1
     return queued
 
@@ -384,15 +376,14 @@ def submit_newly_covered(db: sqlite_utils.Database, profiles: Profiles, rules: R
         name = str(named) if named else match.name
         if name not in profiles.names():
             continue
-        content = profiles.content_hash(name)
-        add_action(
+        add_submission(
             db,
-            deposit=deposit,
-            action="submit_profile",
-            params=submit_params(deposit, name, content, named=bool(named)),
+            deposit,
+            name,
+            profiles.content_hash(name),
+            named=bool(named),
             trigger="profile_added",
             intent=intent,
-            idempotency_key=submit_key(deposit.transaction_id, content),
         )
         queued += 1
     return queued
