@@ -92,15 +92,13 @@ def _unconfigured_channels(settings: Settings, rules: RuleBook) -> list[str]:
     """Rule alerts naming a channel `notify` does not configure: those go to the log only."""
     configured = {name for name in ("slack", "email") if getattr(settings.notify, name)}
     warnings = []
-    for ruleset in rules.rulesets:
-        for rule in ruleset.rules:
-            for action in rule.actions:
-                missing = sorted(set(action.params.get("channels") or ()) - configured)
-                if action.name == "alert" and missing:
-                    warnings.append(
-                        f"{ruleset.path}:{rule.line}: rule {rule.name!r} alerts on"
-                        f" {', '.join(missing)}, which notify does not configure: logged only"
-                    )
+    for ruleset, rule, action in rules.actions("alert"):
+        missing = sorted(set(action.params.get("channels") or ()) - configured)
+        if missing:
+            warnings.append(
+                f"{ruleset.path}:{rule.line}: rule {rule.name!r} alerts on"
+                f" {', '.join(missing)}, which notify does not configure: logged only"
+            )
     return warnings
 
 
@@ -110,17 +108,13 @@ def forward_secret_problems(rules: RuleBook) -> list[str]:
     from worker.forward import forward_secret
 
     problems = []
-    for ruleset in rules.rulesets:
-        for rule in ruleset.rules:
-            for action in rule.actions:
-                if action.name != "forward":
-                    continue
-                _, problem = forward_secret(action.params)
-                if problem is not None:
-                    problems.append(
-                        f"{ruleset.path}:{rule.line}: rule {rule.name!r}: forward {problem}; "
-                        "it would not be sent (forward is signed)"
-                    )
+    for ruleset, rule, action in rules.actions("forward"):
+        _, problem = forward_secret(action.params)
+        if problem is not None:
+            problems.append(
+                f"{ruleset.path}:{rule.line}: rule {rule.name!r}: forward {problem}; "
+                "it would not be sent (forward is signed)"
+            )
     return problems
 
 

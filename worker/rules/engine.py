@@ -9,13 +9,14 @@ evaluation for that trigger, so no later rule (and no later action of the same r
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 
 from worker.provider.jsonio import decimal_str
 from worker.rules.model import (
     ANY_WALLET,
+    Action,
     DepositView,
     Intent,
     Operator,
@@ -132,6 +133,14 @@ class RuleBook:
     def empty(cls) -> RuleBook:
         """A book without rules: nothing acts."""
         return cls(())
+
+    def actions(self, name: str) -> Iterator[tuple[RuleSet, Rule, Action]]:
+        """Every action called `name`, with the rule and the rule set it is in (file order)."""
+        for ruleset in self.rulesets:
+            for rule in ruleset.rules:
+                for action in rule.actions:
+                    if action.name == name:
+                        yield ruleset, rule, action
 
     @property
     def version(self) -> str:
