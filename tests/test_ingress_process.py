@@ -12,6 +12,7 @@ from contextlib import closing
 from pathlib import Path
 
 import aiohttp
+import pytest
 from test_ops import HOOK_KEY, HOOK_PATH, Service, envelope, wait_for
 
 from worker.provider.jsonio import dumpb
@@ -93,23 +94,24 @@ async def test_answers_counts_and_readiness_come_through_the_ingress_process(
         await wait_for("the ingress process to exit", lambda: not alive(ingress), 5)
 
 
-async def test_serve_exits_when_its_ingress_process_dies(tmp_path: Path, provider_url: str) -> None:
-    async with Service(tmp_path, provider_url) as service:
-        os.kill(ingress_pid(service), signal.SIGKILL)
-        assert service.proc is not None
-        # Nothing would answer webhooks any more: exit non-zero, so that systemd restarts it.
-        assert await asyncio.wait_for(service.proc.wait(), 20) == 1
-        assert "ingress process exited" in service.log.read_text()
-
-
-async def test_sigterm_to_the_ingress_process_alone_stops_serve_cleanly(
-    tmp_path: Path, provider_url: str
+@pytest.mark.parametrize(
+    ("sig", "status", "logged"),
+    [
+        # Killed: nothing would answer webhooks any more; exit non-zero, so systemd restarts it.
+        (signal.SIGKILL, 1, "ingress process exited"),
+        # Its own SIGTERM: a clean stop of the whole service.
+        (signal.SIGTERM, 0, "ingress process stopped"),
+    ],
+    ids=["killed", "terminated"],
+)
+async def test_serve_stops_with_its_ingress_process(
+    tmp_path: Path, provider_url: str, sig: int, status: int, logged: str
 ) -> None:
     async with Service(tmp_path, provider_url) as service:
-        os.kill(ingress_pid(service), signal.SIGTERM)
+        os.kill(ingress_pid(service), sig)
         assert service.proc is not None
-        assert await asyncio.wait_for(service.proc.wait(), 20) == 0
-        assert "ingress process stopped" in service.log.read_text()
+        assert await asyncio.wait_for(service.proc.wait(), 20) == status
+        assert logged in service.log.read_text()
 
 
 async def test_the_ingress_process_goes_with_a_killed_serve(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import email
 import email.policy
@@ -709,10 +710,12 @@ def test_notifiers_from_settings_builds_only_configured_channels() -> None:
 # --- alerts through the outbox ---------------------------------------------------------------
 
 
-@pytest.fixture
-async def alert_outbox(tmp_path: Path, slack: SlackStub) -> AsyncIterator[tuple[Outbox, Store]]:
-    """An outbox on a real store whose only channel is the Slack stub (production retry
-    settings: notify_retry not given)."""
+@contextlib.asynccontextmanager
+async def outbox_on_store(
+    tmp_path: Path, notifiers: dict[str, Any], **kw: Any
+) -> AsyncIterator[tuple[Outbox, Store]]:
+    """An outbox on a real store with these channels (production retry settings:
+    notify_retry not given) and no provider to speak of."""
     store = Store(tmp_path / "depositd.db")
     await store.open()
 
@@ -720,16 +723,28 @@ async def alert_outbox(tmp_path: Path, slack: SlackStub) -> AsyncIterator[tuple[
         return None
 
     client = ProviderClient("http://127.0.0.1:9", "key", "secret", retries=0)
-    outbox = Outbox(
-        store,
-        client=client,
-        notifiers={"slack": SlackNotifier(slack.url)},
-        profiles=Profiles.empty,
-        observe=observe,
-    )
-    yield outbox, store
-    await client.close()
-    await store.close()
+    try:
+        yield (
+            Outbox(
+                store,
+                client=client,
+                notifiers=notifiers,
+                profiles=Profiles.empty,
+                observe=observe,
+                **kw,
+            ),
+            store,
+        )
+    finally:
+        await client.close()
+        await store.close()
+
+
+@pytest.fixture
+async def alert_outbox(tmp_path: Path, slack: SlackStub) -> AsyncIterator[tuple[Outbox, Store]]:
+    """An outbox whose only channel is the Slack stub."""
+    async with outbox_on_store(tmp_path, {"slack": SlackNotifier(slack.url)}) as made:
+        yield made
 
 
 async def alert_rows(store: Store) -> list[dict[str, Any]]:
@@ -789,30 +804,14 @@ async def test_outbox_stop_is_not_held_by_the_rows_left_in_a_pass(
 async def test_an_alert_with_no_channel_is_logged_and_counted(tmp_path: Path) -> None:
     """With no channel configured (SPEC: alerts are logged only) the alert still counts, under
     channel "log", so a dashboard of alerts does not miss it."""
-    store = Store(tmp_path / "depositd.db")
-    await store.open()
     counted: list[tuple[str, str]] = []
-
-    async def observe(fact: Fact) -> None:
-        return None
-
-    client = ProviderClient("http://127.0.0.1:9", "key", "secret", retries=0)
-    outbox = Outbox(
-        store,
-        client=client,
-        notifiers={},
-        profiles=Profiles.empty,
-        observe=observe,
-        on_alert=lambda channel, outcome: counted.append((channel, outcome)),
-    )
-    try:
+    async with outbox_on_store(
+        tmp_path, {}, on_alert=lambda channel, outcome: counted.append((channel, outcome))
+    ) as (outbox, store):
         await store.write(
             lambda db: enqueue_alert(db, None, "poll_failing", "warning", trigger="t")
         )
         assert await outbox.run_once() == 1
         [row] = await alert_rows(store)
-    finally:
-        await client.close()
-        await store.close()
     assert (row["status"], row["outcome"]) == ("done", "logged (no alert channel configured)")
     assert counted == [("log", "logged")]
