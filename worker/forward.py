@@ -15,6 +15,7 @@ import aiohttp
 
 from worker.actionrows import ActionRows, alert_once
 from worker.provider import jsonio, signing
+from worker.settings import read_secret_file
 from worker.tracker import Deposit
 
 MAX_FORWARD_ATTEMPTS = 8
@@ -94,7 +95,7 @@ def forward_secret(params: Mapping[str, Any]) -> tuple[str, str | None]:
     if params.get("secret_file"):
         path = Path(str(params["secret_file"]))
         try:
-            value = path.read_text(encoding="utf-8").strip()
+            value = read_secret_file(path)
         except OSError as exc:
             return "", f"secret_file {path} cannot be read ({exc.strerror})"
         except UnicodeDecodeError:  # said without the byte: it is part of a secret

@@ -282,7 +282,7 @@ def _expand(value: Any, loc: Loc, src: YamlSource, problems: list[str], origins:
     return value
 
 
-def _read_file(path: Path) -> str:
+def read_secret_file(path: Path) -> str:
     """A secret file's text without surrounding whitespace (a trailing newline is usual)."""
     return path.read_bytes().decode("utf-8").strip()
 
@@ -322,7 +322,7 @@ def _read_files(
                 origins.sources[value_loc] = f"file {path}"
                 problem = None
                 try:
-                    values.append(_read_file(path))
+                    values.append(read_secret_file(path))
                 except OSError as exc:
                     problem = f"cannot read {path}: {exc.strerror}"
                 except UnicodeDecodeError:
