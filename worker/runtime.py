@@ -198,7 +198,7 @@ class Runtime:
         if self.store is not None:
             queued = await self.store.write(partial(_submissions_due, bundle=bundle))
             if changed or queued:
-                log.info("profiles changed", submissions=queued)
+                log.info("submissions after reload", profilesChanged=changed, queued=queued)
             if queued and self.outbox is not None:
                 self.outbox.wake()
         await self.check_providers()
