@@ -11,6 +11,7 @@ import itertools
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,11 @@ from worker.errors import ProviderProtocolError, ProviderRequestRefused
 from worker.processor import Processor
 from worker.provider import jsonio
 from worker.provider.client import ProviderClient
+from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
 from worker.schedule import Poller
 from worker.settings import SchedulerSettings
 from worker.store import Store
+from worker.tracker import Fact
 
 MIB = 1024 * 1024
 
@@ -295,3 +298,37 @@ async def test_every_id_segment_is_percent_encoded(make_env: Callable[..., Any])
     assert env.fake.requests == [
         ("POST", "/v1/wallet/deposit-whitelist/transactions/a%2F..%2Fb%3Fc%3D%25d/submit")
     ]
+
+
+async def test_a_deposit_with_a_dot_dot_id_is_never_submitted_and_a_human_is_told(
+    start_stack: Callable[..., Any],
+) -> None:
+    """A deposit whose transactionId is `..` needing details: the submission fails at once with
+    "nothing sent" (no retry) and a critical alert goes out, instead of posting a payer profile
+    to `/transactions/../submit`."""
+    stack = await start_stack(scheduler=False)
+    fact = Fact(
+        transaction_id="..",
+        source="poll",
+        observed_at=1_700_000_000_000,
+        status=OrderStatus.PROCESSING,
+        white_list_status=WhiteListStatus.INIT,
+        credit_status=CreditStatus.PENDING,
+        wallet_id=1002,
+        currency="USDT",
+        network="TRON",
+        amount=Decimal("5"),
+        from_address="TDotDotUnknownAddress000000000001",
+    )
+    await stack.processor.observe_fact(fact)
+
+    async def refused() -> bool:
+        rows = [a for a in await stack.actions("..") if a["action"] == "submit_profile"]
+        return bool(rows) and rows[0]["status"] == "failed"
+
+    await stack.wait_for(refused, what="submission refused")
+    [row] = [a for a in await stack.actions("..") if a["action"] == "submit_profile"]
+    assert "nothing sent" in str(row["outcome"]) and row["attempts"] == 1
+    await stack.wait_for(
+        lambda: any("submit_refused" in str(p) for p in stack.slack), what="critical alert"
+    )
