@@ -346,7 +346,8 @@ async def test_non_deposit_events(store: Store) -> None:
 
 
 async def test_observe_fact_feeds_the_same_path(store: Store) -> None:
-    """A poll fact creates/updates the deposit and reacts once; the same fact again is inert."""
+    """A poll fact creates/updates the deposit and reacts once; the same fact again is inert
+    and not stored again."""
     reactor = RecordingReactor()
     processor = Processor(store, reactor=reactor)
     fact = Fact(
@@ -370,7 +371,7 @@ async def test_observe_fact_feeds_the_same_path(store: Store) -> None:
             for r in db.execute("SELECT * FROM facts ORDER BY id")
         ]
     )
-    assert facts == [("poll", 1, "init"), ("poll", 0, "init")]
+    assert facts == [("poll", 1, "init")]
     # A webhook for the same deposit afterwards does not fire needs_details again.
     await deliver(store, lifecycle("tx-p")[0])
     await processor.run_until_idle()

@@ -252,8 +252,13 @@ async def register_prepared(
     wallet_id, address, network = body["walletId"], body["walletAddress"], body["network"]
     replaced: list[str] = []
     if replace_failed:
-        page = await client.list_addresses(status="FAILED", page_size=100)
-        for old in page.records:
+        failed = [
+            old
+            async for old in client.iter_addresses(
+                status="FAILED", page_size=100, max_pages=settings.scheduler.max_pages
+            )
+        ]
+        for old in failed:
             if old.walletAddress == address and old.network == network:
                 disabled = await client.disable_address(old.id, idempotency_key=f"disable-{old.id}")
                 old_done = disabled or old.model_copy(update={"status": AddressStatus.DISABLED})

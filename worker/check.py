@@ -11,6 +11,7 @@ from worker.errors import ConfigError, ProviderError
 from worker.profiles import Profiles
 from worker.rules import RuleBook
 from worker.settings import Loaded, Settings, read_settings
+from worker.urls import plain_http_problem
 
 
 @dataclass
@@ -59,6 +60,9 @@ def load_bundle(settings: Settings) -> Bundle:
                     for path in sorted(settings.rules.glob("*.yml"))
                 ]
             warnings += _unconfigured_channels(settings, rules)
+    http_warnings, http_problems = plain_http(settings, rules)
+    warnings += http_warnings
+    problems += http_problems
     if problems:
         raise ConfigError(problems)
     return Bundle(rules, profiles, warnings)
@@ -86,6 +90,41 @@ def _files_problems(loaded: Loaded) -> list[str]:
         else:
             problems.extend(forward_secret_problems(rules))
     return problems
+
+
+def plain_http(settings: Settings, rules: RuleBook) -> tuple[list[str], list[str]]:
+    """(warnings, problems) of plain http:// for the provider and forward URLs: a warning to
+    loopback or where allowed, else a problem (`check` and `serve` both refuse it)."""
+    warnings: list[str] = []
+    problems: list[str] = []
+    found = [
+        (
+            f"{settings.config_path}: provider.base_url",
+            plain_http_problem(
+                settings.provider.base_url,
+                allowed=settings.provider.allow_insecure_http,
+                key="provider.allow_insecure_http",
+            ),
+        )
+    ]
+    for ruleset, rule, action in rules.actions("forward"):
+        where = f"{ruleset.path}:{rule.line}: rule {rule.name!r}: forward"
+        found.append(
+            (
+                where,
+                plain_http_problem(
+                    str(action.params.get("url", "")),
+                    allowed=bool(action.params.get("allow_insecure_http")),
+                    key="allow_insecure_http",
+                ),
+            )
+        )
+    for where, (warning, problem) in found:
+        if warning is not None:
+            warnings.append(f"{where}: {warning}")
+        if problem is not None:
+            problems.append(f"{where}: {problem}")
+    return warnings, problems
 
 
 def _unconfigured_channels(settings: Settings, rules: RuleBook) -> list[str]:

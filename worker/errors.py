@@ -66,6 +66,11 @@ class ProviderRetryLater(ProviderBusinessError):
     same_key = True
 
 
+class ProviderRequestRefused(ProviderBusinessError):
+    """depositd refused to send a request (an id of `.`, `..` or empty in its path): nothing
+    was sent, and sending it again cannot help."""
+
+
 class ProviderAuthError(ProviderError):
     """Signature, API key or timestamp refused; re-sign and retry after back-off."""
 

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -17,6 +18,7 @@ from worker.actionrows import ActionRows, alert_once
 from worker.provider import jsonio, signing
 from worker.settings import read_secret_file
 from worker.tracker import Deposit
+from worker.urls import host_port
 
 MAX_FORWARD_ATTEMPTS = 8
 
@@ -58,6 +60,32 @@ class Forwarder:
             await self._rows.later(action_id, attempts, f"{outcome}; retrying", also=also)
             return
         body = jsonio.dumpb(params.get("deposit") or deposit.as_json())
+        ok, outcome, redirected = await self._post(url, secret, body)
+        if ok:
+            await self._rows.finish(action_id, "done", f"forwarded to {url}: {outcome}")
+            return
+        # Alerted once per deposit: when a redirect is refused (the target moved, or someone
+        # points it elsewhere), and when the forward gives up.
+        alarm = None
+        if redirected or attempts >= MAX_FORWARD_ATTEMPTS:
+            alarm = alert_once(
+                deposit,
+                "forward_failed",
+                "warning",
+                trigger="forward",
+                detail=f"forward to {host_port(url)} failed: {outcome}",
+            )
+        if attempts < MAX_FORWARD_ATTEMPTS:
+            await self._rows.later(
+                action_id, attempts, f"forward failed ({outcome}); retrying", also=alarm
+            )
+        else:
+            await self._rows.finish(
+                action_id, "failed", f"forward to {url} failed: {outcome}", also=alarm
+            )
+
+    async def _post(self, url: str, secret: str, body: bytes) -> tuple[bool, str, bool]:
+        """POST the signed body once: (ok, outcome, redirected)."""
         target = url.split("://", 1)[-1]
         path = "/" + target.split("/", 1)[1] if "/" in target else "/"
         headers = {
@@ -66,22 +94,32 @@ class Forwarder:
         }
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        redirected = False
         try:
-            async with self._http.post(url, data=body, headers=headers) as resp:
+            # Never followed: a redirect would re-post the deposit and its signature elsewhere.
+            async with self._http.post(
+                url, data=body, headers=headers, allow_redirects=False
+            ) as resp:
                 ok = 200 <= resp.status < 300
                 outcome = f"HTTP {resp.status}"
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            ok, outcome = False, f"{type(exc).__name__}: {exc}"
-        if ok:
-            await self._rows.finish(action_id, "done", f"forwarded to {url}: {outcome}")
-        elif attempts < MAX_FORWARD_ATTEMPTS:
-            await self._rows.later(
-                action_id,
-                attempts,
-                f"forward failed ({outcome}); retrying",
-            )
-        else:
-            await self._rows.finish(action_id, "failed", f"forward to {url} failed: {outcome}")
+                redirected = 300 <= resp.status < 400
+                if redirected:
+                    outcome += f" redirect to {_where(resp.headers.get('Location'))} (not followed)"
+        except TimeoutError:
+            ok, outcome = False, f"timeout ({host_port(url)})"
+        except aiohttp.ClientConnectionError as exc:
+            ok, outcome = False, f"connection error: {type(exc).__name__} to {host_port(url)}"
+        except aiohttp.ClientError as exc:
+            ok, outcome = False, f"{type(exc).__name__} from {host_port(url)}"
+        return ok, outcome, redirected
+
+
+def _where(location: str | None) -> str:
+    """A redirect's Location without its query string or fragment (they may carry secrets)."""
+    if not location:
+        return "(no Location)"
+    parts = urlsplit(location)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def forward_secret(params: Mapping[str, Any]) -> tuple[str, str | None]:

@@ -65,6 +65,11 @@ def backup(source: Path, target: Path) -> int:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp.unlink(missing_ok=True)
+        # Created 0600 before SQLite opens it (the copy holds payer data): never readable by
+        # others, not even for a moment; SQLite gives its journal files the mode of the
+        # database file.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.chmod(tmp, 0o600)  # whatever the umask
         with (
             closing(sqlite3.connect(source, timeout=30)) as src,
             closing(sqlite3.connect(tmp)) as dst,

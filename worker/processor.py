@@ -48,6 +48,7 @@ from worker.queries import (
     mark_events,
     oldest_pending_received_at,
     pending_events,
+    poll_fact_repeats,
     upsert_deposit_row,
     utc_now,
 )
@@ -110,15 +111,19 @@ def apply_fact(
     changed = before is None or after != before
     if changed:
         upsert_deposit_row(db, after.to_row())
-    insert_fact_row(
-        db,
-        transaction_id=fact.transaction_id,
-        source=fact.source,
-        event_id=fact.event_id,
-        observed_at=fact.observed_at,
-        fact=fact.to_json(),
-        changed=changed,
-    )
+    stated = fact.to_json()
+    # A poll repeating what it already said since the deposit last changed is not stored again
+    # (every poll would add a row that changes nothing); a fact that changes something always is.
+    if changed or fact.source != "poll" or not poll_fact_repeats(db, fact.transaction_id, stated):
+        insert_fact_row(
+            db,
+            transaction_id=fact.transaction_id,
+            source=fact.source,
+            event_id=fact.event_id,
+            observed_at=fact.observed_at,
+            fact=stated,
+            changed=changed,
+        )
     lines = reactor.react(db, after, transitions, fact) if reactor is not None else None
     return after, transitions, lines or []
 

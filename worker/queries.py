@@ -168,6 +168,20 @@ def insert_fact_row(
     return int(cur.lastrowid or 0)
 
 
+def poll_fact_repeats(
+    db: sqlite_utils.Database, transaction_id: str, fact: Mapping[str, Any]
+) -> bool:
+    """Whether a poll fact saying exactly `fact` is recorded for the deposit since (and with) the
+    last fact that changed it (history and detail polls alternate, each repeating itself)."""
+    row = db.conn.execute(
+        "SELECT 1 FROM facts WHERE transaction_id = ? AND source = 'poll' AND fact = ?"
+        " AND id >= (SELECT COALESCE(MAX(id), 0) FROM facts"
+        " WHERE transaction_id = ? AND changed = 1) LIMIT 1",
+        (transaction_id, json.dumps(fact, sort_keys=True), transaction_id),
+    ).fetchone()
+    return row is not None
+
+
 def queue_depths(db: sqlite_utils.Database) -> dict[str, int]:
     """Counts for status output: events by status, actions by status, alerts not yet sent."""
     depths: dict[str, int] = {}

@@ -159,9 +159,13 @@ class Poller:
 
     async def _history(self) -> int:
         seen = 0
+        # Each queue has its own page cap (scheduler.max_pages), so a queue that pages on and
+        # on cannot keep the other from being read in the same run.
         for status in ("init", "rejected"):
             async for order in self._client.iter_history(
-                white_list_status=status, page_size=self._settings.page_size
+                white_list_status=status,
+                page_size=self._settings.page_size,
+                max_pages=self._settings.max_pages,
             ):
                 if not await self._known(order.transactionId):
                     self.stats.found_by_poll += 1

@@ -68,6 +68,10 @@ class ProviderSettings(Section):
     api_secret: Credential
     timeout_s: float = Field(10, gt=0)
     signature: str = DEFAULT_ALGORITHM
+    # An answer body above this is a protocol error, never read whole (a real page is KBs).
+    max_answer_bytes: int = Field(16 * 1024 * 1024, ge=65_536)
+    # Plain http:// to a host other than loopback is refused unless this says it is meant.
+    allow_insecure_http: bool = False
 
     _alg = field_validator("signature")(_check_algorithm)
 
@@ -140,6 +144,8 @@ class SchedulerSettings(Section):
     history_interval_s: float = Field(60, gt=0)
     detail_interval_s: float = Field(120, gt=0)
     page_size: int = Field(50, ge=1, le=500)
+    # Pages one paged read (each history queue, the address list) fetches per run at most.
+    max_pages: int = Field(100, ge=1)
 
 
 class SlackSettings(Section):

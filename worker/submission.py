@@ -20,6 +20,7 @@ from worker.errors import (
     ProviderBusinessError,
     ProviderError,
     ProviderProtocolError,
+    ProviderRequestRefused,
     ProviderRetryLater,
     ProviderUnavailable,
 )
@@ -123,6 +124,18 @@ class Submitter:
             # "Timeout / unknown": retry with back-off and the same key.
             await self._unknown_outcome(
                 action_id, attempts, deposit, name, key, "unreadable", f"answer unreadable: {exc}"
+            )
+            return
+        except ProviderRequestRefused as exc:
+            # An id that would change the request path: nothing was sent, and nothing depositd
+            # may do changes the id; a human looks at the deposit.
+            await self._rows.finish(
+                action_id,
+                "failed",
+                exc.msg,
+                also=alert_once(
+                    deposit, "submit_refused", "critical", trigger="submit", detail=exc.msg
+                ),
             )
             return
         except ProviderBusinessError as exc:

@@ -83,10 +83,10 @@ class EmailNotifier:
                 tls_context=self._tls_context,
             )
         except Exception as exc:
-            raise _classify(exc) from None
+            raise _classify(exc, f"{self.host}:{self.port}") from None
 
 
-def _classify(exc: Exception) -> NotifyError:
+def _classify(exc: Exception, where: str) -> NotifyError:
     """Map an SMTP failure to retryable (try later) or not (fix the configuration)."""
     if isinstance(exc, aiosmtplib.SMTPAuthenticationError):
         return NotifyError("email", f"login refused: {exc}", retryable=False)
@@ -102,6 +102,9 @@ def _classify(exc: Exception) -> NotifyError:
         # SMTP reply classes: 4xx is transient, 5xx permanent
         return NotifyError("email", f"server said {exc}", retryable=400 <= exc.code < 500)
     if isinstance(exc, aiosmtplib.SMTPException | OSError):
-        # timeouts, refused or dropped connections
-        return NotifyError("email", f"connection error: {exc}", retryable=True)
+        # timeouts, refused or dropped connections; named by type and server, as every
+        # connection error is (aiosmtplib's text differs between versions)
+        return NotifyError(
+            "email", f"connection error: {type(exc).__name__} to {where}", retryable=True
+        )
     return NotifyError("email", f"unexpected {type(exc).__name__}: {exc}", retryable=False)

@@ -9,6 +9,7 @@ import aiohttp
 
 from worker.errors import NotifyError
 from worker.notify.message import Alert, render_slack
+from worker.urls import host_port
 
 _BODY_SNIPPET = 200
 
@@ -48,12 +49,16 @@ class SlackNotifier:
         except NotifyError:
             raise
         except TimeoutError:
-            raise self._error("timed out", retryable=True) from None
+            raise self._error(f"timed out ({host_port(self._url)})", retryable=True) from None
         except (aiohttp.InvalidURL, ValueError) as exc:
             raise self._error(f"bad webhook URL ({type(exc).__name__})", retryable=False) from None
         except (aiohttp.ClientError, OSError) as exc:
-            # The type only: an error's text may hold the URL (the secret) in another spelling.
-            raise self._error(f"connection error: {type(exc).__name__}", retryable=True) from None
+            # The type and host:port only: an error's text may hold the URL (the secret) in
+            # another spelling, and the URL's path is the secret.
+            raise self._error(
+                f"connection error: {type(exc).__name__} to {host_port(self._url)}",
+                retryable=True,
+            ) from None
 
     async def _post(self, session: aiohttp.ClientSession, payload: dict[str, object]) -> None:
         async with session.post(self._url, json=payload, timeout=self._timeout) as resp:

@@ -38,6 +38,7 @@ from worker.errors import (
     ProviderBusinessError,
     ProviderError,
     ProviderProtocolError,
+    ProviderRequestRefused,
     ProviderUnavailable,
 )
 from worker.logs import get_logger
@@ -51,8 +52,10 @@ from worker.provider.models import (
     SourceAddress,
     SubmitResult,
 )
+from worker.provider.paging import DEFAULT_MAX_PAGES, pages
 from worker.provider.resources import WalletGroup
 from worker.provider.signing import DEFAULT_ALGORITHM, signed_headers, signer
+from worker.urls import host_port
 
 if TYPE_CHECKING:
     from worker.settings import ProviderSettings
@@ -63,6 +66,9 @@ log = get_logger(__name__)
 
 OnCall = Callable[[str, str], None]
 """`on_call(endpoint_name, outcome)`, called after every attempt (for metrics)."""
+
+DEFAULT_MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The largest answer body read (`provider.max_answer_bytes`); a bigger one is a protocol error."""
 
 OUTCOMES = ("ok", "business_error", "auth_error", "unavailable", "protocol_error")
 
@@ -105,8 +111,17 @@ def build_target(path: str, query: Mapping[str, Any] | None = None) -> str:
 
 
 def _segment(value: str | int) -> str:
-    """One path segment, percent-encoded so an id can never change the path."""
-    return quote(str(value), safe="")
+    """One path segment, percent-encoded so an id can never change the path.
+
+    `.`, `..` and an empty id are refused (`ValueError`, nothing sent): percent-encoding leaves
+    dots as they are, and a server that normalises paths would read them as another endpoint.
+    """
+    text = str(value)
+    if text in ("", ".", ".."):
+        raise ProviderRequestRefused(
+            f"refused to send: id {text!r} in a request path (empty, '.' or '..'); nothing sent"
+        )
+    return quote(text, safe="")
 
 
 def _body_bytes(body: Mapping[str, Any] | BaseModel | None) -> bytes:
@@ -133,6 +148,7 @@ class ProviderClient:
         backoff_max_s: float = 10,
         session: aiohttp.ClientSession | None = None,
         on_call: OnCall | None = None,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         signer(algorithm)  # fail at construction, not at the first call
         parts = urlsplit(base_url)
@@ -151,6 +167,9 @@ class ProviderClient:
         self._session = session
         self._own_session = session is None
         self._on_call = on_call
+        self._max_answer_bytes = max_answer_bytes
+        # Named in connection errors: host and port only, never a path or a query.
+        self._where = host_port(base_url)
 
     @classmethod
     def from_settings(
@@ -165,6 +184,7 @@ class ProviderClient:
             timeout_s=settings.timeout_s,
             retries=retries,
             on_call=on_call,
+            max_answer_bytes=settings.max_answer_bytes,
         )
 
     async def close(self) -> None:
@@ -303,22 +323,37 @@ class ProviderClient:
         )
 
     async def iter_history(
-        self, *, white_list_status: str, page_size: int = 50, **filters: Any
+        self,
+        *,
+        white_list_status: str,
+        page_size: int = 50,
+        max_pages: int = DEFAULT_MAX_PAGES,
+        **filters: Any,
     ) -> AsyncIterator[DepositOrder]:
-        """Every deposit of the history filter, fetching one page at a time as consumed."""
-        page_num = 1
-        while True:
-            page = await self.history(
+        """Every deposit of the history filter, fetching one page at a time as consumed (at
+        most `max_pages` pages; see `pages`)."""
+
+        async def fetch(page_num: int) -> Page[DepositOrder]:
+            return await self.history(
                 white_list_status=white_list_status,
                 page_num=page_num,
                 page_size=page_size,
                 **filters,
             )
-            for order in page.records:
-                yield order
-            if not page.records or page_num >= page.totalPage:
-                return
-            page_num += 1
+
+        async for order in pages(fetch, max_pages, what=f"history {white_list_status}"):
+            yield order
+
+    async def iter_addresses(
+        self, *, status: str | None = None, page_size: int = 50, max_pages: int = DEFAULT_MAX_PAGES
+    ) -> AsyncIterator[SourceAddress]:
+        """Every registered source address (of one status), one page at a time as consumed."""
+
+        async def fetch(page_num: int) -> Page[SourceAddress]:
+            return await self.list_addresses(page_num=page_num, page_size=page_size, status=status)
+
+        async for record in pages(fetch, max_pages, what=f"addresses {status or 'all'}"):
+            yield record
 
     # --- wallet ----------------------------------------------------------------------------
 
@@ -570,21 +605,42 @@ class ProviderClient:
                 allow_redirects=False,
             ) as resp:
                 status = resp.status
-                payload = await resp.read()
+                payload = await self._read_bounded(endpoint, resp)
         except TimeoutError:
-            raise ProviderUnavailable("timeout", endpoint=endpoint) from None
+            raise ProviderUnavailable(f"timeout ({self._where})", endpoint=endpoint) from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise ProviderUnavailable(
-                f"connection error: {type(exc).__name__}", endpoint=endpoint
+                f"connection error: {type(exc).__name__} to {self._where}", endpoint=endpoint
             ) from None
         except aiohttp.ClientError as exc:
             # Anything else the transport raises (e.g. ClientResponseError for a malformed
             # status line or header): no answer was read, so the outcome is unknown, which the
             # interface retries with back-off and the same key ("Timeout / unknown").
             raise ProviderUnavailable(
-                f"transport error: {type(exc).__name__}", endpoint=endpoint
+                f"transport error: {type(exc).__name__} from {self._where}", endpoint=endpoint
             ) from None
         return read_answer(endpoint, status, payload, envelope)
+
+    async def _read_bounded(self, endpoint: str, resp: aiohttp.ClientResponse) -> bytes:
+        """The answer body, never holding more than `max_answer_bytes` of it: a bigger one
+        (by Content-Length or as it streams) is a protocol error, the rest left unread."""
+        cap = self._max_answer_bytes
+        too_big = ProviderProtocolError(
+            f"answer larger than provider.max_answer_bytes ({cap} bytes); not read",
+            endpoint=endpoint,
+            http_status=resp.status,
+        )
+        if resp.content_length is not None and resp.content_length > cap:
+            raise too_big
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > cap:
+                resp.close()  # drop the connection rather than drain the rest
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     # --- answer helpers ------------------------------------------------------------------
 

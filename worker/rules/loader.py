@@ -45,7 +45,7 @@ from worker.yamlsrc import loads as parse_yaml
 TOP_KEYS = ("wallet", "rules", "description")
 RULE_KEYS = ("name", "on", "if", "then")
 ALERT_KEYS = ("severity", "channels", "message")
-FORWARD_KEYS = ("url", "secret_env", "secret_file")
+FORWARD_KEYS = ("url", "secret_env", "secret_file", "allow_insecure_http")
 SUBMIT_KEYS = ("profile",)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROFILE_FILE_KEYS = frozenset({"profiles", "addresses", "wallets"})
@@ -366,6 +366,10 @@ class _File:
                 out["secret_file"] = str(
                     path if path.is_absolute() else self.src.path.parent / path
                 )
+        if "allow_insecure_http" in params:
+            if not isinstance(params["allow_insecure_http"], bool):
+                self.bad((*loc, "allow_insecure_http"), "must be true or false")
+            out["allow_insecure_http"] = params["allow_insecure_http"]
         if len(self.problems) > before:
             return None
         return Action("forward", out)

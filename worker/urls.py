@@ -1,0 +1,51 @@
+"""What may be said of a URL in logs and outcomes, and whether plain http:// is acceptable."""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+__all__ = ["host_port", "is_loopback", "plain_http_problem"]
+
+
+def host_port(url: str) -> str:
+    """`host:port` of a URL: what a connection error names (never its path, query or user)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    default = 443 if parts.scheme == "https" else 80
+    host = parts.hostname or "?"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{port or default}"
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether `host` is this machine (localhost, 127.0.0.0/8, ::1)."""
+    if not host:
+        return False
+    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def plain_http_problem(url: str, *, allowed: bool, key: str) -> tuple[str | None, str | None]:
+    """(warning, error) for a URL sent over plain http://: to loopback or with `key` set to
+    true a warning, elsewhere an error (the deposit, its signature and credentials travel
+    unencrypted)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "http":
+        return None, None
+    where = host_port(url)
+    if is_loopback(parts.hostname) or allowed:
+        why = "loopback" if is_loopback(parts.hostname) else f"{key}: true"
+        return f"plain http:// to {where} is not encrypted (accepted: {why})", None
+    return None, (
+        f"plain http:// to {where} sends requests unencrypted; use https://, or set"
+        f" {key}: true if this is meant"
+    )
