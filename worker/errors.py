@@ -91,7 +91,8 @@ class ProviderAnswerMismatch(ProviderProtocolError):
         self.asked = asked
         self.answered = answered
         super().__init__(
-            f"{endpoint} for {asked!r} answered about transactionId {answered[:80]!r}; not recorded",
+            f"{endpoint} for {asked!r} answered about transactionId {answered[:80]!r};"
+            " not recorded",
             endpoint=endpoint,
         )
 

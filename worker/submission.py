@@ -9,8 +9,8 @@ Idempotency-Key, an unknown outcome retried with that key, a refusal read by its
 from __future__ import annotations
 
 import json
-from functools import partial
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
 import sqlite_utils

@@ -30,7 +30,7 @@ class AmountError(ValueError):
 
 def _within_bounds(value: Decimal) -> bool:
     """Digits before and after the point, from the digit tuple and exponent only."""
-    sign, digits, exponent = value.as_tuple()
+    _sign, digits, exponent = value.as_tuple()
     if not isinstance(exponent, int):
         return False  # NaN, sNaN, Infinity
     if value.is_zero():
@@ -61,7 +61,8 @@ def parse_amount(value: Any, *, positive: bool = False) -> Decimal:
         if not _within_bounds(value):
             raise AmountError(f"amount is not a finite decimal with {_BOUNDS}")
         # An exponent within the bounds (1e3): the same value with plain digits.
-        number = value if value.as_tuple().exponent <= 0 else Decimal(int(value))
+        exponent = value.as_tuple().exponent
+        number = Decimal(int(value)) if isinstance(exponent, int) and exponent > 0 else value
     else:
         raise AmountError(f"an amount is a decimal string, not {type(value).__name__}")
     if positive and number <= 0:

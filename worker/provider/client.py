@@ -34,9 +34,9 @@ from pydantic import BaseModel, ValidationError
 from yarl import URL
 
 from worker.errors import (
+    ProviderAnswerMismatch,
     ProviderAuthError,
     ProviderBusinessError,
-    ProviderAnswerMismatch,
     ProviderError,
     ProviderProtocolError,
     ProviderUnavailable,

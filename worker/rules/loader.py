@@ -148,10 +148,11 @@ class _File:
             None,
         )
         where = (*loc, "then", index) if isinstance(then, list) and index is not None else loc
+        allowed = ", ".join(sorted(BOOK_TRIGGERS))
         self.bad(
             where,
-            f"book needs a trigger that means the deposit is credited ({', '.join(sorted(BOOK_TRIGGERS))});"
-            f" not {', '.join(wrong)}: put book in a rule of its own on: [credited]",
+            f"book needs a trigger that means the deposit is credited ({allowed}), not"
+            f" {', '.join(wrong)}: put book in a rule of its own on: [credited]",
             label=(*loc, "then"),
         )
 
