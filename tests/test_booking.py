@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 from worker.cli import main
 from worker.errors import ConfigError, ProviderAnswerMismatch
 from worker.facts import fact_from_order
+from worker.ops import status_report
 from worker.processor import Processor
 from worker.profiles import Profiles
 from worker.provider import jsonio
@@ -333,6 +334,8 @@ async def test_amount_contradicting_the_first_fact_holds_booking_until_decided(
     assert held["status"] == "skipped" and held["outcome"].startswith("held: amount in conflict")
     assert len(await rows(env.store, "SELECT * FROM facts WHERE transaction_id='TXC'")) == 3
 
+    report = await env.store.read(lambda db: status_report(db.conn))
+    assert report["heldByConflict"] == 1
     cfg = str(write_config(tmp_path))
     assert main(["resolve", "--config", cfg, "TXC"]) == 0
     assert "amount: was 100, webhook event" in capsys.readouterr().out
@@ -341,6 +344,8 @@ async def test_amount_contradicting_the_first_fact_holds_booking_until_decided(
     assert main(args) == 0
     assert "booked" in capsys.readouterr().out
     assert main(args) == 1  # nothing open any more: decided once, booked once
+    report = await env.store.read(lambda db: status_report(db.conn))
+    assert report["heldByConflict"] == 0
     ledger = await rows(env.store, "SELECT amount FROM ledger WHERE transaction_id='TXC'")
     assert ledger == [{"amount": "90"}]
     [decision] = await rows(env.store, "SELECT decided_value, decided_by, note FROM conflicts")
