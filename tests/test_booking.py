@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
+from worker.actionrows import ActionRows
 from worker.cli import main
 from worker.errors import ConfigError, ProviderAnswerMismatch
 from worker.facts import fact_from_order
@@ -32,6 +33,7 @@ from worker.rules.model import ANY_WALLET, Action, Conditions, Rule, RuleSet
 from worker.schedule import Poller
 from worker.settings import SchedulerSettings
 from worker.store import Store, event_row
+from worker.submission import Submitter
 from worker.tracker import Deposit, Fact, iso_from_ms, ms_from_iso
 
 FROM = "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB"
@@ -194,6 +196,24 @@ async def test_detail_about_another_transaction_id_records_nothing_and_alerts(en
     assert ("TXA", "detail_mismatch", "critical") in await alerts(env.store)
     with pytest.raises(ProviderAnswerMismatch):
         await env.client.transaction_detail("TXA")  # the submission's detail reads alike
+
+
+async def test_submission_detail_read_about_another_id_records_nothing_and_alerts(
+    env: Env,
+) -> None:
+    """The detail a submission reads (10000101/10000105/in-flight) labelled `txa` for `TXA`
+    records nothing and alerts (critical); the submission treats it as not read."""
+    await env.processor.observe_fact(_fact_of(order("TXA")))
+    env.provider.details["TXA"] = ok(order("txa", status="SUCCESS", creditStatus="CREDITED"))
+    rows_ = ActionRows(env.store, backoff_s=1, backoff_max_s=10)
+    submitter = Submitter(
+        rows_, client=env.client, profiles=Profiles.empty, observe=env.processor.observe_fact
+    )
+    with pytest.raises(ProviderAnswerMismatch):
+        await submitter._refresh("TXA")
+    assert [r["transaction_id"] for r in await rows(env.store, "SELECT * FROM deposits")] == ["TXA"]
+    assert await rows(env.store, "SELECT * FROM ledger") == []
+    assert ("TXA", "detail_mismatch", "critical") in await alerts(env.store)
 
 
 async def test_tx_hash_booked_under_another_id_is_refused_and_alerted(env: Env) -> None:
