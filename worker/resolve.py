@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
+import sys
 from typing import Any, TextIO
 
 import sqlite_utils
@@ -19,6 +20,7 @@ from worker.conflicts import FIELD_OF, WIRE_NAMES, all_conflicts, decide, decide
 from worker.conflicts import open_conflicts as open_of
 from worker.queries import get_deposit_row
 from worker.reactor import add_action, book_checked
+from worker.store import transaction
 from worker.tracker import Deposit
 from worker.views import run_on_db
 
@@ -102,23 +104,25 @@ def _resolve(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) ->
     db = sqlite_utils.Database(conn)
     tx = args.transaction_id
     if get_deposit_row(db, tx) is None:
-        print(f"depositd: no tracked deposit {tx}", file=out)
+        print(f"depositd: no tracked deposit {tx}", file=sys.stderr)
         return 1
     if not args.set:
         return _show(db, tx, out)
     if not args.by or not args.by.strip():
-        print("depositd: --by NAME is required to decide", file=out)
+        print("depositd: --by NAME is required to decide", file=sys.stderr)
         return 2
-    open_fields = {c["field"] for c in open_of(db, tx)}
-    if not open_fields:
-        print(f"depositd: {tx} has no open conflict", file=out)
-        return 1
-    values, problems = _values(args.set, open_fields)
-    if problems:
-        for problem in problems:
-            print(f"depositd: {problem}", file=out)
-        return 2
-    with conn:
+    # One write transaction, the write lock taken first: the conflicts read are the ones decided,
+    # and a second `resolve` at the same moment finds them decided and books nothing.
+    with transaction(db):
+        open_fields = {c["field"] for c in open_of(db, tx)}
+        if not open_fields:
+            print(f"depositd: {tx} has no open conflict", file=sys.stderr)
+            return 1
+        values, problems = _values(args.set, open_fields)
+        if problems:
+            for problem in problems:
+                print(f"depositd: {problem}", file=sys.stderr)
+            return 2
         decide(db, tx, values, by=args.by.strip(), note=args.note)
         done = _book_held(db, tx, args.by.strip())
     decided = ", ".join(f"{WIRE_NAMES[n]}={v}" for n, v in values.items())
