@@ -424,7 +424,7 @@ rules:
     on: [needs_details]
     if:
       {cond}
-    then: [book]
+    then: [ignore]
 """
 
 
@@ -471,7 +471,7 @@ def test_every_matching_rule_runs_in_file_order(tmp_path: Path) -> None:
                 then: [book, {alert: {severity: info, channels: slack}}]
               - name: skipped
                 on: [blocked]
-                then: [book]
+                then: [ignore]
               - name: second
                 on: [credited, DEPOSIT_ORDER_NOTIFICATION]
                 then:
@@ -574,7 +574,7 @@ def test_explain_names_the_failing_condition(tmp_path: Path) -> None:
               - name: usdc
                 on: [needs_details]
                 if: {currency: USDC}
-                then: [book]
+                then: [ignore]
               - name: later
                 on: [credited]
                 then: [book]
@@ -585,7 +585,7 @@ def test_explain_names_the_failing_condition(tmp_path: Path) -> None:
               - name: from
                 on: [needs_details]
                 if: {fromAddress: TElse}
-                then: [book]
+                then: [ignore]
             """,
         ),
     )

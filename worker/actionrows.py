@@ -73,6 +73,10 @@ class ActionRows:
         await self._store.write(fn)
         log.info("action", actionId=action_id, status=status, outcome=outcome)
 
+    async def write(self, fn: Callable[[sqlite_utils.Database], object]) -> None:
+        """Run `fn` in a write of its own (an alert about the row's deposit)."""
+        await self._store.write(fn)
+
     async def later(
         self,
         action_id: int,

@@ -122,7 +122,11 @@ def build_app(
     metrics = Metrics()
     store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
     processor = Processor(
-        store, reactor=reactor, metrics=metrics, sweep_interval_s=sweep_interval_s
+        store,
+        reactor=reactor,
+        metrics=metrics,
+        sweep_interval_s=sweep_interval_s,
+        future_tolerance_s=settings.webhook.tolerance_s,
     )
 
     async def processor_running() -> str | None:

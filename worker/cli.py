@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "addresses": "worker.views:run_addresses",
     "replay": "worker.ops:run_replay",
     "retry-failed": "worker.ops:run_retry_failed",
+    "resolve": "worker.resolve:run",
     "backup": "worker.ops:run_backup",
     "status": "worker.ops:run_status",
     "register-address": "worker.addresses:run",
@@ -86,6 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", parents=[common], help="re-run one stored event")
     p.add_argument("event_id", metavar="EVENT_ID")
     sub.add_parser("retry-failed", parents=[common], help="re-run failed events and actions")
+    p = sub.add_parser(
+        "resolve", parents=[common], help="show or decide a deposit's fixed-field conflicts"
+    )
+    p.add_argument("transaction_id", metavar="TX")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="the decided value of a field in conflict (amount, walletId, currency, network,"
+        " fromAddress, toAddress); repeat for each",
+    )
+    p.add_argument("--by", metavar="NAME", help="who decides (recorded)")
+    p.add_argument("--note", metavar="TEXT", help="why (recorded)")
     p = sub.add_parser("backup", parents=[common], help="consistent online copy of the database")
     p.add_argument("path", metavar="PATH")
     sub.add_parser("status", parents=[common], help="state of the running service")

@@ -89,6 +89,19 @@ class ProviderProtocolError(ProviderError):
     """The provider's answer could not be read as any known envelope."""
 
 
+class ProviderAnswerMismatch(ProviderProtocolError):
+    """A transaction detail answered about another transactionId than the one asked for."""
+
+    def __init__(self, endpoint: str, asked: str, answered: str) -> None:
+        self.asked = asked
+        self.answered = answered
+        super().__init__(
+            f"{endpoint} for {asked!r} answered about transactionId {answered[:80]!r};"
+            " not recorded",
+            endpoint=endpoint,
+        )
+
+
 class NotifyError(DepositdError):
     """An alert channel (Slack, e-mail) failed to deliver.
 

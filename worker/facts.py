@@ -6,6 +6,8 @@ The event type is itself a fact (SPEC section 7); a poll's record says what it s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from worker.provider.models import (
     DEPOSIT_EVENT_TYPES,
     CreditStatus,
@@ -105,3 +107,14 @@ def fact_from_order(
         tx_hash=order.transactionHash,
         fail_message=order.failMessage,
     )
+
+
+def cap_time(fact: Fact, received_ms: int, tolerance_s: float) -> Fact:
+    """The fact with its time no later than its receive time plus the tolerance.
+
+    Every field keeps the time of the newest fact that set it, so a time stamped far ahead would
+    make every genuine later fact look older and change nothing (a real FAILED after a REQUIRED
+    dated a year ahead would fire nothing).
+    """
+    limit = received_ms + int(tolerance_s * 1000)
+    return fact if fact.observed_at <= limit else replace(fact, observed_at=limit)

@@ -193,6 +193,13 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
         "waitingOnHuman": one(
             "SELECT COUNT(*) FROM deposits WHERE state IN ('needs_details','rejected','blocked')"
         ),
+        # Deposits whose booking is held by a fixed-field conflict (`depositd resolve`); a
+        # database not yet migrated to version 3 has none.
+        "heldByConflict": one(
+            "SELECT COUNT(DISTINCT transaction_id) FROM conflicts WHERE decided_at IS NULL"
+        )
+        if one("SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='conflicts'")
+        else 0,
         "deposits": {
             r[0]: r[1] for r in conn.execute("SELECT state, COUNT(*) FROM deposits GROUP BY state")
         },

@@ -30,8 +30,9 @@ from typing import Any, Protocol
 import sqlite_utils
 from pydantic import ValidationError
 
+from worker.conflicts import record_conflicts
 from worker.errors import StorageError
-from worker.facts import fact_from_event
+from worker.facts import cap_time, fact_from_event
 from worker.logs import LogLine, get_logger
 from worker.metrics import Metrics, event_type_label
 from worker.provider import jsonio
@@ -52,6 +53,7 @@ from worker.queries import (
     upsert_deposit_row,
     utc_now,
 )
+from worker.reactor import alert_conflict
 from worker.store import Store
 from worker.tracker import Deposit, Fact, Transition, ms_from_iso, observe
 
@@ -107,6 +109,9 @@ def apply_fact(
     """
     row = get_deposit_row(db, fact.transaction_id)
     before = Deposit.from_row(row) if row is not None else None
+    if before is not None:
+        for name in record_conflicts(db, before, fact):
+            alert_conflict(db, before, fact, name)
     after, transitions = observe(before, fact)
     changed = before is None or after != before
     if changed:
@@ -175,8 +180,11 @@ class Processor:
         batch_time_s: float = 0.008,
         busy_share: float = 0.15,
         lag_target_s: float = 5.0,
+        future_tolerance_s: float = 300.0,
     ) -> None:
         self.store = store
+        # A fact's time is capped at its receive time plus this (webhook.tolerance_s).
+        self.future_tolerance_s = future_tolerance_s
         # Assignable after construction: the rules engine is built once the store is open.
         self.reactor = reactor
         self.metrics = metrics
@@ -271,6 +279,7 @@ class Processor:
     async def observe_fact(self, fact: Fact) -> list[Transition]:
         """Apply one fact from a poll (or a submission) the way an event's fact is applied."""
         reactor = self.reactor
+        fact = cap_time(fact, int(time.time() * 1000), self.future_tolerance_s)
         _, transitions, lines = await self.store.write(lambda db: apply_fact(db, fact, reactor))
         for message, fields in lines:
             log.info(message, **fields)
@@ -333,17 +342,19 @@ class Processor:
         self._event_cost_s = max(1e-5, 0.8 * self._event_cost_s + 0.2 * cost)
         return outcomes
 
-    @staticmethod
     def _apply_event(
-        db: sqlite_utils.Database, event: StoredEvent, reactor: Reactor | None
+        self, db: sqlite_utils.Database, event: StoredEvent, reactor: Reactor | None
     ) -> _Outcome:
         envelope = WebhookEnvelope.model_validate(jsonio.loads(event.body))
         if envelope.eventType == EventType.WALLET_ADDRESS_UPDATED.value:
             apply_address_update(db, AddressUpdatedData.model_validate(envelope.data))
             return _Outcome(event, "processed")
-        fact = fact_from_event(envelope, received_at=_ms(event.received_at))
+        received = _ms(event.received_at)
+        fact = fact_from_event(envelope, received_at=received)
         if fact is None:
             return _Outcome(event, "ignored")
+        if received is not None:
+            fact = cap_time(fact, received, self.future_tolerance_s)
         _, transitions, lines = apply_fact(db, fact, reactor)
         return _Outcome(event, "processed", transitions, lines=lines)
 

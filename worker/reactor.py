@@ -14,11 +14,16 @@ from typing import Any
 
 import sqlite_utils
 
+from worker.conflicts import WIRE_NAMES, as_text, open_conflicts
 from worker.logs import LogLine
 from worker.profiles import Profiles
 from worker.queries import utc_now
 from worker.rules import Intent, RuleBook
-from worker.tracker import Deposit, Fact, Transition
+from worker.tracker import Deposit, Fact, State, Transition
+
+# The states in which the deposit is credited at this moment: credited, or completed (an order
+# at SUCCESS is credited, whitelisted or not). Booking happens in no other.
+CREDITED_STATES = frozenset({State.CREDITED, State.COMPLETED})
 
 
 def submit_key(transaction_id: str, content_hash: str) -> str:
@@ -104,6 +109,40 @@ def book(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> bool:
     return cur.rowcount == 1
 
 
+def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> tuple[str, str]:
+    """Book the deposit if it may be booked now; the book action's (status, outcome).
+
+    Whatever trigger a rule names, a deposit is booked only while credited, never while a fixed
+    field is in conflict (`worker.conflicts`), and never when its txHash is already booked
+    under another transactionId (that one alerts, critical).
+    """
+    tx = deposit.transaction_id
+    if db.execute("SELECT 1 FROM ledger WHERE transaction_id=?", [tx]).fetchone() is not None:
+        return "done", "already booked"
+    if deposit.state not in CREDITED_STATES:
+        return "skipped", f"not booked: the deposit is {deposit.state.value}, not credited"
+    held = open_conflicts(db, tx)
+    if held:
+        names = ", ".join(sorted({WIRE_NAMES[c["field"]] for c in held}))
+        return "skipped", f"held: {names} in conflict; waiting for a decision (depositd resolve)"
+    if deposit.tx_hash:
+        other = db.execute(
+            "SELECT transaction_id FROM ledger WHERE tx_hash=? AND transaction_id<>? LIMIT 1",
+            [deposit.tx_hash, tx],
+        ).fetchone()
+        if other is not None:
+            detail = (
+                f"txHash {deposit.tx_hash} is already booked for {other[0]}; "
+                f"{tx} is not booked (a deposit booked twice?)"
+            )
+            enqueue_alert(
+                db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=detail
+            )
+            return "skipped", f"refused: txHash already booked for {other[0]}"
+    booked = book(db, deposit, trigger)
+    return "done", "booked" if booked else "already booked"
+
+
 def add_submission(
     db: sqlite_utils.Database,
     deposit: Deposit,
@@ -163,6 +202,26 @@ def enqueue_alert(
         trigger=trigger,
         intent=intent,
         event_id=event_id,
+    )
+
+
+def alert_conflict(db: sqlite_utils.Database, deposit: Deposit, fact: Fact, name: str) -> None:
+    """Queue the critical alert of a fixed field in conflict (once per deposit and field)."""
+    where = f"{fact.source} event {fact.event_id}" if fact.event_id else f"{fact.source} fact"
+    detail = (
+        f"{WIRE_NAMES[name]} was {as_text(getattr(deposit, name))}, the {where} says "
+        f"{as_text(getattr(fact, name))}; booking is held until a decision: "
+        f"depositd resolve {deposit.transaction_id} --set {WIRE_NAMES[name]}=VALUE --by NAME"
+    )
+    enqueue_alert(
+        db,
+        deposit,
+        "fixed_field_conflict",
+        "critical",
+        trigger="conflict",
+        detail=detail,
+        once_per=name,
+        event_id=fact.event_id,
     )
 
 
@@ -259,21 +318,17 @@ class RuleReactor:
             "intent": intent,
         }
         if intent.action == "book":
-            booked = book(db, deposit, trigger.split("#")[0])
-            add_action(
-                db,
-                action="book",
-                params={},
-                status="done",
-                outcome="booked" if booked else "already booked",
-                **common,
-            )
+            status, outcome = book_checked(db, deposit, trigger.split("#")[0])
+            add_action(db, action="book", params={}, status=status, outcome=outcome, **common)
             fields = {
                 "transactionId": deposit.transaction_id,
                 "amount": deposit.as_json()["amount"],
                 "currency": deposit.currency,
             }
-            lines.append(("booked" if booked else "already booked", fields))
+            if status == "done":
+                lines.append((outcome, fields))
+            else:
+                lines.append(("book " + status, {**fields, "outcome": outcome}))
         elif intent.action == "submit_profile":
             if match is None and not intent.params.get("profile"):
                 add_action(

@@ -20,6 +20,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from worker.aio import finish_or_cancel
 from worker.errors import (
+    ProviderAnswerMismatch,
     ProviderAuthError,
     ProviderBusinessError,
     ProviderError,
@@ -81,6 +82,14 @@ def alert_gone(db: sqlite_utils.Database, transaction_id: str) -> None:
         "critical",
         trigger="gone",
         detail="10000100: transaction not found, or not owned by the caller (detail poll)",
+    )
+
+
+def alert_mismatch(db: sqlite_utils.Database, transaction_id: str, detail: str) -> None:
+    """Queue one critical alert for a tracked deposit whose detail answered about another
+    transactionId (a protocol error: the answer is not recorded)."""
+    _alert_once_per_trigger(
+        db, transaction_id, "detail_mismatch", "critical", trigger="detail_mismatch", detail=detail
     )
 
 
@@ -217,6 +226,11 @@ class Poller:
                 log.warning("deposit not found by detail poll", transactionId=tx)
                 await self._store.write(partial(alert_gone, transaction_id=tx))
                 return
+            await self._deposit_failed(tx, str(exc))
+            return
+        except ProviderAnswerMismatch as exc:
+            # A protocol error, not this deposit's state: nothing is recorded, a human is told.
+            await self._store.write(partial(alert_mismatch, transaction_id=tx, detail=str(exc)))
             await self._deposit_failed(tx, str(exc))
             return
         except ProviderError as exc:  # an answer that is no readable record of this deposit

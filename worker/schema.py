@@ -135,6 +135,23 @@ def _migrate_v2(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS facts_unchanged ON facts (changed, recorded_at)")
 
 
+def _migrate_fixed_field_conflicts(db: sqlite_utils.Database) -> None:
+    # A later fact contradicting a field the first fact fixed (amount, wallet, currency,
+    # network, addresses): held for a human's decision (`depositd resolve`), who/when/note kept.
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS conflicts (id INTEGER PRIMARY KEY,"
+        " transaction_id TEXT NOT NULL, field TEXT NOT NULL, fixed_value TEXT, seen_value TEXT,"
+        " source TEXT, event_id TEXT, observed_at INTEGER, created_at TEXT, decided_value TEXT,"
+        " decided_by TEXT, decided_at TEXT, note TEXT, UNIQUE (transaction_id, field, seen_value))"
+    )
+    # Booking refuses a txHash already in the ledger under another transactionId.
+    db.execute("CREATE INDEX IF NOT EXISTS ledger_tx_hash ON ledger (tx_hash)")
+
+
 # Append only.
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_migrate_v1, _migrate_v2]
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
+    _migrate_v1,
+    _migrate_v2,
+    _migrate_fixed_field_conflicts,
+]
 SCHEMA_VERSION = len(MIGRATIONS)

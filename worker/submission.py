@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
 import sqlite_utils
 
 from worker.actionrows import ActionRows, alert_once
 from worker.errors import (
+    ProviderAnswerMismatch,
     ProviderAuthError,
     ProviderBusinessError,
     ProviderError,
@@ -39,6 +41,7 @@ from worker.reactor import (
     submit_key,
 )
 from worker.rules import RuleBook
+from worker.schedule import alert_mismatch
 from worker.tracker import Deposit, Fact
 
 log = get_logger(__name__)
@@ -201,6 +204,10 @@ class Submitter:
         except ProviderBusinessError as exc:
             if exc.code == "10000100":
                 return None
+            raise
+        except ProviderAnswerMismatch as exc:
+            # Another deposit's record: nothing recorded, a human told, then read as unread.
+            await self._rows.write(partial(alert_mismatch, transaction_id=tx, detail=str(exc)))
             raise
         try:
             await self._observe(fact_from_order(order, source="poll"))

@@ -79,6 +79,9 @@ _ATTRIBUTES = (
     "to_address",
     "tx_hash",
 )
+# Fixed by the first fact that states them: a later fact saying otherwise is a conflict for a
+# human to decide (`worker.conflicts`), never applied and never ignored in silence.
+FIXED_FIELDS = ("wallet_id", "currency", "network", "amount", "from_address", "to_address")
 _STATUSES = ("status", "white_list_status", "credit_status", "whitelisted")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _E = TypeVar("_E", OrderStatus, CreditStatus)
@@ -302,6 +305,18 @@ def derive_state(
     if white_list_status is WhiteListStatus.INIT:
         return State.NEEDS_DETAILS
     return State.PROCESSING
+
+
+def conflicts(deposit: Deposit | None, fact: Fact) -> list[tuple[str, Any, Any]]:
+    """The fixed fields (`FIXED_FIELDS`) this fact contradicts: (field, held, stated)."""
+    if deposit is None:
+        return []
+    out: list[tuple[str, Any, Any]] = []
+    for name in FIXED_FIELDS:
+        held, stated = getattr(deposit, name), getattr(fact, name)
+        if held is not None and stated is not None and held != stated:
+            out.append((name, held, stated))
+    return out
 
 
 # --- folding one fact in -----------------------------------------------------------------------

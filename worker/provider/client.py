@@ -34,6 +34,7 @@ from pydantic import BaseModel, ValidationError
 from yarl import URL
 
 from worker.errors import (
+    ProviderAnswerMismatch,
     ProviderAuthError,
     ProviderBusinessError,
     ProviderError,
@@ -130,6 +131,33 @@ def _body_bytes(body: Mapping[str, Any] | BaseModel | None) -> bytes:
     if isinstance(body, BaseModel):
         return jsonio.dumpb(body.model_dump(mode="json", by_alias=True, exclude_none=True))
     return jsonio.dumpb(dict(body))
+
+
+def _history_page(data: Any) -> Page[DepositOrder]:
+    """A history page; a record that is not a valid deposit order (an impossible amount, a
+    missing field) is logged and left out, the rest of the page is read."""
+    page = ProviderClient._model("history", Page[dict[str, Any]], data)
+    orders: list[DepositOrder] = []
+    for index, record in enumerate(page.records):
+        try:
+            orders.append(DepositOrder.model_validate(record))
+        except ValidationError as exc:
+            tx = record.get("transactionId")
+            log.warning(
+                "history record refused; poll goes on",
+                transactionId=tx[:80] if isinstance(tx, str) else None,
+                record=index,
+                pageNumber=page.pageNumber,
+                error=first_problem(exc),
+            )
+    return Page[DepositOrder](
+        pageNumber=page.pageNumber,
+        pageSize=page.pageSize,
+        totalPage=page.totalPage,
+        totalRow=page.totalRow,
+        records=orders,
+        refused=len(page.records) - len(orders),
+    )
 
 
 class ProviderClient:
@@ -284,12 +312,17 @@ class ProviderClient:
             path = build_target("/v1/wallet/transaction/detail", {"transactionId": transaction_id})
         else:
             path = f"/v1/wallet/transactions/{_segment(transaction_id)}"
-        return await self._call(
+        order: DepositOrder = await self._call(
             "transaction_detail",
             "GET",
             path,
             parse=partial(self._model, "transaction_detail", DepositOrder),
         )
+        if order.transactionId != transaction_id:
+            # Another deposit's record (even one differing only in case) must never be taken
+            # for this one: it would be tracked, and booked, as a deposit of its own.
+            raise ProviderAnswerMismatch("transaction_detail", transaction_id, order.transactionId)
+        return order
 
     async def history(
         self,
@@ -319,7 +352,7 @@ class ProviderClient:
             "GET",
             path,
             query=query,
-            parse=partial(self._model, "history", Page[DepositOrder]),
+            parse=_history_page,
         )
 
     async def iter_history(

@@ -13,11 +13,23 @@ import secrets
 from decimal import Decimal
 from typing import Any
 
-_DECODER = json.JSONDecoder(parse_float=Decimal)
+# Integers beyond this many characters are kept as `Decimal` (cheap at any length), so that the
+# model refusing them names the field rather than the whole document failing to parse (Python's
+# int() refuses more than 4300 digits).
+_LONG_INT = 40
+
+
+def _parse_int(text: str) -> int | Decimal:
+    return int(text) if len(text) <= _LONG_INT else Decimal(text)
+
+
+_DECODER = json.JSONDecoder(parse_float=Decimal, parse_int=_parse_int)
 
 
 def loads(raw: bytes | str) -> Any:
-    """Parse JSON; non-integer numbers become `Decimal`, integers stay `int`.
+    """Parse JSON; non-integer numbers become `Decimal`, integers stay `int` (longer than 40
+    characters: `Decimal`). A number with an exponent stays as digits and exponent
+    (`1e999999999` is small); amounts are bounded when read (`worker.provider.amounts`).
 
     Bytes are read as UTF-8 (as JSON on the wire is; RFC 8259), a UTF-8 BOM tolerated.
     """

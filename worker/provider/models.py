@@ -24,7 +24,8 @@ SPEC section 13, and they live here so that one edit adapts to the real provider
   or timestamp).
 
 Amounts are exact `Decimal`s, accepted from JSON strings or numbers (parse bodies with
-`worker.provider.jsonio.loads` so numbers never pass through float) and written back as strings.
+`worker.provider.jsonio.loads` so numbers never pass through float) within the bounds of
+`worker.provider.amounts`, and written back as strings; a deposit's amount is above zero.
 """
 
 from __future__ import annotations
@@ -35,20 +36,28 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
+from worker.provider.amounts import parse_amount
 from worker.provider.jsonio import decimal_str
 
 
-def _no_float(value: Any) -> Any:
-    if isinstance(value, float):
-        raise ValueError("amounts must arrive as decimal strings or exact JSON numbers, not float")
-    if isinstance(value, str):
-        value = value.strip()
-    return value
+def _amount(value: Any) -> Decimal:
+    return parse_amount(value)
 
 
+def _deposit_amount(value: Any) -> Decimal:
+    return parse_amount(value, positive=True)
+
+
+# Every amount the provider sends is read by `worker.provider.amounts.parse_amount`: plain,
+# bounded digits; a deposit's amount is also above zero.
 Amount = Annotated[
     Decimal,
-    BeforeValidator(_no_float),
+    BeforeValidator(_amount),
+    PlainSerializer(decimal_str, return_type=str, when_used="json"),
+]
+DepositAmount = Annotated[
+    Decimal,
+    BeforeValidator(_deposit_amount),
     PlainSerializer(decimal_str, return_type=str, when_used="json"),
 ]
 
@@ -174,6 +183,8 @@ class Page(Model, Generic[T]):
     totalPage: int
     totalRow: int
     records: list[T]
+    # Records of the answer left out as unreadable (set by the client, not on the wire).
+    refused: int = Field(0, exclude=True)
 
 
 # --- deposits --------------------------------------------------------------------------------
@@ -189,7 +200,7 @@ class DepositOrder(Model):
     walletName: str | None = None
     currency: str
     network: str
-    amount: Amount
+    amount: DepositAmount
     fromAddress: str | None = None
     toAddress: str | None = None
     status: OrderStatus
@@ -206,7 +217,7 @@ class DepositNotificationData(Model):
     transactionId: str
     transactionHash: str | None = None
     transactionType: str = "DEPOSIT"
-    amount: Amount
+    amount: DepositAmount
     currency: str
     network: str
     fromAddress: str | None = None

@@ -27,11 +27,12 @@ async def pages(
     whose records are those of the page before (a server ignoring pageNum), each with a log line;
     the rest is read by the next run.
     """
-    previous: list[T] | None = None
+    previous: tuple[list[T], int] | None = None
     page_num = 1
     while True:
         page = await fetch(page_num)
-        if previous is not None and page.records == previous:
+        seen = (page.records, page.refused)
+        if previous is not None and seen == previous:
             log.warning(
                 "paging stopped: page repeats the previous one",
                 paged=what,
@@ -41,7 +42,8 @@ async def pages(
             return
         for record in page.records:
             yield record
-        if not page.records or page_num >= page.totalPage:
+        # A page whose records were all refused (logged by the reader) is no last page.
+        if not (page.records or page.refused) or page_num >= page.totalPage:
             return
         if page_num >= max_pages:
             log.warning(
@@ -51,5 +53,5 @@ async def pages(
                 totalPage=page.totalPage,
             )
             return
-        previous = page.records
+        previous = seen
         page_num += 1

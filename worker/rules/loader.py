@@ -43,6 +43,9 @@ from worker.yamlsrc import Loc, YamlSource, dotted, yaml_error
 from worker.yamlsrc import loads as parse_yaml
 
 TOP_KEYS = ("wallet", "rules", "description")
+# The triggers on which the deposit is credited: credited, and completed (an order at SUCCESS is
+# credited, whitelisted or not). Raw eventTypes and the other triggers do not imply it.
+BOOK_TRIGGERS = frozenset({"credited", "completed"})
 RULE_KEYS = ("name", "on", "if", "then")
 ALERT_KEYS = ("severity", "channels", "message")
 FORWARD_KEYS = ("url", "secret_env", "secret_file", "allow_insecure_http")
@@ -124,9 +127,34 @@ class _File:
         on = self.triggers(item.get("on"), (*loc, "on"), present="on" in item)
         conditions = self.conditions(item.get("if"), (*loc, "if"))
         actions = self.actions(item.get("then"), (*loc, "then"), present="then" in item)
+        if any(a.name == "book" for a in actions):
+            self.book_triggers(on, item.get("then"), loc)
         if len(self.problems) > before or not isinstance(name, str):
             return None
         return Rule(name, on, conditions, actions, self.src.line(loc))
+
+    def book_triggers(self, on: frozenset[str], then: Any, loc: Loc) -> None:
+        """`book` only on triggers that mean the deposit is credited at that moment."""
+        wrong = sorted(on - BOOK_TRIGGERS)
+        if not wrong:
+            return
+        items = then if isinstance(then, list) else [then]
+        index = next(
+            (
+                i
+                for i, a in enumerate(items)
+                if a == "book" or (isinstance(a, dict) and "book" in a)
+            ),
+            None,
+        )
+        where = (*loc, "then", index) if isinstance(then, list) and index is not None else loc
+        allowed = ", ".join(sorted(BOOK_TRIGGERS))
+        self.bad(
+            where,
+            f"book needs a trigger that means the deposit is credited ({allowed}), not"
+            f" {', '.join(wrong)}: put book in a rule of its own on: [credited]",
+            label=(*loc, "then"),
+        )
 
     def triggers(self, value: Any, loc: Loc, *, present: bool) -> frozenset[str]:
         if not present:
