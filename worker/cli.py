@@ -83,7 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     states = [s.value for s in State]
     p = sub.add_parser("deposits", parents=[common], help="print tracked deposits")
     p.add_argument(
-        "--state", choices=states, metavar="STATE", help=f"only this state: {', '.join(states)}"
+        "--state",
+        type=_state,
+        choices=states,
+        metavar="STATE",
+        help=f"only this state: {', '.join(states)}",
     )
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("transaction_id", nargs="?", help="show one deposit with its history")
@@ -170,6 +174,14 @@ def _sandbox(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="ADDR",
         help="source address (default: a new one the provider does not know)",
     )
+
+
+def _state(text: str) -> str:
+    """A tracked state's name (argparse type; the error names the known ones)."""
+    states = [s.value for s in State]
+    if text not in states:
+        raise argparse.ArgumentTypeError(f"unknown state {text!r} (known: {', '.join(states)})")
+    return text
 
 
 def _positive(text: str) -> int:

@@ -83,7 +83,9 @@ def default_rules() -> Path:
     for base in (Path(__file__).resolve().parent.parent, Path.cwd()):
         if (base / "rules" / "default.yaml").is_file():
             return base / "rules" / "default.yaml"
-    raise ConfigError(["rules/default.yaml: the shipped rules were not found (run from the checkout)"])
+    raise ConfigError(
+        ["rules/default.yaml: the shipped rules were not found (run from the checkout)"]
+    )
 
 
 def write_sandbox_setup(folder: Path) -> Path:
