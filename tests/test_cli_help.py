@@ -75,3 +75,24 @@ def test_init_refuses_a_folder_that_is_not_empty(
     assert main(["init", "--sandbox", str(tmp_path)]) == 2
     assert (tmp_path / "depositd.yaml").read_text() == "mine"
     assert "not an empty folder" in capsys.readouterr().err
+
+
+def test_quiet_sandbox_still_says_where_it_listens(tmp_path: Path) -> None:
+    """At `log.level: warning` the sandbox still prints its address at start (and nothing else)."""
+    import signal
+
+    run = [sys.executable, "-m", "worker"]
+    subprocess.run([*run, "init", "--sandbox", str(tmp_path / "s")], check=True, cwd=ROOT)
+    config = tmp_path / "s" / "depositd.yaml"
+    config.write_text(config.read_text().replace("level: info", "level: warning"))
+    base_url = next(line for line in config.read_text().splitlines() if "base_url" in line)
+    port = base_url.split(":")[-1].split()[0]
+    with subprocess.Popen(
+        [*run, "sandbox", "--config", str(config)], cwd=ROOT, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stderr.read()
+    assert first == f"sandbox listening on 127.0.0.1:{port}\n"
+    assert proc.returncode == 0 and rest == ""
