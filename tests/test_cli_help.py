@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,11 @@ def test_quiet_sandbox_still_says_where_it_listens(tmp_path: Path) -> None:
     ) as proc:
         assert proc.stderr is not None
         first = proc.stderr.readline()
+        for _ in range(200):  # until it accepts connections (its signal handlers are set)
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", int(port))) == 0:
+                    break
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         rest = proc.stderr.read()
     assert first == f"sandbox listening on 127.0.0.1:{port}\n"
