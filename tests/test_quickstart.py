@@ -82,9 +82,7 @@ def test_readme_quickstart_books_a_deposit(
     logs = {name: tmp_path / f"{name}.log" for name in ("sandbox", "serve")}
     for name, argv in (("sandbox", sandbox), ("serve", serve)):
         with logs[name].open("wb") as log:
-            processes.append(
-                subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=log, stderr=log)
-            )
+            processes.append(subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=log, stderr=log))
         marker = "sandbox starting" if name == "sandbox" else "serving"
         wait_until(lambda n=name, m=marker: m in logs[n].read_text(), f"{name} to start")
 
