@@ -407,27 +407,26 @@ def test_events_type_since_limit(config: Path, capsys: pytest.CaptureFixture[str
 async def test_events_follow_prints_new_events(config: Path) -> None:
     """`events --follow` prints the stored events, then each event stored afterwards, until
     interrupted (exit 0)."""
-    import queue
+    import asyncio
     import signal
-    import threading
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "worker", "events", "--follow", "--json", "--config", str(config)],
+    proc = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "worker", "events", "--follow", "--json", "--config", str(config)],
         cwd=ROOT,
-        stdout=subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.stdout is not None
-    lines: queue.Queue[bytes] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
     seen: list[str] = []
 
-    def read_until(event_id: str) -> None:
+    async def read_until(event_id: str) -> None:
         while event_id not in seen:
-            seen.append(json.loads(lines.get(timeout=30))["eventId"])
+            line = await asyncio.wait_for(proc.stdout.readline(), 30)  # type: ignore[union-attr]
+            assert line, f"events --follow ended before {event_id}"
+            seen.append(json.loads(line)["eventId"])
 
     try:
-        read_until("e3")
+        await read_until("e3")
         store = Store(config.parent / "depositd.db")
         await store.open()
         ev = envelope("e4", "DEPOSIT_WHITELIST_REQUIRED", "tx-d", 4)
@@ -436,9 +435,8 @@ async def test_events_follow_prints_new_events(config: Path) -> None:
         )
         await store.queue_event(row)
         await store.close()
-        read_until("e4")
+        await read_until("e4")
     finally:
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=15)
-        proc.stdout.close()
+        code = await asyncio.wait_for(proc.wait(), 15)
     assert seen == ["e1", "e2", "e3", "e4"] and code == 0
