@@ -50,7 +50,7 @@ def event_filter(args: argparse.Namespace) -> tuple[list[str], list[Any]]:
     return where, params
 
 
-def select_events(conn: sqlite3.Connection, args: argparse.Namespace) -> list[sqlite3.Row]:
+def select_events(conn: sqlite3.Connection, args: argparse.Namespace) -> list[Any]:
     """The events to print first, oldest first (`--limit N`: the newest N of them)."""
     where, params = event_filter(args)
     clause = f" WHERE {' AND '.join(where)}" if where else ""
@@ -67,7 +67,7 @@ def follow(
     conn: sqlite3.Connection,
     args: argparse.Namespace,
     after: int,
-    emit: Callable[[sqlite3.Row], None],
+    emit: Callable[[Any], None],
 ) -> int:
     """Print events stored after `seq` `after`, checking every second, until interrupted."""
     where, params = event_filter(args)

@@ -199,7 +199,7 @@ def _events(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> 
     if follows:
         out.flush()
 
-        def emit(row: sqlite3.Row) -> None:
+        def emit(row: Any) -> None:
             if args.json:
                 _json_line(event_json(row), out)
             else:
