@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.cli import build_parser, main
+from worker.cli import STATES, build_parser, main
+from worker.tracker import State
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +40,8 @@ def test_every_option_of_every_command_has_help() -> None:
 
 
 def test_deposits_help_lists_the_states(capsys: pytest.CaptureFixture[str]) -> None:
-    """`deposits --help` names every value `--state` takes."""
+    """`deposits --help` names every value `--state` takes: every state the tracker has."""
+    assert list(STATES) == [s.value for s in State]
     with pytest.raises(SystemExit):
         main(["deposits", "--help"])
     out = capsys.readouterr().out

@@ -16,7 +16,6 @@ from typing import Any
 from worker import __version__
 from worker.errors import ConfigError, DepositdError
 from worker.logs import configure
-from worker.tracker import State
 
 # command -> "module:function"; modules are imported only when their command runs.
 COMMANDS: dict[str, str] = {
@@ -36,6 +35,19 @@ COMMANDS: dict[str, str] = {
     "demo": "worker.demo:run",
     "init": "worker.init:run",
 }
+
+
+# The tracked states (worker.tracker.State), listed here so that parsing imports no model.
+STATES = (
+    "processing",
+    "needs_details",
+    "submitted",
+    "rejected",
+    "credited",
+    "completed",
+    "blocked",
+    "failed",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--since", metavar="ISO", help="only entries booked at or after this time")
 
-    states = [s.value for s in State]
+    states = list(STATES)
     p = sub.add_parser("deposits", parents=[common], help="print tracked deposits")
     p.add_argument(
         "--state",
@@ -178,9 +190,8 @@ def _sandbox(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _state(text: str) -> str:
     """A tracked state's name (argparse type; the error names the known ones)."""
-    states = [s.value for s in State]
-    if text not in states:
-        raise argparse.ArgumentTypeError(f"unknown state {text!r} (known: {', '.join(states)})")
+    if text not in STATES:
+        raise argparse.ArgumentTypeError(f"unknown state {text!r} (known: {', '.join(STATES)})")
     return text
 
 
