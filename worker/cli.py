@@ -1,4 +1,4 @@
-"""The `depositd` command line.
+"""The `depositd` command line (SPEC section 3).
 
 Exit status: 0 success, 2 bad usage or bad configuration, 1 other failure. Each command is a
 `run(args) -> int` function in the module that holds its subject; this module only parses.
@@ -172,7 +172,12 @@ def _sandbox(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="pass every submission and address registration review 2 s after it arrives",
     )
-    actions = p.add_subparsers(dest="sandbox_command", parser_class=_Parser, metavar="ACTION")
+    actions = p.add_subparsers(
+        dest="sandbox_command",
+        parser_class=_Parser,
+        metavar="[inject]",
+        help="optional: without it the sandbox runs until SIGINT or SIGTERM",
+    )
     q = actions.add_parser(
         "inject", help="inject an on-chain deposit into the running sandbox", parents=[common]
     )
