@@ -13,7 +13,10 @@ usage() {
     cat <<'USAGE'
 usage: install.sh [options]
   --prefix DIR            install under DIR (default /opt/depositd; virtualenv in DIR/venv)
-  --root DIR              install everything under DIR (staging and tests); implies --no-systemctl
+  --root DIR              stage the files under DIR (DIR/opt/depositd, DIR/etc/...) for a package
+                          or an image, not to run them there: the unit, depositctl and the config
+                          name the final system's paths (/etc/depositd, the prefix), so check and
+                          start only once DIR's contents are at /; implies --no-systemctl
   --python PY             interpreter for the virtualenv (default python3; needs 3.11+)
   --system-site-packages  let the virtualenv see the interpreter's packages (distro packages)
   --pip-args "ARGS"       extra arguments for pip install, e.g. "--no-index --find-links DIR"
@@ -170,7 +173,7 @@ for file in "$SHARE"/rules/*.yaml; do  # the loader reads *.yaml only
 done
 if [[ ! -e $ETC/profiles.yaml ]]; then
     cat >"$ETC/profiles.yaml" <<'PROFILES'
-# Payer profiles (SPEC section 9): none yet, so submit_profile finds none and alerts instead.
+# Payer profiles: none yet, so submit_profile finds none and alerts instead.
 # See examples/profiles.example.yaml; `depositd check` validates this file.
 profiles: {}
 PROFILES
@@ -192,10 +195,22 @@ install -d -m 0755 "$ROOT$PREFIX/bin"
 cat >"$BUILD/depositctl" <<CTL
 #!/bin/sh
 # Run a depositd command the way depositd.service runs: depositctl ledger --json
+# It loads the credentials depositd.service loads (the unit and its drop-ins, as
+# "systemctl cat" shows them), no more and no fewer, so that "depositctl check" passes only when
+# the service can start with the same files.
 set -eu
+unit=\$(systemctl cat depositd.service) || {
+    echo "depositctl: depositd.service is not installed (run install.sh)" >&2
+    exit 2
+}
 set -- $PREFIX/venv/bin/depositd "\$@"
-for f in /etc/depositd/credentials/*; do
-    if [ -f "\$f" ]; then set -- -p "LoadCredential=\$(basename "\$f"):\$f" "\$@"; fi
+for cred in \$(printf '%s\\n' "\$unit" | awk '
+    /^[[:space:]]*LoadCredential=/ {
+        value = substr(\$0, index(\$0, "=") + 1)
+        if (value == "") n = 0; else list[++n] = value
+    }
+    END { for (i = 1; i <= n; i++) print list[i] }'); do
+    set -- -p "LoadCredential=\$cred" "\$@"
 done
 exec systemd-run --quiet --pipe --wait --collect \\
     -p DynamicUser=yes -p User=depositd -p SupplementaryGroups=$GROUP \\
@@ -216,14 +231,46 @@ if [[ $RUN_SYSTEMCTL == 1 ]]; then
     log "ran systemctl daemon-reload"
 fi
 
+# What is left to do. Every credential the installed config reads must exist and be loaded by
+# the unit: the provider's and the webhook's by the unit itself, Slack's and SMTP's (optional
+# channels) by a drop-in, since a LoadCredential= whose file is missing stops the unit.
 missing=()
 for name in api_secret webhook_secret; do
     if [[ ! -s $ETC/credentials/$name ]]; then missing+=("$ETC/credentials/$name"); fi
 done
+unloaded=()
+for name in slack_webhook_url smtp_password; do
+    grep -Eq "^[^#]*[$][{]CREDENTIALS_DIRECTORY[}]/$name([^A-Za-z0-9_]|$)" "$ETC/depositd.yaml" ||
+        continue
+    if [[ ! -s $ETC/credentials/$name ]]; then missing+=("$ETC/credentials/$name"); fi
+    if ! cat "$UNIT_DIR"/depositd.service.d/*.conf 2>/dev/null |
+        grep -Eq "^[[:space:]]*LoadCredential=$name:"; then
+        unloaded+=("$name")
+    fi
+done
+step=next:
+if [[ -n $ROOT ]]; then
+    log "staged under $ROOT: the unit, depositctl and the config name the paths of the final"
+    log "      system ($PREFIX, /etc/depositd), so nothing here runs or checks from $ROOT;"
+    log "      copy the tree to / and there, as on any host:"
+    step="     "
+fi
 if [[ ${#missing[@]} -gt 0 ]]; then
-    log "next: create ${missing[*]} (mode 0600);"
-    log "      edit $ETC/depositd.yaml and $ETC/depositd.env;"
-    log "      $PREFIX/bin/depositctl check; systemctl enable --now depositd"
-else
+    log "$step create ${missing[*]#"$ROOT"} (mode 0600);"
+    step="     "
+fi
+if [[ ${#unloaded[@]} -gt 0 ]]; then
+    log "$step depositd.yaml reads ${unloaded[*]}: load each in a drop-in"
+    log "      (systemctl edit depositd), or remove that notify channel from the config:"
+    log "      [Service]"
+    for name in "${unloaded[@]}"; do
+        log "      LoadCredential=$name:/etc/depositd/credentials/$name"
+    done
+    step="     "
+fi
+if [[ $step == next: ]]; then
     log "next: $PREFIX/bin/depositctl check; systemctl restart depositd (migrations run at start)"
+else
+    log "      edit /etc/depositd/depositd.yaml and /etc/depositd/depositd.env;"
+    log "      $PREFIX/bin/depositctl check; systemctl enable --now depositd"
 fi

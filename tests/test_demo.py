@@ -60,8 +60,13 @@ def test_demo_runs_every_scenario_ok(tmp_path: Path) -> None:
     assert f"{len(demo.SCENARIOS)}/{len(demo.SCENARIOS)} scenarios as expected" in result.stdout
     for needle in PAYER_DATA:
         assert needle not in output, f"payer data {needle!r} printed"
+    log_text = (kept / "depositd.log").read_text(encoding="utf-8")
     for needle in PAYER_DATA[:3]:
-        assert needle not in (kept / "depositd.log").read_text(encoding="utf-8")
+        assert needle not in log_text
+    # The log is one JSON object per line, each line once, and no scheduler chatter.
+    log_lines = log_text.splitlines()
+    assert all(line.startswith("{") for line in log_lines), log_lines[:5]
+    assert "apscheduler" not in log_text.lower()
     # What the demo printed is what the database holds: four scenarios end booked.
     ledger = _depositd("ledger", "--json", "--config", str(kept / "depositd.yaml"), timeout=30)
     assert ledger.returncode == 0, ledger.stderr

@@ -429,3 +429,52 @@ def test_install_rejects_bad_options(tmp_path: Path) -> None:
         assert proc.returncode == 2, args
         assert "install.sh:" in proc.stderr
         assert not (tmp_path / "r/etc").exists()
+
+
+def test_depositctl_loads_what_the_unit_loads(installed: Installed, tmp_path: Path) -> None:
+    """depositctl passes exactly the credentials the unit and its drop-ins load (as
+    `systemctl cat` shows them), not every file of the credentials folder, so `depositctl
+    check` fails when `systemctl start` would. systemctl and systemd-run are stand-ins here
+    (no service manager runs in the test): one prints a unit, the other its arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    unit = (
+        UNIT.read_text()
+        + "\n# /etc/systemd/system/depositd.service.d/override.conf\n[Service]\n"
+        + "LoadCredential=smtp_password:/etc/depositd/credentials/smtp_password\n"
+    )
+    (bin_dir / "unit.txt").write_text(unit)
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\ncat "{bin_dir}/unit.txt"\n')
+    (bin_dir / "systemd-run").write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    for tool in ("systemctl", "systemd-run"):
+        (bin_dir / tool).chmod(0o755)
+    helper = installed.root / PREFIX.lstrip("/") / "bin/depositctl"
+    proc = subprocess.run(
+        ["sh", str(helper), "check"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
+    loaded = sorted(a.split("=", 1)[1].split(":")[0] for a in proc.stdout.splitlines()
+                    if a.startswith("LoadCredential="))  # fmt: skip
+    assert loaded == ["api_secret", "smtp_password", "webhook_secret"]
+    assert proc.stdout.splitlines()[-2:] == [f"{PREFIX}/venv/bin/depositd", "check"]
+
+
+def test_install_under_root_says_what_root_is_for(installed: Installed) -> None:
+    """With --root, install.sh says the tree is staged (its paths are the final system's) and
+    names every credential the installed config reads, with the drop-in lines for the
+    optional channels; --help says what --root is for."""
+    out = installed.output
+    assert f"staged under {installed.root}" in out
+    assert "nothing here runs or checks from" in out
+    for name in CREDENTIALS:
+        assert f"/etc/depositd/credentials/{name}" in out
+    for name in ("slack_webhook_url", "smtp_password"):
+        assert f"LoadCredential={name}:/etc/depositd/credentials/{name}" in out
+    usage = subprocess.run(
+        ["bash", str(INSTALL), "--help"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    assert "stage the files under DIR" in usage and "not to run them there" in usage

@@ -242,8 +242,11 @@ def test_deposits_json_and_state_filter(config: Path, capsys: pytest.CaptureFixt
         capsys, "deposits", "--json", "--state", "completed", "--config", str(config)
     )
     assert [d["transactionId"] for d in json_lines(out)] == ["tx-b"]
-    status, _, err = run(capsys, "deposits", "--state", "bogus", "--config", str(config))
-    assert status == 2 and "unknown state 'bogus'" in err
+    # --state has choices: argparse refuses an unknown one (exit 2) before anything runs.
+    with pytest.raises(SystemExit) as exited:
+        run(capsys, "deposits", "--state", "bogus", "--config", str(config))
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "unknown state 'bogus'" in err
     # A transactionId with --state would silently drop the filter: refused.
     status, out, err = run(
         capsys, "deposits", "tx-a", "--state", "completed", "--config", str(config)
@@ -383,3 +386,57 @@ def test_read_commands_on_a_wal_database_in_a_read_only_folder(config: Path) -> 
     assert outputs["addresses"] == ""
     assert json.loads(outputs["status"])["booked"] == 2
     assert sorted(os.listdir(folder)) == before
+
+
+def test_events_type_since_limit(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`events --type/--since/--limit` print only the matching events, the newest N of them
+    oldest first; a --since that is not a time is usage error 2."""
+    base = ["events", "--json", "--config", str(config)]
+    _, out, _ = run(capsys, *base, "--type", "DEPOSIT_WHITELIST_REQUIRED")
+    assert [e["eventId"] for e in json_lines(out)] == ["e1"]
+    _, out, _ = run(capsys, *base, "--type", "DEPOSIT_WHITELIST_REQUIRED", "--type", "X")
+    assert [e["eventId"] for e in json_lines(out)] == ["e1"]
+    _, out, _ = run(capsys, *base, "--since", "2026-01-01T00:00:01Z")
+    assert [e["eventId"] for e in json_lines(out)] == ["e2", "e3"]
+    _, out, _ = run(capsys, *base, "--limit", "2")
+    assert [e["eventId"] for e in json_lines(out)] == ["e2", "e3"]
+    status, _, err = run(capsys, *base, "--since", "yesterday")
+    assert status == 2 and "not an ISO 8601 time" in err
+
+
+async def test_events_follow_prints_new_events(config: Path) -> None:
+    """`events --follow` prints the stored events, then each event stored afterwards, until
+    interrupted (exit 0)."""
+    import asyncio
+    import signal
+
+    proc = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "worker", "events", "--follow", "--json", "--config", str(config)],
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    seen: list[str] = []
+
+    async def read_until(event_id: str) -> None:
+        while event_id not in seen:
+            line = await asyncio.wait_for(proc.stdout.readline(), 30)  # type: ignore[union-attr]
+            assert line, f"events --follow ended before {event_id}"
+            seen.append(json.loads(line)["eventId"])
+
+    try:
+        await read_until("e3")
+        store = Store(config.parent / "depositd.db")
+        await store.open()
+        ev = envelope("e4", "DEPOSIT_WHITELIST_REQUIRED", "tx-d", 4)
+        row = event_row(
+            "e4", ev["eventType"], "tx-d", "tx-d", dumpb(ev), {}, "2026-01-02T00:00:00.000Z"
+        )
+        await store.queue_event(row)
+        await store.close()
+        await read_until("e4")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(proc.wait(), 15)
+    assert seen == ["e1", "e2", "e3", "e4"] and code == 0

@@ -157,13 +157,28 @@ def forward_secret_problems(rules: RuleBook) -> list[str]:
     return problems
 
 
+def silent_alerts(settings: Settings, rules: RuleBook) -> list[str]:
+    """A warning when rules alert but `notify` configures no channel: alerts are only logged."""
+    if settings.notify.slack is not None or settings.notify.email is not None:
+        return []
+    alerting = [f"{rs.path}:{rule.line}" for rs, rule, _ in rules.actions("alert")]
+    if not alerting:
+        return []
+    more = f" and {len(alerting) - 1} more" if len(alerting) > 1 else ""
+    return [
+        f"{settings.config_path}: notify: no channel is configured, so the alerts of your rules"
+        f" ({alerting[0]}{more}) are only written to the log; add notify.slack or notify.email"
+        " to have them sent"
+    ]
+
+
 async def unknown_providers(settings: Settings, profiles: Profiles) -> list[str]:
-    """Profiles whose `provider` the options endpoint no longer offers."""
+    """Problems for profiles whose `provider` the options endpoint does not offer."""
     from worker.provider.client import ProviderClient
 
     async with ProviderClient.from_settings(settings.provider, retries=1) as client:
         names = await client.options()
-    return profiles.check_providers(names)
+    return profiles.provider_problems(names)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -180,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return 2
-    for warning in bundle.warnings:
+    for warning in [*bundle.warnings, *silent_alerts(settings, bundle.rules)]:
         print(f"warning: {warning}", file=sys.stderr)
     # Checked here, not in load_bundle: serve starts without the secret (each forward waits
     # for it, alerting once); check, run where serve runs, says so before it matters.
@@ -196,12 +211,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"provider: options endpoint failed: {exc}", file=sys.stderr)
             return 1
         if bad:
-            for name in bad:
-                print(
-                    f"{settings.profiles}: profile {name!r}: provider is not offered by the "
-                    "provider's options endpoint",
-                    file=sys.stderr,
-                )
+            for problem in bad:
+                print(problem, file=sys.stderr)
             return 2
     print(
         f"ok: {settings.config_path}: {len(bundle.rules.rulesets)} rule set(s), "

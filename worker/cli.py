@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from worker import __version__
 from worker.errors import ConfigError, DepositdError
@@ -33,7 +34,21 @@ COMMANDS: dict[str, str] = {
     "register-address": "worker.addresses:run",
     "sandbox": "worker.sandbox.cli:run",
     "demo": "worker.demo:run",
+    "init": "worker.init:run",
 }
+
+
+# The tracked states (worker.tracker.State), listed here so that parsing imports no model.
+STATES = (
+    "processing",
+    "needs_details",
+    "submitted",
+    "rejected",
+    "credited",
+    "completed",
+    "blocked",
+    "failed",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,27 +80,53 @@ def build_parser() -> argparse.ArgumentParser:
     rules_sub = p.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)
     t = rules_sub.add_parser("test", parents=[nested], help="dry-run rules against an event")
     src = t.add_mutually_exclusive_group(required=True)
-    src.add_argument("event_file", nargs="?", metavar="EVENT.json")
-    src.add_argument("--event", metavar="EVENT_ID", help="a stored event")
+    src.add_argument(
+        "event_file",
+        nargs="?",
+        metavar="EVENT.json",
+        help="a webhook body as the provider posts it (a JSON file)",
+    )
+    src.add_argument("--event", metavar="EVENT_ID", help="a stored event, by its eventId")
 
+    json_help = "one JSON object per line instead of a table"
     p = sub.add_parser("ledger", parents=[common], help="print booked deposits")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--since", metavar="ISO", help="only entries booked at or after this time")
 
+    states = list(STATES)
     p = sub.add_parser("deposits", parents=[common], help="print tracked deposits")
-    p.add_argument("--state", metavar="S")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--state",
+        type=_state,
+        choices=states,
+        metavar="STATE",
+        help=f"only this state: {', '.join(states)}",
+    )
+    p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("transaction_id", nargs="?", help="show one deposit with its history")
 
     p = sub.add_parser("events", parents=[common], help="print stored webhook events")
     p.add_argument("--failed", action="store_true", help="failed events, actions and alerts")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument(
+        "--type",
+        metavar="TYPE",
+        action="append",
+        help="only this eventType (repeat for several), e.g. DEPOSIT_WHITELIST_REQUIRED",
+    )
+    p.add_argument("--since", metavar="ISO", help="only events received at or after this time")
+    p.add_argument("--limit", type=_positive, metavar="N", help="only the last N events")
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print new events as they are stored (checked every second) until Ctrl-C",
+    )
 
     p = sub.add_parser("addresses", parents=[common], help="print registered source addresses")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=json_help)
 
     p = sub.add_parser("replay", parents=[common], help="re-run one stored event")
-    p.add_argument("event_id", metavar="EVENT_ID")
+    p.add_argument("event_id", metavar="EVENT_ID", help="the stored event's eventId")
     sub.add_parser("retry-failed", parents=[common], help="re-run failed events and actions")
     p = sub.add_parser(
         "resolve", parents=[common], help="show or decide a deposit's fixed-field conflicts"
@@ -101,26 +142,83 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", metavar="NAME", help="who decides (recorded)")
     p.add_argument("--note", metavar="TEXT", help="why (recorded)")
     p = sub.add_parser("backup", parents=[common], help="consistent online copy of the database")
-    p.add_argument("path", metavar="PATH")
+    p.add_argument("path", metavar="PATH", help="file to write (not the database itself)")
     sub.add_parser("status", parents=[common], help="state of the running service")
-
-    p = sub.add_parser("register-address", parents=[common], help="register a source address")
-    p.add_argument("--wallet", required=True, type=int, metavar="ID")
-    p.add_argument("--address", required=True, metavar="ADDR")
-    p.add_argument("--network", required=True, metavar="NET")
-    p.add_argument("--profile", required=True, metavar="NAME")
-    p.add_argument("--tx-hash", metavar="H")
-    p.add_argument("--memo", metavar="M")
-    p.add_argument("--replace-failed", action="store_true")
-    p.add_argument("--no-wait", action="store_true", help="do not poll until ACTIVE or FAILED")
-
-    p = sub.add_parser("sandbox", parents=[common], help="run the provider sandbox")
-    p.add_argument("--port", type=_port)
-    p.add_argument("--state", metavar="FILE", help="keep sandbox state in this SQLite file")
+    _register_address(sub, common)
+    _sandbox(sub, common)
 
     p = sub.add_parser("demo", parents=[common], help="sandbox + worker scripted scenarios")
     p.add_argument("--keep", metavar="DIR", help="keep the demo's files in DIR")
+    p = sub.add_parser("init", help="write a working local setup into a folder")
+    p.add_argument(
+        "--sandbox",
+        required=True,
+        metavar="DIR",
+        help="folder for a setup against the local provider sandbox (created; must be empty)",
+    )
     return parser
+
+
+def _register_address(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("register-address", parents=[common], help="register a source address")
+    p.add_argument("--wallet", required=True, type=int, metavar="ID", help="walletId it pays into")
+    p.add_argument("--address", required=True, metavar="ADDR", help="the source address")
+    p.add_argument("--network", required=True, metavar="NET", help="its network, e.g. TRON")
+    p.add_argument("--profile", required=True, metavar="NAME", help="payer profile to register")
+    p.add_argument("--tx-hash", metavar="H", help="hash of a deposit already sent from it")
+    p.add_argument("--memo", metavar="M", help="memo or tag, on networks that use one")
+    p.add_argument(
+        "--replace-failed",
+        action="store_true",
+        help="register again an address whose last registration FAILED",
+    )
+    p.add_argument("--no-wait", action="store_true", help="do not poll until ACTIVE or FAILED")
+
+
+def _sandbox(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("sandbox", parents=[common], help="run the provider sandbox")
+    p.add_argument(
+        "--port", type=_port, metavar="N", help="listen on this port (default: provider.base_url's)"
+    )
+    p.add_argument("--state", metavar="FILE", help="keep sandbox state in this SQLite file")
+    p.add_argument(
+        "--auto-review",
+        action="store_true",
+        help="pass every submission and address registration review 2 s after it arrives",
+    )
+    actions = p.add_subparsers(
+        dest="sandbox_command",
+        parser_class=_Parser,
+        metavar="[inject]",
+        help="optional: without it the sandbox runs until SIGINT or SIGTERM",
+    )
+    q = actions.add_parser(
+        "inject", help="inject an on-chain deposit into the running sandbox", parents=[common]
+    )
+    q.add_argument("--amount", required=True, metavar="AMOUNT", help="decimal amount, e.g. 125.50")
+    q.add_argument("--wallet", type=int, default=1002, metavar="ID", help="walletId (1002)")
+    q.add_argument("--currency", default="USDT", help="currency (USDT)")
+    q.add_argument("--network", default="TRON", help="network (TRON)")
+    q.add_argument(
+        "--from",
+        dest="from_address",
+        metavar="ADDR",
+        help="source address (default: a new one the provider does not know)",
+    )
+
+
+def _state(text: str) -> str:
+    """A tracked state's name (argparse type; the error names the known ones)."""
+    if text not in STATES:
+        raise argparse.ArgumentTypeError(f"unknown state {text!r} (known: {', '.join(STATES)})")
+    return text
+
+
+def _positive(text: str) -> int:
+    """A whole number of at least 1 (argparse type)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number of at least 1: {text!r}")
+    return int(text)
 
 
 def _port(text: str) -> int:

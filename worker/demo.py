@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import io
 import json
-import logging
 import sys
 import tempfile
 import time
@@ -489,21 +488,23 @@ async def main(workdir: Path, out: TextIO, *, kept: bool = False) -> int:
 def _run_in(workdir: Path, *, kept: bool) -> int:
     log_path = workdir / "depositd.log"
     with log_path.open("a", encoding="utf-8") as log_file:
+        # One renderer for depositd's and the libraries' lines (libraries at warning and up).
         configure("json", "info", stream=log_file)
-        root = logging.getLogger()
-        handler = logging.StreamHandler(log_file)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)
         try:
             return asyncio.run(main(workdir, sys.stdout, kept=kept))
         finally:
-            root.removeHandler(handler)
             configure("console", "error")
 
 
 def run(args: argparse.Namespace) -> int:
     """`depositd demo [--keep DIR]`."""
+    if getattr(args, "config", None) is not None:
+        raise ConfigError(
+            [
+                f"--config {args.config}: the demo writes its own configuration and reads none;"
+                " leave --config out (`depositd init --sandbox DIR` writes one to keep)"
+            ]
+        )
     keep = getattr(args, "keep", None)
     if keep is None:
         with tempfile.TemporaryDirectory(prefix="depositd-demo-") as tmp:

@@ -8,6 +8,7 @@ errors name the profile and the field, never a value, and no repr shows any cont
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -142,8 +143,10 @@ class Profiles:
         *,
         path: Path | None = None,
         file_hash: str = "",
+        lines: Mapping[str, int] | None = None,
     ) -> None:
         self._profiles = dict(profiles)
+        self._lines = dict(lines or {})  # profile name -> line of its `provider` (else itself)
         self._addresses = dict(addresses)
         self._wallets = dict(wallets)
         self.path = path
@@ -197,7 +200,8 @@ class Profiles:
         if problems:
             raise ConfigError(problems)
         digest = hashlib.sha256(raw).hexdigest()
-        return cls(profiles, addresses, wallets, path=path, file_hash=digest)
+        lines = {name: src.line(("profiles", name, "provider")) for name in profiles}
+        return cls(profiles, addresses, wallets, path=path, file_hash=digest, lines=lines)
 
     def names(self) -> set[str]:
         """Every profile name."""
@@ -224,6 +228,23 @@ class Profiles:
     def content_hash(self, name: str) -> str:
         """A stable hash of a profile's body: a new one means a corrected profile."""
         return content_hash(self.body(name))
+
+    def provider_problems(self, offered: Collection[str]) -> list[str]:
+        """`file:line: profile 'x': ...` for each profile whose provider is not offered, with the
+        offered names closest to it first (the profile's own value is not repeated)."""
+        problems = []
+        for name in self.check_providers(offered):
+            wrong = self._profiles[name].details.provider or ""
+            ranked = sorted(
+                offered,
+                key=lambda o: -difflib.SequenceMatcher(None, wrong.lower(), o.lower()).ratio(),
+            )
+            where = f"{self.path}:{self._lines.get(name, 1)}"
+            problems.append(
+                f"{where}: profile {name!r}: provider is not one the provider offers; give one"
+                f" of (closest first): {', '.join(ranked)}"
+            )
+        return problems
 
     def check_providers(self, known: Collection[str]) -> list[str]:
         """Names of profiles whose `provider` is not in the options endpoint's list."""

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from worker.configerrors import plain
 from worker.errors import ConfigError
 from worker.provider.signing import ALGORITHMS, DEFAULT_ALGORITHM
 from worker.rules.yamlcheck import duplicate_keys
@@ -367,13 +368,11 @@ def format_validation(
         loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
         if origins.is_reported(loc):
             continue  # an unset variable or unreadable file, already a problem
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif err["type"] == "empty_credential" and (source := origins.source(loc)):
-            msg = f"{msg} (from {source})"
         shown = origins.as_written(loc, data)
         dotted = ".".join(str(p) for p in shown) or "(top level)"
+        msg = plain(err, shown, dotted, {(): Settings, **_SECTIONS})
+        if err["type"] == "empty_credential" and (source := origins.source(loc)):
+            msg = f"{msg} (from {source})"
         problems.append(f"{src.where(shown)}: {dotted}: {msg}")
     return problems
 

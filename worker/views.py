@@ -14,10 +14,10 @@ import sqlite3
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from worker import eventfilter
 from worker.provider import jsonio
 from worker.settings import load_settings
 from worker.store import connect
@@ -181,31 +181,34 @@ def alert_json(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _events(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
-    where = "WHERE status = 'failed'" if args.failed else ""
-    rows = conn.execute(
-        "SELECT seq, event_id, event_type, reference_id, transaction_id, received_at, status,"
-        f" processed_at, error FROM events {where} ORDER BY seq"
-    ).fetchall()
+    follows = getattr(args, "follow", False)
+    if follows and args.failed:
+        print("depositd: --follow prints new events; leave --failed out", file=sys.stderr)
+        return 2
+    try:
+        rows = eventfilter.select_events(conn, args)
+    except ValueError as exc:
+        print(f"depositd: --since {args.since!r} {exc}", file=sys.stderr)
+        return 2
     actions, alerts = _failed_actions(conn) if args.failed else ([], [])
     if args.json:
         for line in [*map(event_json, rows), *actions, *alerts]:
             _json_line(line, out)
+    else:
+        table(_EVENT_HEADERS, [_event_cells(r) for r in rows], out)
+    if follows:
+        out.flush()
+
+        def emit(row: Any) -> None:
+            if args.json:
+                _json_line(event_json(row), out)
+            else:
+                print("  ".join(_cell(c) for c in _event_cells(row)), file=out)
+            out.flush()
+
+        return eventfilter.follow(conn, args, rows[-1]["seq"] if rows else 0, emit)
+    if args.json:
         return 0
-    table(
-        ["receivedAt", "eventId", "eventType", "transactionId", "status", "error"],
-        [
-            [
-                r["received_at"],
-                r["event_id"],
-                r["event_type"],
-                r["transaction_id"],
-                r["status"],
-                r["error"],
-            ]
-            for r in rows
-        ],
-        out,
-    )
     if actions:
         print("\nfailed actions", file=out)
         columns = ["id", "transactionId", "trigger", "rule", "action", "attempts", "outcome"]
@@ -218,6 +221,20 @@ def _events(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> 
             out,
         )
     return 0
+
+
+_EVENT_HEADERS = ["receivedAt", "eventId", "eventType", "transactionId", "status", "error"]
+
+
+def _event_cells(r: Mapping[str, Any]) -> list[Any]:
+    return [
+        r["received_at"],
+        r["event_id"],
+        r["event_type"],
+        r["transaction_id"],
+        r["status"],
+        r["error"],
+    ]
 
 
 def _failed_actions(
@@ -234,7 +251,7 @@ def _failed_actions(
 
 
 def run_events(args: argparse.Namespace) -> int:
-    """`depositd events [--failed] [--json]`."""
+    """`depositd events [--failed] [--json] [--type T] [--since ISO] [--limit N] [--follow]`."""
     return run_on_db(args, _events)
 
 
@@ -417,17 +434,7 @@ def parse_since(value: str) -> str:
     """--since as the stored timestamp format (UTC, milliseconds, Z); ValueError if unusable."""
     if not value.strip():
         raise ValueError("is empty (leave --since out to print the whole ledger)")
-    try:
-        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError("is not an ISO 8601 time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    try:
-        utc = moment.astimezone(UTC)
-    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is in year 0 in UTC
-        raise ValueError("is out of range once converted to UTC") from None
-    return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return eventfilter.parse_time(value, what="--since")
 
 
 def _ledger(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:

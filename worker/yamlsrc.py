@@ -183,9 +183,34 @@ def loads(text: str, path: Path, *, bool_keys_as_text: bool = False) -> YamlSour
     return YamlSource(path, data, walk.lines, walk.duplicates)
 
 
+# PyYAML's words for a syntax error -> what the writer most likely did and how to fix it.
+_PLAIN = (
+    (
+        "mapping values are not allowed",
+        "a `key: value` where none can start: indent this line like the keys next to it,"
+        ' or quote a value that holds ": "',
+    ),
+    (
+        "could not find expected ':'",
+        "a line that is not `key: value`: add the colon, or indent it like the keys next to it",
+    ),
+    (
+        "expected <block end>",
+        "this line's indentation matches no line above: indent it like the keys next to it",
+    ),
+    ("cannot start any token", "a tab or a reserved character (@, `): indent with spaces"),
+    ("found unexpected end of stream", "a quote or bracket opened and never closed"),
+    ("did not find expected key", "a line indented unlike the keys next to it"),
+    ("found duplicate anchor", "an anchor (&name) defined twice"),
+    ("found undefined alias", "an alias (*name) with no anchor (&name) before it"),
+)
+
+
 def yaml_error(path: Path, exc: yaml.YAMLError) -> str:
-    """A one-line message for a YAML syntax error, with file and line."""
+    """A one-line message for a YAML syntax error: file, line, column and plain words."""
     mark = getattr(exc, "problem_mark", None)
     line = mark.line + 1 if mark is not None else 1
+    column = f" (column {mark.column + 1})" if mark is not None else ""
     problem = getattr(exc, "problem", None) or str(exc)
-    return f"{path}:{line}: invalid YAML: {problem}"
+    words = next((plain for known, plain in _PLAIN if known in problem), problem)
+    return f"{path}:{line}: invalid YAML{column}: {words}"

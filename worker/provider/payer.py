@@ -183,14 +183,39 @@ class _Checker:
             self.add(field, code, f"{field} must not be sent {why}")
 
 
+# Codes in common use that ISO 3166-1 alpha-2 spells otherwise.
+_COUNTRY_ALIASES = {"UK": "GB", "EL": "GR"}
+
+
+def country_hint(value: str) -> str:
+    """`; did you mean 'GB'?` for a country code written another way (UK, gbr, gb), or nothing."""
+    upper = value.strip().upper()
+    fix = _COUNTRY_ALIASES.get(upper)
+    if fix is None and len(upper) == 3 and upper.isascii():
+        country = pycountry.countries.get(alpha_3=upper)
+        fix = country.alpha_2 if country is not None else None
+    if fix is None and len(upper) == 2 and upper.isascii() and upper != value:
+        fix = upper if pycountry.countries.get(alpha_2=upper) is not None else None
+    return f"; did you mean {fix!r}?" if fix else ""
+
+
 def _check_country(c: _Checker) -> None:
     value = c.text("countryCode", required=True)
     if value is None:
         return
+    hint = country_hint(value)
     if len(value) != 2 or not value.isascii() or not value.isupper():
-        c.add("countryCode", BAD_VALUE, "countryCode must be two upper-case ISO 3166-1 letters")
+        c.add(
+            "countryCode",
+            BAD_VALUE,
+            f"countryCode must be two upper-case ISO 3166-1 letters{hint}",
+        )
     elif pycountry.countries.get(alpha_2=value) is None:
-        c.add("countryCode", BAD_VALUE, f"countryCode {value!r} is not an ISO 3166-1 alpha-2 code")
+        c.add(
+            "countryCode",
+            BAD_VALUE,
+            f"countryCode {value!r} is not an ISO 3166-1 alpha-2 code{hint}",
+        )
     else:
         return
     c.clean.pop("countryCode", None)

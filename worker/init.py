@@ -1,0 +1,128 @@
+"""`depositd init --sandbox DIR`: a working local setup against the provider sandbox.
+
+DIR gets a configuration with two free loopback ports fixed in it (the sandbox's and the
+webhook's), the shipped default rules, a profiles file with one fictitious profile, the
+credentials as files under `secrets/` (read through `*_file` keys), and the database path. No
+alert channel is configured: alerts are logged only, as the config file's comment says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import socket
+from pathlib import Path
+
+from worker.errors import ConfigError
+
+_CONFIG = """\
+# A local setup against the provider sandbox, written by `depositd init --sandbox`.
+# Terminal 1: depositd sandbox --config {config} --auto-review
+# Terminal 2: depositd serve --config {config}
+# Then:       depositd sandbox inject --config {config} --amount 125.50
+# Every key is described in docs/reference.md. Relative paths resolve against this folder.
+
+provider:
+  base_url: http://127.0.0.1:{sandbox_port}   # where `depositd sandbox` listens
+  api_key_file: secrets/provider_api_key
+  api_secret_file: secrets/provider_api_secret
+
+webhook:
+  listen: 127.0.0.1:{webhook_port}            # where the sandbox delivers webhooks
+  path: /webhooks/provider
+  api_key_file: secrets/provider_api_key
+  secret_file: secrets/webhook_secret
+
+storage:
+  path: depositd.db
+
+scheduler:
+  history_interval_s: 10                      # poll often: a local setup has nothing to spare
+  detail_interval_s: 10
+
+rules: rules.yaml
+profiles: profiles.yaml
+
+# notify: no channel, so alerts are logged only (a warning line named "alert") and
+# `depositd check` says so. Add notify.slack or notify.email (docs/reference.md) to send them.
+
+log:
+  format: console
+  level: info
+"""
+
+_PROFILES = """\
+# Payer profiles for the local sandbox setup. The one profile here is fictitious: its name,
+# company and address are made up, for the sandbox only. Every field: docs/reference.md.
+profiles:
+  fictitious-demo-payer:
+    correspondentType: ENTITY
+    fullName: Fictitious Demo Payer Ltd
+    countryCode: SG
+    companyAddress: 1 Example Road, Singapore
+    walletType: VASP
+    provider: Binance
+    walletLabel: Fictitious demo wallet
+    addressType: STANDARD
+
+# Deposits into wallet 1002 from an address no profile names use the fictitious profile.
+wallets:
+  1002: fictitious-demo-payer
+"""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def default_rules() -> Path:
+    """The shipped default rule set, `rules/default.yaml`."""
+    for base in (Path(__file__).resolve().parent.parent, Path.cwd()):
+        if (base / "rules" / "default.yaml").is_file():
+            return base / "rules" / "default.yaml"
+    raise ConfigError(
+        ["rules/default.yaml: the shipped rules were not found (run from the checkout)"]
+    )
+
+
+def write_sandbox_setup(folder: Path) -> Path:
+    """Write the setup into `folder` (created; must be empty); return the config's path."""
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ConfigError([f"{folder}: exists and is not an empty folder; give a new one"])
+    rules = default_rules().read_text(encoding="utf-8")
+    folder.mkdir(parents=True, exist_ok=True)
+    secret_dir = folder / "secrets"
+    secret_dir.mkdir(mode=0o700)
+    for name in ("provider_api_key", "provider_api_secret", "webhook_secret"):
+        path = secret_dir / name
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(24) + "\n", encoding="utf-8")
+    config = folder / "depositd.yaml"
+    sandbox_port = _free_port()
+    webhook_port = _free_port()
+    while webhook_port == sandbox_port:
+        webhook_port = _free_port()
+    config.write_text(
+        _CONFIG.format(config=config, sandbox_port=sandbox_port, webhook_port=webhook_port),
+        encoding="utf-8",
+    )
+    (folder / "rules.yaml").write_text(rules, encoding="utf-8")
+    (folder / "profiles.yaml").write_text(_PROFILES, encoding="utf-8")
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    """`depositd init --sandbox DIR`."""
+    config = write_sandbox_setup(Path(args.sandbox).resolve())
+    print(f"wrote depositd.yaml, rules.yaml, profiles.yaml and secrets/ in {config.parent}")
+    print("next, in two terminals:")
+    print(f"  depositd sandbox --config {config} --auto-review")
+    print(f"  depositd serve --config {config}")
+    print("then inject a deposit and look:")
+    print(f"  depositd sandbox inject --config {config} --amount 125.50")
+    print(f"  depositd deposits --config {config}")
+    print(f"  depositd ledger --config {config}")
+    return 0
