@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "resolve", parents=[common], help="show or decide a deposit's fixed-field conflicts"
     )
-    p.add_argument("transaction_id", metavar="TX")
+    p.add_argument("transaction_id", metavar="TX", help="the deposit's transactionId")
     p.add_argument(
         "--set",
         action="append",
