@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "register-address": "worker.addresses:run",
     "sandbox": "worker.sandbox.cli:run",
     "demo": "worker.demo:run",
+    "selftest": "worker.selftest:run",
 }
 
 
@@ -106,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", parents=[common], help="sandbox + worker scripted scenarios")
     p.add_argument("--keep", metavar="DIR", help="keep the demo's files in DIR")
+    p = sub.add_parser(
+        "selftest", parents=[common], help="send a signed test event through the public URL"
+    )
+    p.add_argument("--url", required=True, help="the public webhook URL the provider posts to")
     return parser
 
 
