@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from test_ingress import API_KEY, PATH, SECRET, Client, ClientFactory, deposit_event, stored
+from test_ingress import (
+    API_KEY,
+    PATH,
+    SECRET,
+    Client,
+    ClientFactory,
+    deposit_event,
+    stored,
+    write_config,
+)
 
 from worker import ingress as ingress_mod
 from worker.app import PROCESSOR_KEY, STORE_KEY, build_app
@@ -23,8 +32,6 @@ from worker.settings import Settings, load_settings
 
 def config_with(tmp_path: Path, **webhook: Any) -> Path:
     """test_ingress's config with these webhook keys."""
-    from test_ingress import write_config
-
     path = write_config(tmp_path)
     cfg = json.loads(path.read_text())
     cfg["webhook"].update(webhook)

@@ -10,8 +10,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from serveproc import free_port
-from test_ops import HOOK_PATH, Service, envelope, wait_for
+from serveproc import ROOT, free_port
+from test_ops import HOOK_KEY, HOOK_PATH, Service, cli, envelope, rows, wait_for
+
+from worker.provider.signing import now_ms
+from worker.settings import WebhookSettings
 
 HEAD = f"POST {HOOK_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
 
@@ -136,10 +139,7 @@ async def test_status_counts_refusals_by_reason(tmp_path: Any, provider_url: str
     async with service:
         async with aiohttp.ClientSession() as session:
             event = envelope("st-1", "DEPOSIT_WHITELIST_REQUIRED", "s1")
-            headers = {"API-KEY": "ops-hook-key", "API-SIGNATURE": "00"}
-            from worker.provider.signing import now_ms
-
-            headers["API-TIMESTAMP"] = str(now_ms())
+            headers = {"API-KEY": HOOK_KEY, "API-SIGNATURE": "00", "API-TIMESTAMP": str(now_ms())}
             async with session.post(f"{service.url}{HOOK_PATH}", json=event, headers=headers) as r:
                 assert r.status == 401
                 assert f"checked over POST {HOOK_PATH}," in (await r.json())["error"]
@@ -147,15 +147,11 @@ async def test_status_counts_refusals_by_reason(tmp_path: Any, provider_url: str
                 assert r.status == 404
 
         def counted() -> Any:
-            from test_ops import rows
-
             found = rows(service.db, "SELECT value FROM meta WHERE key = 'webhook_refusals'")
             return found and json.loads(found[0][0])["counts"]
 
         counts = await wait_for("refusal counts", counted, 20)
         assert counts == {"bad_signature": 1, "not_found": 1}
-        from test_ops import cli
-
         code, out, _ = await cli(service.config, "status")
         assert code == 0
         assert json.loads(out)["webhookRefusals"]["counts"] == counts
@@ -163,3 +159,12 @@ async def test_status_counts_refusals_by_reason(tmp_path: Any, provider_url: str
     log = service.log.read_text()
     assert '"path": "/wrong/path"' in log
     assert f"checked over POST {HOOK_PATH}," in log
+
+
+def test_the_unit_allows_more_open_files_than_the_connection_cap() -> None:
+    """The unit's LimitNOFILE leaves room above the default connection cap (the default soft
+    limit of 1024 would not)."""
+    unit = (ROOT / "deploy" / "depositd.service").read_text()
+    (line,) = [x for x in unit.splitlines() if x.startswith("LimitNOFILE=")]
+    cap = WebhookSettings.model_fields["max_connections"].default
+    assert int(line.partition("=")[2]) >= cap + 100
