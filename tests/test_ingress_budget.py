@@ -137,14 +137,10 @@ async def test_readyz_writes_nothing(aiohttp_client: ClientFactory, tmp_path: Pa
 
 
 async def test_wrong_path_is_logged_and_counted(
-    aiohttp_client: ClientFactory,
-    tmp_path: Path,
-    log_lines: io.StringIO,
-    monkeypatch: pytest.MonkeyPatch,
+    aiohttp_client: ClientFactory, tmp_path: Path, log_lines: io.StringIO
 ) -> None:
     """A POST to a path not served answers 404, is logged (sampled: 5 of 20) with its path and
     counted in the refusal metric."""
-    monkeypatch.setattr(ingress_mod, "_LOG_INTERVAL_S", 60.0)
     client, _, _ = await start(aiohttp_client, tmp_path)
     for _ in range(20):
         assert (await client.post("/hooks/provider", data=b"{}")).status == 404

@@ -29,8 +29,8 @@ from aiohttp import web
 
 from worker.aio import first_done
 from worker.frontlink import FrontSide
-from worker.ingress import Gate, healthz, metrics_response, not_found_log, webhook_handler
-from worker.limits import GuardedSite, Limits, track_requests
+from worker.ingress import Gate, healthz, metrics_response, webhook_handler
+from worker.limits import GuardedSite, Limits, not_found_log, track_requests
 from worker.logs import configure, get_logger
 from worker.settings import load_settings
 

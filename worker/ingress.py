@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from worker.errors import StorageError
-from worker.limits import Sampled
+from worker.limits import BodyBudget, CountRefusal, Sampled, arrived_path, not_found_log
 from worker.logs import get_logger
 from worker.metrics import CONTENT_TYPE, Metrics, event_type_label
 from worker.provider import jsonio
@@ -94,8 +94,6 @@ class Accepted:
 StoreRow = Callable[[EventRow], Awaitable[bool]]
 # Count one delivery: (event type label, outcome, seconds taken to answer).
 Record = Callable[[str, str, float], None]
-# Count one refusal by its reason.
-CountRefusal = Callable[[str], None]
 
 
 def _header_reason(message: str) -> str:
@@ -106,30 +104,6 @@ def _header_reason(message: str) -> str:
     if "too old" in message or "in the future" in message:
         return "timestamp_window"
     return "bad_timestamp"
-
-
-def arrived_path(request: web.BaseRequest) -> str:
-    """The path of a request as it arrived (no query), cut to 200 characters, for logs."""
-    return request.raw_path.partition("?")[0][:200]
-
-
-class BodyBudget:
-    """The bytes of request bodies being read at once, across all requests of this process."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-
-    def take(self, n: int) -> bool:
-        """Reserve `n` bytes: False when that would exceed the budget."""
-        if self.used + n > self.limit:
-            return False
-        self.used += n
-        return True
-
-    def give(self, n: int) -> None:
-        """Return `n` reserved bytes."""
-        self.used -= n
 
 
 class Gate:
@@ -313,32 +287,6 @@ def webhook_handler(
         return web.Response(body=_OK, content_type="application/json")
 
     return webhook
-
-
-def not_found_log(refused: CountRefusal) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """Middleware: a request for a path (or method) not served is logged, sampled, and counted
-    as refusal `not_found` (a proxy forwarding to the wrong path shows here)."""
-    sampled = Sampled(per_interval=5, interval_s=_LOG_INTERVAL_S)
-
-    @web.middleware
-    async def middleware(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
-            refused("not_found")
-            if sampled.allow("no such path"):
-                log.warning(
-                    "no such path on the webhook port",
-                    status=exc.status,
-                    method=request.method[:16],
-                    path=arrived_path(request),
-                    remote=request.remote,
-                )
-            raise
-
-    return middleware
 
 
 class Ingress:

@@ -1,5 +1,5 @@
-"""Connection limits of the webhook listener: head timeout, a cap on open connections, and
-sampled log lines.
+"""Limits of the webhook listener: head timeout, a cap on open connections, a budget for the
+bodies being read, and sampled log lines (refusals, requests for paths not served).
 
 aiohttp closes a connection idle for `keepalive_timeout` (also one that never sends a byte),
 but a request head that trickles in a byte at a time, and any number of open connections, are
@@ -28,6 +28,9 @@ from aiohttp import web
 from worker.logs import get_logger
 
 log = get_logger(__name__)
+
+# Count one refusal by its reason.
+CountRefusal = Callable[[str], None]
 
 _BUSY_503 = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
@@ -74,13 +77,63 @@ class Sampled:
             )
 
 
+def arrived_path(request: web.BaseRequest) -> str:
+    """The path of a request as it arrived (no query), cut to 200 characters, for logs."""
+    return request.raw_path.partition("?")[0][:200]
+
+
+class BodyBudget:
+    """The bytes of request bodies being read at once, across all requests of this process."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, n: int) -> bool:
+        """Reserve `n` bytes: False when that would exceed the budget."""
+        if self.used + n > self.limit:
+            return False
+        self.used += n
+        return True
+
+    def give(self, n: int) -> None:
+        """Return `n` reserved bytes."""
+        self.used -= n
+
+
+def not_found_log(refused: CountRefusal) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Middleware: a request for a path (or method) not served is logged, sampled, and counted
+    as refusal `not_found` (a proxy forwarding to the wrong path shows here)."""
+    sampled = Sampled(per_interval=5, interval_s=60.0)
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
+            refused("not_found")
+            if sampled.allow("no such path"):
+                log.warning(
+                    "no such path on the webhook port",
+                    status=exc.status,
+                    method=request.method[:16],
+                    path=arrived_path(request),
+                    remote=request.remote,
+                )
+            raise
+
+    return middleware
+
+
 class Limits:
     """The open connections of one listener and the limits they are held to."""
 
     def __init__(self, max_connections: int, head_timeout_s: float) -> None:
         self.max_connections = max_connections
         self.head_timeout_s = head_timeout_s
-        self.open: dict[_Guarded, None] = {}  # insertion order: the oldest first
+        self.open: dict[_Guarded, None] = {}
         self.by_handler: dict[Any, _Guarded] = {}
         self.sampled = Sampled(per_interval=1, interval_s=60.0)
         self.evicted = 0
@@ -90,7 +143,9 @@ class Limits:
     def admit(self, conn: _Guarded) -> bool:
         """Room for `conn`: True once there is (an idle connection closed if need be)."""
         if len(self.open) >= self.max_connections:
-            idle = next((c for c in self.open if not c.busy), None)
+            # The longest idle: a connection answered a moment ago (whose answer may still be
+            # on its way out) is the last to go.
+            idle = min((c for c in self.open if not c.busy), key=_idle_since, default=None)
             if idle is None:
                 self.refused += 1
                 self._log_cap("refused")
@@ -125,6 +180,7 @@ class _Guarded(asyncio.Protocol):
         self.limits = limits
         self.transport: asyncio.Transport | None = None
         self.busy = False
+        self.idle_since = time.monotonic()
         self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -171,6 +227,7 @@ class _Guarded(asyncio.Protocol):
     def request_done(self) -> None:
         """The handler is done; the next head's first byte starts the head timer again."""
         self.busy = False
+        self.idle_since = time.monotonic()
 
     def _head_late(self) -> None:
         self._head_timer = None
@@ -188,6 +245,10 @@ class _Guarded(asyncio.Protocol):
         self.limits.open.pop(self, None)
         if self.transport is not None:
             self.transport.abort()
+
+
+def _idle_since(conn: _Guarded) -> float:
+    return conn.idle_since
 
 
 def track_requests(limits: Limits) -> Callable[..., Awaitable[web.StreamResponse]]:
