@@ -234,14 +234,14 @@ async def _ops_listener(settings: Settings, app: web.Application) -> AsyncIterat
     """/metrics, /readyz and /healthz on `webhook.ops_listen`, answered by this process."""
     address = settings.webhook.ops_address
     assert address is not None
-    ops = web.Application()
+    limits = Limits(_OPS_CONNECTIONS, settings.webhook.head_timeout_s)
+    ops = web.Application(middlewares=[track_requests(limits)])
     app[INGRESS_KEY].add_ops_routes(ops)
     ops.router.add_get("/healthz", healthz)
     runner = web.AppRunner(ops, handle_signals=False, access_log=None, keepalive_timeout=15.0)
     await runner.setup()
     try:
         sock = await front.listen_socket(*address)
-        limits = Limits(_OPS_CONNECTIONS, settings.webhook.head_timeout_s)
         await GuardedSite(runner, sock, limits).start()
         log.info("operational endpoints", listen=settings.webhook.ops_listen)
         yield

@@ -154,17 +154,15 @@ class Gate:
                 "content_encoding",
             )
         try:
-            verify_headers(request.headers, api_key=self._api_key, tolerance_s=self._tolerance)
+            verify_headers(
+                request.headers, api_key=self._api_key, tolerance_s=self.settings.tolerance_s
+            )
         except SignatureError as exc:
             return Refused(401, str(exc), "unauthorized", _header_reason(str(exc)))
         length = request.content_length
         if length is not None and length > self.settings.max_body_bytes:
             return self._too_large()
         return None
-
-    @property
-    def _tolerance(self) -> float:
-        return self.settings.tolerance_s
 
     def _too_large(self) -> Refused:
         return Refused(
