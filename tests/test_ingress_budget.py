@@ -149,3 +149,38 @@ async def test_wrong_path_is_logged_and_counted(
     assert [e["path"] for e in logged] == ["/hooks/provider"] * 5
     text = await (await client.get("/metrics")).text()
     assert 'depositd_webhook_refusals_total{reason="not_found"} 20.0' in text
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [("X-Forwarded-Prefix", "/public"), ("X-Original-URI", "/public" + PATH)],
+    ids=["forwarded-prefix", "original-uri"],
+)
+async def test_bad_signature_names_the_signed_path_a_proxy_reports(
+    aiohttp_client: ClientFactory, tmp_path: Path, header: str, value: str
+) -> None:
+    """A delivery signed for /public/... that a proxy passed on as PATH is refused 401, and the
+    answer names the path it was signed for, which the proxy's header revealed."""
+    client, settings, _ = await start(aiohttp_client, tmp_path)
+    raw = dumpb(deposit_event())
+    headers = signed_headers(API_KEY, SECRET, "POST", "/public" + PATH, raw)
+    headers[header] = value
+    resp = await client.post(PATH, data=raw, headers=headers)
+    assert resp.status == 401
+    error = (await resp.json())["error"]
+    assert f"checked over POST {PATH}," in error
+    assert f"it verifies for the path /public{PATH}: a proxy rewrote the path" in error
+    assert stored(settings) == []
+
+
+async def test_a_proxy_header_the_signature_does_not_verify_for_is_not_repeated(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    """A forged X-Original-URI (the signature does not verify for it) is not named."""
+    client, _, _ = await start(aiohttp_client, tmp_path)
+    raw = dumpb(deposit_event())
+    headers = signed_headers(API_KEY, "wrong-secret", "POST", PATH, raw)
+    headers["X-Original-URI"] = "/sentinel-path"
+    resp = await client.post(PATH, data=raw, headers=headers)
+    assert resp.status == 401
+    assert "sentinel" not in await resp.text()

@@ -40,6 +40,7 @@ _OK = b"{}"
 _CHUNK = 64 * 1024
 _READ_TIMEOUT_S = 10.0  # a body still arriving after this is answered 408
 _REFUSALS_WRITE_S = 5.0  # refusal counts reach the database this long after the first one
+_MAX_PATH = 2048  # a proxy header naming the original path is not tried when longer
 _LOG_INTERVAL_S = 60.0  # refusal lines: at most 5 per reason per interval, then a count
 
 
@@ -200,17 +201,50 @@ class Gate:
                 algorithm=self.settings.signature,
             )
         except SignatureError:
-            # What was checked, so that a proxy that rewrote the path or changed the body shows:
-            # the path and the body's size and digest as they arrived (never a secret).
-            digest = hashlib.sha256(body).hexdigest()[:16]
-            return Refused(
-                401,
-                f"bad API-SIGNATURE (checked over {request.method} {arrived_path(request)},"
-                f" {len(body)} body bytes, sha256 {digest}, as they arrived)",
-                "unauthorized",
-                "bad_signature",
-            )
+            return self._bad_signature(request, body)
         return self._parse(body, request)
+
+    def _bad_signature(self, request: web.Request, body: bytes) -> Refused:
+        """What was checked, so that a proxy that rewrote the path or changed the body shows:
+        the path and the body's size and digest as they arrived (never a secret); and the path
+        that was signed when a proxy's header names one the signature verifies for."""
+        digest = hashlib.sha256(body).hexdigest()[:16]
+        message = (
+            f"bad API-SIGNATURE (checked over {request.method} {arrived_path(request)},"
+            f" {len(body)} body bytes, sha256 {digest}, as they arrived)"
+        )
+        signed = self._signed_path(request, body)
+        if signed is not None:
+            message += f"; it verifies for the path {signed}: a proxy rewrote the path"
+        return Refused(401, message, "unauthorized", "bad_signature")
+
+    def _signed_path(self, request: web.Request, body: bytes) -> str | None:
+        """A path a proxy says the request had (X-Original-URI, X-Forwarded-Uri,
+        X-Forwarded-Prefix + the path) that the signature verifies for, else None. Only a path
+        the signature verifies for is named, so no unauthenticated value is repeated."""
+        headers = request.headers
+        prefix = headers.get("X-Forwarded-Prefix", "").rstrip("/")
+        candidates = [
+            headers.get("X-Original-URI"),
+            headers.get("X-Forwarded-Uri"),
+            prefix + request.raw_path if prefix else None,
+        ]
+        for path in candidates:
+            if not path or len(path) > _MAX_PATH or path == request.raw_path:
+                continue
+            try:
+                verify_signature(
+                    headers,
+                    request.method,
+                    path,
+                    body,
+                    secrets=self._secrets,
+                    algorithm=self.settings.signature,
+                )
+            except SignatureError:
+                continue
+            return path.partition("?")[0]
+        return None
 
     def _parse(self, body: bytes, request: web.Request) -> Accepted | Refused:
         try:

@@ -95,14 +95,20 @@ def stored_status(settings: Settings, event_id: str) -> str | None:
 
 def _unauthorized_hint(sent: Sent, answer: str) -> str:
     checked = _CHECKED.search(answer)
+    if checked and "a proxy rewrote the path" in answer:
+        return (
+            f"path rewritten: signed for {sent.path.partition('?')[0]}, arrived as"
+            f" {checked.group(2)} (the proxy says so). The signature covers the path: make the"
+            " proxy pass it unchanged (webhook.path is then the public path)"
+        )
     if checked:
         _, arrived, size, digest = checked.groups()
         signed = sent.path.partition("?")[0]
         if arrived != signed:
             return (
                 f"path rewritten: signed for {signed}, arrived as {arrived}. The signature covers"
-                " the path: make the proxy pass it unchanged, or give the provider the URL whose"
-                " path depositd receives (webhook.path)"
+                " the path: make the proxy pass it unchanged (webhook.path is then the public"
+                " path)"
             )
         ours = hashlib.sha256(sent.body).hexdigest()
         if int(size) != len(sent.body) or not ours.startswith(digest):
