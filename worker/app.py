@@ -22,7 +22,8 @@ from worker import front
 from worker.aio import first_done
 from worker.errors import StorageError
 from worker.frontlink import CoreSide
-from worker.ingress import Ingress, ReadyCheck
+from worker.ingress import Ingress, ReadyCheck, healthz
+from worker.limits import GuardedSite, Limits, track_requests
 from worker.logs import configure, get_logger
 from worker.metrics import Metrics
 from worker.processor import Processor, Reactor
@@ -43,6 +44,7 @@ METRICS_KEY = web.AppKey("metrics", Metrics)
 PROCESSOR_KEY = web.AppKey("processor", Processor)
 INGRESS_KEY = web.AppKey("ingress", Ingress)
 READY_CHECKS_KEY: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
+LIMITS_KEY = web.AppKey("limits", Limits)
 # Checks the systemd watchdog pings depend on besides the event loop (the ingress process).
 LIVENESS_KEY: web.AppKey[list[Callable[[], bool]]] = web.AppKey("liveness")
 BACKGROUND_TASKS_KEY: web.AppKey[list[asyncio.Task[None]]] = web.AppKey("background_tasks")
@@ -118,7 +120,8 @@ def build_app(
     Start-up order: store (migrations), `extra_cleanup_ctx` in order, processor, background
     jobs; shutdown runs in reverse, so the store closes last.
     """
-    app = web.Application()
+    limits = Limits(settings.webhook.max_connections, settings.webhook.head_timeout_s)
+    app = web.Application(middlewares=[track_requests(limits)])
     metrics = Metrics()
     store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
     processor = Processor(
@@ -140,6 +143,7 @@ def build_app(
     app[READY_CHECKS_KEY] = checks
     app[BACKGROUND_TASKS_KEY] = []
     app[LIVENESS_KEY] = []
+    app[LIMITS_KEY] = limits
     ingress = Ingress(settings.webhook, store, metrics, wake=processor.wake, ready_checks=checks)
     ingress.add_routes(app)
     app[INGRESS_KEY] = ingress
@@ -162,7 +166,13 @@ async def serve(settings: Settings, plugins: Plugins | None = None) -> int:
         ready_checks=plugins.ready_checks,
     )
     notifier = SystemdNotifier()
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=20.0)
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        access_log=None,
+        shutdown_timeout=20.0,
+        keepalive_timeout=settings.webhook.idle_timeout_s,
+    )
     with contextlib.ExitStack() as held:
         # Before anything runs: a second serve on this database or this port leaves at once,
         # having started no processor, outbox or scheduler beside the first.
@@ -193,7 +203,9 @@ async def _serve(
             if settings.webhook.ingress_process:
                 ingress = await stack.enter_async_context(_ingress_process(settings, app, listener))
             else:
-                await web.SockSite(runner, listener).start()
+                await GuardedSite(runner, listener, app[LIMITS_KEY]).start()
+            if settings.webhook.ops_listen is not None:
+                await stack.enter_async_context(_ops_listener(settings, app))
             log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
             notifier.ready()
             if ingress is None:
@@ -216,6 +228,29 @@ async def _serve(
             loop.remove_signal_handler(sig)
     log.info("stopped")
     return status
+
+
+_OPS_CONNECTIONS = 64
+
+
+@contextlib.asynccontextmanager
+async def _ops_listener(settings: Settings, app: web.Application) -> AsyncIterator[None]:
+    """/metrics, /readyz and /healthz on `webhook.ops_listen`, answered by this process."""
+    address = settings.webhook.ops_address
+    assert address is not None
+    limits = Limits(_OPS_CONNECTIONS, settings.webhook.head_timeout_s)
+    ops = web.Application(middlewares=[track_requests(limits)])
+    app[INGRESS_KEY].add_ops_routes(ops)
+    ops.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(ops, handle_signals=False, access_log=None, keepalive_timeout=15.0)
+    await runner.setup()
+    try:
+        sock = await front.listen_socket(*address)
+        await GuardedSite(runner, sock, limits).start()
+        log.info("operational endpoints", listen=settings.webhook.ops_listen)
+        yield
+    finally:
+        await runner.cleanup()
 
 
 _INGRESS_START_S = 30.0

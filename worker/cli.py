@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "sandbox": "worker.sandbox.cli:run",
     "demo": "worker.demo:run",
     "init": "worker.init:run",
+    "selftest": "worker.selftest:run",
 }
 
 
@@ -156,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="folder for a setup against the local provider sandbox (created; must be empty)",
     )
+    p = sub.add_parser(
+        "selftest", parents=[common], help="send a signed test event through the public URL"
+    )
+    p.add_argument("--url", required=True, help="the public webhook URL the provider posts to")
     return parser
 
 

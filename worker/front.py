@@ -30,6 +30,7 @@ from aiohttp import web
 from worker.aio import first_done
 from worker.frontlink import FrontSide
 from worker.ingress import Gate, healthz, metrics_response, webhook_handler
+from worker.limits import GuardedSite, Limits, not_found_log, track_requests
 from worker.logs import configure, get_logger
 from worker.settings import load_settings
 
@@ -112,21 +113,30 @@ async def run(config: Path, listen_fd: int, link_fd: int) -> int:
             return web.Response(body=body, status=status, content_type="application/json")
         return metrics_response(body)
 
-    app = web.Application()
+    limits = Limits(settings.webhook.max_connections, settings.webhook.head_timeout_s)
+    app = web.Application(middlewares=[track_requests(limits), not_found_log(link.refused)])
+    gate = Gate(settings.webhook)
     app.router.add_post(
-        settings.webhook.path, webhook_handler(Gate(settings.webhook), link.store, link.count)
+        settings.webhook.path, webhook_handler(gate, link.store, link.count, link.refused)
     )
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
+    if settings.webhook.ops_listen is None:  # else `serve` answers them on that listener
+        app.router.add_get("/readyz", readyz)
+        app.router.add_get("/metrics", metrics)
     # Within the unit's TimeoutStopSec=30, with `serve`'s own stop after this one.
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=20.0)
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        access_log=None,
+        shutdown_timeout=20.0,
+        keepalive_timeout=settings.webhook.idle_timeout_s,
+    )
     await runner.setup()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     listener = socket.socket(fileno=listen_fd)
-    await web.SockSite(runner, listener).start()
+    await GuardedSite(runner, listener, limits).start()
     link.send(("U",))
     await first_done(stop.wait(), link.closed)
     if link.closed.done():

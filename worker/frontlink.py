@@ -9,6 +9,7 @@ From the ingress process:
     ("R", id) / ("M", id)           the /readyz answer / the /metrics text
     ("C", counts, seconds)          deliveries answered since the last such frame:
                                     {(event type label, outcome): n}, [seconds to answer]
+    ("F", {reason: n})              refusals since the last such frame, by reason
     ("U",)                          listening: `serve` may report ready
     ("p",)                          the answer to a ping
 From `serve`:
@@ -133,6 +134,8 @@ class CoreSide(_Framed):
             self._store(message[1], message[2])
         elif kind == "C":
             self.ingress.record_counts(message[1], message[2])
+        elif kind == "F":
+            self.ingress.count_refusals(message[1])
         elif kind in ("R", "M"):
             task = asyncio.create_task(self._answer(kind, message[1]))
             self._tasks.add(task)
@@ -184,6 +187,7 @@ class FrontSide(_Framed):
         self._next = 0
         self._counts: dict[tuple[str, str], int] = {}
         self._seconds: list[float] = []
+        self._refusals: dict[str, int] = {}
 
     def _ask(self, message: tuple[Any, ...]) -> asyncio.Future[Any]:
         if self.closed.done():
@@ -213,7 +217,15 @@ class FrontSide(_Framed):
         self._seconds.append(seconds)
         self._schedule_flush()
 
+    def refused(self, reason: str) -> None:
+        """Count one refusal in `serve`'s figures (sent with the counts)."""
+        self._refusals[reason] = self._refusals.get(reason, 0) + 1
+        self._schedule_flush()
+
     def _before_flush(self) -> None:
+        if self._refusals:
+            refusals, self._refusals = self._refusals, {}
+            self.send(("F", refusals))
         if self._counts:
             counts, self._counts = self._counts, {}
             seconds, self._seconds = self._seconds, []

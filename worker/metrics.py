@@ -78,6 +78,14 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=r,
         )
+        self.webhook_refusals = Counter(
+            "depositd_webhook_refusals",
+            "Requests refused on the webhook port by reason (missing_header, unknown_api_key,"
+            " timestamp_window, bad_timestamp, bad_signature, content_encoding, too_large,"
+            " slow_body, busy, bad_envelope, not_found).",
+            ["reason"],
+            registry=r,
+        )
         self.commits = Gauge(
             "depositd_store_commits", "Write transactions committed since start.", registry=r
         )

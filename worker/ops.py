@@ -204,6 +204,8 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
             r[0]: r[1] for r in conn.execute("SELECT state, COUNT(*) FROM deposits GROUP BY state")
         },
         "booked": one("SELECT COUNT(*) FROM ledger"),
+        # Requests refused on the webhook port by reason, since `since` (a serve's start).
+        "webhookRefusals": json.loads(meta.get("webhook_refusals") or "null"),
     }
 
 

@@ -96,6 +96,14 @@ class WebhookSettings(Section):
     signature: str = DEFAULT_ALGORITHM
     # `serve` answers webhooks from a process of its own (see worker.front); false: in its own.
     ingress_process: bool = True
+    # Connection limits of the webhook listener (worker.limits).
+    head_timeout_s: float = Field(5, gt=0)  # a request head complete within this of its 1st byte
+    idle_timeout_s: float = Field(60, gt=0)  # a connection with no request open is closed after
+    max_connections: int = Field(1000, ge=1)  # open at once; LimitNOFILE in the unit is above
+    # Request bodies being read at once, all requests together; over it: 503 with Retry-After.
+    body_budget_bytes: int = Field(67_108_864, gt=0)
+    # HOST:PORT of a listener for /metrics and /readyz; set: the webhook port no longer serves them.
+    ops_listen: str | None = None
 
     _alg = field_validator("signature")(_check_algorithm)
 
@@ -104,9 +112,11 @@ class WebhookSettings(Section):
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
-    @field_validator("listen")
+    @field_validator("listen", "ops_listen")
     @classmethod
-    def _listen(cls, value: str) -> str:
+    def _listen(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         host, sep, port = value.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
             raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:8080")
@@ -128,6 +138,14 @@ class WebhookSettings(Section):
     def port(self) -> int:
         """Listen port."""
         return int(self.listen.rpartition(":")[2])
+
+    @property
+    def ops_address(self) -> tuple[str, int] | None:
+        """Host and port of `ops_listen`, or None."""
+        if self.ops_listen is None:
+            return None
+        host, _, port = self.ops_listen.rpartition(":")
+        return host.strip("[]"), int(port)
 
 
 class StorageSettings(Section):

@@ -88,6 +88,59 @@ def signed_headers(
     }
 
 
+def verify_headers(
+    headers: Mapping[str, str], *, api_key: str, tolerance_s: float, now: int | None = None
+) -> None:
+    """The checks that need no body: the three headers present, the API-KEY, and the
+    timestamp within `tolerance_s` of now in either direction; `SignatureError` says which."""
+    key = headers.get(HEADER_KEY)
+    ts = headers.get(HEADER_TIMESTAMP)
+    given = headers.get(HEADER_SIGNATURE)
+    missing = [
+        name
+        for name, value in ((HEADER_KEY, key), (HEADER_TIMESTAMP, ts), (HEADER_SIGNATURE, given))
+        if not value
+    ]
+    if missing:
+        raise SignatureError(f"missing header {', '.join(missing)}")
+    assert key is not None and ts is not None
+    if not hmac.compare_digest(_as_bytes(key), _as_bytes(api_key)):
+        raise SignatureError("unknown API-KEY")
+    try:
+        ts_ms = int(ts)
+    except ValueError:
+        raise SignatureError("API-TIMESTAMP is not milliseconds since the epoch") from None
+    current = now_ms() if now is None else now
+    skew_s = (current - ts_ms) / 1000
+    if skew_s > tolerance_s:
+        raise SignatureError(f"API-TIMESTAMP too old ({skew_s:.0f}s, tolerance {tolerance_s:g}s)")
+    if -skew_s > tolerance_s:
+        raise SignatureError(
+            f"API-TIMESTAMP in the future ({-skew_s:.0f}s, tolerance {tolerance_s:g}s)"
+        )
+
+
+def verify_signature(
+    headers: Mapping[str, str],
+    method: str,
+    path_and_query: str,
+    body: bytes,
+    *,
+    secrets: Iterable[str | bytes],
+    algorithm: str = DEFAULT_ALGORITHM,
+) -> None:
+    """Check API-SIGNATURE (after `verify_headers`); `SignatureError` when no secret verifies."""
+    ts = headers.get(HEADER_TIMESTAMP) or ""
+    given_b = _as_bytes((headers.get(HEADER_SIGNATURE) or "").lower())
+    ok = False
+    for secret in secrets:
+        expected = sign(secret, ts, method, path_and_query, body, algorithm).encode()
+        # Compare against every secret so timing does not reveal which one matched.
+        ok = hmac.compare_digest(expected, given_b) or ok
+    if not ok:
+        raise SignatureError("bad API-SIGNATURE")
+
+
 def verify(
     headers: Mapping[str, str],
     method: str,
@@ -105,36 +158,5 @@ def verify(
     Any one of `secrets` verifying is enough (secret rotation). The timestamp must be within
     `tolerance_s` of now in either direction.
     """
-    key = headers.get(HEADER_KEY)
-    ts = headers.get(HEADER_TIMESTAMP)
-    given = headers.get(HEADER_SIGNATURE)
-    missing = [
-        name
-        for name, value in ((HEADER_KEY, key), (HEADER_TIMESTAMP, ts), (HEADER_SIGNATURE, given))
-        if not value
-    ]
-    if missing:
-        raise SignatureError(f"missing header {', '.join(missing)}")
-    assert key is not None and ts is not None and given is not None
-    if not hmac.compare_digest(_as_bytes(key), _as_bytes(api_key)):
-        raise SignatureError("unknown API-KEY")
-    try:
-        ts_ms = int(ts)
-    except ValueError:
-        raise SignatureError("API-TIMESTAMP is not milliseconds since the epoch") from None
-    current = now_ms() if now is None else now
-    skew_s = (current - ts_ms) / 1000
-    if skew_s > tolerance_s:
-        raise SignatureError(f"API-TIMESTAMP too old ({skew_s:.0f}s, tolerance {tolerance_s:g}s)")
-    if -skew_s > tolerance_s:
-        raise SignatureError(
-            f"API-TIMESTAMP in the future ({-skew_s:.0f}s, tolerance {tolerance_s:g}s)"
-        )
-    given_b = _as_bytes(given.lower())
-    ok = False
-    for secret in secrets:
-        expected = sign(secret, ts, method, path_and_query, body, algorithm).encode()
-        # Compare against every secret so timing does not reveal which one matched.
-        ok = hmac.compare_digest(expected, given_b) or ok
-    if not ok:
-        raise SignatureError("bad API-SIGNATURE")
+    verify_headers(headers, api_key=api_key, tolerance_s=tolerance_s, now=now)
+    verify_signature(headers, method, path_and_query, body, secrets=secrets, algorithm=algorithm)
