@@ -31,6 +31,7 @@ from worker.aio import first_done
 from worker.frontlink import FrontSide
 from worker.ingress import Gate, healthz, metrics_response, webhook_handler
 from worker.logs import configure, get_logger
+from worker.metrics import wants_openmetrics
 from worker.settings import load_settings
 
 log = get_logger(__name__)
@@ -107,10 +108,11 @@ async def run(config: Path, listen_fd: int, link_fd: int) -> int:
         return web.Response(body=body, status=status, content_type="application/json")
 
     async def metrics(request: web.Request) -> web.Response:
-        status, body = await link.http("M")
+        om = wants_openmetrics(request.headers.get("Accept"))
+        status, body = await link.http("O" if om else "M")
         if status != 200:  # the main process could not render them: say so, not 200
             return web.Response(body=body, status=status, content_type="application/json")
-        return metrics_response(body)
+        return metrics_response(body, om)
 
     app = web.Application()
     app.router.add_post(
