@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 import sqlite_utils
+import yaml
 
 from worker.cli import build_parser, main
 from worker.errors import ConfigError
