@@ -397,6 +397,21 @@ def test_install_takes_exactly_the_runtime_lock(installed: Installed) -> None:
     assert "aiosmtpd" not in have
 
 
+def test_installed_service_has_no_demo_smtp_server(installed: Installed) -> None:
+    """The service install leaves the demo's SMTP server out; `depositd demo` there names the
+    extra to install instead of failing with a traceback."""
+    proc = subprocess.run(
+        [str(installed.venv / "bin/depositd"), "demo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "pip install 'depositd[demo]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_installed_check_accepts_the_installed_config(
     installed: Installed, credentials: Path, tmp_path: Path
 ) -> None:

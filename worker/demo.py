@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import io
 import json
 import logging
@@ -501,6 +502,8 @@ def _run_in(workdir: Path, *, kept: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """`depositd demo [--keep DIR]`."""
+    if importlib.util.find_spec("aiosmtpd") is None:
+        raise ConfigError(["the demo needs its SMTP server: pip install 'depositd[demo]'"])
     keep = getattr(args, "keep", None)
     if keep is None:
         with tempfile.TemporaryDirectory(prefix="depositd-demo-") as tmp:
