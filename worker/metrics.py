@@ -15,6 +15,7 @@ from prometheus_client import (
     Histogram,
     Info,
     ProcessCollector,
+    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.openmetrics import exposition as openmetrics
@@ -24,6 +25,9 @@ from worker.provider.models import KNOWN_EVENT_TYPES
 from worker.tracker import State
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# No `*_created` series: in the text format each would be one more gauge per counter and
+# histogram, which no rule or panel reads (a process-wide setting of prometheus_client).
+disable_created_metrics()
 OPENMETRICS_CONTENT_TYPE = openmetrics.CONTENT_TYPE_LATEST
 
 
