@@ -27,7 +27,7 @@ from worker.tracker import State
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # No `*_created` series: in the text format each would be one more gauge per counter and
 # histogram, which no rule or panel reads (a process-wide setting of prometheus_client).
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 OPENMETRICS_CONTENT_TYPE = openmetrics.CONTENT_TYPE_LATEST
 
 
