@@ -1,25 +1,47 @@
 # Two commands: `make demo` (set up and run the demo) and `make test` (set up and run the tests).
+# Dependencies come from the hash-locked requirements/*.txt only (`make lock` refreshes them).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK_ARGS := --universal --python-version 3.11 --generate-hashes --quiet
+PIP_LOCKED := $(BIN)/pip install -q --require-hashes --only-binary :all:
 
-$(STAMP): pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+$(STAMP): requirements/dev.txt pyproject.toml
+	$(PY) -m venv --clear $(VENV)
+	$(PIP_LOCKED) -r requirements/dev.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint lock tools
 setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/depositd demo
 
-test: $(STAMP)
+# promtool (Debian's prometheus package) checks the shipped alert rules and /metrics.
+tools:
+	@command -v promtool >/dev/null || { \
+	    command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q --no-install-recommends prometheus; } || { \
+	    echo "promtool missing: run apt-get install -y prometheus (as root)" >&2; exit 1; }
+
+test: $(STAMP) tools
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
+	$(BIN)/python requirements/check.py
 	$(BIN)/ruff check worker tests bench
 	$(BIN)/ruff format --check worker tests bench
 	$(BIN)/mypy worker
+	$(BIN)/yamllint --strict .
+
+# Re-resolve both locks from pyproject.toml with hashes, keeping the pinned versions that
+# still fit; `make lock UPGRADE=1` takes the newest versions pyproject.toml allows.
+LOCK_ARGS += $(if $(UPGRADE),--upgrade)
+lock: $(STAMP)
+	$(BIN)/uv pip compile $(LOCK_ARGS) pyproject.toml requirements/build.in \
+	    -o requirements/runtime.txt
+	$(BIN)/uv pip compile $(LOCK_ARGS) --extra dev pyproject.toml requirements/build.in \
+	    -o requirements/dev.txt

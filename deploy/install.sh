@@ -114,8 +114,17 @@ fi
     done
     tar --exclude=__pycache__ --exclude='*.pyc' -cf - "${files[@]}"
 ) | tar -C "$BUILD" -xf -
+# The dependencies exactly as tested: every one pinned with its hashes in requirements/runtime.txt
+# (pip refuses any other version, file or package), wheels only; then the package itself,
+# built with the locked setuptools and no download.
+LOCK=$SRC/requirements/runtime.txt
+[[ -f $LOCK ]] || die "missing $LOCK"
 # shellcheck disable=SC2086 # PIP_ARGS is a list of arguments on purpose
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $PIP_ARGS "$BUILD"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes \
+    --only-binary :all: $PIP_ARGS -r "$LOCK"
+# shellcheck disable=SC2086
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    --no-build-isolation $PIP_ARGS "$BUILD"
 version=$("$VENV/bin/depositd" --version) # also proves the installed program starts
 log "installed $version into $VENV"
 

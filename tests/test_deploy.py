@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from worker import __version__
 from worker.errors import ConfigError
 from worker.settings import Settings, load_settings
 
@@ -90,6 +91,28 @@ def test_verify_check_catches_a_broken_unit(
     """The verify check above reports a misspelt key or a bad value, so it can fail."""
     status, problems = verify_unit(UNIT.read_text().replace(*change, 1), tmp_path)
     assert status != 0 or any(expected in line for line in problems)
+
+
+@needs_systemd_analyze
+def test_unit_security_exposure_is_at_most_1_3(tmp_path: Path) -> None:
+    """`systemd-analyze security` rates the unit 1.3 or better, with PrivateMounts=yes and
+    ProcSubset=pid among its settings."""
+    assert SYSTEMD_ANALYZE is not None
+    service = parse_unit(UNIT.read_text())["Service"]
+    assert service["PrivateMounts"] == ["yes"]
+    assert service["ProcSubset"] == ["pid"]
+    path = tmp_path / "depositd.service"
+    path.write_text(UNIT.read_text().replace("/opt/depositd/venv/bin/depositd", sys.executable))
+    proc = subprocess.run(
+        [SYSTEMD_ANALYZE, "security", "--offline=yes", "--no-pager", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    match = re.search(r"Overall exposure level for depositd.service: (\d+\.\d)", proc.stdout)
+    assert match is not None, proc.stdout + proc.stderr
+    assert float(match[1]) <= 1.3
 
 
 def test_unit_settings() -> None:
@@ -343,6 +366,50 @@ def test_installed_depositd_runs(installed: Installed) -> None:
         cwd=installed.root,
     )
     assert where.stdout.startswith(str(installed.venv))
+
+
+def test_install_takes_exactly_the_runtime_lock(installed: Installed) -> None:
+    """install.sh installs the pinned versions of requirements/runtime.txt and nothing else:
+    no dev tools, no demo SMTP server."""
+    listing = subprocess.run(
+        [
+            str(installed.venv / "bin/python"),
+            "-c",
+            "from importlib import metadata\n"
+            "for d in metadata.distributions(): print(d.metadata['Name'], d.version)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    have = {
+        re.sub(r"[-_.]+", "-", name).lower(): version
+        for name, version in (line.split() for line in listing.splitlines())
+    }
+    assert have.pop("depositd") == __version__
+    pins = dict(
+        re.findall(
+            r"^([a-z0-9][a-z0-9-]*)==(\S+)", (REPO / "requirements/runtime.txt").read_text(), re.M
+        )
+    )
+    assert have == pins
+    assert "aiosmtpd" not in have
+
+
+def test_installed_service_has_no_demo_smtp_server(installed: Installed) -> None:
+    """The service install leaves the demo's SMTP server out; `depositd demo` there names the
+    extra to install instead of failing with a traceback."""
+    proc = subprocess.run(
+        [str(installed.venv / "bin/depositd"), "demo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "pip install 'depositd[demo]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_installed_check_accepts_the_installed_config(

@@ -374,7 +374,7 @@ async def test_metrics_count_deposits_found_by_poll_only(make_stack: MakeStack) 
 
     assert await poller.poll_history() == 3
     samples = await scrape(stack)
-    assert samples[("depositd_deposits_found_by_poll", ())] == 2
+    assert samples[("depositd_deposits_found_by_poll_total", ())] == 2
     for tx in silent:
         deposit = await stack.deposit(tx)
         assert deposit is not None and deposit.first_source == "poll"
@@ -382,7 +382,7 @@ async def test_metrics_count_deposits_found_by_poll_only(make_stack: MakeStack) 
     assert deposit is not None and deposit.first_source == "webhook"
 
     assert await poller.poll_history() == 3
-    assert (await scrape(stack))[("depositd_deposits_found_by_poll", ())] == 2
+    assert (await scrape(stack))[("depositd_deposits_found_by_poll_total", ())] == 2
 
 
 async def test_deposit_gone_at_the_provider_alerts_once(make_stack: MakeStack) -> None:

@@ -487,6 +487,21 @@ async def test_metrics_exposes_counters_and_gauges(client: Client, app: web.Appl
     assert "# TYPE depositd_alerts_sent_total counter" in text
 
 
+async def test_metrics_in_openmetrics_when_the_scrape_asks(client: Client) -> None:
+    """An Accept header naming OpenMetrics gets that format (ending in # EOF); others get the
+    Prometheus text format."""
+    accept = "application/openmetrics-text;version=1.0.0;q=0.9,text/plain;q=0.5"
+    resp = await client.get("/metrics", headers={"Accept": accept})
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+    text = await resp.text()
+    assert text.endswith("# EOF\n")
+    assert "depositd_store_commits_total " in text
+    resp = await client.get("/metrics", headers={"Accept": "text/plain"})
+    assert resp.headers["Content-Type"].startswith("text/plain")
+    assert "# EOF" not in await resp.text()
+
+
 async def test_amounts_stay_exact_end_to_end(
     client: Client, app: web.Application, config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

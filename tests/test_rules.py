@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import sqlite_utils
+import yaml
 
 from worker.cli import build_parser, main
 from worker.errors import ConfigError
@@ -947,3 +948,31 @@ def test_rules_test_config_given_before_or_after_test(argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
     assert args.config == "CONFIG"
     assert args.event_file == "ev.json"
+
+
+def test_on_quoted_or_not_loads_the_same_rules(tmp_path: Path) -> None:
+    """`"on":` (what YAML 1.1 tools read as the text "on") and a bare `on:` load the same rule."""
+    rule = "wallet: 1\nrules:\n  - name: r\n    {key}: [credited]\n    then: [book]\n"
+    quoted = RuleBook.load(write(tmp_path / "q", "w.yaml", rule.format(key='"on"')))
+    bare = RuleBook.load(write(tmp_path / "b", "w.yaml", rule.format(key="on")))
+    assert quoted.rulesets[0].rules == bare.rulesets[0].rules
+    assert quoted.rulesets[0].rules[0].on == frozenset({"credited"})
+
+
+def test_shipped_rules_read_the_same_to_a_yaml_1_1_tool() -> None:
+    """Every shipped rule file, read by plain PyYAML (YAML 1.1), has text keys only: no `on:`
+    turned into the boolean true."""
+    files = sorted(SHIPPED.glob("**/*.yaml"))
+    assert files
+
+    def keys(data: Any) -> list[Any]:
+        if isinstance(data, dict):
+            return [*data, *(k for v in data.values() for k in keys(v))]
+        if isinstance(data, list):
+            return [k for item in data for k in keys(item)]
+        return []
+
+    for path in files:
+        data = yaml.safe_load(path.read_text())
+        bad = [key for key in keys(data) if isinstance(key, bool)]
+        assert not bad, f"{path}: {bad}"

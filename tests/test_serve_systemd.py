@@ -30,8 +30,8 @@ def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
     sock.close()
 
 
-def write_config(tmp_path: Path, provider_url: str, port: int) -> Path:
-    """A serve config with the shipped rules and profiles and a loopback listener."""
+def write_config(tmp_path: Path, provider_url: str, port: int, rules: Path | None = None) -> Path:
+    """A serve config with the shipped rules (or `rules`) and profiles and a loopback listener."""
     cfg = {
         "provider": {
             "base_url": provider_url,
@@ -41,7 +41,7 @@ def write_config(tmp_path: Path, provider_url: str, port: int) -> Path:
         "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
         "storage": {"path": str(tmp_path / "depositd.db")},
         "scheduler": {"enabled": False},
-        "rules": str(ROOT / "rules"),
+        "rules": str(rules or ROOT / "rules"),
         "profiles": str(ROOT / "rules" / "profiles.yaml"),
         "log": {"format": "json", "level": "info"},
     }
@@ -161,6 +161,59 @@ async def test_watchdog_stops_while_the_ingress_process_does_not_answer(
         assert "WATCHDOG=1" not in await messages_for(notify_socket, 1.5)
         os.kill(ingress, signal.SIGCONT)
         assert "WATCHDOG=1" in await messages_for(notify_socket, 2)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_sighup_reloading_then_ready_or_refused_status(
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+) -> None:
+    """SIGHUP sends RELOADING=1 with MONOTONIC_USEC, then READY=1 once the new rules are in
+    force; a broken rule file gives READY=1 with a STATUS= saying the old rules are kept."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    rule_file = rules / "default.yaml"
+    original = (ROOT / "rules" / "default.yaml").read_text()
+    rule_file.write_text(original)
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = await start_serve(write_config(tmp_path, provider_url, port, rules), notify_socket, log)
+
+    async def reload() -> tuple[int, int, list[str]]:
+        before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        proc.send_signal(signal.SIGHUP)
+        while (message := await next_message(notify_socket, 10)) == "WATCHDOG=1":
+            pass
+        after = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        first, stamp = message.split("\n")
+        assert first == "RELOADING=1", message
+        assert stamp.startswith("MONOTONIC_USEC="), message
+        usec = int(stamp.removeprefix("MONOTONIC_USEC="))
+        while (done := await next_message(notify_socket, 10)) == "WATCHDOG=1":
+            pass
+        assert before <= usec <= after
+        return before, usec, done.split("\n")
+
+    try:
+        while await next_message(notify_socket, 15) != "READY=1":
+            pass
+        _, _, done = await reload()
+        assert done == ["READY=1", "STATUS=rules and profiles reloaded"]
+
+        rule_file.write_text(original.replace("then: [book]", "then: [book_twice]"))
+        _, _, done = await reload()
+        assert done[0] == "READY=1"
+        assert done[1].startswith("STATUS=reload refused: "), done
+        assert "old rules kept" in done[1]
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/healthz") as resp,
+        ):
+            assert resp.status == 200
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
     finally:

@@ -151,3 +151,19 @@ async def test_watchdog_loop_stops_when_the_loop_hangs(notify_socket: socket.soc
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_reloading_carries_the_monotonic_clock(notify_socket: socket.socket) -> None:
+    """reloading() sends RELOADING=1 and MONOTONIC_USEC (CLOCK_MONOTONIC in µs) in one datagram,
+    reloaded() READY=1 with the outcome as STATUS=."""
+    notifier = SystemdNotifier()
+    before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+    notifier.reloading()
+    after = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+    notifier.reloaded("2 problems,\nold rules kept")
+    notifier.reloaded()
+    head, stamp = notify_socket.recv(4096).decode().split("\n")
+    assert head == "RELOADING=1"
+    assert before <= int(stamp.removeprefix("MONOTONIC_USEC=")) <= after
+    assert notify_socket.recv(4096) == b"READY=1\nSTATUS=reload refused: 2 problems, old rules kept"
+    assert notify_socket.recv(4096) == b"READY=1\nSTATUS=rules and profiles reloaded"

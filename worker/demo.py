@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import io
 import json
 import sys
@@ -505,6 +506,8 @@ def run(args: argparse.Namespace) -> int:
                 " leave --config out (`depositd init --sandbox DIR` writes one to keep)"
             ]
         )
+    if importlib.util.find_spec("aiosmtpd") is None:
+        raise ConfigError(["the demo needs its SMTP server: pip install 'depositd[demo]'"])
     keep = getattr(args, "keep", None)
     if keep is None:
         with tempfile.TemporaryDirectory(prefix="depositd-demo-") as tmp:

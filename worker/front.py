@@ -32,6 +32,7 @@ from worker.frontlink import FrontSide
 from worker.ingress import Gate, healthz, metrics_response, webhook_handler
 from worker.limits import GuardedSite, Limits, not_found_log, track_requests
 from worker.logs import configure, get_logger
+from worker.metrics import wants_openmetrics
 from worker.settings import load_settings
 
 log = get_logger(__name__)
@@ -108,10 +109,11 @@ async def run(config: Path, listen_fd: int, link_fd: int) -> int:
         return web.Response(body=body, status=status, content_type="application/json")
 
     async def metrics(request: web.Request) -> web.Response:
-        status, body = await link.http("M")
+        om = wants_openmetrics(request.headers.get("Accept"))
+        status, body = await link.http("O" if om else "M")
         if status != 200:  # the main process could not render them: say so, not 200
             return web.Response(body=body, status=status, content_type="application/json")
-        return metrics_response(body)
+        return metrics_response(body, om)
 
     limits = Limits(settings.webhook.max_connections, settings.webhook.head_timeout_s)
     app = web.Application(middlewares=[track_requests(limits), not_found_log(link.refused)])

@@ -7,6 +7,7 @@ event-loop turn and written together.
 From the ingress process:
     ("E", id, row)                  store this accepted `EventRow`
     ("R", id) / ("M", id)           the /readyz answer / the /metrics text
+    ("O", id)                       the /metrics text in the OpenMetrics format
     ("C", counts, seconds)          deliveries answered since the last such frame:
                                     {(event type label, outcome): n}, [seconds to answer]
     ("F", {reason: n})              refusals since the last such frame, by reason
@@ -15,7 +16,7 @@ From the ingress process:
 From `serve`:
     ("e", id, code, error)          STORED_NEW or STORED_KNOWN after the commit; NOT_STORED
                                     (and why) when the commit failed or the row was not queued
-    ("h", id, status, body)         an HTTP answer for "R" / "M"
+    ("h", id, status, body)         an HTTP answer for "R" / "M" / "O"
     ("P",)                          a ping (for the watchdog): answer "p"
 """
 
@@ -136,7 +137,7 @@ class CoreSide(_Framed):
             self.ingress.record_counts(message[1], message[2])
         elif kind == "F":
             self.ingress.count_refusals(message[1])
-        elif kind in ("R", "M"):
+        elif kind in ("R", "M", "O"):
             task = asyncio.create_task(self._answer(kind, message[1]))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -171,7 +172,7 @@ class CoreSide(_Framed):
                 status, answer = await self.ingress.readiness()
                 body = json.dumps(answer).encode()
             else:
-                status, body = 200, await self.ingress.metrics_body()
+                status, body = 200, await self.ingress.metrics_body(kind == "O")
         except Exception as exc:  # answered all the same: the ingress process is waiting
             log.error("cannot answer the ingress process", kind=kind, error=repr(exc))
             status, body = 500, json.dumps({"error": "internal error"}).encode()
@@ -206,7 +207,7 @@ class FrontSide(_Framed):
         return bool(code == STORED_NEW)
 
     async def http(self, kind: str) -> tuple[int, bytes]:
-        """The (status, body) of /readyz ("R") or /metrics ("M")."""
+        """The (status, body) of /readyz ("R") or /metrics ("M", or "O" for OpenMetrics)."""
         status, body = await self._ask((kind,))
         return int(status), bytes(body)
 

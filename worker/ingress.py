@@ -22,7 +22,13 @@ from aiohttp import web
 from worker.errors import StorageError
 from worker.limits import BodyBudget, CountRefusal, Sampled, arrived_path, not_found_log
 from worker.logs import get_logger
-from worker.metrics import CONTENT_TYPE, Metrics, event_type_label
+from worker.metrics import (
+    CONTENT_TYPE,
+    OPENMETRICS_CONTENT_TYPE,
+    Metrics,
+    event_type_label,
+    wants_openmetrics,
+)
 from worker.provider import jsonio
 from worker.provider.models import DEPOSIT_EVENT_TYPES, KNOWN_EVENT_TYPES
 from worker.provider.signing import SignatureError, verify_headers, verify_signature
@@ -449,8 +455,8 @@ class Ingress:
         status, answer = await self.readiness()
         return web.json_response(answer, status=status)
 
-    async def metrics_body(self) -> bytes:
-        """Prometheus text; the store-backed gauges refreshed first."""
+    async def metrics_body(self, openmetrics_format: bool = False) -> bytes:
+        """Prometheus (or OpenMetrics) text; the store-backed gauges refreshed first."""
         try:
             states, oldest, depths = await self.store.read(
                 lambda db: (
@@ -466,12 +472,13 @@ class Ingress:
             self.metrics.events_failed.set(depths.get("failed", 0))
         except StorageError as exc:
             log.warning("metrics without store gauges", error=str(exc))
-        self.metrics.commits.set(self.store.commits)
-        return self.metrics.render()
+        self.metrics.count_commits(self.store.commits)
+        return self.metrics.render(openmetrics_format)
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         """GET /metrics."""
-        return metrics_response(await self.metrics_body())
+        om = wants_openmetrics(request.headers.get("Accept"))
+        return metrics_response(await self.metrics_body(om), om)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -479,9 +486,10 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def metrics_response(body: bytes) -> web.Response:
-    """A /metrics answer."""
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+def metrics_response(body: bytes, openmetrics_format: bool = False) -> web.Response:
+    """A /metrics answer, in the text format the scrape asked for."""
+    kind = OPENMETRICS_CONTENT_TYPE if openmetrics_format else CONTENT_TYPE
+    return web.Response(body=body, headers={"Content-Type": kind})
 
 
 def _event_depths(db: Any) -> dict[str, int]:

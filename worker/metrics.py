@@ -6,12 +6,37 @@ Other modules increment the counters they own: the provider client `provider_cal
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import time
 
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.openmetrics import exposition as openmetrics
+
+from worker import __version__
 from worker.provider.models import KNOWN_EVENT_TYPES
 from worker.tracker import State
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# No `*_created` series: in the text format each would be one more gauge per counter and
+# histogram, which no rule or panel reads (a process-wide setting of prometheus_client).
+disable_created_metrics()  # type: ignore[no-untyped-call]
+OPENMETRICS_CONTENT_TYPE = openmetrics.CONTENT_TYPE_LATEST
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """True when a scrape's Accept header asks for the OpenMetrics text format."""
+    return any(
+        part.split(";")[0].strip() == "application/openmetrics-text"
+        for part in (accept or "").split(",")
+    )
 
 
 def event_type_label(event_type: str | None) -> str:
@@ -19,6 +44,14 @@ def event_type_label(event_type: str | None) -> str:
     if not event_type:
         return "none"
     return event_type if event_type in KNOWN_EVENT_TYPES else "other"
+
+
+class _ProcessCollector(ProcessCollector):
+    """The process_* metrics without /proc/stat, which the unit's ProcSubset=pid hides: the
+    boot time comes from CLOCK_BOOTTIME instead (the only thing the collector reads there)."""
+
+    def _boot_time(self) -> float:
+        return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 class Metrics:
@@ -86,9 +119,22 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.commits = Gauge(
+        self.commits = Counter(
             "depositd_store_commits", "Write transactions committed since start.", registry=r
         )
+        self._commits_seen = 0
+        Info("depositd_build", "The running version of depositd.", registry=r).info(
+            {"version": __version__}
+        )
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ... of
+        # the main process (read from /proc/self, which ProcSubset=pid keeps).
+        _ProcessCollector(registry=r)
+
+    def count_commits(self, total: int) -> None:
+        """Advance the commits counter to the store's running total."""
+        if total > self._commits_seen:
+            self.commits.inc(total - self._commits_seen)
+            self._commits_seen = total
 
     def set_deposit_states(self, counts: dict[str, int]) -> None:
         """Replace the deposits-by-state gauge with fresh counts; every state has a sample
@@ -97,6 +143,9 @@ class Metrics:
         for state in (*(s.value for s in State), *counts):
             self.deposits.labels(state=state).set(counts.get(state, 0))
 
-    def render(self) -> bytes:
-        """The Prometheus text exposition of this registry."""
+    def render(self, openmetrics_format: bool = False) -> bytes:
+        """The Prometheus text exposition of this registry, or OpenMetrics when asked for."""
+        if openmetrics_format:
+            body: bytes = openmetrics.generate_latest(self.registry)  # type: ignore[no-untyped-call]
+            return body
         return generate_latest(self.registry)

@@ -96,11 +96,24 @@ class PollMetrics:
             ["poll", "outcome"],
             registry=metrics.registry,
         )
-        self.found = Gauge(
+        self.found = Counter(
             "depositd_deposits_found_by_poll",
             "Deposits first seen by a poll (no webhook announced them) since start.",
             registry=metrics.registry,
         )
+        self.interval = Gauge(
+            "depositd_poll_interval_seconds",
+            "The configured interval of each poll (for alerts on polls overdue).",
+            ["poll"],
+            registry=metrics.registry,
+        )
+        self._found_seen = 0
+
+    def found_total(self, total: int) -> None:
+        """Advance the found-by-poll counter to the poller's running total."""
+        if total > self._found_seen:
+            self.found.inc(total - self._found_seen)
+            self._found_seen = total
 
 
 # meta key: the profiles already alerted about because their provider is no longer offered.
@@ -183,18 +196,27 @@ class Runtime:
             self.outbox.wake()
 
     async def reload(self) -> bool:
-        """Reload rules and profiles; a bad file keeps the old ones and alerts."""
+        """Reload rules and profiles; a bad file keeps the old ones and alerts. systemd hears
+        RELOADING=1 first and READY=1 (with the outcome as STATUS=) once the new rules are in
+        force or refused, so `systemctl reload` can wait for it."""
+        self.notifier.reloading()
         try:
             bundle = load_bundle(self.settings)
         except ConfigError as exc:
             log.error("reload refused; keeping the rules in force", problems=len(exc.problems))
             for problem in exc.problems:
                 log.error("reload problem", problem=problem)
+            count = len(exc.problems)
+            self.notifier.reloaded(f"{count} problem{'s' * (count != 1)}, old rules kept")
             await self.alert("reload_failed", "warning", "\n".join(exc.problems))
             return False
+        except BaseException:
+            self.notifier.reloaded("unexpected error, old rules kept")
+            raise
         changed = bundle.profiles.file_hash != self.bundle.profiles.file_hash
         self.bundle = bundle
         log.info("rules and profiles reloaded", ruleSets=len(bundle.rules.rulesets))
+        self.notifier.reloaded()
         if self.store is not None:
             queued = await self.store.write(partial(_submissions_due, bundle=bundle))
             if changed or queued:
@@ -289,13 +311,15 @@ class Runtime:
             asyncio.create_task(self._daily(), name="daily"),
         ]
         if settings.scheduler.enabled:
+            poll_metrics.interval.labels(poll="history").set(settings.scheduler.history_interval_s)
+            poll_metrics.interval.labels(poll="detail").set(settings.scheduler.detail_interval_s)
 
             def on_poll(name: str, outcome: str) -> None:
                 poll_metrics.runs.labels(poll=name, outcome=outcome).inc()
                 if outcome == "ok":
                     poll_metrics.last_success.labels(poll=name).set_to_current_time()
                     assert self.poller is not None
-                    poll_metrics.found.set(self.poller.stats.found_by_poll)
+                    poll_metrics.found_total(self.poller.stats.found_by_poll)
                     self._hold(
                         store.write(lambda db: set_meta(db, f"last_{name}_poll_ok", utc_now()))
                     )

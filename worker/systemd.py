@@ -1,4 +1,4 @@
-"""systemd notify protocol (sd_notify): readiness, stopping, status and the watchdog.
+"""systemd notify protocol (sd_notify): readiness, reloading, stopping, status and the watchdog.
 
 Everything is a no-op when NOTIFY_SOCKET is unset (not started by systemd, or in tests), and a
 failed send never raises: losing a notification must not take the service down.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from collections.abc import Callable
 
 
@@ -45,6 +46,18 @@ class SystemdNotifier:
     def ready(self) -> None:
         """READY=1: startup finished (store open, migrations applied, rules loaded, port bound)."""
         self.notify("READY=1")
+
+    def reloading(self) -> None:
+        """RELOADING=1 with MONOTONIC_USEC (CLOCK_MONOTONIC now, in µs), in one datagram as
+        systemd asks: a reload has begun; READY=1 says when it is done."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        self.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
+
+    def reloaded(self, error: str | None = None) -> None:
+        """READY=1 after a reload, with a STATUS= line saying whether the new rules were taken
+        or refused (the old ones stay in force)."""
+        text = "rules and profiles reloaded" if error is None else f"reload refused: {error}"
+        self.notify("READY=1\nSTATUS=" + " ".join(text.split()))
 
     def stopping(self) -> None:
         """STOPPING=1: shutdown has begun."""

@@ -9,6 +9,13 @@ Two departures from `yaml.safe_load`, both so a config file cannot crash the wor
 - A value YAML parses but cannot build (`!!int abc`, a sexagesimal float too large for a
   float) is a `ConfigError` naming file, line and key, never a `ValueError` from inside
   PyYAML. The message never repeats the value: profiles hold personal data.
+
+PyYAML has no public API for either: dropping one implicit resolver means a copy of
+`yaml_implicit_resolvers` without it (PyYAML's own `add_implicit_resolver` can only add), and
+going on after a failed node means resetting the constructor's bookkeeping
+(`constructed_objects`, `recursive_objects`, `deep_construct`). Both have been the same since
+PyYAML 3; pyproject.toml bounds PyYAML below 7 and the locks pin it, so a change there shows in
+the rule and profile loader tests before it ships.
 """
 
 from __future__ import annotations
