@@ -12,8 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import math
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from decimal import Decimal
 from typing import Any
 
@@ -24,8 +23,10 @@ from worker.provider import jsonio
 from worker.provider.models import AddressStatus, WhiteListStatus
 from worker.provider.payer import content_hash
 from worker.provider.signing import SignatureError, verify
-from worker.sandbox import control
+from worker.sandbox import control, money_api
 from worker.sandbox.config import SandboxConfig
+from worker.sandbox.envelopes import fail_envelope, ok_envelope, respond
+from worker.sandbox.envelopes import trace_id as _trace_id
 from worker.sandbox.handle import SANDBOX_KEY, Sandbox
 from worker.sandbox.state import BAD_VALUE, DUPLICATE, INCOMPLETE
 
@@ -37,32 +38,6 @@ ENDPOINTS_KEY: web.AppKey[dict[Handler, str]] = web.AppKey("sandbox_endpoints", 
 
 WL = "/v1/wallet/deposit-whitelist"
 MAX_PAGE_SIZE = 500
-
-
-def _trace_id() -> str:
-    return uuid.uuid4().hex
-
-
-def respond(payload: Mapping[str, Any], status: int = 200) -> web.Response:
-    """A JSON answer with exact decimals."""
-    return web.Response(body=jsonio.dumpb(payload), status=status, content_type="application/json")
-
-
-def ok_envelope(data: Any) -> dict[str, Any]:
-    """The wallet envelope of a success."""
-    return {"status": 200, "code": None, "msg": "OK", "traceId": _trace_id(), "data": data}
-
-
-def fail_envelope(code: str, msg: str) -> dict[str, Any]:
-    """The wallet envelope of a business failure (sent with HTTP 200)."""
-    return {
-        "status": 500,
-        "code": code,
-        "msg": msg,
-        "success": False,
-        "traceId": _trace_id(),
-        "data": None,
-    }
 
 
 def _auth_message(reason: str) -> str:
@@ -312,6 +287,7 @@ ROUTES: list[tuple[str, str, str, Handler]] = [
     ("POST", "/v1/wallet/create/sub", "create_sub", create_sub),
     ("POST", "/v1/wallet/add-withdraw-whitelist", "withdraw_whitelist", add_withdraw_whitelist),
     ("GET", "/v1/wallet/list", "wallet_list", wallet_list),
+    *money_api.PROVIDER_ROUTES,
 ]
 
 
@@ -383,6 +359,7 @@ def create_app(cfg: SandboxConfig, *, clock: Callable[[], int] | None = None) ->
         endpoints[handler] = name
     app[ENDPOINTS_KEY] = endpoints
     control.add_routes(app)
+    money_api.add_control_routes(app)
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_release_held)
     return app

@@ -50,3 +50,6 @@ class SandboxConfig:
     tolerance_s: float = 300
     # How long a "timeout" fault holds a request: longer than any sane client timeout.
     fault_timeout_s: float = 30
+    # Where the hosted deposit Travel Rule page lives (None: this sandbox's /hosted).
+    hosted_url: str | None = None
+    travel_rule_link_ttl_s: float = 900

@@ -58,6 +58,11 @@ class SandboxState:
     addresses: dict[str, Address] = field(default_factory=dict)
     balances: dict[tuple[int, str], Balance] = field(default_factory=dict)
     withdraw_whitelist: list[dict[str, Any]] = field(default_factory=list)
+    # Abnormal fund records by id, and settlement report discrepancies (see `money`).
+    abnormal_funds: dict[int, dict[str, Any]] = field(default_factory=dict)
+    settlement_changes: list[dict[str, Any]] = field(default_factory=list)
+    # Hosted Travel Rule page tokens: token -> {walletId, transactionId, expiresTime}.
+    travel_rule_tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def initial(cls, wallets: Iterable[WalletSpec], providers: list[str]) -> SandboxState:
@@ -290,6 +295,27 @@ class SandboxState:
         order.credit_status = CreditStatus.BLOCKED
         order.update_time = now
         return order
+
+    def release(self, tx_id: str, now: int) -> tuple[Order, list[Event]]:
+        """A BLOCKED deposit is released: CREDITED (approved where the whitelist applied),
+        unavailable -> available, order SUCCESS (an auto-collection sweep ends with it)."""
+        order = self._control_order(tx_id)
+        if order.credit_status is not CreditStatus.BLOCKED:
+            raise SandboxError(f"deposit {tx_id} is not BLOCKED ({order.credit_status.value})")
+        balance = self.balance(order.wallet_id, order.currency)
+        balance.unavailable -= order.amount
+        balance.available += order.amount
+        order.credit_status = CreditStatus.CREDITED
+        order.credit_time = now
+        order.update_time = now
+        events: list[Event] = []
+        if order.white_list_status is not None:
+            order.white_list_status = WhiteListStatus.APPROVED
+            order.fail_message = None
+            events.append(order.event(EventType.DEPOSIT_WHITELIST_CREDITED, now, creditTime=now))
+        order.status = OrderStatus.SUCCESS
+        events.append(order.event(EventType.DEPOSIT_ORDER_NOTIFICATION, now))
+        return order, events
 
     def fail_order(self, tx_id: str, now: int) -> tuple[Order, list[Event]]:
         """Order FAIL (not shown by the interface): the held funds leave the unavailable balance."""

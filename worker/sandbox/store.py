@@ -70,6 +70,9 @@ def state_docs(state: SandboxState) -> dict[str, Any]:
             for (wid, cur), b in state.balances.items()
         ],
         "withdraw_whitelist": state.withdraw_whitelist,
+        "abnormal_funds": list(state.abnormal_funds.values()),
+        "settlement_changes": state.settlement_changes,
+        "travel_rule_tokens": state.travel_rule_tokens,
     }
 
 
@@ -88,6 +91,13 @@ def state_from_docs(docs: dict[str, Any], providers: list[str]) -> SandboxState:
             Decimal(str(b["available"])), Decimal(str(b["unavailable"]))
         )
     state.withdraw_whitelist = list(docs.get("withdraw_whitelist", []))
+    for f in docs.get("abnormal_funds", []):
+        state.abnormal_funds[f["id"]] = {**f, "amount": Decimal(str(f["amount"]))}
+    state.travel_rule_tokens = dict(docs.get("travel_rule_tokens", {}))
+    state.settlement_changes = [
+        {**c, "amount": Decimal(str(c["amount"]))} if "amount" in c else c
+        for c in docs.get("settlement_changes", [])
+    ]
     return state
 
 
