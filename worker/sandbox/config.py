@@ -8,6 +8,12 @@ from pathlib import Path
 from worker.provider.signing import DEFAULT_ALGORITHM
 
 DEFAULT_PROVIDERS = ("Binance", "Coinbase", "Kraken", "OKX", "Bybit")
+DEFAULT_RATES = {
+    "USD/USDT": "0.9985",
+    "USD/USDC": "0.9990",
+    "USDT/USD": "0.9980",
+    "HKD/USDT": "0.1279",
+}
 
 
 @dataclass(frozen=True)
@@ -53,3 +59,8 @@ class SandboxConfig:
     # Where the hosted deposit Travel Rule page lives (None: this sandbox's /hosted).
     hosted_url: str | None = None
     travel_rule_link_ttl_s: float = 900
+    # One e-mail verification code per address per interval.
+    email_code_interval_s: float = 60
+    # Quote rates per "FROM/TO" pair and how long a quote is valid.
+    quote_rates: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_RATES))
+    quote_ttl_s: float = 30

@@ -75,3 +75,13 @@ class StableFailure(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class MissingInput(Exception):
+    """A request lacks a header or query parameter it needs: a plain HTTP 400 with the wallet
+    envelope (no wallet code: the wallet codes are about payer details and deposits)."""
+
+
+def bad_request(msg: str) -> dict[str, Any]:
+    """The wallet envelope of a plain bad request (sent with HTTP 400)."""
+    return {"status": 400, "code": None, "msg": msg, "traceId": trace_id(), "data": None}

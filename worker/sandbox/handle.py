@@ -51,6 +51,8 @@ class Sandbox:
             self.deliverer.restore(docs.get("outbox", []), int(docs.get("drops_owed", 0)))
         self.faults = Faults()
         self._timers: set[asyncio.TimerHandle] = set()
+        # E-mail verification codes by lowercased address: {"code", "sentAt"} (not persisted).
+        self.email_codes: dict[str, dict[str, Any]] = {}
 
     # --- lifecycle ----------------------------------------------------------------------------
 

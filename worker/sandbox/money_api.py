@@ -29,7 +29,7 @@ MAX_PAGE_SIZE = 500
 LINK_PATH = "/v1/wallet/deposit-whitelist/travel-rule-link"
 
 
-def _partner(fn: Handler) -> Handler:
+def partner_route(fn: Handler) -> Handler:
     """Answer a `PartnerFailure` with the partner envelope (HTTP 200)."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
@@ -155,7 +155,7 @@ PROVIDER_ROUTES: list[tuple[str, str, str, Handler]] = [
         "GET",
         "/api/v1/settlement/daily-records",
         "settlement",
-        _partner(settlement_daily_records),
+        partner_route(settlement_daily_records),
     ),
     ("POST", LINK_PATH, "travel_rule_link", travel_rule_link),
 ]

@@ -19,7 +19,6 @@ from typing import Any
 
 from worker.errors import SandboxError, SandboxNotFound, WalletCodeError
 from worker.provider.codes import WalletCode
-from worker.provider.jsonio import decimal_str
 from worker.provider.models import (
     AddressStatus,
     CreditStatus,
@@ -63,6 +62,11 @@ class SandboxState:
     settlement_changes: list[dict[str, Any]] = field(default_factory=list)
     # Hosted Travel Rule page tokens: token -> {walletId, transactionId, expiresTime}.
     travel_rule_tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Stable and collection orders by orderId (see `orders`), onboardings and quotes (`partner`).
+    stable_orders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    collect_orders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    onboardings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    quotes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def initial(cls, wallets: Iterable[WalletSpec], providers: list[str]) -> SandboxState:
@@ -433,8 +437,8 @@ class SandboxState:
             "wallets": [
                 {
                     "currency": currency,
-                    "available": decimal_str(bal.available),
-                    "unavailable": decimal_str(bal.unavailable),
+                    "available": bal.available,
+                    "unavailable": bal.unavailable,
                 }
                 for currency, bal in rows
             ],

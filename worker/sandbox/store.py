@@ -54,6 +54,17 @@ def _order_from(doc: dict[str, Any]) -> Order:
     )
 
 
+STABLE_AMOUNTS = ("sourceAmount", "targetAmount", "price")
+
+
+def _by_order_id(docs: list[dict[str, Any]], amounts: tuple[str, ...]) -> dict[str, Any]:
+    """Orders back from the state file, by orderId, amounts as Decimal."""
+    return {
+        d["orderId"]: {**d, **{k: Decimal(str(d[k])) for k in amounts if d.get(k) is not None}}
+        for d in docs
+    }
+
+
 def state_docs(state: SandboxState) -> dict[str, Any]:
     """The state as JSON-ready documents, one per table."""
     return {
@@ -73,6 +84,10 @@ def state_docs(state: SandboxState) -> dict[str, Any]:
         "abnormal_funds": list(state.abnormal_funds.values()),
         "settlement_changes": state.settlement_changes,
         "travel_rule_tokens": state.travel_rule_tokens,
+        "stable_orders": list(state.stable_orders.values()),
+        "collect_orders": list(state.collect_orders.values()),
+        "onboardings": state.onboardings,
+        "quotes": state.quotes,
     }
 
 
@@ -94,6 +109,10 @@ def state_from_docs(docs: dict[str, Any], providers: list[str]) -> SandboxState:
     for f in docs.get("abnormal_funds", []):
         state.abnormal_funds[f["id"]] = {**f, "amount": Decimal(str(f["amount"]))}
     state.travel_rule_tokens = dict(docs.get("travel_rule_tokens", {}))
+    state.stable_orders = _by_order_id(docs.get("stable_orders", []), STABLE_AMOUNTS)
+    state.collect_orders = _by_order_id(docs.get("collect_orders", []), ("amount",))
+    state.onboardings = dict(docs.get("onboardings", {}))
+    state.quotes = dict(docs.get("quotes", {}))
     state.settlement_changes = [
         {**c, "amount": Decimal(str(c["amount"]))} if "amount" in c else c
         for c in docs.get("settlement_changes", [])
