@@ -405,8 +405,11 @@ async def test_blocked_deposit_released(env: Env, wallet_id: int) -> None:
     detail = await env.client.transaction_detail(tx)
     assert (detail.status.value, detail.creditStatus.value) == ("SUCCESS", "CREDITED")
     assert detail.whiteListStatus is not None and detail.whiteListStatus.value == "approved"
-    [bal] = await env.client.asset_balance(wallet_id, "USDT")
+    # With auto-collection (1001) the release ends with the sweep into the main account (1000).
+    [bal] = await env.client.asset_balance(1000 if wallet_id == 1001 else wallet_id, "USDT")
     assert (bal.available, bal.unavailable) == (Decimal("12.5"), Decimal(0))
+    [receiving] = await env.client.asset_balance(wallet_id, "USDT")
+    assert receiving.unavailable == Decimal(0)
     await env.sandbox.delivered_idle()
     assert env.hooks.types(tx) == [
         "DEPOSIT_WHITELIST_REQUIRED",

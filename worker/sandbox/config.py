@@ -26,9 +26,14 @@ class WalletSpec:
     wallet_type: str = "collection_prime"
 
 
+MAIN_WALLET_ID = 1000
+
+
 def default_wallets() -> list[WalletSpec]:
-    """1001 "Main USDT" with auto-collection, 1002 "Ops" without."""
+    """1000 "Main account" (where auto-collection sweeps to), 1001 "Main USDT" with
+    auto-collection, 1002 "Ops" without."""
     return [
+        WalletSpec(MAIN_WALLET_ID, "Main account", False, "operation_prime"),
         WalletSpec(1001, "Main USDT", True, "collection_prime"),
         WalletSpec(1002, "Ops", False, "operation_prime"),
     ]
@@ -47,6 +52,8 @@ class SandboxConfig:
     state_path: Path | None = None
     providers: list[str] = field(default_factory=lambda: list(DEFAULT_PROVIDERS))
     wallets: list[WalletSpec] = field(default_factory=default_wallets)
+    # The main account auto-collection sweeps into (None, or not a wallet: funds stay put).
+    main_wallet_id: int | None = MAIN_WALLET_ID
     delivery_retry_base_s: float = 0.5
     delivery_retry_max_s: float = 30
     delivery_timeout_s: float = 5

@@ -40,9 +40,9 @@ class Sandbox:
         self._file = StateFile(cfg.state_path) if cfg.state_path is not None else None
         docs = self._file.load() if self._file is not None else None
         self.state = (
-            state_from_docs(docs, cfg.providers)
+            state_from_docs(docs, cfg.providers, cfg.main_wallet_id)
             if docs is not None
-            else SandboxState.initial(cfg.wallets, cfg.providers)
+            else SandboxState.initial(cfg.wallets, cfg.providers, cfg.main_wallet_id)
         )
         # Idempotency-Key -> {"fingerprint": ..., "answer": the first successful answer}.
         self.idempotency: dict[str, dict[str, Any]] = dict((docs or {}).get("idempotency", {}))

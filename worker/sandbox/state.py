@@ -52,6 +52,7 @@ class SandboxState:
     """Everything the sandbox knows; persisted as documents by `store`."""
 
     providers: list[str]
+    main_wallet_id: int | None = None
     wallets: dict[int, Wallet] = field(default_factory=dict)
     orders: dict[str, Order] = field(default_factory=dict)
     addresses: dict[str, Address] = field(default_factory=dict)
@@ -69,9 +70,11 @@ class SandboxState:
     quotes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
-    def initial(cls, wallets: Iterable[WalletSpec], providers: list[str]) -> SandboxState:
+    def initial(
+        cls, wallets: Iterable[WalletSpec], providers: list[str], main_wallet_id: int | None = None
+    ) -> SandboxState:
         """A fresh state with the configured wallets and nothing else."""
-        state = cls(providers=list(providers))
+        state = cls(providers=list(providers), main_wallet_id=main_wallet_id)
         for spec in wallets:
             state.wallets[spec.wallet_id] = Wallet(
                 spec.wallet_id, spec.name, spec.auto_collection, spec.wallet_type
@@ -284,10 +287,19 @@ class SandboxState:
         wallet = self.wallets.get(order.wallet_id)
         if wallet is None or not wallet.auto_collection:
             raise SandboxError(f"wallet {order.wallet_id} has no auto-collection: nothing sweeps")
-        # The main account is not modelled: the swept amount stays in the receiving wallet.
+        self._sweep_funds(order)
         order.status = OrderStatus.SUCCESS
         order.update_time = now
         return order, [order.event(EventType.DEPOSIT_ORDER_NOTIFICATION, now)]
+
+    def _sweep_funds(self, order: Order) -> None:
+        """Auto-collection: the credited amount leaves the receiving wallet for the main
+        account (stays put when no main account is configured)."""
+        main = self.main_wallet_id
+        if main is None or main not in self.wallets or main == order.wallet_id:
+            return
+        self.balance(order.wallet_id, order.currency).available -= order.amount
+        self.balance(main, order.currency).available += order.amount
 
     def block(self, tx_id: str, now: int) -> Order:
         """creditStatus BLOCKED (not shown by the interface: no webhook, detail shows it)."""
@@ -317,6 +329,9 @@ class SandboxState:
             order.white_list_status = WhiteListStatus.APPROVED
             order.fail_message = None
             events.append(order.event(EventType.DEPOSIT_WHITELIST_CREDITED, now, creditTime=now))
+        wallet = self.wallets.get(order.wallet_id)
+        if wallet is not None and wallet.auto_collection:
+            self._sweep_funds(order)
         order.status = OrderStatus.SUCCESS
         events.append(order.event(EventType.DEPOSIT_ORDER_NOTIFICATION, now))
         return order, events

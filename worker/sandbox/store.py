@@ -91,9 +91,11 @@ def state_docs(state: SandboxState) -> dict[str, Any]:
     }
 
 
-def state_from_docs(docs: dict[str, Any], providers: list[str]) -> SandboxState:
+def state_from_docs(
+    docs: dict[str, Any], providers: list[str], main_wallet_id: int | None = None
+) -> SandboxState:
     """Rebuild the state from `state_docs` output."""
-    state = SandboxState(providers=list(providers))
+    state = SandboxState(providers=list(providers), main_wallet_id=main_wallet_id)
     for w in docs.get("wallets", []):
         state.wallets[w["wallet_id"]] = Wallet(**w)
     for o in docs.get("orders", []):
