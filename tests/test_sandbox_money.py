@@ -124,6 +124,8 @@ async def test_abnormal_fund_injected_is_listed_with_every_field(env: Env) -> No
     status UNMATCHED, risk status and remark, and expiry."""
     status, record = await env.control("POST", "abnormal-funds", fund())
     assert status == 201
+    status, state = await env.control("GET", "state")
+    assert [f["id"] for f in state["abnormalFunds"]] == [record["id"]]
     page = await env.client.abnormal_funds({"pageNum": 1, "pageSize": 10})
     assert (page.totalRow, page.totalPage) == (1, 1)
     [got] = page.records

@@ -250,7 +250,8 @@ class Sandbox:
         self.faults.clear()
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything at a glance: orders, balances, addresses, wallets, webhooks, faults."""
+        """Everything at a glance: orders, balances, addresses, wallets, webhooks, faults,
+        abnormal funds, settlement discrepancies, stable and collection orders."""
         st = self.state
         return {
             "orders": [o.wire() for o in st.history()],
@@ -271,6 +272,10 @@ class Sandbox:
                 "dropsOwed": self.deliverer.drops_owed,
             },
             "faults": [f.doc() for f in self.faults.active],
+            "abnormalFunds": list(st.abnormal_funds.values()),
+            "settlementDiscrepancies": st.settlement_changes,
+            "stableOrders": list(st.stable_orders.values()),
+            "collectOrders": list(st.collect_orders.values()),
         }
 
     # --- provider operations (answers are the wallet envelope's data) ---------------------------
