@@ -218,7 +218,8 @@ async def test_abnormal_fund_notification(env: Env) -> None:
 
 
 async def test_abnormal_fund_control_errors(env: Env) -> None:
-    """Control calls refuse a fund without a network (400/409) and an unknown id (404)."""
+    """Control calls refuse a fund without a network or with a non-boolean notify (409) and an
+    unknown id (404), recording nothing."""
     status, _ = await env.control("POST", "abnormal-funds", fund(network=None))
     assert status == 409
     status, _ = await env.control("POST", "abnormal-funds/99/status", {"status": "MATCHED"})
