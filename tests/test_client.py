@@ -395,7 +395,11 @@ async def test_email_send_is_not_retried(client: ProviderClient, provider: FakeP
 
 async def test_partner_envelope(client: ProviderClient, provider: FakeProvider) -> None:
     """Partner form: code SUCCESS gives data; any other code is a business error with trace_id."""
-    quote = {"quote_id": "q1", "rate": "7.1234567890123456789"}
+    quote = {
+        "quote_id": "q1",
+        "rate": "7.1234567890123456789",
+        "expires_at": "2026-11-22T10:00:00.000Z",
+    }
     provider.script(
         Reply({"code": "SUCCESS", "message": "ok", "data": quote, "trace_id": "p1"}),
         Reply(
@@ -403,7 +407,7 @@ async def test_partner_envelope(client: ProviderClient, provider: FakeProvider) 
         ),
     )
     data = await client.quote({"request_id": "r1", "from_amount": Decimal("150.00")})
-    assert data["rate"] == "7.1234567890123456789"
+    assert data.rate == Decimal("7.1234567890123456789")
     assert provider.seen[0].body == b'{"request_id":"r1","from_amount":"150.00"}'
     with pytest.raises(ProviderBusinessError) as info:
         await client.quote({"request_id": "r2"})
@@ -633,7 +637,7 @@ ROUTES: list[tuple[str, Call, str, str, Any, bool]] = [
         lambda c: c.abnormal_funds({"pageNum": 1, "statuses": ["UNMATCHED"]}),
         "POST",
         "/v1/stable/collect/abnormal-fund/list",
-        page([{"id": 1, "amount": 5, "status": "UNMATCHED"}]),
+        page([{"id": 1, "amount": 5, "currency": "USDT", "status": "UNMATCHED"}]),
         False,
     ),
     (
@@ -641,7 +645,7 @@ ROUTES: list[tuple[str, Call, str, str, Any, bool]] = [
         lambda c: c.stable_order_detail(merchant_order_id="m1"),
         "GET",
         "/v1/stable/order/query-detail?merchantOrderId=m1",
-        {"orderId": "o1"},
+        {"orderId": "o1", "orderStatus": "success"},
         False,
     ),
     (
@@ -654,19 +658,41 @@ ROUTES: list[tuple[str, Call, str, str, Any, bool]] = [
     ),
 ]
 
-PARTNER_ROUTES: list[tuple[str, Call, str, str]] = [
+SUMMARY = dict.fromkeys(
+    ("opening_balance", "closing_balance", "total_in_amount", "total_out_amount"), "0"
+) | dict.fromkeys(("total_fee_amount", "net_amount", "adjustment_amount"), "0")
+DAILY = {
+    "settlement_date": "2026-11-22",
+    "summary": SUMMARY
+    | dict.fromkeys(("record_count", "matched_count", "mismatched_count"), 0)
+    | {"manual_review_count": 0},
+    "page": 2,
+    "page_size": 50,
+    "total": 0,
+    "generated_at": "2026-11-23T00:00:00Z",
+}
+
+PARTNER_ROUTES: list[tuple[str, Call, str, str, dict[str, Any]]] = [
     (
         "kyc share",
         lambda c: c.onboarding_kyc_share({"request_id": "r"}),
         "POST",
         "/api/v1/onboarding/kyc-share",
+        {"platform_user_id": "p1", "onboarding_status": "NOT_ONBOARDED"},
     ),
-    ("quote", lambda c: c.quote({"request_id": "r"}), "POST", "/api/v1/quotes"),
+    (
+        "quote",
+        lambda c: c.quote({"request_id": "r"}),
+        "POST",
+        "/api/v1/quotes",
+        {"quote_id": "q1", "expires_at": "2026-11-22T10:00:00.500Z"},
+    ),
     (
         "settlement",
         lambda c: c.settlement_daily_records(settlement_date="2026-11-22", page=2),
         "GET",
         "/api/v1/settlement/daily-records?settlement_date=2026-11-22&page=2",
+        DAILY,
     ),
 ]
 
@@ -699,16 +725,21 @@ async def test_wallet_routes(
 
 
 @pytest.mark.parametrize(
-    ("call", "method", "target"),
+    ("call", "method", "target", "data"),
     [r[1:] for r in PARTNER_ROUTES],
     ids=[r[0] for r in PARTNER_ROUTES],
 )
 async def test_partner_routes(
-    client: ProviderClient, provider: FakeProvider, call: Call, method: str, target: str
+    client: ProviderClient,
+    provider: FakeProvider,
+    call: Call,
+    method: str,
+    target: str,
+    data: dict[str, Any],
 ) -> None:
     """Each partner operation uses its method and path and reads the partner envelope."""
-    provider.script(Reply({"code": "SUCCESS", "message": "ok", "data": {"x": 1}, "trace_id": "p"}))
-    assert await call(client) == {"x": 1}
+    provider.script(Reply({"code": "SUCCESS", "message": "ok", "data": data, "trace_id": "p"}))
+    assert jsonio.loads(jsonio.dumps((await call(client)).to_json_dict())) == data
     [seen] = provider.seen
     assert (seen.method, seen.target, seen.signature_ok) == (method, target, True)
 

@@ -136,15 +136,16 @@ async def test_10000101_submit_after_review_completed(sbx: Running) -> None:
 
 
 async def test_10000102_missing_fields_and_missing_key(sbx: Running) -> None:
-    """Missing payer fields or a missing Idempotency-Key answer 10000102 naming the gap."""
+    """Missing payer fields answer 10000102 naming the gap; a missing Idempotency-Key is a plain
+    HTTP 400 with the wallet envelope naming the header."""
     tx = sbx.deposit()
     body = {k: v for k, v in ENTITY_PAYER.items() if k != "companyAddress"}
     with pytest.raises(ProviderBusinessError) as info:
         await sbx.client.submit_payer(tx, body, idempotency_key="k")
     assert info.value.code == "10000102" and "companyAddress" in info.value.msg
     status, env = await sbx.call("POST", SUBMIT.format(tx), ENTITY_PAYER)
-    assert (status, env["status"], env["code"]) == (200, 500, "10000102")
-    assert "Idempotency-Key" in env["msg"] and env["success"] is False and env["data"] is None
+    assert (status, env["status"], env["code"]) == (400, 400, None)
+    assert "Idempotency-Key" in env["msg"] and env["data"] is None
 
 
 @pytest.mark.parametrize(

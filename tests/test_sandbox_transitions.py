@@ -22,6 +22,7 @@ from worker.sandbox.testing import ENTITY_PAYER, WebhookRecorder
 API_KEY, API_SECRET = "sbx-key", "sbx-secret"
 HOOK_KEY, HOOK_SECRET = "hook-key", "hook-secret"
 AUTO, PLAIN = 1001, 1002  # wallet with auto-collection, wallet without
+MAIN = 1000  # the main account auto-collection sweeps into
 SOURCE = "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB"
 WL_EVENTS = {"DEPOSIT_WHITELIST_REQUIRED", "DEPOSIT_WHITELIST_FAILED", "DEPOSIT_WHITELIST_CREDITED"}
 
@@ -331,6 +332,9 @@ async def test_combined_reading(
             env.sandbox.finish_sweep(tx)
     assert await env.reading(tx) == (status, wls, credit)
     expected = (Decimal(42), Decimal(0)) if spendable else (Decimal(0), Decimal(42))
+    if "sweep" in steps:  # auto-collection moved the credited funds to the main account
+        assert await env.balance(MAIN) == expected
+        expected = (Decimal(0), Decimal(0))
     assert await env.balance(AUTO) == expected
     history = await env.client.history(wallet_id=AUTO)
     assert [(o.status, o.whiteListStatus) for o in history.records] == [(status, wls)]

@@ -54,6 +54,7 @@ from worker.provider.models import (
     SubmitResult,
 )
 from worker.provider.paging import DEFAULT_MAX_PAGES, pages
+from worker.provider.resource_calls import ResourceCalls
 from worker.provider.resources import WalletGroup
 from worker.provider.signing import DEFAULT_ALGORITHM, signed_headers, signer
 from worker.urls import host_port
@@ -160,7 +161,7 @@ def _history_page(data: Any) -> Page[DepositOrder]:
     )
 
 
-class ProviderClient:
+class ProviderClient(ResourceCalls):
     """Signed, retrying client of the provider's wallet, stable and partner endpoints."""
 
     def __init__(
@@ -456,88 +457,6 @@ class ProviderClient:
 
         return await self._call(
             "list_wallets", "GET", "/v1/wallet/list", query={"walletId": wallet_id}, parse=groups
-        )
-
-    # --- stable, virtual account, partner ----------------------------------------------
-
-    async def abnormal_funds(self, body: Mapping[str, Any] | BaseModel) -> Page[dict[str, Any]]:
-        """One page of abnormal-fund records (a read, though the interface uses POST)."""
-        return await self._call(
-            "abnormal_funds",
-            "POST",
-            "/v1/stable/collect/abnormal-fund/list",
-            body=body,
-            parse=partial(self._model, "abnormal_funds", Page[dict[str, Any]]),
-        )
-
-    async def stable_order_detail(
-        self, *, merchant_order_id: str | None = None, order_id: str | None = None
-    ) -> dict[str, Any]:
-        """A stable order by merchantOrderId or orderId."""
-        if merchant_order_id is None and order_id is None:
-            raise ValueError("stable_order_detail needs merchant_order_id or order_id")
-        query = {"merchantOrderId": merchant_order_id, "orderId": order_id}
-        return await self._call(
-            "stable_order_detail",
-            "GET",
-            "/v1/stable/order/query-detail",
-            query=query,
-            parse=partial(self._dict, "stable_order_detail"),
-        )
-
-    async def collection_order_status(self, **query: Any) -> dict[str, Any]:
-        """Collection order status (carries whiteListStatus), by the provider's query keys."""
-        return await self._call(
-            "collection_order_status",
-            "GET",
-            "/v2/stable/collect/order-status",
-            query=query,
-            parse=partial(self._dict, "collection_order_status"),
-        )
-
-    async def send_email_verify_code(self, email: str) -> None:
-        """Ask the provider to e-mail a verification code (virtual accounts, pixKeyType EMAIL)."""
-        # Not retried: a repeated send would mail a second code and void the first.
-        await self._call(
-            "send_email_verify_code",
-            "POST",
-            "/v1/virtual-account/email/send-verify-code",
-            body={"email": email},
-            envelope=Envelope.EMAIL,
-            retry=False,
-        )
-
-    async def onboarding_kyc_share(self, body: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
-        """Share KYC/KYB for onboarding; request_id in the body makes a retry the same request."""
-        return await self._call(
-            "onboarding_kyc_share",
-            "POST",
-            "/api/v1/onboarding/kyc-share",
-            body=body,
-            envelope=Envelope.PARTNER,
-            parse=partial(self._dict, "onboarding_kyc_share"),
-        )
-
-    async def quote(self, body: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
-        """A partner quote."""
-        return await self._call(
-            "quote",
-            "POST",
-            "/api/v1/quotes",
-            body=body,
-            envelope=Envelope.PARTNER,
-            parse=partial(self._dict, "quote"),
-        )
-
-    async def settlement_daily_records(self, **query: Any) -> dict[str, Any]:
-        """The daily settlement report; query keys as the provider spells them (settlement_date)."""
-        return await self._call(
-            "settlement_daily_records",
-            "GET",
-            "/api/v1/settlement/daily-records",
-            query=query,
-            envelope=Envelope.PARTNER,
-            parse=partial(self._dict, "settlement_daily_records"),
         )
 
     # --- transport -----------------------------------------------------------------------

@@ -18,6 +18,9 @@ SPEC section 13, and they live here so that one edit adapts to the real provider
   details plus walletId, walletAddress, network and memo/txHash where given; list:
   ``GET .../addresses?pageNum=&pageSize=&status=``.
 - WALLET_ADDRESS_UPDATED ``data``: `AddressUpdatedData`.
+- Deposit Travel Rule link ``POST /v1/wallet/deposit-whitelist/travel-rule-link`` (body walletId,
+  transactionId, lng): ``data`` is `TravelRuleLink`.
+- Collection order status ``GET /v2/stable/collect/order-status``: `CollectionOrderStatus`.
 - DEPOSIT_WHITELIST_* ``data``: `DepositEventData` (the DEPOSIT_ORDER_NOTIFICATION shape plus
   failMessage or creditTime); the envelope's referenceId is the transactionId.
 - Auth failure: HTTP 401 with the wallet envelope (status 401, msg naming signature, unauthorized
@@ -299,3 +302,21 @@ class DepositAddress(Model):
     network: str | None = None
     address: str
     memo: str | None = None
+
+
+class TravelRuleLink(Model):
+    """Data of ``POST /v1/wallet/deposit-whitelist/travel-rule-link`` (assumed): the hosted
+    deposit Travel Rule page URL with its short-lived token, and when it expires (epoch ms)."""
+
+    url: str = Field(min_length=1)
+    expiresTime: int
+
+
+class CollectionOrderStatus(Model):
+    """Data of ``GET /v2/stable/collect/order-status`` (assumed): the order's identifiers, its
+    status and whiteListStatus; anything else is kept as given."""
+
+    orderId: str | None = None
+    merchantOrderId: str | None = None
+    status: str | None = None
+    whiteListStatus: str | None = None

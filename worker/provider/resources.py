@@ -487,3 +487,8 @@ class QuoteResponse(Model):
     fee_currency: str | None = None
     expires_at: UtcTimestamp
     pricing_note: str | None = None
+
+    def expired(self, at: dt.datetime | None = None) -> bool:
+        """Has the quote passed its expires_at (at `at`, default now)? An expired quote is
+        never used: request a new one."""
+        return (at or dt.datetime.now(dt.UTC)) >= self.expires_at

@@ -12,8 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import math
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from decimal import Decimal
 from typing import Any
 
@@ -24,10 +23,18 @@ from worker.provider import jsonio
 from worker.provider.models import AddressStatus, WhiteListStatus
 from worker.provider.payer import content_hash
 from worker.provider.signing import SignatureError, verify
-from worker.sandbox import control
+from worker.sandbox import control, money_api, orders, partner
 from worker.sandbox.config import SandboxConfig
+from worker.sandbox.envelopes import (
+    MissingInput,
+    bad_request,
+    fail_envelope,
+    ok_envelope,
+    respond,
+)
+from worker.sandbox.envelopes import trace_id as _trace_id
 from worker.sandbox.handle import SANDBOX_KEY, Sandbox
-from worker.sandbox.state import BAD_VALUE, DUPLICATE, INCOMPLETE
+from worker.sandbox.state import BAD_VALUE, DUPLICATE
 
 __all__ = ["ENDPOINTS_KEY", "ROUTES", "SANDBOX_KEY", "Sandbox", "SandboxConfig", "create_app"]
 
@@ -37,32 +44,6 @@ ENDPOINTS_KEY: web.AppKey[dict[Handler, str]] = web.AppKey("sandbox_endpoints", 
 
 WL = "/v1/wallet/deposit-whitelist"
 MAX_PAGE_SIZE = 500
-
-
-def _trace_id() -> str:
-    return uuid.uuid4().hex
-
-
-def respond(payload: Mapping[str, Any], status: int = 200) -> web.Response:
-    """A JSON answer with exact decimals."""
-    return web.Response(body=jsonio.dumpb(payload), status=status, content_type="application/json")
-
-
-def ok_envelope(data: Any) -> dict[str, Any]:
-    """The wallet envelope of a success."""
-    return {"status": 200, "code": None, "msg": "OK", "traceId": _trace_id(), "data": data}
-
-
-def fail_envelope(code: str, msg: str) -> dict[str, Any]:
-    """The wallet envelope of a business failure (sent with HTTP 200)."""
-    return {
-        "status": 500,
-        "code": code,
-        "msg": msg,
-        "success": False,
-        "traceId": _trace_id(),
-        "data": None,
-    }
 
 
 def _auth_message(reason: str) -> str:
@@ -101,7 +82,7 @@ def _query_int(
 def _required_int(request: web.Request, name: str) -> int:
     value = _query_int(request, name)
     if value is None:
-        raise WalletCodeError(INCOMPLETE, f"{name} is required")
+        raise MissingInput(f"query parameter {name} is required")
     return value
 
 
@@ -144,7 +125,7 @@ async def _idempotent(request: web.Request, op: Callable[[dict[str, Any]], Any])
     sandbox = request.app[SANDBOX_KEY]
     key = request.headers.get("Idempotency-Key")
     if not key:
-        raise WalletCodeError(INCOMPLETE, "Idempotency-Key header is required for this write")
+        raise MissingInput("Idempotency-Key header is required for this write")
     raw = await request.read()
     fingerprint = _fingerprint(request, raw)
     stored = sandbox.idempotency.get(key)
@@ -213,7 +194,7 @@ async def transaction_detail(request: web.Request) -> web.Response:
     """One deposit order with creditStatus (either spelling of the path)."""
     tx_id = request.match_info.get("transactionId") or request.query.get("transactionId")
     if not tx_id:
-        raise WalletCodeError(INCOMPLETE, "transactionId is required")
+        raise MissingInput("query parameter transactionId is required")
     return respond(ok_envelope(request.app[SANDBOX_KEY].state.order(tx_id).wire()))
 
 
@@ -240,7 +221,7 @@ async def deposit_address(request: web.Request) -> web.Response:
     wallet = request.app[SANDBOX_KEY].state.wallet(_required_int(request, "walletId"))
     network = request.query.get("network")
     if not network:
-        raise WalletCodeError(INCOMPLETE, "network is required")
+        raise MissingInput("query parameter network is required")
     data = {
         "walletId": wallet.wallet_id,
         "currency": request.query.get("currency"),
@@ -292,7 +273,7 @@ async def wallet_list(request: web.Request) -> web.Response:
         for w in sorted(state.wallets.values(), key=lambda w: w.wallet_id)
         if wallet_id is None or w.wallet_id == wallet_id
     ]
-    return respond(ok_envelope(groups))
+    return respond(ok_envelope(groups), numbers=True)
 
 
 # (method, path, endpoint name for faults, handler)
@@ -312,6 +293,9 @@ ROUTES: list[tuple[str, str, str, Handler]] = [
     ("POST", "/v1/wallet/create/sub", "create_sub", create_sub),
     ("POST", "/v1/wallet/add-withdraw-whitelist", "withdraw_whitelist", add_withdraw_whitelist),
     ("GET", "/v1/wallet/list", "wallet_list", wallet_list),
+    *money_api.PROVIDER_ROUTES,
+    *orders.PROVIDER_ROUTES,
+    *partner.PROVIDER_ROUTES,
 ]
 
 
@@ -354,6 +338,8 @@ async def provider_edge(request: web.Request, handler: Handler) -> web.StreamRes
         return await handler(request)
     except WalletCodeError as exc:
         return respond(fail_envelope(exc.code, exc.msg))
+    except MissingInput as exc:
+        return respond(bad_request(str(exc)), status=400)
 
 
 def _unavailable(msg: str) -> web.Response:
@@ -383,6 +369,8 @@ def create_app(cfg: SandboxConfig, *, clock: Callable[[], int] | None = None) ->
         endpoints[handler] = name
     app[ENDPOINTS_KEY] = endpoints
     control.add_routes(app)
+    money_api.add_control_routes(app)
+    orders.add_control_routes(app)
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_release_held)
     return app

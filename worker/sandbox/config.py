@@ -8,6 +8,12 @@ from pathlib import Path
 from worker.provider.signing import DEFAULT_ALGORITHM
 
 DEFAULT_PROVIDERS = ("Binance", "Coinbase", "Kraken", "OKX", "Bybit")
+DEFAULT_RATES = {
+    "USD/USDT": "0.9985",
+    "USD/USDC": "0.9990",
+    "USDT/USD": "0.9980",
+    "HKD/USDT": "0.1279",
+}
 
 
 @dataclass(frozen=True)
@@ -20,9 +26,14 @@ class WalletSpec:
     wallet_type: str = "collection_prime"
 
 
+MAIN_WALLET_ID = 1000
+
+
 def default_wallets() -> list[WalletSpec]:
-    """1001 "Main USDT" with auto-collection, 1002 "Ops" without."""
+    """1000 "Main account" (where auto-collection sweeps to), 1001 "Main USDT" with
+    auto-collection, 1002 "Ops" without."""
     return [
+        WalletSpec(MAIN_WALLET_ID, "Main account", False, "operation_prime"),
         WalletSpec(1001, "Main USDT", True, "collection_prime"),
         WalletSpec(1002, "Ops", False, "operation_prime"),
     ]
@@ -41,6 +52,8 @@ class SandboxConfig:
     state_path: Path | None = None
     providers: list[str] = field(default_factory=lambda: list(DEFAULT_PROVIDERS))
     wallets: list[WalletSpec] = field(default_factory=default_wallets)
+    # The main account auto-collection sweeps into (None, or not a wallet: funds stay put).
+    main_wallet_id: int | None = MAIN_WALLET_ID
     delivery_retry_base_s: float = 0.5
     delivery_retry_max_s: float = 30
     delivery_timeout_s: float = 5
@@ -50,3 +63,11 @@ class SandboxConfig:
     tolerance_s: float = 300
     # How long a "timeout" fault holds a request: longer than any sane client timeout.
     fault_timeout_s: float = 30
+    # Where the hosted deposit Travel Rule page lives (None: this sandbox's /hosted).
+    hosted_url: str | None = None
+    travel_rule_link_ttl_s: float = 900
+    # One e-mail verification code per address per interval.
+    email_code_interval_s: float = 60
+    # Quote rates per "FROM/TO" pair and how long a quote is valid.
+    quote_rates: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_RATES))
+    quote_ttl_s: float = 30

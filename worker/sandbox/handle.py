@@ -15,9 +15,10 @@ from typing import Any
 
 from aiohttp import web
 
-from worker.errors import SandboxError, WalletCodeError
+from worker.errors import SandboxError, SandboxNotFound, WalletCodeError
 from worker.logs import get_logger
 from worker.provider.signing import now_ms
+from worker.sandbox import money
 from worker.sandbox.config import SandboxConfig
 from worker.sandbox.delivery import Deliverer, envelope
 from worker.sandbox.faults import Fault, Faults
@@ -26,6 +27,8 @@ from worker.sandbox.state import BAD_VALUE, INCOMPLETE, SandboxState
 from worker.sandbox.store import StateFile, state_docs, state_from_docs
 
 log = get_logger(__name__)
+
+ABNORMAL_FUND_NOTIFICATION = "ABNORMAL_FUND_NOTIFICATION"
 
 
 class Sandbox:
@@ -37,9 +40,9 @@ class Sandbox:
         self._file = StateFile(cfg.state_path) if cfg.state_path is not None else None
         docs = self._file.load() if self._file is not None else None
         self.state = (
-            state_from_docs(docs, cfg.providers)
+            state_from_docs(docs, cfg.providers, cfg.main_wallet_id)
             if docs is not None
-            else SandboxState.initial(cfg.wallets, cfg.providers)
+            else SandboxState.initial(cfg.wallets, cfg.providers, cfg.main_wallet_id)
         )
         # Idempotency-Key -> {"fingerprint": ..., "answer": the first successful answer}.
         self.idempotency: dict[str, dict[str, Any]] = dict((docs or {}).get("idempotency", {}))
@@ -48,6 +51,8 @@ class Sandbox:
             self.deliverer.restore(docs.get("outbox", []), int(docs.get("drops_owed", 0)))
         self.faults = Faults()
         self._timers: set[asyncio.TimerHandle] = set()
+        # E-mail verification codes by lowercased address: {"code", "sentAt"} (not persisted).
+        self.email_codes: dict[str, dict[str, Any]] = {}
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -76,6 +81,10 @@ class Sandbox:
         docs["outbox"] = [d.doc() for d in self.deliverer.pending()]
         docs["drops_owed"] = self.deliverer.drops_owed
         self._file.save(docs)
+
+    def commit(self, events: Iterable[Event] = ()) -> None:
+        """Queue the webhooks a change caused and persist the state."""
+        self._commit(events)
 
     def _commit(self, events: Iterable[Event] = ()) -> None:
         now = self.clock()
@@ -138,11 +147,57 @@ class Sandbox:
         self._commit()
         return order.wire()
 
+    def release(self, tx_id: str) -> dict[str, Any]:
+        """A BLOCKED deposit is released and credited."""
+        order, events = self.state.release(tx_id, self.clock())
+        self._commit(events)
+        return order.wire()
+
     def fail_order(self, tx_id: str) -> dict[str, Any]:
         """The deposit fails: status FAIL."""
         order, events = self.state.fail_order(tx_id, self.clock())
         self._commit(events)
         return order.wire()
+
+    # --- control: abnormal funds, settlement ------------------------------------------------
+
+    def inject_abnormal_fund(self, spec: Mapping[str, Any], notify: bool = False) -> dict[str, Any]:
+        """A new abnormal fund record (fields as the list shows them); `notify` also sends
+        ABNORMAL_FUND_NOTIFICATION with the record as data."""
+        funds = self.state.abnormal_funds
+        record = money.abnormal_fund(max(funds, default=0) + 1, spec, self.clock())
+        funds[record["id"]] = record
+        events = []
+        if notify:
+            ref = str(record["id"])
+            events.append(Event(ABNORMAL_FUND_NOTIFICATION, ref, record["status"], dict(record)))
+        self._commit(events)
+        return record
+
+    def set_abnormal_status(self, fund_id: int, status: str) -> dict[str, Any]:
+        """Change an abnormal fund's status (e.g. after it was linked to an order)."""
+        record = self.state.abnormal_funds.get(fund_id)
+        if record is None:
+            raise SandboxNotFound(f"no abnormal fund {fund_id}")
+        if not status:
+            raise SandboxError("status must not be empty")
+        record["status"] = status
+        self._commit()
+        return record
+
+    def add_discrepancy(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """A discrepancy in one day's settlement report (drop, amount, extra, status)."""
+        change = money.discrepancy(spec)
+        if change["kind"] != "extra" and change["transactionId"] not in self.state.orders:
+            raise SandboxNotFound(f"no deposit {change['transactionId']}")
+        self.state.settlement_changes.append(change)
+        self._commit()
+        return change
+
+    def clear_discrepancies(self) -> None:
+        """Every settlement report is built from the deposits alone again."""
+        self.state.settlement_changes.clear()
+        self._commit()
 
     # --- control: addresses, wallets, webhooks, faults ----------------------------------------
 
@@ -195,7 +250,8 @@ class Sandbox:
         self.faults.clear()
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything at a glance: orders, balances, addresses, wallets, webhooks, faults."""
+        """Everything at a glance: orders, balances, addresses, wallets, webhooks, faults,
+        abnormal funds, settlement discrepancies, stable and collection orders."""
         st = self.state
         return {
             "orders": [o.wire() for o in st.history()],
@@ -216,6 +272,10 @@ class Sandbox:
                 "dropsOwed": self.deliverer.drops_owed,
             },
             "faults": [f.doc() for f in self.faults.active],
+            "abnormalFunds": list(st.abnormal_funds.values()),
+            "settlementDiscrepancies": st.settlement_changes,
+            "stableOrders": list(st.stable_orders.values()),
+            "collectOrders": list(st.collect_orders.values()),
         }
 
     # --- provider operations (answers are the wallet envelope's data) ---------------------------

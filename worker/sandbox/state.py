@@ -19,7 +19,6 @@ from typing import Any
 
 from worker.errors import SandboxError, SandboxNotFound, WalletCodeError
 from worker.provider.codes import WalletCode
-from worker.provider.jsonio import decimal_str
 from worker.provider.models import (
     AddressStatus,
     CreditStatus,
@@ -53,16 +52,29 @@ class SandboxState:
     """Everything the sandbox knows; persisted as documents by `store`."""
 
     providers: list[str]
+    main_wallet_id: int | None = None
     wallets: dict[int, Wallet] = field(default_factory=dict)
     orders: dict[str, Order] = field(default_factory=dict)
     addresses: dict[str, Address] = field(default_factory=dict)
     balances: dict[tuple[int, str], Balance] = field(default_factory=dict)
     withdraw_whitelist: list[dict[str, Any]] = field(default_factory=list)
+    # Abnormal fund records by id, and settlement report discrepancies (see `money`).
+    abnormal_funds: dict[int, dict[str, Any]] = field(default_factory=dict)
+    settlement_changes: list[dict[str, Any]] = field(default_factory=list)
+    # Hosted Travel Rule page tokens: token -> {walletId, transactionId, expiresTime}.
+    travel_rule_tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Stable and collection orders by orderId (see `orders`), onboardings and quotes (`partner`).
+    stable_orders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    collect_orders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    onboardings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    quotes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
-    def initial(cls, wallets: Iterable[WalletSpec], providers: list[str]) -> SandboxState:
+    def initial(
+        cls, wallets: Iterable[WalletSpec], providers: list[str], main_wallet_id: int | None = None
+    ) -> SandboxState:
         """A fresh state with the configured wallets and nothing else."""
-        state = cls(providers=list(providers))
+        state = cls(providers=list(providers), main_wallet_id=main_wallet_id)
         for spec in wallets:
             state.wallets[spec.wallet_id] = Wallet(
                 spec.wallet_id, spec.name, spec.auto_collection, spec.wallet_type
@@ -275,10 +287,19 @@ class SandboxState:
         wallet = self.wallets.get(order.wallet_id)
         if wallet is None or not wallet.auto_collection:
             raise SandboxError(f"wallet {order.wallet_id} has no auto-collection: nothing sweeps")
-        # The main account is not modelled: the swept amount stays in the receiving wallet.
+        self._sweep_funds(order)
         order.status = OrderStatus.SUCCESS
         order.update_time = now
         return order, [order.event(EventType.DEPOSIT_ORDER_NOTIFICATION, now)]
+
+    def _sweep_funds(self, order: Order) -> None:
+        """Auto-collection: the credited amount leaves the receiving wallet for the main
+        account (stays put when no main account is configured)."""
+        main = self.main_wallet_id
+        if main is None or main not in self.wallets or main == order.wallet_id:
+            return
+        self.balance(order.wallet_id, order.currency).available -= order.amount
+        self.balance(main, order.currency).available += order.amount
 
     def block(self, tx_id: str, now: int) -> Order:
         """creditStatus BLOCKED (not shown by the interface: no webhook, detail shows it)."""
@@ -290,6 +311,30 @@ class SandboxState:
         order.credit_status = CreditStatus.BLOCKED
         order.update_time = now
         return order
+
+    def release(self, tx_id: str, now: int) -> tuple[Order, list[Event]]:
+        """A BLOCKED deposit is released: CREDITED (approved where the whitelist applied),
+        unavailable -> available, order SUCCESS (an auto-collection sweep ends with it)."""
+        order = self._control_order(tx_id)
+        if order.credit_status is not CreditStatus.BLOCKED:
+            raise SandboxError(f"deposit {tx_id} is not BLOCKED ({order.credit_status.value})")
+        balance = self.balance(order.wallet_id, order.currency)
+        balance.unavailable -= order.amount
+        balance.available += order.amount
+        order.credit_status = CreditStatus.CREDITED
+        order.credit_time = now
+        order.update_time = now
+        events: list[Event] = []
+        if order.white_list_status is not None:
+            order.white_list_status = WhiteListStatus.APPROVED
+            order.fail_message = None
+            events.append(order.event(EventType.DEPOSIT_WHITELIST_CREDITED, now, creditTime=now))
+        wallet = self.wallets.get(order.wallet_id)
+        if wallet is not None and wallet.auto_collection:
+            self._sweep_funds(order)
+        order.status = OrderStatus.SUCCESS
+        events.append(order.event(EventType.DEPOSIT_ORDER_NOTIFICATION, now))
+        return order, events
 
     def fail_order(self, tx_id: str, now: int) -> tuple[Order, list[Event]]:
         """Order FAIL (not shown by the interface): the held funds leave the unavailable balance."""
@@ -407,8 +452,8 @@ class SandboxState:
             "wallets": [
                 {
                     "currency": currency,
-                    "available": decimal_str(bal.available),
-                    "unavailable": decimal_str(bal.unavailable),
+                    "available": bal.available,
+                    "unavailable": bal.unavailable,
                 }
                 for currency, bal in rows
             ],

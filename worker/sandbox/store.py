@@ -54,6 +54,17 @@ def _order_from(doc: dict[str, Any]) -> Order:
     )
 
 
+STABLE_AMOUNTS = ("sourceAmount", "targetAmount", "price")
+
+
+def _by_order_id(docs: list[dict[str, Any]], amounts: tuple[str, ...]) -> dict[str, Any]:
+    """Orders back from the state file, by orderId, amounts as Decimal."""
+    return {
+        d["orderId"]: {**d, **{k: Decimal(str(d[k])) for k in amounts if d.get(k) is not None}}
+        for d in docs
+    }
+
+
 def state_docs(state: SandboxState) -> dict[str, Any]:
     """The state as JSON-ready documents, one per table."""
     return {
@@ -70,12 +81,21 @@ def state_docs(state: SandboxState) -> dict[str, Any]:
             for (wid, cur), b in state.balances.items()
         ],
         "withdraw_whitelist": state.withdraw_whitelist,
+        "abnormal_funds": list(state.abnormal_funds.values()),
+        "settlement_changes": state.settlement_changes,
+        "travel_rule_tokens": state.travel_rule_tokens,
+        "stable_orders": list(state.stable_orders.values()),
+        "collect_orders": list(state.collect_orders.values()),
+        "onboardings": state.onboardings,
+        "quotes": state.quotes,
     }
 
 
-def state_from_docs(docs: dict[str, Any], providers: list[str]) -> SandboxState:
+def state_from_docs(
+    docs: dict[str, Any], providers: list[str], main_wallet_id: int | None = None
+) -> SandboxState:
     """Rebuild the state from `state_docs` output."""
-    state = SandboxState(providers=list(providers))
+    state = SandboxState(providers=list(providers), main_wallet_id=main_wallet_id)
     for w in docs.get("wallets", []):
         state.wallets[w["wallet_id"]] = Wallet(**w)
     for o in docs.get("orders", []):
@@ -88,6 +108,17 @@ def state_from_docs(docs: dict[str, Any], providers: list[str]) -> SandboxState:
             Decimal(str(b["available"])), Decimal(str(b["unavailable"]))
         )
     state.withdraw_whitelist = list(docs.get("withdraw_whitelist", []))
+    for f in docs.get("abnormal_funds", []):
+        state.abnormal_funds[f["id"]] = {**f, "amount": Decimal(str(f["amount"]))}
+    state.travel_rule_tokens = dict(docs.get("travel_rule_tokens", {}))
+    state.stable_orders = _by_order_id(docs.get("stable_orders", []), STABLE_AMOUNTS)
+    state.collect_orders = _by_order_id(docs.get("collect_orders", []), ("amount",))
+    state.onboardings = dict(docs.get("onboardings", {}))
+    state.quotes = dict(docs.get("quotes", {}))
+    state.settlement_changes = [
+        {**c, "amount": Decimal(str(c["amount"]))} if "amount" in c else c
+        for c in docs.get("settlement_changes", [])
+    ]
     return state
 
 
