@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -23,6 +24,14 @@ from worker.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
 PROVIDER_NAMES = ("Binance", "OKX", "Coinbase")
 
 ProfileFactory = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture(autouse=True)
+def collect_garbage() -> Iterator[None]:
+    """An unclosed socket or transport is reported by the test that left it (its
+    ResourceWarning fails that test), not by whichever later test the collector runs in."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)
