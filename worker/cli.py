@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "backup": "worker.ops:run_backup",
     "status": "worker.ops:run_status",
     "register-address": "worker.addresses:run",
+    "backfill": "worker.backfill:run",
     "sandbox": "worker.sandbox.cli:run",
     "demo": "worker.demo:run",
 }
@@ -99,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memo", metavar="M")
     p.add_argument("--replace-failed", action="store_true")
     p.add_argument("--no-wait", action="store_true", help="do not poll until ACTIVE or FAILED")
+
+    p = sub.add_parser(
+        "backfill", parents=[common], help="read the full history of a window into the tracker"
+    )
+    p.add_argument("--since", required=True, metavar="ISO")
+    p.add_argument("--until", metavar="ISO", help="default: now")
+    p.add_argument("--wallet", type=int, metavar="ID", help="only this wallet's history")
 
     p = sub.add_parser("sandbox", parents=[common], help="run the provider sandbox")
     p.add_argument("--port", type=_port)

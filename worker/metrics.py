@@ -81,6 +81,22 @@ class Metrics:
         self.commits = Gauge(
             "depositd_store_commits", "Write transactions committed since start.", registry=r
         )
+        self.catchup_last = Gauge(
+            "depositd_catchup_last_timestamp_seconds",
+            "Unix time the last catch-up read of the full history ended (0: none yet).",
+            registry=r,
+        )
+        self.catchup_found = Gauge(
+            "depositd_catchup_deposits_found",
+            "Deposits the last catch-up found that depositd did not know.",
+            registry=r,
+        )
+        self.catchup_runs = Counter(
+            "depositd_catchup_runs",
+            "Full-history reads by job (catchup, sweep) and outcome (complete, incomplete).",
+            ["job", "outcome"],
+            registry=r,
+        )
 
     def set_deposit_states(self, counts: dict[str, int]) -> None:
         """Replace the deposits-by-state gauge with fresh counts; every state has a sample
