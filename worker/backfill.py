@@ -102,7 +102,18 @@ def summary(stats: ReadStats, since: int, until: int, mark: int | None) -> str:
     )
 
 
-async def _main(args: argparse.Namespace, settings: Settings, since: int, until: int) -> int:
+async def backfill(
+    settings: Settings,
+    since: int,
+    until: int,
+    *,
+    wallet_id: int | None = None,
+    out: TextIO | None = None,
+    retries: int = 3,
+) -> int:
+    """Read [since, until] into the store with progress and a summary on `out`; the exit
+    status: 0 when every window was read and every record applied, else 1."""
+    out = out if out is not None else sys.stdout
     bundle = load_bundle(settings)  # ConfigError: exit 2, nothing read
     reactor = RuleReactor(lambda: bundle.rules, lambda: bundle.profiles)
     s = settings.scheduler
@@ -111,9 +122,9 @@ async def _main(args: argparse.Namespace, settings: Settings, since: int, until:
     print(f"backfill: actions this records are run by {where}", file=sys.stderr)
     store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
     await store.open()
-    progress = ProgressLine(sys.stdout)
+    progress = ProgressLine(out)
     try:
-        async with ProviderClient.from_settings(settings.provider) as client:
+        async with ProviderClient.from_settings(settings.provider, retries=retries) as client:
             reader = HistoryReader(
                 client, store, lambda: reactor, page_size=s.page_size, max_pages=s.max_pages
             )
@@ -121,14 +132,14 @@ async def _main(args: argparse.Namespace, settings: Settings, since: int, until:
                 since,
                 until,
                 int(s.catchup_window_s * 1000),
-                wallet_id=args.wallet,
+                wallet_id=wallet_id,
                 progress=progress,
             )
         mark = await store.read(covered_until)
     finally:
         await store.close()
     progress.end(stats)
-    print(summary(stats, since, until, mark))
+    print(summary(stats, since, until, mark), file=out, flush=True)
     return 0 if stats.complete and not stats.failed else 1
 
 
@@ -140,4 +151,5 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(bounds, str):
         print(f"depositd: backfill: {bounds}", file=sys.stderr)
         return 2
-    return asyncio.run(_main(args, settings, *bounds))
+    since, until = bounds
+    return asyncio.run(backfill(settings, since, until, wallet_id=args.wallet))
