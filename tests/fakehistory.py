@@ -46,6 +46,10 @@ class FakeHistory:
     fail: dict[tuple[int, int], int] = field(default_factory=dict)
     # transactionIds whose record is sent without one
     no_id: set[int] = field(default_factory=set)
+    # a server that ignores pageNum: every page is the first
+    ignore_page_num: bool = False
+    # totalRow is off by one in this many answers (the history changing while it is paged)
+    shifting_totals: int = 0
 
     def indexes(self, start: int | None, end: int | None) -> range:
         """The deposits created in [start, end] (both inclusive, as the sandbox filters)."""
@@ -64,6 +68,12 @@ class FakeHistory:
         if status is not None:
             return web.json_response({"error": "injected"}, status=status)
         rows = self.indexes(start, end)
+        if self.ignore_page_num:
+            page_num = 1
+        total = len(rows)
+        if self.shifting_totals and len(self.requests) % 2 == 0:
+            self.shifting_totals -= 1
+            total += 1
         chosen = rows[(page_num - 1) * size : page_num * size]
         records = []
         for i in chosen:
@@ -75,7 +85,7 @@ class FakeHistory:
             "pageNumber": page_num,
             "pageSize": size,
             "totalPage": math.ceil(len(rows) / size),
-            "totalRow": len(rows),
+            "totalRow": total,
             "records": records,
         }
         return web.json_response({"status": 200, "code": None, "msg": "OK", "data": data})

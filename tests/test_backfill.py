@@ -20,6 +20,7 @@ from fakehistory import FakeHistory
 
 from worker.backfill import ProgressLine, backfill
 from worker.catchup import HistoryReader, ReadStats, covered_until
+from worker.catchupjobs import DAY_MS, CatchUp, previous_day
 from worker.check import load_bundle
 from worker.cli import main
 from worker.harness import shipped_profiles, shipped_rules
@@ -152,6 +153,52 @@ async def test_outage_mid_window_keeps_the_mark_at_the_last_complete_window(
     )
     shown, _ = await status.communicate()
     assert f'"historyCoveredUntil": "{iso_from_ms(BASE + 30_000)}"' in shown.decode()
+
+
+async def test_repeating_pages_leave_the_mark_and_a_changing_total_is_read_again(
+    tmp_path: Path, aiohttp_server: MakeServer
+) -> None:
+    """A server repeating page 1 ends the read bounded without moving the mark; a total that
+    changes while paging makes the window be read again, then the mark moves."""
+    fake = FakeHistory(BASE, 100, ignore_page_num=True)
+    settings = load_settings(write_config(tmp_path, await serve_fake(aiohttp_server, fake)))
+    stats, mark = await read_into(settings, BASE, BASE + 10_000)
+    assert not stats.complete and stats.error == "paging cut short"
+    assert mark is None and stats.pages == 2
+
+    fake.ignore_page_num, fake.shifting_totals = False, 1
+    fake.requests.clear()
+    stats, mark = await read_into(settings, BASE, BASE + 10_000)
+    assert stats.complete and mark == BASE + 10_000
+    assert [page for _, _, page in fake.requests] == [1, 2, 1, 2]
+    assert len(db_rows(settings, "SELECT * FROM ledger")) == 100
+
+
+async def test_sweep_reads_the_previous_day_without_setting_a_first_mark(
+    tmp_path: Path, aiohttp_server: MakeServer
+) -> None:
+    """The daily sweep books what the previous UTC day holds; with no mark yet it sets none."""
+    day_start, day_end = previous_day(BASE + DAY_MS)
+    fake = FakeHistory(day_start + 1000, 30, step_ms=DAY_MS // 40)
+    settings = load_settings(write_config(tmp_path, await serve_fake(aiohttp_server, fake)))
+    settings.scheduler.catchup_window_s = 86_400 / 4
+    bundle = load_bundle(settings)
+    reactor = RuleReactor(lambda: bundle.rules, lambda: bundle.profiles)
+    store = Store(settings.storage.path)
+    await store.open()
+    try:
+        async with ProviderClient.from_settings(settings.provider, retries=0) as client:
+            reader = HistoryReader(client, store, lambda: reactor, page_size=50, max_pages=100)
+            catchup = CatchUp(reader, store, settings.scheduler, clock=lambda: day_end + 5_000)
+            stats = await catchup.sweep()
+            mark = await store.read(covered_until)
+    finally:
+        await store.close()
+    assert stats is not None and stats.complete and stats.new_deposits == 30
+    assert mark is None
+    assert {(s, e) for s, e, _ in fake.requests} == {
+        (day_start + i * DAY_MS // 4, day_start + (i + 1) * DAY_MS // 4) for i in range(4)
+    }
 
 
 def test_progress_is_plain_lines_when_not_a_terminal() -> None:
