@@ -46,8 +46,8 @@ class FakeHistory:
     fail: dict[tuple[int, int], int] = field(default_factory=dict)
     # transactionIds whose record is sent without one
     no_id: set[int] = field(default_factory=set)
-    # a server that ignores pageNum: every page is the first
-    ignore_page_num: bool = False
+    # a server that ignores pageNum for the window starting then: every page is the first
+    repeat_window: int | None = None
     # totalRow is off by one in this many answers (the history changing while it is paged)
     shifting_totals: int = 0
 
@@ -68,7 +68,7 @@ class FakeHistory:
         if status is not None:
             return web.json_response({"error": "injected"}, status=status)
         rows = self.indexes(start, end)
-        if self.ignore_page_num:
+        if start is not None and start == self.repeat_window:
             page_num = 1
         total = len(rows)
         if self.shifting_totals and len(self.requests) % 2 == 0:

@@ -158,20 +158,23 @@ async def test_outage_mid_window_keeps_the_mark_at_the_last_complete_window(
 async def test_repeating_pages_leave_the_mark_and_a_changing_total_is_read_again(
     tmp_path: Path, aiohttp_server: MakeServer
 ) -> None:
-    """A server repeating page 1 ends the read bounded without moving the mark; a total that
-    changes while paging makes the window be read again, then the mark moves."""
-    fake = FakeHistory(BASE, 100, ignore_page_num=True)
+    """A window whose pages repeat ends bounded and keeps the mark before it (the next window is
+    still read and booked); a total that changes while paging makes the window be read again,
+    then the mark moves."""
+    fake = FakeHistory(BASE, 200, repeat_window=BASE)  # two windows of two pages each
     settings = load_settings(write_config(tmp_path, await serve_fake(aiohttp_server, fake)))
-    stats, mark = await read_into(settings, BASE, BASE + 10_000)
+    stats, mark = await read_into(settings, BASE, BASE + 20_000)
     assert not stats.complete and stats.error == "paging cut short"
-    assert mark is None and stats.pages == 2
+    assert mark is None and stats.pages == 4
+    booked = db_rows(settings, "SELECT transaction_id FROM ledger ORDER BY 1")
+    assert len(booked) == 150  # page 1 of the first window, all of the second
 
-    fake.ignore_page_num, fake.shifting_totals = False, 1
+    fake.repeat_window, fake.shifting_totals = None, 1
     fake.requests.clear()
     stats, mark = await read_into(settings, BASE, BASE + 10_000)
     assert stats.complete and mark == BASE + 10_000
-    assert [page for _, _, page in fake.requests] == [1, 2, 1, 2]
-    assert len(db_rows(settings, "SELECT * FROM ledger")) == 100
+    assert [page for _, _, page in fake.requests] == [1, 2, 3, 1, 2, 3]  # 101 records
+    assert len(db_rows(settings, "SELECT * FROM ledger")) == 200
 
 
 async def test_sweep_reads_the_previous_day_without_setting_a_first_mark(

@@ -212,15 +212,27 @@ class HistoryReader:
                 middle = (start + end) // 2
                 todo += [(middle, end), (start, middle)]
                 continue
+            if outcome == "stopped":
+                todo.append((start, end))
+                break
             if outcome != "complete":
-                stats.complete, stats.error = False, outcome
-                return stats
+                # Later windows are still read (what they hold acts now), but the mark stays
+                # before this one: the next read starts with it again.
+                log.warning(
+                    "history window not read completely; the mark stays before it",
+                    start=iso_from_ms(start),
+                    end=iso_from_ms(end),
+                    why=outcome,
+                )
+                if stats.complete:
+                    stats.complete, stats.error = False, outcome
+                continue
             stats.windows += 1
-            if move_mark and wallet_id is None:
+            if move_mark and wallet_id is None and stats.complete:
                 await self._store.write(
                     partial(advance_mark, start_ms=start, end_ms=end, may_start=may_start)
                 )
-        if self._stopping and todo:
+        if todo and stats.complete:  # stopped before the end
             stats.complete, stats.error = False, "stopped"
         return stats
 
