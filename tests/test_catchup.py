@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -11,8 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from worker.catchup import covered_until
 from worker.harness import Stack
+from worker.provider.signing import now_ms
 from worker.sandbox.testing import ENTITY_PAYER
+from worker.tracker import iso_from_ms
 
+ROOT = Path(__file__).resolve().parent.parent
 NEVER = 3600.0  # poll intervals: only the polls at start run, the catch-up does the rest
 MakeStack = Callable[..., Awaitable[Stack]]
 ACTIVE_SOURCE = "TActiveSource000000000000000000001"
@@ -133,3 +139,86 @@ async def test_catchup_follows_when_the_provider_answers_again(start_stack: Make
         return book_counts(await stack.ledger()).get(tx) == 1
 
     await stack.wait_for(booked, 10, "the deposit booked")
+
+
+async def run_backfill(stack: Stack, since_ms: int) -> tuple[int, str]:
+    """`depositd backfill --since ...` as a subprocess beside the running worker."""
+    proc = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "worker", "backfill", "--config", str(stack.config_path)],
+        *["--since", iso_from_ms(since_ms)],
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+async def test_backfill_beside_a_running_serve_books_a_lost_deposit_once(
+    start_stack: MakeStack,
+) -> None:
+    """While serve runs, backfill books a deposit whose webhook was lost, once; run again, and
+    serve's own catch-up after it, nothing changes."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    make_active(stack, 1002)
+    await catchups_done(stack)
+    since = now_ms() - 60_000
+    seen = stack.sandbox.inject_deposit(1002, "USDT", "TRON", "1.00", ACTIVE_SOURCE)
+
+    async def seen_booked() -> bool:
+        return seen["transactionId"] in book_counts(await stack.ledger())
+
+    await stack.wait_for(seen_booked, 10, "the deposit announced by its webhook")
+    stack.sandbox.drop_webhooks(1)
+    lost = stack.sandbox.inject_deposit(1002, "USDT", "TRON", "2.00", ACTIVE_SOURCE)
+    await stack.sandbox.delivered_idle()
+    await stack.settle()
+
+    code, out = await run_backfill(stack, since)
+    assert code == 0, out
+    assert "new deposits 1," in out
+    await stack.settle()
+    counts = book_counts(await stack.ledger())
+    assert counts == {seen["transactionId"]: 1, lost["transactionId"]: 1}
+    actions = await stack.actions()
+
+    code, out = await run_backfill(stack, since)
+    assert code == 0 and "new deposits 0," in out and "new facts 0," in out, out
+    catchup = stack.runtime.catchup
+    assert catchup is not None
+    stats = await catchup.catch_up()
+    assert stats is not None and stats.complete and stats.new_deposits == 0
+    await stack.settle()
+    assert book_counts(await stack.ledger()) == counts
+    assert await stack.actions() == actions
+
+
+async def test_sandbox_history_without_filter_is_every_deposit_by_time_and_page(
+    start_stack: MakeStack,
+) -> None:
+    """The sandbox's history without whiteListStatus holds every deposit (gated, ordinary,
+    failed), filtered by createTime and paged."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    make_active(stack, 1002)
+    txs = [
+        stack.sandbox.inject_deposit(1002, "USDT", "TRON", f"{i}.00", source)["transactionId"]
+        for i, source in enumerate([ACTIVE_SOURCE, UNKNOWN_SOURCE, UNKNOWN_SOURCE], start=1)
+    ]
+    stack.sandbox.fail_order(txs[2])
+    client = stack.runtime.client
+    assert client is not None
+    first = await client.history_records(page_size=2)
+    second = await client.history_records(page_size=2, page_num=2)
+    assert (first.totalRow, first.totalPage) == (3, 2)
+    paged = [r["transactionId"] for r in first.records + second.records]
+    assert sorted(paged) == sorted(txs)
+    created = stack.sandbox.state.order(txs[1]).create_time
+    only = await client.history_records(start_time=created, end_time=created)
+    assert {r["transactionId"] for r in only.records} == {
+        tx for tx in txs if stack.sandbox.state.order(tx).create_time == created
+    }
+    after = await client.history_records(start_time=created + 1)
+    assert {r["transactionId"] for r in after.records} == {
+        tx for tx in txs if stack.sandbox.state.order(tx).create_time > created
+    }
