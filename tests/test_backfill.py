@@ -128,6 +128,23 @@ async def test_record_without_transaction_id_is_skipped_and_reported(
     assert len(db_rows(settings, "SELECT * FROM ledger")) == 19
 
 
+async def test_backfill_cut_short_by_an_outage_exits_1_and_a_rerun_completes(
+    tmp_path: Path, aiohttp_server: MakeServer
+) -> None:
+    """A provider failing mid-range makes backfill say INCOMPLETE and exit 1; run again, it
+    books what was left, nothing twice, and exits 0."""
+    fake = FakeHistory(BASE, 300)
+    settings = load_settings(write_config(tmp_path, await serve_fake(aiohttp_server, fake)))
+    fake.fail[(BASE + 20_000, 1)] = 502
+    code, out = await run_backfill(settings, BASE, BASE + 30_000)
+    assert code == 1 and "INCOMPLETE" in out and "HTTP 502" in out, out
+    assert len(db_rows(settings, "SELECT * FROM ledger")) == 201  # two windows, both ends in
+    code, out = await run_backfill(settings, BASE, BASE + 30_000)
+    assert code == 0, out
+    booked = db_rows(settings, "SELECT transaction_id FROM ledger")
+    assert len(booked) == 300 == len(set(booked))
+
+
 async def test_outage_mid_window_keeps_the_mark_at_the_last_complete_window(
     tmp_path: Path, aiohttp_server: MakeServer
 ) -> None:
