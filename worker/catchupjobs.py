@@ -1,7 +1,7 @@
 """Catch-up in `serve`: when to read the full history, and from where.
 
 - At start, every `scheduler.catchup_interval_s`, and as soon as the provider answers again
-  after it was unreachable (a connection error or a timeout): from the covered-until mark minus
+  after it was unreachable (connection errors, timeouts, 5xx): from the covered-until mark minus
   `scheduler.catchup_margin_s` to now (no mark yet: now minus `scheduler.catchup_lookback_s`).
   A deposit whose webhooks were lost while depositd (or its webhook path) was down is found by
   the next of these, at the latest one interval later.
@@ -73,7 +73,7 @@ class CatchUp:
             if not self._out_of_contact:
                 log.info("provider unreachable; catch-up follows when it answers again")
             self._out_of_contact = True
-        elif self._out_of_contact and outcome != "unavailable":
+        elif self._out_of_contact:
             self._out_of_contact = False
             self.fire("catchup")
 
