@@ -22,7 +22,7 @@ from prometheus_client import Counter, Gauge
 
 from worker.aio import finish_or_cancel
 from worker.app import LIVENESS_KEY, METRICS_KEY, PROCESSOR_KEY, STORE_KEY, Plugins
-from worker.catchup import HistoryReader, ReadStats
+from worker.catchup import Applied, HistoryReader, ReadStats
 from worker.catchupjobs import CatchUp
 from worker.check import Bundle, load_bundle
 from worker.errors import ConfigError, ProviderError, StorageError
@@ -277,6 +277,10 @@ class Runtime:
                 metrics.catchup_last.set_to_current_time()
                 metrics.catchup_found.set(stats.new_deposits)
 
+        def on_applied(done: Applied) -> None:
+            for _, transition in done.transitions:
+                metrics.transitions.labels(trigger=transition.trigger.value).inc()
+
         reader = HistoryReader(
             self.client,
             store,
@@ -284,6 +288,7 @@ class Runtime:
             page_size=s.page_size,
             max_pages=s.max_pages,
             after_commit=wake_all,
+            on_applied=on_applied,
         )
         return CatchUp(reader, store, s, on_done=on_done)
 
