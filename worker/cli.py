@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "backup": "worker.ops:run_backup",
     "status": "worker.ops:run_status",
     "register-address": "worker.addresses:run",
+    "backfill": "worker.backfill:run",
     "sandbox": "worker.sandbox.cli:run",
     "demo": "worker.demo:run",
     "init": "worker.init:run",
@@ -146,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", metavar="PATH", help="file to write (not the database itself)")
     sub.add_parser("status", parents=[common], help="state of the running service")
     _register_address(sub, common)
+
+    p = sub.add_parser(
+        "backfill", parents=[common], help="read the full history of a window into the tracker"
+    )
+    p.add_argument(
+        "--since", required=True, metavar="ISO", help="start of the window (ISO 8601, UTC)"
+    )
+    p.add_argument("--until", metavar="ISO", help="default: now")
+    p.add_argument("--wallet", type=int, metavar="ID", help="only this wallet's history")
+
     _sandbox(sub, common)
 
     p = sub.add_parser("demo", parents=[common], help="sandbox + worker scripted scenarios")

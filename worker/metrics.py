@@ -129,6 +129,22 @@ class Metrics:
         # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ... of
         # the main process (read from /proc/self, which ProcSubset=pid keeps).
         _ProcessCollector(registry=r)
+        self.catchup_last = Gauge(
+            "depositd_catchup_last_timestamp_seconds",
+            "Unix time the last catch-up read of the full history ended (0: none yet).",
+            registry=r,
+        )
+        self.catchup_found = Gauge(
+            "depositd_catchup_deposits_found",
+            "Deposits the last catch-up found that depositd did not know.",
+            registry=r,
+        )
+        self.catchup_runs = Counter(
+            "depositd_catchup_runs",
+            "Full-history reads by job (catchup, sweep) and outcome (complete, incomplete).",
+            ["job", "outcome"],
+            registry=r,
+        )
 
     def count_commits(self, total: int) -> None:
         """Advance the commits counter to the store's running total."""

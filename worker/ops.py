@@ -185,6 +185,8 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
         "lastWebhookAt": meta.get("last_webhook_at") or one("SELECT MAX(received_at) FROM events"),
         "lastHistoryPollOk": meta.get("last_history_poll_ok"),
         "lastDetailPollOk": meta.get("last_detail_poll_ok"),
+        # Up to when the full history was read completely (catch-up, sweep, backfill).
+        "historyCoveredUntil": meta.get("history_covered_until"),
         "pendingEvents": one("SELECT COUNT(*) FROM events WHERE status='pending'"),
         "failedEvents": one("SELECT COUNT(*) FROM events WHERE status='failed'"),
         "pendingActions": one("SELECT COUNT(*) FROM actions WHERE status IN ('pending','running')"),

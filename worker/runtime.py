@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import signal
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from functools import partial
 from typing import Any
 
@@ -22,6 +22,8 @@ from prometheus_client import Counter, Gauge
 
 from worker.aio import finish_or_cancel
 from worker.app import LIVENESS_KEY, METRICS_KEY, PROCESSOR_KEY, STORE_KEY, Plugins
+from worker.catchup import Applied, HistoryReader, ReadStats
+from worker.catchupjobs import CatchUp
 from worker.check import Bundle, load_bundle
 from worker.errors import ConfigError, ProviderError, StorageError
 from worker.logs import get_logger
@@ -153,6 +155,7 @@ class Runtime:
         self.outbox: Outbox | None = None
         self.scheduler: Scheduler | None = None
         self.poller: Poller | None = None
+        self.catchup: CatchUp | None = None
         self.client: ProviderClient | None = None
         self.store: Store | None = None
         self.notifier = SystemdNotifier()
@@ -278,6 +281,39 @@ class Runtime:
         self._side_writes.add(task)
         task.add_done_callback(self._side_writes.discard)
 
+    def _catchup(
+        self, store: Store, metrics: Metrics, after_commit: list[Callable[[], None]]
+    ) -> CatchUp:
+        """The catch-up jobs: full-history reads through the same tracker and reactor."""
+        assert self.client is not None
+        s = self.settings.scheduler
+
+        def wake_all() -> None:
+            for hook in list(after_commit):
+                hook()
+
+        def on_done(job: str, stats: ReadStats) -> None:
+            outcome = "complete" if stats.complete else "incomplete"
+            metrics.catchup_runs.labels(job=job, outcome=outcome).inc()
+            if job == "catchup":
+                metrics.catchup_last.set_to_current_time()
+                metrics.catchup_found.set(stats.new_deposits)
+
+        def on_applied(done: Applied) -> None:
+            for _, transition in done.transitions:
+                metrics.transitions.labels(trigger=transition.trigger.value).inc()
+
+        reader = HistoryReader(
+            self.client,
+            store,
+            lambda: self.reactor,
+            page_size=s.page_size,
+            max_pages=s.max_pages,
+            after_commit=wake_all,
+            on_applied=on_applied,
+        )
+        return CatchUp(reader, store, s, on_done=on_done)
+
     async def _ctx(self, app: web.Application) -> AsyncIterator[None]:
         settings = self.settings
         store, processor, metrics = app[STORE_KEY], app[PROCESSOR_KEY], app[METRICS_KEY]
@@ -287,6 +323,8 @@ class Runtime:
 
         def on_call(endpoint: str, outcome: str) -> None:
             metrics.provider_calls.labels(endpoint=endpoint, outcome=outcome).inc()
+            if self.catchup is not None:
+                self.catchup.note_call(endpoint, outcome)
 
         def on_alert(channel: str, outcome: str) -> None:
             metrics.alerts_sent.labels(channel=channel, outcome=outcome).inc()
@@ -335,6 +373,8 @@ class Runtime:
             )
             self.scheduler = Scheduler(self.poller, settings.scheduler)
             self.scheduler.start()
+            self.catchup = self._catchup(store, metrics, processor.after_commit)
+            self.catchup.start()
         loop = asyncio.get_running_loop()
 
         def on_hup() -> None:
@@ -368,6 +408,9 @@ class Runtime:
                 task.cancel()
         if self.scheduler is not None:
             await self.scheduler.stop(grace_s=STOP_GRACE_S)
+        if self.catchup is not None:
+            await self.catchup.stop(grace_s=max(0.0, deadline - loop.time()))
+            self.catchup = None
         left = max(0.0, deadline - loop.time())
         ended = await finish_or_cancel([*self._tasks, *self._side_writes], left)
         for result in ended:

@@ -165,6 +165,15 @@ class SchedulerSettings(Section):
     page_size: int = Field(50, ge=1, le=500)
     # Pages one paged read (each history queue, the address list) fetches per run at most.
     max_pages: int = Field(100, ge=1)
+    # Catch-up: the full history read from the covered-until mark (minus the margin) to now, in
+    # windows of catchup_window_s, at start, after the provider was unreachable, and every
+    # catchup_interval_s; with no mark yet, from now minus catchup_lookback_s.
+    catchup_margin_s: float = Field(600, ge=0)
+    catchup_window_s: float = Field(3600, ge=1)
+    catchup_lookback_s: float = Field(3 * 86_400, ge=0)
+    catchup_interval_s: float = Field(3600, gt=0)
+    # Daily, UTC: the previous day's full history, read again as a safety net.
+    sweep_at: str = Field("01:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 
 
 class SlackSettings(Section):

@@ -356,6 +356,32 @@ class ProviderClient(ResourceCalls):
             parse=_history_page,
         )
 
+    async def history_records(
+        self,
+        *,
+        page_num: int = 1,
+        page_size: int = 50,
+        wallet_id: int | None = None,
+        start_time: int | None = None,
+        end_time: int | None = None,
+    ) -> Page[dict[str, Any]]:
+        """One page of the full transaction history (no whiteListStatus filter), its records
+        as sent: the caller reads each one, so one unreadable record does not lose its page."""
+        query = {
+            "pageNum": page_num,
+            "pageSize": page_size,
+            "walletId": wallet_id,
+            "startTime": start_time,
+            "endTime": end_time,
+        }
+        return await self._call(
+            "history",
+            "GET",
+            "/v1/wallet/history",
+            query=query,
+            parse=partial(self._model, "history", Page[dict[str, Any]]),
+        )
+
     async def iter_history(
         self,
         *,
