@@ -15,11 +15,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from serveproc import PROVIDER_KEY, PROVIDER_SECRET
 
-from worker.harness import Stack
+from worker.dev.harness import Stack
+from worker.dev.sandbox import SandboxConfig, create_app
+from worker.dev.sandbox import app as sandbox_app
+from worker.dev.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
 from worker.logs import reset as reset_logging
-from worker.sandbox import SandboxConfig, create_app
-from worker.sandbox import app as sandbox_app
-from worker.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
 
 PROVIDER_NAMES = ("Binance", "OKX", "Coinbase")
 

@@ -22,7 +22,7 @@ from prometheus_client.openmetrics import exposition as openmetrics
 
 from worker import __version__
 from worker.provider.models import KNOWN_EVENT_TYPES
-from worker.tracker import State
+from worker.track.tracker import State
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # No `*_created` series: in the text format each would be one more gauge per counter and

@@ -10,12 +10,12 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from worker.config.settings import NotifySettings
 from worker.errors import NotifyError
 from worker.logs import get_logger
 from worker.notify.email import EmailNotifier
 from worker.notify.message import Alert
 from worker.notify.slack import SlackNotifier
-from worker.settings import NotifySettings
 
 log = get_logger(__name__)
 

@@ -60,7 +60,7 @@ from worker.provider.signing import DEFAULT_ALGORITHM, signed_headers, signer
 from worker.urls import host_port
 
 if TYPE_CHECKING:
-    from worker.settings import ProviderSettings
+    from worker.config.settings import ProviderSettings
 
 __all__ = ["OUTCOMES", "Envelope", "OnCall", "ProviderClient"]
 

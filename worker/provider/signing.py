@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import time
 from collections.abc import Callable, Iterable, Mapping
+
+from worker.clock import now_ms
 
 DEFAULT_ALGORITHM = "hmac-sha256-v1"
 
@@ -40,11 +41,6 @@ def _as_bytes(value: str | bytes) -> bytes:
     # surrogateescape: header bytes that are not UTF-8 (as aiohttp hands them over) compare as
     # the bytes they were, and fail the check instead of raising.
     return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
-
-
-def now_ms() -> int:
-    """Milliseconds since the epoch, as sent in API-TIMESTAMP."""
-    return time.time_ns() // 1_000_000
 
 
 def signer(algorithm: str) -> Signer:

@@ -22,6 +22,9 @@ from typing import Any, cast
 
 import yaml
 
+from worker.config.yamlkeys import duplicate_keys, known, suggest
+from worker.config.yamlsrc import Loc, YamlSource, dotted, yaml_error
+from worker.config.yamlsrc import loads as parse_yaml
 from worker.errors import ConfigError
 from worker.rules.model import (
     ACTIONS,
@@ -38,9 +41,6 @@ from worker.rules.model import (
     RuleSet,
     WalletKey,
 )
-from worker.rules.yamlcheck import duplicate_keys, known, suggest
-from worker.yamlsrc import Loc, YamlSource, dotted, yaml_error
-from worker.yamlsrc import loads as parse_yaml
 
 TOP_KEYS = ("wallet", "rules", "description")
 # The triggers on which the deposit is credited: credited, and completed (an order at SUCCESS is

@@ -1,0 +1,157 @@
+"""Crash between the decision to submit and the provider's answer: resumed once, same key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_aiohttp import AiohttpServer
+from serveproc import ServeProcess, free_port
+
+from worker.dev.sandbox import SANDBOX_KEY, SandboxConfig, create_app
+
+ROOT = Path(__file__).resolve().parents[2]
+API_KEY, API_SECRET = "crash-provider-key", "crash-provider-secret"
+HOOK_KEY, HOOK_SECRET = "crash-hook-key", "crash-hook-secret"
+HOOK_PATH = "/webhooks/provider"
+PAYER_ADDRESS = "TCrashPayer000000000000000000000001"
+PROFILES = f"""
+profiles:
+  crash-entity:
+    correspondentType: ENTITY
+    fullName: Crash Test Trading Ltd
+    countryCode: SG
+    companyAddress: 9 Crash Street, Singapore
+    walletType: VASP
+    provider: Binance
+addresses:
+  {PAYER_ADDRESS}: crash-entity
+"""
+
+
+def db_rows(path: Path, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    """Rows of a query on the worker's database file (empty if it does not exist yet)."""
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(path, timeout=5)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute(sql, args).fetchall()]
+    except sqlite3.OperationalError:  # schema not created yet
+        return []
+    finally:
+        conn.close()
+
+
+async def until(check: Callable[[], bool], what: str, within_s: float = 15) -> None:
+    """Poll `check` until it holds."""
+    deadline = time.monotonic() + within_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_sigkill_with_submission_in_flight_submits_once_with_same_key(
+    tmp_path: Path, aiohttp_server: AiohttpServer, recorded: list[dict[str, Any]]
+) -> None:
+    """SIGKILL while the submission is in flight: after restart it happens once, same key."""
+    port = free_port()
+    app = create_app(
+        SandboxConfig(
+            api_key=API_KEY,
+            api_secret=API_SECRET,
+            webhook_url=f"http://127.0.0.1:{port}{HOOK_PATH}",
+            webhook_api_key=HOOK_KEY,
+            webhook_secret=HOOK_SECRET,
+            delivery_retry_base_s=0.1,
+            delivery_retry_max_s=0.5,
+        )
+    )
+    sandbox = app[SANDBOX_KEY]
+    applied: list[str] = []
+    original_submit = sandbox.submit
+
+    def counting_submit(tx_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        answer = original_submit(tx_id, body)
+        applied.append(tx_id)
+        return answer
+
+    sandbox.submit = counting_submit  # type: ignore[method-assign]
+    server = await aiohttp_server(app)
+
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(PROFILES)
+    db = tmp_path / "depositd.db"
+    config = tmp_path / "depositd.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "provider": {
+                    "base_url": str(server.make_url("")).rstrip("/"),
+                    "api_key": API_KEY,
+                    "api_secret": API_SECRET,
+                    "timeout_s": 10,
+                },
+                "webhook": {
+                    "listen": f"127.0.0.1:{port}",
+                    "path": HOOK_PATH,
+                    "api_key": HOOK_KEY,
+                    "secret": HOOK_SECRET,
+                },
+                "storage": {"path": str(db)},
+                "scheduler": {"enabled": False},
+                "rules": str(ROOT / "rules"),
+                "profiles": str(profiles),
+                "log": {"format": "json", "level": "warning"},
+            }
+        )
+    )
+    serve = ServeProcess(config, port, tmp_path / "serve.log")
+    await serve.start()
+    # The first submission is held at the sandbox, so the worker is killed mid-call.
+    sandbox.set_fault("submit", "latency", count=1, latency_s=1.5)
+    tx = sandbox.inject_deposit(1001, "USDT", "TRON", "250.75", PAYER_ADDRESS)["transactionId"]
+
+    def submit_rows() -> list[dict[str, Any]]:
+        return db_rows(
+            db, "SELECT * FROM actions WHERE transaction_id=? AND action='submit_profile'", (tx,)
+        )
+
+    def submits_seen() -> list[dict[str, Any]]:
+        return [r for r in recorded if r["method"] == "POST" and r["path"].endswith("/submit")]
+
+    await until(
+        lambda: [r["status"] for r in submit_rows()] == ["running"] and len(submits_seen()) == 1,
+        "the submission to be in flight",
+    )
+    assert await serve.signal(signal.SIGKILL) == -signal.SIGKILL
+    assert applied == []  # killed before the provider acted on it
+    key = submit_rows()[0]["idempotency_key"]
+    assert key
+
+    await serve.start()
+    await until(lambda: submit_rows()[0]["status"] == "done", "the resumed submission")
+    # Let the held first request finish at the sandbox too, whatever it does.
+    await asyncio.sleep(1.6)
+    assert len(submit_rows()) == 1
+    assert applied == [tx]  # the provider's state changed once
+    seen = submits_seen()
+    assert len(seen) == 2
+    assert {r["headers"]["Idempotency-Key"] for r in seen} == {key}
+    assert seen[0]["body"] == seen[1]["body"]
+    assert sandbox.state.order(tx).white_list_status.value == "pending"
+
+    sandbox.approve_review(tx)
+    await until(lambda: bool(db_rows(db, "SELECT * FROM ledger")), "the booking")
+    await sandbox.delivered_idle()
+    ledger = db_rows(db, "SELECT * FROM ledger")
+    assert [(r["transaction_id"], r["amount"]) for r in ledger] == [(tx, "250.75")]
+    assert await serve.signal(signal.SIGTERM) == 0
+    assert len(submits_seen()) == 2
+    assert len(db_rows(db, "SELECT * FROM ledger")) == 1

@@ -1,0 +1,671 @@
+"""Day-2 operations against a running `serve`: SIGHUP reload, online backup, replay,
+retry-failed, status, and event retention."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
+
+from worker import __version__
+from worker.clock import utc_now
+from worker.provider.jsonio import dumpb
+from worker.provider.signing import signed_headers
+from worker.service.runtime import prune_events, prune_unchanged_facts
+from worker.store.writer import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOK_PATH = "/webhooks/provider"
+HOOK_KEY, HOOK_SECRET = "ops-hook-key", "ops-hook-secret"
+UNKNOWN_ADDRESS = "TUnknownPayer00000000000000000000"
+
+ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def envelope(event_id: str, event_type: str, tx: str, **data: Any) -> dict[str, Any]:
+    """A deposit webhook envelope; `data` overrides the deposit fields."""
+    status = "SUCCESS" if event_type == "DEPOSIT_ORDER_NOTIFICATION" else "PROCESSING"
+    body = {
+        "transactionId": tx,
+        "walletId": 1001,
+        "walletName": "Main USDT",
+        "currency": "USDT",
+        "network": "TRON",
+        "amount": "12.5",
+        "fromAddress": UNKNOWN_ADDRESS,
+        "toAddress": "TMerchantDeposit000000000000000000",
+        "transactionHash": f"hash-{tx}",
+        "status": status,
+        **data,
+    }
+    return {
+        "eventId": event_id,
+        "eventType": event_type,
+        "referenceId": tx,
+        "status": status,
+        "timestamp": int(time.time() * 1000),
+        "data": body,
+    }
+
+
+def rows(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Rows of one query on a database file (a short-lived connection beside the service)."""
+    with closing(sqlite3.connect(db, timeout=10)) as conn:
+        return [tuple(r) for r in conn.execute(sql, args).fetchall()]
+
+
+def names(folder: Path) -> list[str]:
+    """The names in a folder, sorted."""
+    return sorted(p.name for p in folder.iterdir())
+
+
+async def wait_for(what: str, check: Callable[[], Any], within: float = 10) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what` after `within` s."""
+    deadline = time.monotonic() + within
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+    return result
+
+
+async def cli(config: Path, *args: str, within: float = 30) -> tuple[int, str, str]:
+    """Run `python -m worker ARGS --config CONFIG` (at most `within` s); status, stdout, stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "worker", *args, "--config", str(config)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), within)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+class Service(ServeProcess):
+    """`python -m worker serve` in a subprocess, plus signed webhook posting."""
+
+    def __init__(self, tmp_path: Path, provider_url: str, **extra: Any) -> None:
+        port = free_port()
+        self.db = tmp_path / "depositd.db"
+        cfg: dict[str, Any] = {
+            "provider": {
+                "base_url": provider_url,
+                "api_key": PROVIDER_KEY,
+                "api_secret": PROVIDER_SECRET,
+            },
+            "webhook": {
+                "listen": f"127.0.0.1:{port}",
+                "path": HOOK_PATH,
+                "api_key": HOOK_KEY,
+                "secret": HOOK_SECRET,
+            },
+            "storage": {"path": str(self.db)},
+            "scheduler": {"enabled": False},
+            "rules": str(ROOT / "rules"),
+            "profiles": str(ROOT / "rules" / "profiles.yaml"),
+            "log": {"format": "json", "level": "info"},
+            **extra,
+        }
+        config = tmp_path / "depositd.yaml"
+        config.write_text(json.dumps(cfg))
+        super().__init__(config, port, tmp_path / "serve.log")
+        self.url = f"http://127.0.0.1:{port}"
+
+    @property
+    def pid(self) -> int:
+        """The serve process id."""
+        assert self.proc is not None
+        return self.proc.pid
+
+    async def start(self, timeout_s: float = 15) -> None:
+        """Start serve and wait until /healthz answers."""
+        await super().start(timeout_s)
+
+    async def healthy(self) -> bool:
+        """True when /healthz answers 200."""
+        async with aiohttp.ClientSession() as session, session.get(f"{self.url}/healthz") as r:
+            return r.status == 200
+
+    async def post(
+        self, event: dict[str, Any], session: aiohttp.ClientSession | None = None
+    ) -> int:
+        """POST one signed webhook; the HTTP status."""
+        body = dumpb(event)
+        headers = signed_headers(HOOK_KEY, HOOK_SECRET, "POST", HOOK_PATH, body)
+        headers["Content-Type"] = "application/json"
+        if session is None:
+            async with aiohttp.ClientSession() as own:
+                return await self.post(event, own)
+        async with session.post(f"{self.url}{HOOK_PATH}", data=body, headers=headers) as resp:
+            return resp.status
+
+    async def stop(self) -> int:
+        """SIGTERM; the exit status."""
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            return await self.signal(signal.SIGTERM, 20)
+        return await self.proc.wait()
+
+    def actions(self, tx: str) -> list[tuple[Any, ...]]:
+        """(action, rule, rule_set_version, status) of one deposit's actions, in order."""
+        return rows(
+            self.db,
+            "SELECT action, rule, rule_set_version, status FROM actions"
+            " WHERE transaction_id = ? ORDER BY id",
+            tx,
+        )
+
+    def event_status(self, event_id: str) -> str | None:
+        """The stored status of one event."""
+        found = rows(self.db, "SELECT status FROM events WHERE event_id = ?", event_id)
+        return str(found[0][0]) if found else None
+
+
+@pytest.fixture
+async def slack(aiohttp_server: ServerFactory) -> AsyncIterator[tuple[str, list[Any]]]:
+    """A Slack incoming-webhook stand-in on loopback: its URL and the payloads it received."""
+    received: list[Any] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/slack", hook)
+    server = await aiohttp_server(app)
+    yield str(server.make_url("/slack")), received
+
+
+# --- SIGHUP reload -------------------------------------------------------------------------
+
+NEW_RULE = """
+  - name: flag every new deposit
+    on: [needs_details]
+    then:
+      - alert: {severity: warning, message: new rule}
+"""
+
+
+async def test_sighup_keeps_old_rules_on_a_bad_file_and_applies_a_good_one(
+    tmp_path: Path, provider_url: str, slack: tuple[str, list[Any]]
+) -> None:
+    """SIGHUP: a broken rule file alerts reload_failed and keeps the rules; a good one applies."""
+    slack_url, slack_posts = slack
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    rule_file = rules_dir / "default.yaml"
+    original = (ROOT / "rules" / "default.yaml").read_text()
+    rule_file.write_text(original)
+    service = Service(
+        tmp_path,
+        provider_url,
+        rules=str(rules_dir),
+        notify={"slack": {"webhook_url": slack_url}},
+    )
+    await service.start()
+    try:
+        assert await service.post(envelope("ev-1", "DEPOSIT_WHITELIST_REQUIRED", "tx-1")) == 200
+        first = await wait_for("tx-1 actions", lambda: service.actions("tx-1"))
+        assert [(a, r) for a, r, _, _ in first] == [("alert", "payer details needed")]
+        version = first[0][2]
+
+        broken = original.replace("then: [book]", "then: [book_twice]")
+        assert broken != original
+        rule_file.write_text(broken)
+        os.kill(service.pid, signal.SIGHUP)
+        await wait_for(
+            "reload_failed alert row",
+            lambda: rows(
+                service.db,
+                "SELECT id FROM actions WHERE action = 'alert' AND params LIKE '%reload_failed%'",
+            ),
+        )
+        await wait_for(
+            "reload_failed on Slack",
+            lambda: any("reload_failed" in json.dumps(p) for p in slack_posts),
+        )
+        failure = next(json.dumps(p) for p in slack_posts if "reload_failed" in json.dumps(p))
+        assert "book_twice" in failure  # the alert names what is wrong
+        assert await service.healthy()
+
+        assert await service.post(envelope("ev-2", "DEPOSIT_WHITELIST_REQUIRED", "tx-2")) == 200
+        second = await wait_for("tx-2 actions", lambda: service.actions("tx-2"))
+        assert [(a, r, v) for a, r, v, _ in second] == [("alert", "payer details needed", version)]
+
+        rule_file.write_text(original + NEW_RULE)
+        os.kill(service.pid, signal.SIGHUP)
+        await wait_for("reload", lambda: "rules and profiles reloaded" in service.log.read_text())
+        assert await service.post(envelope("ev-3", "DEPOSIT_WHITELIST_REQUIRED", "tx-3")) == 200
+        await wait_for("tx-3 actions", lambda: len(service.actions("tx-3")) == 2)
+        third = service.actions("tx-3")
+        assert [r for _, r, _, _ in third] == ["payer details needed", "flag every new deposit"]
+        assert {v for _, _, v, _ in third} != {version}
+        assert await service.stop() == 0
+    finally:
+        await service.kill()
+
+
+# --- backup --------------------------------------------------------------------------------
+
+
+async def prefill(db: Path, count: int) -> None:
+    """Processed events of today (4 KB each), so the database spans many backup pages."""
+    store = Store(db)
+    await store.open()
+    try:
+        padding, now = b"x" * 4096, utc_now()
+        await store.write(
+            lambda d: d.conn.executemany(
+                "INSERT INTO events (event_id, event_type, body, received_at, status)"
+                " VALUES (?, 'DEPOSIT_ORDER_NOTIFICATION', ?, ?, 'processed')",
+                [(f"old-{n}", padding, now) for n in range(count)],
+            )
+        )
+    finally:
+        await store.close()
+
+
+async def test_backup_under_write_load_holds_every_acknowledged_event(
+    tmp_path: Path, provider_url: str
+) -> None:
+    """`backup` taken while webhooks stream in opens clean and holds every event acked before it."""
+    service = Service(tmp_path, provider_url)
+    await prefill(service.db, 3000)
+    await service.start()
+    acked: list[str] = []
+    stop = asyncio.Event()
+    counter = iter(range(1_000_000))
+
+    async def sender(session: aiohttp.ClientSession) -> None:
+        while not stop.is_set():
+            n = next(counter)
+            event = envelope(f"load-{n}", "DEPOSIT_ORDER_NOTIFICATION", f"tx-load-{n}")
+            if await service.post(event, session) == 200:
+                acked.append(event["eventId"])
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            senders = [asyncio.create_task(sender(session)) for _ in range(4)]
+            await wait_for("some acknowledged events", lambda: len(acked) >= 50)
+            before = list(acked)
+            target = tmp_path / "backups" / "copy.db"
+            # Copied in steps, each commit of the service restarted the copy: it could run for ever.
+            rc, out, err = await cli(service.config, "backup", str(target), within=10)
+            during = len(acked) - len(before)
+            stop.set()
+            await asyncio.gather(*senders)
+        assert rc == 0, err
+        assert str(target) in out
+        assert during > 0, "no webhook was acknowledged while the backup ran"
+        assert not target.with_name("copy.db.partial").exists()
+
+        assert rows(target, "PRAGMA integrity_check") == [("ok",)]
+        assert rows(target, "PRAGMA journal_mode") == [("delete",)]  # one self-contained file
+        stored = {r[0] for r in rows(target, "SELECT event_id FROM events")}
+        assert set(before) <= stored
+        assert {f"old-{n}" for n in range(3000)} <= stored
+        assert await service.stop() == 0
+    finally:
+        await service.kill()
+
+
+async def test_backup_refuses_the_live_database_and_its_files(
+    tmp_path: Path, provider_url: str
+) -> None:
+    """`backup` onto the running service's database, its -wal/-shm/-journal, or another name of
+    the database (relative, symlink, hard link) exits 2 and writes nothing: the database stays
+    whole and keeps every event."""
+    service = Service(tmp_path, provider_url)
+    await service.start()
+    db = service.db
+    try:
+        assert await service.post(envelope("ev-1", "DEPOSIT_ORDER_NOTIFICATION", "tx-1")) == 200
+        await wait_for("ev-1", lambda: service.event_status("ev-1") == "processed")
+        (tmp_path / "link.db").symlink_to(db)
+        os.link(db, tmp_path / "hard.db")
+        targets = [
+            db,
+            *(db.with_name(db.name + suffix) for suffix in ("-wal", "-shm", "-journal")),
+            Path(os.path.relpath(db, ROOT)),  # noqa: ASYNC240 (no I/O); `cli` runs in ROOT
+            tmp_path / "link.db",
+            tmp_path / "hard.db",
+        ]
+        for target in targets:
+            rc, out, err = await cli(service.config, "backup", str(target))
+            assert rc == 2, (target, out, err)
+            assert "live database file" in err and "Traceback" not in err
+        assert await service.post(envelope("ev-2", "DEPOSIT_ORDER_NOTIFICATION", "tx-2")) == 200
+        await wait_for("ev-2", lambda: service.event_status("ev-2") == "processed")
+        assert await service.stop() == 0
+    finally:
+        await service.kill()
+    assert rows(db, "PRAGMA integrity_check") == [("ok",)]
+    assert rows(db, "SELECT event_id FROM events ORDER BY seq") == [("ev-1",), ("ev-2",)]
+    assert not [name for name in names(tmp_path) if name.endswith(".partial")]
+
+
+def ops_config(tmp_path: Path, db: Path) -> Path:
+    """A config for the day-2 commands (no serve) on the database `db`."""
+    config = tmp_path / "depositd.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
+                "webhook": {"api_key": "k", "secret": "s"},
+                "storage": {"path": str(db)},
+            }
+        )
+    )
+    return config
+
+
+async def test_backup_refuses_a_target_whose_temporary_copy_is_the_database(
+    tmp_path: Path,
+) -> None:
+    """`backup X` writes X.partial first: with the database at X.partial, that is refused too."""
+    db = tmp_path / "copy.db.partial"
+    await prefill(db, 1)
+    config = ops_config(tmp_path, db)
+    rc, _, err = await cli(config, "backup", str(tmp_path / "copy.db"))
+    assert rc == 2 and "temporary copy" in err
+    assert rows(db, "SELECT COUNT(*) FROM events") == [(1,)]
+    assert not (tmp_path / "copy.db").exists()
+
+
+async def test_backup_to_a_folder_or_an_unwritable_place_fails_cleanly(tmp_path: Path) -> None:
+    """A folder as the target is refused (exit 2) before anything is written; a target that
+    cannot be created, or a write failing midway, exits 1 with a message, no traceback and no
+    `.partial` file left behind."""
+    db = tmp_path / "depositd.db"
+    await prefill(db, 50)  # ~200 KB
+    config = ops_config(tmp_path, db)
+    folder = tmp_path / "backups"
+    folder.mkdir()
+    rc, _, err = await cli(config, "backup", str(folder))
+    assert rc == 2 and "is a directory" in err and "Traceback" not in err
+    assert [n for n in names(tmp_path) if not n.startswith("depositd.db")] == [
+        "backups",
+        "depositd.yaml",
+    ]
+    assert names(folder) == []
+
+    (tmp_path / "a-file").write_text("")
+    rc, _, err = await cli(config, "backup", str(tmp_path / "a-file" / "copy.db"))
+    assert rc == 1 and "backup to" in err and "Traceback" not in err
+
+    # A disk filling up midway, as a file-size limit for the command (which root obeys too).
+    limited = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536));"
+        " from worker.commands.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        *[
+            sys.executable,
+            "-c",
+            limited,
+            "backup",
+            str(folder / "copy.db"),
+            "--config",
+            str(config),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, raw_err = await asyncio.wait_for(proc.communicate(), 30)
+    err = raw_err.decode()
+    assert proc.returncode == 1 and "backup to" in err and "Traceback" not in err, err
+    assert names(folder) == []
+
+
+# --- replay, retry-failed, status ----------------------------------------------------------
+
+
+async def test_replay_reprocesses_an_event_without_acting_twice(
+    tmp_path: Path, provider_url: str
+) -> None:
+    """`replay` re-runs a stored event through the running service; it books nothing twice."""
+    service = Service(tmp_path, provider_url)
+    await service.start()
+    try:
+        assert await service.post(envelope("ev-req", "DEPOSIT_WHITELIST_REQUIRED", "tx-r")) == 200
+        credited = envelope("ev-cred", "DEPOSIT_WHITELIST_CREDITED", "tx-r")
+        assert await service.post(credited) == 200
+        await wait_for("processing", lambda: service.event_status("ev-cred") == "processed")
+        done = [("alert", "done"), ("book", "done")]
+        await wait_for(
+            "the actions", lambda: [(a, s) for a, _, _, s in service.actions("tx-r")] == done
+        )
+        before = service.actions("tx-r")
+        assert rows(service.db, "SELECT COUNT(*) FROM ledger") == [(1,)]
+
+        rc, out, err = await cli(service.config, "replay", "ev-cred")
+        assert rc == 0, err
+        assert "ev-cred" in out
+        # The processor sweeps the inbox periodically: a fact row per run of the event.
+        await wait_for(
+            "the replayed event to run again",
+            lambda: (
+                rows(service.db, "SELECT COUNT(*) FROM facts WHERE event_id='ev-cred'") == [(2,)]
+            ),
+        )
+        assert service.event_status("ev-cred") == "processed"
+        assert service.actions("tx-r") == before
+        assert rows(service.db, "SELECT COUNT(*) FROM ledger") == [(1,)]
+
+        rc, _, err = await cli(service.config, "replay", "no-such-event")
+        assert rc == 1
+        assert "no-such-event" in err
+        assert await service.stop() == 0
+    finally:
+        await service.kill()
+
+
+async def test_status_then_retry_failed_keeps_idempotency_keys(
+    tmp_path: Path, provider_url: str
+) -> None:
+    """`status` counts failures and waiting deposits; `retry-failed` re-runs them, same keys."""
+    service = Service(tmp_path, provider_url)
+    await service.start()
+    try:
+        # Wallet 1002 has a fallback profile, so this is submitted; the sandbox never saw the
+        # deposit, so the submission fails for good ("deposit gone").
+        gone = envelope("ev-gone", "DEPOSIT_WHITELIST_REQUIRED", "tx-gone", walletId=1002)
+        assert await service.post(gone) == 200
+        broken = envelope("ev-bad", "DEPOSIT_WHITELIST_REQUIRED", "tx-bad", amount="lots")
+        assert await service.post(broken) == 200
+        await wait_for(
+            "the broken event to fail", lambda: service.event_status("ev-bad") == "failed"
+        )
+        submit = (
+            "SELECT status, attempts, idempotency_key FROM actions WHERE action='submit_profile'"
+        )
+        [(_, attempts, key)] = await wait_for(
+            "the submission to fail", lambda: rows(service.db, submit + " AND status='failed'")
+        )
+        assert (attempts, len(key)) == (1, 40)
+        last_webhook = rows(service.db, "SELECT MAX(received_at) FROM events")[0][0]
+
+        rc, out, err = await cli(service.config, "status")
+        assert rc == 0, err
+        report = json.loads(out)
+        assert report["version"] == __version__
+        assert report["lastWebhookAt"] == last_webhook
+        assert report["pendingEvents"] == 0
+        assert report["failedEvents"] == 1
+        assert report["failedActions"] == 1
+        assert report["waitingOnHuman"] == 1  # tx-gone still needs payer details
+        assert report["deposits"] == {"needs_details": 1}
+
+        rc, out, err = await cli(service.config, "retry-failed")
+        assert rc == 0, err
+        assert "1 event(s), 1 action(s)" in out
+        # The service runs them again: the submission with the same key, the event anew.
+        again = await wait_for(
+            "the submission to run again", lambda: rows(service.db, submit + " AND attempts=2")
+        )
+        assert again[0][2] == key
+        await wait_for(
+            "the submission to settle", lambda: rows(service.db, submit)[0][0] == "failed"
+        )
+        assert rows(service.db, submit) == [("failed", 2, key)]
+        await wait_for(
+            "the broken event to run again",
+            lambda: rows(service.db, "SELECT error FROM events WHERE event_id='ev-bad'")[0][0],
+        )
+        assert service.event_status("ev-bad") == "failed"
+        assert await service.stop() == 0
+    finally:
+        await service.kill()
+
+
+async def test_status_is_running_only_while_serve_has_the_database_open(
+    tmp_path: Path, provider_url: str
+) -> None:
+    """`status` after serve was SIGKILLed (start recorded, no stop) says not running and an
+    unclean stop, with no uptime; while serve runs, and after a clean stop, it says so."""
+    service = Service(tmp_path, provider_url)
+    try:
+        await service.start()
+        rc, out, err = await cli(service.config, "status")
+        assert rc == 0, err
+        report = json.loads(out)
+        assert (report["running"], report["uncleanStop"]) == (True, False)
+        assert report["uptimeSeconds"] >= 0
+
+        assert await service.signal(signal.SIGKILL, 20) == -signal.SIGKILL
+        started = rows(service.db, "SELECT value FROM meta WHERE key='started_at'")[0][0]
+        rc, out, err = await cli(service.config, "status")
+        assert rc == 0, err
+        report = json.loads(out)
+        assert (report["running"], report["uncleanStop"], report["uptimeSeconds"]) == (
+            False,
+            True,
+            None,
+        )
+        assert (report["startedAt"], report["stoppedAt"]) == (started, None)
+
+        await service.start()
+        rc, out, _ = await cli(service.config, "status")
+        assert json.loads(out)["running"] is True
+        assert await service.stop() == 0
+        rc, out, _ = await cli(service.config, "status")
+        report = json.loads(out)
+        assert (report["running"], report["uncleanStop"]) == (False, False)
+        assert report["stoppedAt"] > report["startedAt"]
+    finally:
+        await service.kill()
+
+
+async def test_ops_commands_without_a_database_exit_1(tmp_path: Path) -> None:
+    """`status` before any `serve` ran says there is no database and exits 1."""
+    config = tmp_path / "depositd.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
+                "webhook": {"api_key": "k", "secret": "s"},
+                "storage": {"path": str(tmp_path / "none.db")},
+            }
+        )
+    )
+    rc, _, err = await cli(config, "status")
+    assert rc == 1
+    assert "no database" in err
+    assert not (tmp_path / "none.db").exists()
+
+
+# --- retention -----------------------------------------------------------------------------
+
+
+async def test_prune_events_keeps_history_and_unfinished_events(tmp_path: Path) -> None:
+    """prune_events drops only processed/ignored events past retention; ledger/actions stay."""
+    store = Store(tmp_path / "depositd.db")
+    await store.open()
+    old, recent = "2020-01-01T00:00:00.000Z", "2099-01-01T00:00:00.000Z"
+    events = [
+        ("old-processed", "processed", old),
+        ("old-ignored", "ignored", old),
+        ("old-pending", "pending", old),
+        ("old-failed", "failed", old),
+        ("new-processed", "processed", recent),
+    ]
+
+    def seed(db: Any) -> None:
+        db.conn.executemany(
+            "INSERT INTO events (event_id, event_type, transaction_id, body, received_at, status)"
+            " VALUES (?, 'DEPOSIT_WHITELIST_CREDITED', 'tx-1', x'7b7d', ?, ?)",
+            [(e, t, s) for e, s, t in events],
+        )
+        db.execute(
+            "INSERT INTO deposits (transaction_id, state, created_at)"
+            " VALUES ('tx-1', 'credited', ?)",
+            [old],
+        )
+        db.execute(
+            "INSERT INTO actions (transaction_id, event_id, action, status, created_at)"
+            " VALUES ('tx-1', 'old-processed', 'book', 'done', ?)",
+            [old],
+        )
+        db.execute(
+            "INSERT INTO ledger (transaction_id, amount, booked_at) VALUES ('tx-1', '1.5', ?)",
+            [old],
+        )
+
+    try:
+        await store.write(seed)
+        assert await store.write(lambda db: prune_events(db, 30)) == 2
+        assert await store.write(lambda db: prune_events(db, 30)) == 0
+    finally:
+        await store.close()
+    db = tmp_path / "depositd.db"
+    assert {r[0] for r in rows(db, "SELECT event_id FROM events")} == {
+        "old-pending",
+        "old-failed",
+        "new-processed",
+    }
+    for table in ("deposits", "actions", "ledger"):
+        assert rows(db, f"SELECT COUNT(*) FROM {table}") == [(1,)], table
+
+
+async def test_prune_unchanged_facts_keeps_the_ones_that_moved_a_deposit(tmp_path: Path) -> None:
+    """Facts that changed nothing (repeated polls) go after the retention; the rest stay."""
+    store = Store(tmp_path / "depositd.db")
+    await store.open()
+    old, recent = "2020-01-01T00:00:00.000Z", "2099-01-01T00:00:00.000Z"
+    facts = [("old-same", 0, old), ("old-moved", 1, old), ("new-same", 0, recent)]
+
+    def seed(db: Any) -> None:
+        db.conn.executemany(
+            "INSERT INTO facts (transaction_id, source, event_id, fact, changed, recorded_at)"
+            " VALUES ('tx-1', 'poll', ?, '{}', ?, ?)",
+            facts,
+        )
+
+    try:
+        await store.write(seed)
+        assert await store.write(lambda db: prune_unchanged_facts(db, 30)) == 1
+        assert await store.write(lambda db: prune_unchanged_facts(db, 30)) == 0
+    finally:
+        await store.close()
+    kept = {r[0] for r in rows(tmp_path / "depositd.db", "SELECT event_id FROM facts")}
+    assert kept == {"old-moved", "new-same"}

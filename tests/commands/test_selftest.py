@@ -1,0 +1,82 @@
+"""`depositd selftest --url URL` through a reverse proxy (an aiohttp app on loopback) in front
+of a running depositd endpoint: passes through a straight proxy, names the fault otherwise."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable
+from contextlib import closing
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from test_ingress import PATH, write_config
+from test_ops import cli
+
+from worker.commands.selftest import EVENT_TYPE
+from worker.config.settings import load_settings
+from worker.service.app import build_app
+
+ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
+
+
+def proxy(upstream: str, rewrite: Callable[[str], str]) -> web.Application:
+    """A reverse proxy: every request goes to `upstream` + rewrite(path), body and headers as
+    they came; the answer comes back as it is."""
+
+    async def forward(request: web.Request) -> web.Response:
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host",)}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(
+                request.method, upstream + rewrite(request.raw_path), data=body, headers=headers
+            ) as resp,
+        ):
+            return web.Response(
+                status=resp.status,
+                body=await resp.read(),
+                content_type=resp.content_type,
+            )
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", forward)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("public_path", "rewrite", "code", "expected"),
+    [
+        (PATH, lambda p: p, 0, "stored: yes (ignored)"),
+        ("/depositd" + PATH, lambda p: p.removeprefix("/depositd"), 1, "check: path rewritten"),
+        (PATH, lambda p: "/upstream" + p, 1, "check: 404"),
+    ],
+    ids=["straight", "strips-prefix", "wrong-upstream-path"],
+)
+async def test_selftest_through_a_proxy(
+    aiohttp_server: ServerFactory,
+    tmp_path: Path,
+    public_path: str,
+    rewrite: Callable[[str], str],
+    code: int,
+    expected: str,
+) -> None:
+    """Through a straight proxy the selftest event is stored (ignored) and selftest exits 0;
+    a proxy that strips a path prefix fails with the signed and the arrived path named, one
+    that forwards to another path fails with the 404 hint; neither stores anything."""
+    config = write_config(tmp_path)
+    settings = load_settings(config)
+    backend = await aiohttp_server(build_app(settings, sweep_interval_s=0.05))
+    front = await aiohttp_server(proxy(str(backend.make_url("")).rstrip("/"), rewrite))
+    url = str(front.make_url(public_path))
+    status, out, err = await cli(config, "selftest", "--url", url)
+    assert status == code, (out, err)
+    assert expected in out, out
+    with closing(sqlite3.connect(settings.storage.path)) as db:
+        types = [r[0] for r in db.execute("SELECT event_type FROM events")]
+    assert types == ([EVENT_TYPE] if code == 0 else [])
+    if "path rewritten" in expected:
+        assert f"signed for /depositd{PATH}, arrived as {PATH}" in out
+        assert "current-secret" not in out

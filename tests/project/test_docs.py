@@ -1,0 +1,56 @@
+"""The documentation a user has: the reference lists every config key, and nothing cites a
+document the user does not have."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from worker.config.messages import keys_of
+from worker.config.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def config_keys(model: type[BaseModel] = Settings, prefix: str = "") -> list[str]:
+    """Every key of the configuration file, dotted (`webhook.listen`), `*_file` forms aside."""
+    found = []
+    for key in keys_of(model):
+        if key.endswith("_file"):
+            continue
+        name = (
+            key
+            if key in model.model_fields
+            else next(n for n, f in model.model_fields.items() if f.alias == key)
+        )
+        annotation = model.model_fields[name].annotation
+        sections = [a for a in (annotation, *getattr(annotation, "__args__", ()))
+                    if isinstance(a, type) and issubclass(a, BaseModel)]  # fmt: skip
+        if sections:
+            found.extend(config_keys(sections[0], f"{prefix}{key}."))
+        else:
+            found.append(f"{prefix}{key}")
+    return found
+
+
+def test_reference_lists_every_config_key() -> None:
+    """docs/reference.md has a row for every configuration key the program accepts."""
+    rows = set(re.findall(r"^\| `([\w.]+)` \|", (ROOT / "docs/reference.md").read_text(), re.M))
+    assert sorted(set(config_keys()) - rows) == []
+    assert "webhook.listen" in rows and "notify.email.from" in rows
+
+
+def test_docs_cite_no_document_outside_the_repository() -> None:
+    """README and docs never send the reader to a spec or a file outside the repository."""
+    for doc in DOCS:
+        text = doc.read_text()
+        assert not re.search(r"\bSPEC\b", text), doc
+        assert "../shared" not in text, doc
+
+
+def test_readme_links_the_reference() -> None:
+    """The README points to docs/reference.md."""
+    assert "(docs/reference.md)" in (ROOT / "README.md").read_text()

@@ -1,0 +1,222 @@
+"""`depositd serve` under a stand-in systemd: READY=1, WATCHDOG=1, STOPPING=1 on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET, free_port
+from test_ingress_process import children
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
+    """A bound, non-blocking AF_UNIX datagram socket standing in for systemd's notify socket."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "notify.sock"))
+    sock.setblocking(False)
+    yield sock
+    sock.close()
+
+
+def write_config(tmp_path: Path, provider_url: str, port: int, rules: Path | None = None) -> Path:
+    """A serve config with the shipped rules (or `rules`) and profiles and a loopback listener."""
+    cfg = {
+        "provider": {
+            "base_url": provider_url,
+            "api_key": PROVIDER_KEY,
+            "api_secret": PROVIDER_SECRET,
+        },
+        "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
+        "storage": {"path": str(tmp_path / "depositd.db")},
+        "scheduler": {"enabled": False},
+        "rules": str(rules or ROOT / "rules"),
+        "profiles": str(ROOT / "rules" / "profiles.yaml"),
+        "log": {"format": "json", "level": "info"},
+    }
+    path = tmp_path / "depositd.yaml"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+async def start_serve(config: Path, notify: socket.socket, log: Path) -> asyncio.subprocess.Process:
+    """`python -m worker serve` with NOTIFY_SOCKET and a one-second watchdog."""
+    env = {k: v for k, v in os.environ.items() if k != "WATCHDOG_PID"}
+    env.update(
+        NOTIFY_SOCKET=str(notify.getsockname()),
+        WATCHDOG_USEC="1000000",
+        PYTHONPATH=str(ROOT),
+    )
+    with log.open("wb") as err:
+        return await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "worker", "serve", "--config", str(config)],
+            cwd=ROOT,
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
+async def next_message(sock: socket.socket, within: float) -> str:
+    """The next datagram on the notify socket."""
+    loop = asyncio.get_running_loop()
+    data = await asyncio.wait_for(loop.sock_recv(sock, 4096), within)
+    return data.decode()
+
+
+async def messages_for(sock: socket.socket, seconds: float) -> list[str]:
+    """Every datagram that arrives within `seconds`."""
+    got: list[str] = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            got.append(await next_message(sock, left))
+        except TimeoutError:
+            break
+    return got
+
+
+async def test_ready_after_port_bound_watchdog_then_stopping(
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+) -> None:
+    """READY=1 comes once /healthz answers, WATCHDOG=1 repeats, SIGTERM sends STOPPING=1, exit 0."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = await start_serve(write_config(tmp_path, provider_url, port), notify_socket, log)
+    try:
+        before_ready: list[str] = []
+        while (message := await next_message(notify_socket, 15)) != "READY=1":
+            before_ready.append(message)
+        assert set(before_ready) <= {"WATCHDOG=1"}, before_ready
+        # No retry: by the time systemd hears READY=1 the port must already answer.
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/healthz") as resp,
+        ):
+            assert resp.status == 200
+
+        after_ready = await messages_for(notify_socket, 1.6)
+        # WATCHDOG_USEC=1s: a ping every half second, so about three in 1.6 s.
+        assert after_ready.count("WATCHDOG=1") >= 2, after_ready
+        assert set(after_ready) == {"WATCHDOG=1"}, after_ready
+
+        proc.send_signal(signal.SIGTERM)
+        while (message := await next_message(notify_socket, 10)) != "STOPPING=1":
+            assert message == "WATCHDOG=1", message
+        assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert "READY=1" not in before_ready + after_ready  # sent exactly once
+
+
+async def test_no_ready_when_the_port_is_taken(
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+) -> None:
+    """serve that cannot bind its port never sends READY=1 and exits 1."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        log = tmp_path / "serve.log"
+        proc = await start_serve(write_config(tmp_path, provider_url, port), notify_socket, log)
+        try:
+            assert await asyncio.wait_for(proc.wait(), 20) == 1, log.read_text()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    messages: list[str] = []
+    with pytest.raises(BlockingIOError):
+        while True:
+            messages.append(notify_socket.recv(4096).decode())
+    assert "READY=1" not in messages
+
+
+async def test_watchdog_stops_while_the_ingress_process_does_not_answer(
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+) -> None:
+    """A stopped (hung) ingress process stops the watchdog pings, so systemd restarts serve."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = await start_serve(write_config(tmp_path, provider_url, port), notify_socket, log)
+    try:
+        while await next_message(notify_socket, 15) != "READY=1":
+            pass
+        (ingress,) = children(proc.pid)
+        os.kill(ingress, signal.SIGSTOP)
+        await messages_for(notify_socket, 1.5)  # pings already due may still come
+        assert "WATCHDOG=1" not in await messages_for(notify_socket, 1.5)
+        os.kill(ingress, signal.SIGCONT)
+        assert "WATCHDOG=1" in await messages_for(notify_socket, 2)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_sighup_reloading_then_ready_or_refused_status(
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+) -> None:
+    """SIGHUP sends RELOADING=1 with MONOTONIC_USEC, then READY=1 once the new rules are in
+    force; a broken rule file gives READY=1 with a STATUS= saying the old rules are kept."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    rule_file = rules / "default.yaml"
+    original = (ROOT / "rules" / "default.yaml").read_text()
+    rule_file.write_text(original)
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = await start_serve(write_config(tmp_path, provider_url, port, rules), notify_socket, log)
+
+    async def reload() -> tuple[int, int, list[str]]:
+        before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        proc.send_signal(signal.SIGHUP)
+        while (message := await next_message(notify_socket, 10)) == "WATCHDOG=1":
+            pass
+        after = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        first, stamp = message.split("\n")
+        assert first == "RELOADING=1", message
+        assert stamp.startswith("MONOTONIC_USEC="), message
+        usec = int(stamp.removeprefix("MONOTONIC_USEC="))
+        while (done := await next_message(notify_socket, 10)) == "WATCHDOG=1":
+            pass
+        assert before <= usec <= after
+        return before, usec, done.split("\n")
+
+    try:
+        while await next_message(notify_socket, 15) != "READY=1":
+            pass
+        _, _, done = await reload()
+        assert done == ["READY=1", "STATUS=rules and profiles reloaded"]
+
+        rule_file.write_text(original.replace("then: [book]", "then: [book_twice]"))
+        _, _, done = await reload()
+        assert done[0] == "READY=1"
+        assert done[1].startswith("STATUS=reload refused: "), done
+        assert "old rules kept" in done[1]
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/healthz") as resp,
+        ):
+            assert resp.status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -1,0 +1,1 @@
+"""Actions: the reactor that records them, the outbox that runs them, one module a kind."""

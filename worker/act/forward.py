@@ -1,0 +1,142 @@
+"""The forward rows: post a deposit to the URL a rule names, signed with its secret (SPEC 8).
+
+`Forwarder` runs one forward row for `worker.act.outbox.Outbox`; `forward_secret` reads a forward
+rule's signing secret (also used by `worker.commands.check`, which reports one that is missing).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+
+from worker.act.rows import ActionRows, alert_once
+from worker.config.settings import read_secret_file
+from worker.provider import jsonio, signing
+from worker.track.tracker import Deposit
+from worker.urls import host_port
+
+MAX_FORWARD_ATTEMPTS = 8
+
+
+class Forwarder:
+    """Runs forward rows on its own HTTP session, recording outcomes in `ActionRows`."""
+
+    def __init__(self, rows: ActionRows) -> None:
+        self._rows = rows
+        self._http: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        """Close the HTTP session, if a forward opened one."""
+        if self._http is not None:
+            await self._http.close()
+
+    async def run(
+        self, action_id: int, deposit: Deposit | None, params: dict[str, Any], attempts: int
+    ) -> None:
+        """Post the deposit to the rule's URL; a failure is retried with back-off."""
+        if deposit is None:
+            await self._rows.finish(action_id, "skipped", "deposit unknown")
+            return
+        url = str(params["url"])
+        secret, problem = forward_secret(params)
+        if problem is not None:
+            # Forward is signed (SPEC section 8): never post unsigned; wait for the secret.
+            outcome = f"not sent: forward secret missing ({problem})"
+            also = alert_once(
+                deposit,
+                "forward_secret_missing",
+                "warning",
+                trigger="forward",
+                detail=f"forward not sent: {problem}; depositd retries with back-off and never "
+                "posts unsigned",
+            )
+            # Not counted against MAX_FORWARD_ATTEMPTS: it goes out once the secret is there
+            # (the back-off is capped), alerted once meanwhile.
+            await self._rows.later(action_id, attempts, f"{outcome}; retrying", also=also)
+            return
+        body = jsonio.dumpb(params.get("deposit") or deposit.as_json())
+        ok, outcome, redirected = await self._post(url, secret, body)
+        if ok:
+            await self._rows.finish(action_id, "done", f"forwarded to {url}: {outcome}")
+            return
+        # Alerted once per deposit: when a redirect is refused (the target moved, or someone
+        # points it elsewhere), and when the forward gives up.
+        alarm = None
+        if redirected or attempts >= MAX_FORWARD_ATTEMPTS:
+            alarm = alert_once(
+                deposit,
+                "forward_failed",
+                "warning",
+                trigger="forward",
+                detail=f"forward to {host_port(url)} failed: {outcome}",
+            )
+        if attempts < MAX_FORWARD_ATTEMPTS:
+            await self._rows.later(
+                action_id, attempts, f"forward failed ({outcome}); retrying", also=alarm
+            )
+        else:
+            await self._rows.finish(
+                action_id, "failed", f"forward to {url} failed: {outcome}", also=alarm
+            )
+
+    async def _post(self, url: str, secret: str, body: bytes) -> tuple[bool, str, bool]:
+        """POST the signed body once: (ok, outcome, redirected)."""
+        target = url.split("://", 1)[-1]
+        path = "/" + target.split("/", 1)[1] if "/" in target else "/"
+        headers = {
+            "Content-Type": "application/json",
+            **signing.signed_headers("depositd", secret, "POST", path, body),
+        }
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        redirected = False
+        try:
+            # Never followed: a redirect would re-post the deposit and its signature elsewhere.
+            async with self._http.post(
+                url, data=body, headers=headers, allow_redirects=False
+            ) as resp:
+                ok = 200 <= resp.status < 300
+                outcome = f"HTTP {resp.status}"
+                redirected = 300 <= resp.status < 400
+                if redirected:
+                    outcome += f" redirect to {_where(resp.headers.get('Location'))} (not followed)"
+        except TimeoutError:
+            ok, outcome = False, f"timeout ({host_port(url)})"
+        except aiohttp.ClientConnectionError as exc:
+            ok, outcome = False, f"connection error: {type(exc).__name__} to {host_port(url)}"
+        except aiohttp.ClientError as exc:
+            ok, outcome = False, f"{type(exc).__name__} from {host_port(url)}"
+        return ok, outcome, redirected
+
+
+def _where(location: str | None) -> str:
+    """A redirect's Location without its query string or fragment (they may carry secrets)."""
+    if not location:
+        return "(no Location)"
+    parts = urlsplit(location)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+def forward_secret(params: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(secret, problem) of a forward rule's signing secret (secret_env/secret_file), read when
+    used: a problem when it names none (a row queued before the rules required one), or one that
+    is unset, empty or unreadable (SPEC section 8: forward is signed, so it is not sent)."""
+    if params.get("secret_env"):
+        name = str(params["secret_env"])
+        value = os.environ.get(name, "")
+        return (value, None) if value else ("", f"secret_env {name} is not set or empty")
+    if params.get("secret_file"):
+        path = Path(str(params["secret_file"]))
+        try:
+            value = read_secret_file(path)
+        except OSError as exc:
+            return "", f"secret_file {path} cannot be read ({exc.strerror})"
+        except UnicodeDecodeError:  # said without the byte: it is part of a secret
+            return "", f"secret_file {path} is not UTF-8 text"
+        return (value, None) if value else ("", f"secret_file {path} is empty")
+    return "", "no secret_env or secret_file"

@@ -1,0 +1,177 @@
+"""The outbox runner: executes recorded actions (submit, alert, forward) after their commit.
+
+Rows are written by `worker.act.reactor` in the same transaction as the state change that caused
+them. The runner marks a row running, performs the call outside any transaction, then records
+the outcome. A crash between the two leaves the row `running`; at the next start it is run again
+with the same Idempotency-Key, so the provider sees one submission, not two.
+
+Each kind of row runs in a module of its own: `worker.act.submit` (submit_profile),
+`worker.act.alert` (alert) and `worker.act.forward` (forward); all record outcomes in
+`worker.act.rows.ActionRows`. This module holds the runner: its pass loop and row dispatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlite_utils
+
+from worker.act.alert import AlertSender
+from worker.act.forward import Forwarder
+from worker.act.rows import ActionRows
+from worker.act.submit import Observe, Submitter
+from worker.aio import first_done
+from worker.clock import utc_now
+from worker.config.profiles import Profiles
+from worker.errors import StorageError
+from worker.logs import get_logger
+from worker.notify.channels import Notifier
+from worker.provider.client import ProviderClient
+from worker.store.writer import Store
+from worker.track.tracker import Deposit
+
+log = get_logger(__name__)
+
+
+class Outbox:
+    """Runs due action rows until stopped; `run_until_idle` for tests and the demo."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        client: ProviderClient,
+        notifiers: Mapping[str, Notifier],
+        profiles: Callable[[], Profiles],
+        observe: Observe,
+        backoff_s: float = 2.0,
+        backoff_max_s: float = 300.0,
+        notify_retry: Mapping[str, Any] | None = None,
+        on_alert: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._observe = observe
+        self._rows = ActionRows(store, backoff_s=backoff_s, backoff_max_s=backoff_max_s)
+        self._stop: asyncio.Event | None = None
+        self._wake = asyncio.Event()
+        # One pass at a time: serve's loop and a burst caller must not run a row twice.
+        self._pass = asyncio.Lock()
+        self._submitter = Submitter(
+            self._rows,
+            client=client,
+            profiles=profiles,
+            # Looked up at each call: `_observe` may be replaced on a built runner (tests do).
+            observe=lambda fact: self._observe(fact),
+        )
+        self._alerts = AlertSender(
+            store,
+            self._rows,
+            notifiers=notifiers,
+            notify_retry=notify_retry,
+            on_alert=on_alert,
+        )
+        self._forwarder = Forwarder(self._rows)
+
+    def wake(self) -> None:
+        """Tell the runner that new rows may be due."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set; the action in flight is finished first, unless the stop
+        cancels it (`Runtime`: after a grace): its row stays running and resumes after the
+        restart with the same key, as after a crash."""
+        self._stop = stop
+        try:
+            while not stop.is_set():
+                try:
+                    ran = await self.run_once()
+                except Exception:
+                    # The runner must outlive a storage outage: the rows wait, the next pass
+                    # retries.
+                    log.exception("outbox pass failed; retrying")
+                    ran = 0
+                if ran:
+                    continue
+                self._wake.clear()
+                # Events stay set: a wake() while the next due time is read is not missed.
+                timeout = await self._until_next_due()
+                await first_done(self._wake.wait(), stop.wait(), at_most_s=timeout)
+        finally:  # also when a stop cancels the action in flight
+            await self._forwarder.close()
+
+    async def _until_next_due(self, cap_s: float = 1.0) -> float:
+        """Seconds until the earliest delayed row is due, so a short back-off stays short."""
+        try:
+            first = await self._store.read(
+                lambda db: db.execute(
+                    "SELECT MIN(next_attempt_at) FROM actions WHERE status IN ('pending','running')"
+                ).fetchone()[0]
+            )
+        except StorageError:
+            return cap_s
+        if not first:
+            return cap_s
+        due = datetime.fromisoformat(str(first).replace("Z", "+00:00"))
+        return min(cap_s, max(0.005, (due - datetime.now(UTC)).total_seconds()))
+
+    async def run_until_idle(self, *, include_delayed: bool = False) -> None:
+        """Run every due row (and rows they cause) until none is left."""
+        while await self.run_once(include_delayed=include_delayed):
+            pass
+
+    async def run_once(self, *, include_delayed: bool = False) -> int:
+        """Run the rows due now; returns how many ran."""
+        now = "9999" if include_delayed else utc_now()
+        async with self._pass:
+            rows = await self._store.write(
+                lambda db: list(
+                    db.query(
+                        "SELECT * FROM actions WHERE status IN ('pending','running')"
+                        " AND next_attempt_at <= ? ORDER BY id LIMIT 50",
+                        [now],
+                    )
+                )
+            )
+            ran = 0
+            for row in rows:
+                if self._stop is not None and self._stop.is_set():
+                    break  # the rows left stay pending: a stop waits for one row, not fifty
+                await self._execute(row)
+                ran += 1
+        return ran
+
+    async def _execute(self, row: dict[str, Any]) -> None:
+        action_id = int(row["id"])
+
+        def start(db: sqlite_utils.Database) -> dict[str, Any] | None:
+            db.execute(
+                "UPDATE actions SET status='running', attempts=attempts+1, updated_at=? WHERE id=?",
+                [utc_now(), action_id],
+            )
+            found = list(
+                db.query("SELECT * FROM deposits WHERE transaction_id=?", [row["transaction_id"]])
+            )
+            return found[0] if found else None
+
+        deposit_row = await self._store.write(start)
+        deposit = Deposit.from_row(deposit_row) if deposit_row else None
+        params = json.loads(row["params"] or "{}")
+        attempts = int(row["attempts"]) + 1
+        try:
+            if row["action"] == "submit_profile":
+                await self._submitter.run(action_id, row, deposit, params, attempts)
+            elif row["action"] == "alert":
+                await self._alerts.run(action_id, deposit, params, attempts)
+            elif row["action"] == "forward":
+                await self._forwarder.run(action_id, deposit, params, attempts)
+            else:
+                await self._rows.finish(action_id, "skipped", f"nothing to run for {row['action']}")
+        except Exception as exc:  # a bug must not stop the runner; the row shows it
+            log.exception("action crashed", actionId=action_id, action=row["action"])
+            await self._rows.finish(
+                action_id, "failed", f"internal error: {type(exc).__name__}: {exc}"
+            )

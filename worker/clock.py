@@ -1,0 +1,42 @@
+"""Time: epoch milliseconds (the provider's) and ISO 8601 UTC strings (the store's and output's).
+
+Every clock read and every conversion between the two lives here.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_second: tuple[int, str] = (-1, "")  # the last whole second formatted: utc_now runs per request
+
+
+def utc_now() -> str:
+    """Now as ISO 8601 UTC with milliseconds and a Z."""
+    global _second
+    now = time.time()
+    whole = int(now)
+    cached = _second
+    if cached[0] != whole:
+        cached = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{cached[1]}.{int((now - whole) * 1000):03d}Z"
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch, as sent in API-TIMESTAMP."""
+    return time.time_ns() // 1_000_000
+
+
+def iso_from_ms(ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 UTC, 'YYYY-MM-DDTHH:MM:SS.sssZ'."""
+    moment = _EPOCH + timedelta(milliseconds=ms)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def ms_from_iso(text: str) -> int:
+    """ISO 8601 (naive means UTC) as epoch milliseconds, without passing through float."""
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)

@@ -1,0 +1,274 @@
+"""The `depositd` command line (SPEC section 3).
+
+Exit status: 0 success, 2 bad usage or bad configuration, 1 other failure. Each command is a
+`run(args) -> int` function in the module that holds its subject; this module only parses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from worker import __version__
+from worker.errors import ConfigError, DepositdError
+from worker.logs import configure
+
+# command -> "module:function"; modules are imported only when their command runs.
+COMMANDS: dict[str, str] = {
+    "serve": "worker.service.app:run_serve",
+    "check": "worker.commands.check:run",
+    "rules": "worker.commands.rules:run",
+    "ledger": "worker.commands.read:run_ledger",
+    "deposits": "worker.commands.read:run_deposits",
+    "events": "worker.commands.read:run_events",
+    "addresses": "worker.commands.read:run_addresses",
+    "replay": "worker.commands.ops:run_replay",
+    "retry-failed": "worker.commands.ops:run_retry_failed",
+    "resolve": "worker.commands.resolve:run",
+    "backup": "worker.commands.ops:run_backup",
+    "status": "worker.commands.ops:run_status",
+    "register-address": "worker.poll.addresses:run",
+    "backfill": "worker.commands.backfill:run",
+    "sandbox": "worker.dev.sandbox.cli:run",
+    "demo": "worker.dev.demo:run",
+    "init": "worker.commands.init:run",
+    "selftest": "worker.commands.selftest:run",
+}
+
+
+# The tracked states (worker.track.tracker.State), listed here so that parsing imports no model.
+STATES = (
+    "processing",
+    "needs_details",
+    "submitted",
+    "rejected",
+    "credited",
+    "completed",
+    "blocked",
+    "failed",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    config_help = "configuration file (default: $DEPOSITD_CONFIG, else ./depositd.yaml)"
+    # `--config` goes before or after the command (`depositd --config X status`, `depositd
+    # status --config X`). Only the top level has a default (None): a subcommand's own default
+    # would overwrite a value given before it, as would a nested one in `rules --config X test`.
+    common = _Parser(add_help=False)
+    common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help=config_help)
+    nested = _Parser(add_help=False)
+    nested.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="as above")
+    parser = _Parser(prog="depositd", description="Travel Rule deposit worker")
+    parser.add_argument("--version", action="version", version=f"depositd {__version__}")
+    parser.add_argument("--config", metavar="PATH", default=None, help=config_help)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    sub.add_parser("serve", parents=[common], help="run ingress, processor and scheduler")
+    p = sub.add_parser("check", parents=[common], help="validate config, rules and profiles")
+    p.add_argument("--online", action="store_true", help="also check provider names online")
+
+    p = sub.add_parser("rules", parents=[common], help="rule tools")
+    rules_sub = p.add_subparsers(dest="rules_command", required=True, parser_class=_Parser)
+    t = rules_sub.add_parser("test", parents=[nested], help="dry-run rules against an event")
+    src = t.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "event_file",
+        nargs="?",
+        metavar="EVENT.json",
+        help="a webhook body as the provider posts it (a JSON file)",
+    )
+    src.add_argument("--event", metavar="EVENT_ID", help="a stored event, by its eventId")
+
+    json_help = "one JSON object per line instead of a table"
+    p = sub.add_parser("ledger", parents=[common], help="print booked deposits")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--since", metavar="ISO", help="only entries booked at or after this time")
+
+    states = list(STATES)
+    p = sub.add_parser("deposits", parents=[common], help="print tracked deposits")
+    p.add_argument(
+        "--state",
+        type=_state,
+        choices=states,
+        metavar="STATE",
+        help=f"only this state: {', '.join(states)}",
+    )
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("transaction_id", nargs="?", help="show one deposit with its history")
+
+    p = sub.add_parser("events", parents=[common], help="print stored webhook events")
+    p.add_argument("--failed", action="store_true", help="failed events, actions and alerts")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument(
+        "--type",
+        metavar="TYPE",
+        action="append",
+        help="only this eventType (repeat for several), e.g. DEPOSIT_WHITELIST_REQUIRED",
+    )
+    p.add_argument("--since", metavar="ISO", help="only events received at or after this time")
+    p.add_argument("--limit", type=_positive, metavar="N", help="only the last N events")
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print new events as they are stored (checked every second) until Ctrl-C",
+    )
+
+    p = sub.add_parser("addresses", parents=[common], help="print registered source addresses")
+    p.add_argument("--json", action="store_true", help=json_help)
+
+    p = sub.add_parser("replay", parents=[common], help="re-run one stored event")
+    p.add_argument("event_id", metavar="EVENT_ID", help="the stored event's eventId")
+    sub.add_parser("retry-failed", parents=[common], help="re-run failed events and actions")
+    p = sub.add_parser(
+        "resolve", parents=[common], help="show or decide a deposit's fixed-field conflicts"
+    )
+    p.add_argument("transaction_id", metavar="TX", help="the deposit's transactionId")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="the decided value of a field in conflict (amount, walletId, currency, network,"
+        " fromAddress, toAddress); repeat for each",
+    )
+    p.add_argument("--by", metavar="NAME", help="who decides (recorded)")
+    p.add_argument("--note", metavar="TEXT", help="why (recorded)")
+    p = sub.add_parser("backup", parents=[common], help="consistent online copy of the database")
+    p.add_argument("path", metavar="PATH", help="file to write (not the database itself)")
+    sub.add_parser("status", parents=[common], help="state of the running service")
+    _register_address(sub, common)
+
+    p = sub.add_parser(
+        "backfill", parents=[common], help="read the full history of a window into the tracker"
+    )
+    p.add_argument(
+        "--since", required=True, metavar="ISO", help="start of the window (ISO 8601, UTC)"
+    )
+    p.add_argument("--until", metavar="ISO", help="default: now")
+    p.add_argument("--wallet", type=int, metavar="ID", help="only this wallet's history")
+
+    _sandbox(sub, common)
+
+    p = sub.add_parser("demo", parents=[common], help="sandbox + worker scripted scenarios")
+    p.add_argument("--keep", metavar="DIR", help="keep the demo's files in DIR")
+    p = sub.add_parser("init", help="write a working local setup into a folder")
+    p.add_argument(
+        "--sandbox",
+        required=True,
+        metavar="DIR",
+        help="folder for a setup against the local provider sandbox (created; must be empty)",
+    )
+    p = sub.add_parser(
+        "selftest", parents=[common], help="send a signed test event through the public URL"
+    )
+    p.add_argument("--url", required=True, help="the public webhook URL the provider posts to")
+    return parser
+
+
+def _register_address(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("register-address", parents=[common], help="register a source address")
+    p.add_argument("--wallet", required=True, type=int, metavar="ID", help="walletId it pays into")
+    p.add_argument("--address", required=True, metavar="ADDR", help="the source address")
+    p.add_argument("--network", required=True, metavar="NET", help="its network, e.g. TRON")
+    p.add_argument("--profile", required=True, metavar="NAME", help="payer profile to register")
+    p.add_argument("--tx-hash", metavar="H", help="hash of a deposit already sent from it")
+    p.add_argument("--memo", metavar="M", help="memo or tag, on networks that use one")
+    p.add_argument(
+        "--replace-failed",
+        action="store_true",
+        help="register again an address whose last registration FAILED",
+    )
+    p.add_argument("--no-wait", action="store_true", help="do not poll until ACTIVE or FAILED")
+
+
+def _sandbox(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("sandbox", parents=[common], help="run the provider sandbox")
+    p.add_argument(
+        "--port", type=_port, metavar="N", help="listen on this port (default: provider.base_url's)"
+    )
+    p.add_argument("--state", metavar="FILE", help="keep sandbox state in this SQLite file")
+    p.add_argument(
+        "--auto-review",
+        action="store_true",
+        help="pass every submission and address registration review 2 s after it arrives",
+    )
+    actions = p.add_subparsers(
+        dest="sandbox_command",
+        parser_class=_Parser,
+        metavar="[inject]",
+        help="optional: without it the sandbox runs until SIGINT or SIGTERM",
+    )
+    q = actions.add_parser(
+        "inject", help="inject an on-chain deposit into the running sandbox", parents=[common]
+    )
+    q.add_argument("--amount", required=True, metavar="AMOUNT", help="decimal amount, e.g. 125.50")
+    q.add_argument("--wallet", type=int, default=1002, metavar="ID", help="walletId (1002)")
+    q.add_argument("--currency", default="USDT", help="currency (USDT)")
+    q.add_argument("--network", default="TRON", help="network (TRON)")
+    q.add_argument(
+        "--from",
+        dest="from_address",
+        metavar="ADDR",
+        help="source address (default: a new one the provider does not know)",
+    )
+
+
+def _state(text: str) -> str:
+    """A tracked state's name (argparse type; the error names the known ones)."""
+    if text not in STATES:
+        raise argparse.ArgumentTypeError(f"unknown state {text!r} (known: {', '.join(STATES)})")
+    return text
+
+
+def _positive(text: str) -> int:
+    """A whole number of at least 1 (argparse type)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number of at least 1: {text!r}")
+    return int(text)
+
+
+def _port(text: str) -> int:
+    """A TCP port number (argparse type: anything else is a usage error, exit 2)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (1-65535): {text!r}")
+    return port
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `depositd` and `python -m worker`."""
+    args = build_parser().parse_args(argv)
+    # Log lines go to stderr, never into a command's output (serve sets its own from config).
+    configure(None, "warning")
+    target = COMMANDS[args.command]
+    module_name, func_name = target.split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    try:
+        result: int = func(args)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    except DepositdError as exc:
+        print(f"depositd: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # Output piped into e.g. `head`, which stopped reading: not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return result

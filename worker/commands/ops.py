@@ -1,0 +1,221 @@
+"""Day-2 commands: backup, replay, retry-failed, status.
+
+They work on the database file beside a running service: SQLite in WAL mode lets them read and
+make small writes while `serve` runs; the service's processor and outbox pick up rows these
+commands set back to pending (they sweep the tables every second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sqlite3
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any, TextIO
+
+from worker import __version__
+from worker.clock import ms_from_iso, utc_now
+from worker.commands.read import run_on_db
+from worker.config.settings import load_settings
+from worker.service.lock import serving
+
+# The files SQLite keeps beside a database: writing over any of them under a running service
+# corrupts the database.
+_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if a.resolve() == b.resolve():
+            return True
+        return os.path.samefile(a, b)  # hard links, bind mounts
+    except (OSError, RuntimeError):  # one of them does not exist; a symlink loop
+        return False
+
+
+def backup_target_problem(database: Path, target: Path) -> str | None:
+    """Why `target` must not be written as a backup of `database`, or None when it may."""
+    if target.is_dir():
+        return f"{target} is a directory; give the path of the backup file to write"
+    live = [database, *(database.with_name(database.name + s) for s in _COMPANIONS)]
+    for file in live:
+        if _same_file(target, file):
+            return f"{target} is the live database file {file}; choose another path"
+        if _same_file(_partial(target), file):
+            return f"{target}: its temporary copy would overwrite the live database file {file}"
+    return None
+
+
+def _partial(target: Path) -> Path:
+    return target.with_name(target.name + ".partial")
+
+
+def backup(source: Path, target: Path) -> int:
+    """Consistent online copy with SQLite's backup API; returns the page count copied.
+
+    Written to `<target>.partial` first, which is removed if anything fails.
+    """
+    tmp = _partial(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
+        # Created 0600 before SQLite opens it (the copy holds payer data): never readable by
+        # others, not even for a moment; SQLite gives its journal files the mode of the
+        # database file.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.chmod(tmp, 0o600)  # whatever the umask
+        with (
+            closing(sqlite3.connect(source, timeout=30)) as src,
+            closing(sqlite3.connect(tmp)) as dst,
+        ):
+            # One step under one read transaction: copied in steps, every commit the service
+            # makes between two steps restarts the copy, which under load may never finish.
+            # WAL keeps the service writing meanwhile.
+            src.backup(dst, pages=-1)
+            pages = int(dst.execute("PRAGMA page_count").fetchone()[0])
+            dst.execute("PRAGMA journal_mode=DELETE")
+        tmp.replace(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if tmp.is_file():
+                tmp.unlink()
+        raise
+    return pages
+
+
+def run_backup(args: argparse.Namespace) -> int:
+    """`depositd backup PATH`: exit 2 for a target that is the database or a folder."""
+
+    def body(_conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
+        settings = load_settings(args.config)
+        target = Path(args.path)
+        problem = backup_target_problem(Path(settings.storage.path), target)
+        if problem:
+            print(f"depositd: backup refused: {problem}", file=sys.stderr)
+            return 2
+        started = time.monotonic()
+        try:
+            pages = backup(settings.storage.path, target)
+        except (OSError, sqlite3.Error) as exc:
+            print(f"depositd: backup to {target} failed: {exc}", file=sys.stderr)
+            return 1
+        elapsed = time.monotonic() - started
+        print(f"backup written to {args.path} ({pages} pages, {elapsed:.2f}s)", file=out)
+        return 0
+
+    return run_on_db(args, body)
+
+
+def _replay(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+    with conn:
+        cur = conn.execute(
+            "UPDATE events SET status='pending', error=NULL, processed_at=NULL WHERE event_id=?",
+            [args.event_id],
+        )
+    if cur.rowcount == 0:
+        print(f"depositd: no stored event {args.event_id!r}", file=sys.stderr)
+        return 1
+    print(
+        f"event {args.event_id} queued again; the running service re-runs it through the tracker"
+        " and the rules (transitions already taken do not act twice)",
+        file=out,
+    )
+    return 0
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """`depositd replay EVENT_ID`: put one stored event back in the inbox."""
+    return run_on_db(args, _replay, readonly=False)
+
+
+def _retry_failed(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
+    now = utc_now()
+    with conn:
+        events = conn.execute(
+            "UPDATE events SET status='pending', error=NULL WHERE status='failed'"
+        ).rowcount
+        actions = conn.execute(
+            # Submissions the provider refused for the profile (10000102/10000103) wait for a
+            # changed profile instead: the same payload would be refused again.
+            "UPDATE actions SET status='pending', next_attempt_at=?, updated_at=?"
+            " WHERE status='failed' AND NOT (action='submit_profile' AND outcome LIKE 'profile %')",
+            [now, now],
+        ).rowcount
+        conn.execute("UPDATE alerts SET status='pending' WHERE status='failed'")
+    print(f"queued again: {events} event(s), {actions} action(s) (idempotency keys kept)", file=out)
+    return 0
+
+
+def run_retry_failed(args: argparse.Namespace) -> int:
+    """`depositd retry-failed`: failed events and actions back to pending, same keys."""
+    return run_on_db(args, _retry_failed, readonly=False)
+
+
+def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[str, Any]:
+    """What `status` shows, read from the database; `in_use`: whether a serve holds it now
+    (`worker.service.lock.serving`), None when unknown."""
+    meta = {r["key"]: r["value"] for r in conn.execute("SELECT key, value FROM meta")}
+
+    def one(sql: str, *args: Any) -> Any:
+        return conn.execute(sql, args).fetchone()[0]
+
+    started, stopped = meta.get("started_at"), meta.get("stopped_at")
+    # `serve` records its start and its stop; a SIGKILL, a crash or a power cut leaves the start
+    # alone, so the record is only believed while some process has the database open.
+    recorded = bool(started) and (not stopped or stopped < started)
+    running = recorded and in_use is not False
+    uptime = None
+    if running and started:
+        uptime = round((ms_from_iso(utc_now()) - ms_from_iso(started)) / 1000)
+    return {
+        "version": __version__,
+        "running": running,
+        "startedAt": started,
+        "stoppedAt": stopped,
+        # true: the last serve ended without recording its stop; null: could not check.
+        "uncleanStop": None if recorded and in_use is None else recorded and not running,
+        "uptimeSeconds": uptime,
+        # The meta key survives retention pruning; the events table is the fallback.
+        "lastWebhookAt": meta.get("last_webhook_at") or one("SELECT MAX(received_at) FROM events"),
+        "lastHistoryPollOk": meta.get("last_history_poll_ok"),
+        "lastDetailPollOk": meta.get("last_detail_poll_ok"),
+        # Up to when the full history was read completely (catch-up, sweep, backfill).
+        "historyCoveredUntil": meta.get("history_covered_until"),
+        "pendingEvents": one("SELECT COUNT(*) FROM events WHERE status='pending'"),
+        "failedEvents": one("SELECT COUNT(*) FROM events WHERE status='failed'"),
+        "pendingActions": one("SELECT COUNT(*) FROM actions WHERE status IN ('pending','running')"),
+        "failedActions": one("SELECT COUNT(*) FROM actions WHERE status='failed'"),
+        "failedAlerts": one("SELECT COUNT(*) FROM alerts WHERE status='failed'"),
+        "waitingOnHuman": one(
+            "SELECT COUNT(*) FROM deposits WHERE state IN ('needs_details','rejected','blocked')"
+        ),
+        # Deposits whose booking is held by a fixed-field conflict (`depositd resolve`); a
+        # database not yet migrated to version 3 has none.
+        "heldByConflict": one(
+            "SELECT COUNT(DISTINCT transaction_id) FROM conflicts WHERE decided_at IS NULL"
+        )
+        if one("SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='conflicts'")
+        else 0,
+        "deposits": {
+            r[0]: r[1] for r in conn.execute("SELECT state, COUNT(*) FROM deposits GROUP BY state")
+        },
+        "booked": one("SELECT COUNT(*) FROM ledger"),
+        # Requests refused on the webhook port by reason, since `since` (a serve's start).
+        "webhookRefusals": json.loads(meta.get("webhook_refusals") or "null"),
+    }
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """`depositd status`: from the running service's database."""
+    in_use = serving(Path(load_settings(args.config).storage.path))
+
+    def body(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
+        print(json.dumps(status_report(conn, in_use), indent=2), file=out)
+        return 0
+
+    return run_on_db(args, body)

@@ -1,0 +1,498 @@
+"""Read-only commands: `events`, `deposits`, `ledger`, `addresses` (SPEC sections 3 and 11).
+
+They open the database with a plain read-only connection, so they run beside `serve` (WAL lets
+readers and the writer proceed together), and as immutable where a WAL reader cannot start (see
+`_readable`). Human output is aligned columns; `--json` prints one object per line. A stored
+event's body is never printed (it may carry payer data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from worker.commands import eventfilter
+from worker.config.settings import load_settings
+from worker.provider import jsonio
+from worker.store.writer import connect
+from worker.track.tracker import Deposit, State
+
+
+class NoDatabase(Exception):
+    """The configured database file does not exist yet."""
+
+
+@contextmanager
+def open_db(args: argparse.Namespace, *, readonly: bool = True) -> Iterator[sqlite3.Connection]:
+    """A connection to the configured database (read-only by default); `NoDatabase` if absent."""
+    settings = load_settings(args.config)
+    path = Path(settings.storage.path)
+    if not path.exists():
+        raise NoDatabase(f"no database at {path} (has `depositd serve` run yet?)")
+    conn = connect(path, readonly=readonly, synchronous=settings.storage.synchronous)
+    if readonly:
+        conn = _readable(conn, path)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _readable(conn: sqlite3.Connection, path: Path) -> sqlite3.Connection:
+    """`conn`, or an immutable reader when a read-only WAL reader cannot start here.
+
+    A WAL reader needs the -shm file; with none left (the service stopped cleanly) and a folder
+    this user cannot write, SQLite cannot create it and refuses to read ("attempt to write a
+    readonly database"). With no -wal content the main file holds every commit, so reading it
+    as immutable is complete (as `rules test` does). A -wal with content is never skipped.
+    """
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY or _wal_has_content(path):
+            conn.close()
+            raise
+    conn.close()
+    immutable = sqlite3.connect(
+        f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, timeout=5.0
+    )
+    immutable.row_factory = sqlite3.Row
+    return immutable
+
+
+def _wal_has_content(path: Path) -> bool:
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return wal.stat().st_size > 0
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: do not risk skipping commits
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO) -> None:
+    """Print rows as aligned columns under a header line."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = [headers, *cells]
+    for line in lines:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip(), file=out)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _json_line(obj: Mapping[str, Any], out: TextIO) -> None:
+    print(jsonio.dumps(dict(obj)), file=out)
+
+
+def run_on_db(args: argparse.Namespace, body: Any, *, readonly: bool = True) -> int:
+    """Run `body(conn, args, out)` on the configured database; exit 1 when it cannot be read."""
+    out = sys.stdout
+    try:
+        with open_db(args, readonly=readonly) as conn:
+            result: int = body(conn, args, out)
+            return result
+    except NoDatabase as exc:
+        print(f"depositd: {exc}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as exc:
+        print(f"depositd: cannot read the database: {exc}", file=sys.stderr)
+        return 1
+
+
+# --- events ------------------------------------------------------------------------------
+
+
+def event_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An `events` row as `events --json` prints it (never the body)."""
+    return {
+        "kind": "event",
+        "eventId": row["event_id"],
+        "eventType": row["event_type"],
+        "referenceId": row["reference_id"],
+        "transactionId": row["transaction_id"],
+        "receivedAt": row["received_at"],
+        "status": row["status"],
+        "processedAt": row["processed_at"],
+        "error": row["error"],
+    }
+
+
+# Action and alert lines of `events --failed --json` carry the keys SPEC section 3 pins for
+# every line (eventId, eventType, transactionId, receivedAt, status): for an action, those of
+# the event it came from (null once retention pruned it); an alert belongs to no event.
+
+
+def action_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A failed `actions` row as `events --failed --json` prints it (`kind` "action")."""
+    return {
+        "kind": "action",
+        "eventId": row["event_id"],
+        "eventType": row["event_type"],
+        "transactionId": row["transaction_id"],
+        "receivedAt": row["received_at"],
+        "status": row["status"],
+        "id": row["id"],
+        "trigger": row["trigger"],
+        "ruleSet": row["rule_set"],
+        "ruleSetVersion": row["rule_set_version"],
+        "rule": row["rule"],
+        "action": row["action"],
+        "attempts": row["attempts"],
+        "outcome": row["outcome"],
+        "updatedAt": row["updated_at"],
+    }
+
+
+def alert_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A failed `alerts` row as `events --failed --json` prints it (`kind` "alert")."""
+    return {
+        "kind": "alert",
+        "eventId": None,
+        "eventType": None,
+        # "-": an alert about no deposit (a poll failing, a reload refused).
+        "transactionId": None if row["transaction_id"] == "-" else row["transaction_id"],
+        "receivedAt": None,
+        "status": row["status"],
+        "id": row["id"],
+        "alert": row["dedupe_key"],
+        "condition": row["condition"],
+        "severity": row["severity"],
+        "channel": row["channel"],
+        "attempts": row["attempts"],
+        "error": row["last_error"],
+        "createdAt": row["created_at"],
+    }
+
+
+def _events(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+    follows = getattr(args, "follow", False)
+    if follows and args.failed:
+        print("depositd: --follow prints new events; leave --failed out", file=sys.stderr)
+        return 2
+    try:
+        rows = eventfilter.select_events(conn, args)
+    except ValueError as exc:
+        print(f"depositd: --since {args.since!r} {exc}", file=sys.stderr)
+        return 2
+    actions, alerts = _failed_actions(conn) if args.failed else ([], [])
+    if args.json:
+        for line in [*map(event_json, rows), *actions, *alerts]:
+            _json_line(line, out)
+    else:
+        table(_EVENT_HEADERS, [_event_cells(r) for r in rows], out)
+    if follows:
+        out.flush()
+
+        def emit(row: Any) -> None:
+            if args.json:
+                _json_line(event_json(row), out)
+            else:
+                print("  ".join(_cell(c) for c in _event_cells(row)), file=out)
+            out.flush()
+
+        return eventfilter.follow(conn, args, rows[-1]["seq"] if rows else 0, emit)
+    if args.json:
+        return 0
+    if actions:
+        print("\nfailed actions", file=out)
+        columns = ["id", "transactionId", "trigger", "rule", "action", "attempts", "outcome"]
+        table(columns, [[a[c] for c in columns] for a in actions], out)
+    if alerts:
+        print("\nfailed alerts", file=out)
+        table(
+            ["alert", "severity", "channel", "attempts", "error"],
+            [[a["alert"], a["severity"], a["channel"], a["attempts"], a["error"]] for a in alerts],
+            out,
+        )
+    return 0
+
+
+_EVENT_HEADERS = ["receivedAt", "eventId", "eventType", "transactionId", "status", "error"]
+
+
+def _event_cells(r: Mapping[str, Any]) -> list[Any]:
+    return [
+        r["received_at"],
+        r["event_id"],
+        r["event_type"],
+        r["transaction_id"],
+        r["status"],
+        r["error"],
+    ]
+
+
+def _failed_actions(
+    conn: sqlite3.Connection,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Failed actions and alerts that could not be sent, as their JSON lines."""
+    actions = conn.execute(
+        "SELECT a.*, e.event_type, e.received_at FROM actions a"
+        " LEFT JOIN events e ON e.event_id = a.event_id"
+        " WHERE a.status = 'failed' ORDER BY a.id"
+    ).fetchall()
+    alerts = conn.execute("SELECT * FROM alerts WHERE status = 'failed' ORDER BY id").fetchall()
+    return [action_json(a) for a in actions], [alert_json(a) for a in alerts]
+
+
+def run_events(args: argparse.Namespace) -> int:
+    """`depositd events [--failed] [--json] [--type T] [--since ISO] [--limit N] [--follow]`."""
+    return run_on_db(args, _events)
+
+
+# --- deposits ----------------------------------------------------------------------------
+
+_DEPOSIT_COLUMNS = (
+    "transactionId",
+    "walletId",
+    "currency",
+    "network",
+    "amount",
+    "state",
+    "status",
+    "whiteListStatus",
+    "creditStatus",
+    "updatedAt",
+)
+
+
+def deposit_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A `deposits` row as `deposits --json` prints it."""
+    return Deposit.from_row(dict(row)).as_json()
+
+
+def _deposits(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+    if args.transaction_id:
+        if args.state:
+            print("depositd: give a transactionId or --state, not both", file=sys.stderr)
+            return 2
+        return _one_deposit(conn, args.transaction_id, args.json, out)
+    states = {s.value for s in State}
+    if args.state and args.state not in states:
+        print(
+            f"depositd: unknown state {args.state!r} (known: {', '.join(sorted(states))})",
+            file=sys.stderr,
+        )
+        return 2
+    query = "SELECT * FROM deposits"
+    params: list[Any] = []
+    if args.state:
+        query += " WHERE state = ?"
+        params.append(args.state)
+    rows = conn.execute(query + " ORDER BY created_at, transaction_id", params).fetchall()
+    deposits = [deposit_json(r) for r in rows]
+    if args.json:
+        for d in deposits:
+            _json_line(d, out)
+        return 0
+    table(_DEPOSIT_COLUMNS, [[d.get(c) for c in _DEPOSIT_COLUMNS] for d in deposits], out)
+    return 0
+
+
+def _one_deposit(conn: sqlite3.Connection, tx: str, as_json: bool, out: TextIO) -> int:
+    row = conn.execute("SELECT * FROM deposits WHERE transaction_id = ?", [tx]).fetchone()
+    if row is None:
+        print(f"depositd: no deposit {tx!r}", file=sys.stderr)
+        return 1
+    deposit = deposit_json(row)
+    facts = [
+        {
+            "recordedAt": f["recorded_at"],
+            "source": f["source"],
+            "eventId": f["event_id"],
+            "observedAt": f["observed_at"],
+            "changed": bool(f["changed"]),
+            "fact": json.loads(f["fact"] or "{}"),
+        }
+        for f in conn.execute(
+            "SELECT * FROM facts WHERE transaction_id = ? ORDER BY id", [tx]
+        ).fetchall()
+    ]
+    actions = [
+        {
+            "createdAt": a["created_at"],
+            "trigger": a["trigger"],
+            "ruleSet": a["rule_set"],
+            "ruleSetVersion": a["rule_set_version"],
+            "rule": a["rule"],
+            "action": a["action"],
+            "status": a["status"],
+            "attempts": a["attempts"],
+            "outcome": a["outcome"],
+            "eventId": a["event_id"],
+        }
+        for a in conn.execute(
+            "SELECT * FROM actions WHERE transaction_id = ? ORDER BY id", [tx]
+        ).fetchall()
+    ]
+    if as_json:
+        _json_line({**deposit, "facts": facts, "actions": actions}, out)
+        return 0
+    width = max(len(k) for k in deposit)
+    for key, value in deposit.items():
+        print(f"{key.ljust(width)}  {_cell(value)}", file=out)
+    print("\nfacts", file=out)
+    table(
+        ["recordedAt", "source", "eventId", "changed", "status", "whiteListStatus", "creditStatus"],
+        [
+            [
+                f["recordedAt"],
+                f["source"],
+                f["eventId"],
+                f["changed"],
+                f["fact"].get("status"),
+                f["fact"].get("white_list_status"),
+                f["fact"].get("credit_status"),
+            ]
+            for f in facts
+        ],
+        out,
+    )
+    print("\nactions", file=out)
+    table(
+        [
+            "createdAt",
+            "trigger",
+            "rule",
+            "action",
+            "status",
+            "attempts",
+            "outcome",
+            "ruleSetVersion",
+        ],
+        [
+            [
+                a["createdAt"],
+                a["trigger"],
+                a["rule"],
+                a["action"],
+                a["status"],
+                a["attempts"],
+                a["outcome"],
+                a["ruleSetVersion"],
+            ]
+            for a in actions
+        ],
+        out,
+    )
+    return 0
+
+
+def run_deposits(args: argparse.Namespace) -> int:
+    """`depositd deposits [--state S] [--json] [TRANSACTION_ID]`."""
+    return run_on_db(args, _deposits)
+
+
+# --- ledger ------------------------------------------------------------------------------
+
+_LEDGER_COLUMNS = (
+    "bookedAt",
+    "transactionId",
+    "walletId",
+    "walletName",
+    "currency",
+    "network",
+    "amount",
+    "fromAddress",
+    "txHash",
+    "trigger",
+)
+
+
+def ledger_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A `ledger` row in the SPEC section 11 format."""
+    return {
+        "transactionId": row["transaction_id"],
+        "walletId": row["wallet_id"],
+        "walletName": row["wallet_name"],
+        "currency": row["currency"],
+        "network": row["network"],
+        "amount": row["amount"],
+        "fromAddress": row["from_address"],
+        "txHash": row["tx_hash"],
+        "bookedAt": row["booked_at"],
+        "trigger": row["trigger"],
+    }
+
+
+def parse_since(value: str) -> str:
+    """--since as the stored timestamp format (UTC, milliseconds, Z); ValueError if unusable."""
+    if not value.strip():
+        raise ValueError("is empty (leave --since out to print the whole ledger)")
+    return eventfilter.parse_time(value, what="--since")
+
+
+def _ledger(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+    query = "SELECT * FROM ledger"
+    params: list[Any] = []
+    if args.since is not None:  # an empty --since is a mistake, not "no filter"
+        try:
+            params.append(parse_since(args.since))
+        except ValueError as exc:
+            print(f"depositd: --since {args.since!r} {exc}", file=sys.stderr)
+            return 2
+        query += " WHERE booked_at >= ?"
+    rows = [
+        ledger_json(r) for r in conn.execute(query + " ORDER BY booked_at, transaction_id", params)
+    ]
+    if args.json:
+        for entry in rows:
+            _json_line(entry, out)
+        return 0
+    table(_LEDGER_COLUMNS, [[e[c] for c in _LEDGER_COLUMNS] for e in rows], out)
+    return 0
+
+
+def run_ledger(args: argparse.Namespace) -> int:
+    """`depositd ledger [--json] [--since ISO]`."""
+    return run_on_db(args, _ledger)
+
+
+# --- addresses ---------------------------------------------------------------------------
+
+_ADDRESS_COLUMNS = ("id", "walletId", "walletAddress", "network", "status", "profile", "updatedAt")
+
+
+def address_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An `addresses` row as `addresses --json` prints it (the profile by name only)."""
+    return {
+        "id": row["id"],
+        "walletId": row["wallet_id"],
+        "walletAddress": row["wallet_address"],
+        "network": row["network"],
+        "memo": row["memo"],
+        "status": row["status"],
+        "failMessage": row["fail_message"],
+        "profile": row["profile"],
+        "updatedAt": row["updated_at"],
+    }
+
+
+def _addresses(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+    rows = [address_json(r) for r in conn.execute("SELECT * FROM addresses ORDER BY created_at")]
+    if args.json:
+        for entry in rows:
+            _json_line(entry, out)
+        return 0
+    table(_ADDRESS_COLUMNS, [[e[c] for c in _ADDRESS_COLUMNS] for e in rows], out)
+    return 0
+
+
+def run_addresses(args: argparse.Namespace) -> int:
+    """`depositd addresses [--json]`."""
+    return run_on_db(args, _addresses)

@@ -1,0 +1,135 @@
+"""`depositd resolve`: a human decides a fixed-field conflict (`worker.track.conflicts`).
+
+`depositd resolve TX` lists the deposit's conflicts, open and decided. `depositd resolve TX
+--set amount=90 --by NAME [--note TEXT]` records the decision (value, who, when, note) on every
+open conflict of the fields given, sets the deposit's fields to the decided values and, once no
+conflict is left open, makes the booking that was held, exactly once, with the decided values.
+It writes beside a running `serve` (SQLite WAL), in one transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from typing import Any, TextIO
+
+import sqlite_utils
+
+from worker.act.reactor import add_action, book_checked
+from worker.commands.read import run_on_db
+from worker.store.queries import get_deposit_row
+from worker.store.writer import transaction
+from worker.track.conflicts import FIELD_OF, WIRE_NAMES, all_conflicts, decide, decided_value
+from worker.track.conflicts import open_conflicts as open_of
+from worker.track.tracker import Deposit
+
+
+def _show(db: sqlite_utils.Database, tx: str, out: TextIO) -> int:
+    rows = all_conflicts(db, tx)
+    if not rows:
+        print(f"{tx}: no conflict", file=out)
+        return 0
+    for r in rows:
+        name = WIRE_NAMES.get(r["field"], r["field"])
+        where = f"{r['source']} event {r['event_id']}" if r["event_id"] else f"{r['source']} fact"
+        line = f"{name}: was {r['fixed_value']}, {where} said {r['seen_value']} ({r['created_at']})"
+        if r["decided_at"]:
+            line += f"; decided {r['decided_value']} by {r['decided_by']} at {r['decided_at']}"
+            if r["note"]:
+                line += f" ({r['note']})"
+        else:
+            line += "; open: booking held"
+        print(line, file=out)
+    return 0
+
+
+def _values(sets: list[str], open_fields: set[str]) -> tuple[dict[str, Any], list[str]]:
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for item in sets:
+        wire, sep, text = item.partition("=")
+        name = FIELD_OF.get(wire.strip())
+        if not sep or name is None:
+            problems.append(
+                f"--set {item!r}: expected FIELD=VALUE, FIELD one of {', '.join(FIELD_OF)}"
+            )
+            continue
+        if name not in open_fields:
+            problems.append(f"--set {wire}: {wire} has no open conflict")
+            continue
+        try:
+            values[name] = decided_value(name, text)
+        except ValueError as exc:
+            problems.append(f"--set {wire}: {exc}")
+    missing = sorted(WIRE_NAMES[f] for f in open_fields - set(values))
+    if missing and not problems:
+        problems.append(f"also decide {', '.join(missing)} (--set FIELD=VALUE each)")
+    return values, problems
+
+
+def _book_held(db: sqlite_utils.Database, tx: str, by: str) -> str:
+    """Make the booking held by the conflict, once; what happened, for the output."""
+    held = db.execute(
+        "SELECT trigger, rule_set, rule_set_version, rule, event_id FROM actions"
+        " WHERE transaction_id=? AND action='book' AND status='skipped' AND outcome LIKE 'held:%'"
+        " ORDER BY id LIMIT 1",
+        [tx],
+    ).fetchone()
+    if held is None:
+        return "no booking was held; rules book it when the deposit is credited"
+    row = get_deposit_row(db, tx)
+    assert row is not None
+    deposit = Deposit.from_row(row)
+    trigger = str(held[0]).split("#")[0]
+    status, outcome = book_checked(db, deposit, trigger)
+    action_id = add_action(
+        db,
+        deposit=deposit,
+        action="book",
+        params={},
+        trigger=str(held[0]),
+        event_id=held[4],
+        status=status,
+        outcome=f"{outcome} after the decision by {by}",
+    )
+    db.execute(
+        "UPDATE actions SET rule_set=?, rule_set_version=?, rule=? WHERE id=?",
+        [held[1], held[2], held[3], action_id],
+    )
+    return f"{outcome} (amount {deposit.as_json()['amount']} {deposit.currency})"
+
+
+def _resolve(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+    db = sqlite_utils.Database(conn)
+    tx = args.transaction_id
+    if get_deposit_row(db, tx) is None:
+        print(f"depositd: no tracked deposit {tx}", file=sys.stderr)
+        return 1
+    if not args.set:
+        return _show(db, tx, out)
+    if not args.by or not args.by.strip():
+        print("depositd: --by NAME is required to decide", file=sys.stderr)
+        return 2
+    # One write transaction, the write lock taken first: the conflicts read are the ones decided,
+    # and a second `resolve` at the same moment finds them decided and books nothing.
+    with transaction(db):
+        open_fields = {c["field"] for c in open_of(db, tx)}
+        if not open_fields:
+            print(f"depositd: {tx} has no open conflict", file=sys.stderr)
+            return 1
+        values, problems = _values(args.set, open_fields)
+        if problems:
+            for problem in problems:
+                print(f"depositd: {problem}", file=sys.stderr)
+            return 2
+        decide(db, tx, values, by=args.by.strip(), note=args.note)
+        done = _book_held(db, tx, args.by.strip())
+    decided = ", ".join(f"{WIRE_NAMES[n]}={v}" for n, v in values.items())
+    print(f"{tx}: decided {decided} by {args.by.strip()}; {done}", file=out)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """`depositd resolve TX [--set FIELD=VALUE ... --by NAME [--note TEXT]]`."""
+    return run_on_db(args, _resolve, readonly=not args.set)

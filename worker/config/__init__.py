@@ -1,0 +1,1 @@
+"""Configuration: settings, payer profiles and the YAML helpers they share."""

@@ -1,0 +1,1 @@
+"""Development tools: the provider sandbox, the in-process harness and the demo."""

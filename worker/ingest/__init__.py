@@ -1,0 +1,1 @@
+"""Webhook ingest: the signed endpoint, the ingress process and its link."""

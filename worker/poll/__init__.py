@@ -1,0 +1,1 @@
+"""Polls: the scheduler's jobs and the known-address flow."""

@@ -1,0 +1,394 @@
+"""Polling fallback (APScheduler 3.x in the serve process).
+
+Polls only produce facts: history records and transaction details go through the same
+`observe(fact)` entry point as webhooks, so a deposit found by a poll acts exactly once, as if
+its webhook had come. Transaction detail is the only place `creditStatus` BLOCKED shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+import sqlite_utils
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from worker.act.reactor import enqueue_alert
+from worker.aio import finish_or_cancel
+from worker.config.settings import SchedulerSettings
+from worker.errors import (
+    ProviderAnswerMismatch,
+    ProviderAuthError,
+    ProviderBusinessError,
+    ProviderError,
+    ProviderRetryLater,
+    ProviderUnavailable,
+)
+from worker.logs import get_logger
+from worker.provider.client import ProviderClient
+from worker.store.writer import Store
+from worker.track.facts import fact_from_order
+from worker.track.tracker import Deposit, Fact, State
+
+log = get_logger(__name__)
+
+# The tracker never leaves these (creditStatus' terminal values never change either), so their
+# detail has nothing left to tell.
+FINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.BLOCKED})
+# Every other tracked state may still change, needs_details and rejected included: a deposit can
+# leave the history queues (submitted on the provider's hosted page, a lost webhook, a crash
+# between the outbox's two commits) and then only its detail shows CREDITED or BLOCKED.
+DETAIL_STATES = tuple(s.value for s in State if s not in FINAL_STATES)
+FAILING_ALERT_AFTER = 3
+# Errors that say "not now" for the whole provider, not "no" for one deposit: they end the detail
+# run and back off the poll. Any other failure reading or applying one deposit is that deposit's.
+PROVIDER_WIDE = (ProviderAuthError, ProviderUnavailable, ProviderRetryLater)
+
+Observe = Callable[[Fact], Awaitable[Any]]
+
+
+def _alert_once_per_trigger(
+    db: sqlite_utils.Database,
+    transaction_id: str,
+    condition: str,
+    severity: str,
+    *,
+    trigger: str,
+    detail: str,
+) -> None:
+    """Queue an alert about a tracked deposit unless one with this trigger was ever queued."""
+    queued = db.execute(
+        "SELECT 1 FROM actions WHERE transaction_id=? AND action='alert' AND trigger=?",
+        [transaction_id, trigger],
+    ).fetchone()
+    row = db.execute("SELECT * FROM deposits WHERE transaction_id=?", [transaction_id]).fetchone()
+    if queued is None and row is not None:
+        enqueue_alert(
+            db, Deposit.from_row(dict(row)), condition, severity, trigger=trigger, detail=detail
+        )
+
+
+def alert_gone(db: sqlite_utils.Database, transaction_id: str) -> None:
+    """Queue one critical alert for a tracked deposit the provider no longer knows (10000100)."""
+    _alert_once_per_trigger(
+        db,
+        transaction_id,
+        "deposit_gone",
+        "critical",
+        trigger="gone",
+        detail="10000100: transaction not found, or not owned by the caller (detail poll)",
+    )
+
+
+def alert_mismatch(db: sqlite_utils.Database, transaction_id: str, detail: str) -> None:
+    """Queue one critical alert for a tracked deposit whose detail answered about another
+    transactionId (a protocol error: the answer is not recorded)."""
+    _alert_once_per_trigger(
+        db, transaction_id, "detail_mismatch", "critical", trigger="detail_mismatch", detail=detail
+    )
+
+
+def alert_detail_failing(db: sqlite_utils.Database, transaction_id: str, detail: str) -> None:
+    """Queue one warning alert for a tracked deposit whose detail keeps failing to be read."""
+    _alert_once_per_trigger(
+        db, transaction_id, "detail_failing", "warning", trigger="detail_failing", detail=detail
+    )
+
+
+class PollStats:
+    """Figures for /metrics and `status`."""
+
+    def __init__(self) -> None:
+        self.last_success: dict[str, float] = {}
+        self.failures: dict[str, int] = {}
+        self.found_by_poll = 0
+        # Deposits whose detail could not be read or applied, summed over runs.
+        self.detail_failed = 0
+
+
+class Poller:
+    """The two polls, each with its own back-off on provider errors."""
+
+    def __init__(
+        self,
+        client: ProviderClient,
+        store: Store,
+        observe: Observe,
+        settings: SchedulerSettings,
+        *,
+        alert: Callable[[str, str, str], Awaitable[None]] | None = None,
+        on_poll: Callable[[str, str], None] | None = None,
+        backoff_s: float = 1.0,
+        backoff_max_s: float = 600.0,
+    ) -> None:
+        self._client = client
+        self._store = store
+        self._observe = observe
+        self._settings = settings
+        self._alert = alert
+        self._on_poll = on_poll
+        # Public so that tests and the demo can shorten the back-off of a running poller.
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self._not_before: dict[str, float] = {}
+        self._alerted: set[str] = set()
+        # Detail poll, per deposit: consecutive runs that failed to read or apply it, and the run
+        # in which it was last attempted (least recently attempted goes first: a run cut short
+        # cannot starve the deposits behind the one it stopped at).
+        self._detail_failing: dict[str, int] = {}
+        self._detail_turn: dict[str, int] = {}
+        self._detail_runs = 0
+        self._stopping = False
+        self.stats = PollStats()
+
+    def stop(self) -> None:
+        """Make a poll in flight end after the record in hand (shutdown must not wait for pages)."""
+        self._stopping = True
+
+    async def _known(self, transaction_id: str) -> bool:
+        found = await self._store.write(
+            lambda db: db.execute(
+                "SELECT 1 FROM deposits WHERE transaction_id=?", [transaction_id]
+            ).fetchone()
+        )
+        return found is not None
+
+    async def poll_history(self) -> int:
+        """Feed every record of the init and rejected queues to the tracker; returns the count."""
+        return await self._guard("history", self._history)
+
+    async def poll_detail(self) -> int:
+        """Read the detail of every tracked deposit that is not final; returns the count."""
+        return await self._guard("detail", self._detail)
+
+    async def _history(self) -> int:
+        seen = 0
+        # Each queue has its own page cap (scheduler.max_pages), so a queue that pages on and
+        # on cannot keep the other from being read in the same run.
+        for status in ("init", "rejected"):
+            async for order in self._client.iter_history(
+                white_list_status=status,
+                page_size=self._settings.page_size,
+                max_pages=self._settings.max_pages,
+            ):
+                if not await self._known(order.transactionId):
+                    self.stats.found_by_poll += 1
+                    log.info("found by poll", transactionId=order.transactionId, poll="history")
+                await self._observe(fact_from_order(order, source="poll"))
+                seen += 1
+                if self._stopping:
+                    return seen  # the rest is found by the next run after the restart
+        return seen
+
+    async def _detail(self) -> int:
+        marks = ",".join("?" for _ in DETAIL_STATES)
+        rows = await self._store.write(
+            lambda db: [
+                r[0]
+                for r in db.execute(
+                    f"SELECT transaction_id FROM deposits WHERE state IN ({marks})"
+                    " ORDER BY updated_at, transaction_id",
+                    list(DETAIL_STATES),
+                ).fetchall()
+            ]
+        )
+        tracked = set(rows)
+        for memo in (self._detail_failing, self._detail_turn):
+            for tx in [t for t in memo if t not in tracked]:
+                del memo[tx]  # final now, or gone: nothing more to remember
+        # Deposits failing on their own go last, then the least recently attempted first; the
+        # sort is stable, so ties keep the stalest-first order of the query.
+        rows.sort(key=lambda t: (t in self._detail_failing, self._detail_turn.get(t, -1)))
+        self._detail_runs += 1
+        attempted = 0
+        for tx in rows:
+            if self._stopping:
+                break
+            self._detail_turn[tx] = self._detail_runs
+            attempted += 1
+            await self._detail_one(tx)
+        return attempted
+
+    async def _detail_one(self, tx: str) -> None:
+        """Read and apply one deposit's detail; raises only what ends the whole run."""
+        try:
+            order = await self._client.transaction_detail(tx)
+        except PROVIDER_WIDE:
+            raise
+        except ProviderBusinessError as exc:
+            if exc.code == "10000100":
+                self._detail_failing.pop(tx, None)
+                log.warning("deposit not found by detail poll", transactionId=tx)
+                await self._store.write(partial(alert_gone, transaction_id=tx))
+                return
+            await self._deposit_failed(tx, str(exc))
+            return
+        except ProviderAnswerMismatch as exc:
+            # A protocol error, not this deposit's state: nothing is recorded, a human is told.
+            await self._store.write(partial(alert_mismatch, transaction_id=tx, detail=str(exc)))
+            await self._deposit_failed(tx, str(exc))
+            return
+        except ProviderError as exc:  # an answer that is no readable record of this deposit
+            await self._deposit_failed(tx, str(exc))
+            return
+        try:
+            await self._observe(fact_from_order(order, source="poll"))
+        except Exception as exc:
+            await self._deposit_failed(tx, f"{type(exc).__name__}: {exc}", trace=True)
+            return
+        self._detail_failing.pop(tx, None)
+
+    async def _deposit_failed(self, tx: str, error: str, *, trace: bool = False) -> None:
+        """Log and count one deposit's failure; alert once when it keeps failing run after run."""
+        runs = self._detail_failing.get(tx, 0) + 1
+        self._detail_failing[tx] = runs
+        self.stats.detail_failed += 1
+        # Only the transactionId and the error: a detail carries no payer data, nor does this.
+        log.warning(
+            "deposit detail failed; poll goes on",
+            transactionId=tx,
+            failedRuns=runs,
+            error=error,
+            exc_info=trace,
+        )
+        if runs < FAILING_ALERT_AFTER:
+            return
+        detail = f"transaction detail failed on {runs} polls in a row: {error}"
+        try:
+            # Deduplicated in the actions table: one alert per deposit, however long it fails.
+            await self._store.write(partial(alert_detail_failing, transaction_id=tx, detail=detail))
+        except Exception as exc:
+            log.warning(
+                "could not queue detail_failing alert; next run tries again",
+                transactionId=tx,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+
+    async def _guard(self, name: str, poll: Callable[[], Coroutine[Any, Any, int]]) -> int:
+        now = time.monotonic()
+        if now < self._not_before.get(name, 0.0):
+            return 0
+        try:
+            count = await poll()
+        except ProviderError as exc:
+            kind = "auth" if isinstance(exc, ProviderAuthError) else "error"
+            await self._failed(name, kind, str(exc))
+            return 0
+        except Exception as exc:
+            # Storage or a bug: the poll task must not die with an unretrieved exception.
+            log.exception("poll crashed", poll=name)
+            await self._failed(name, "error", f"{type(exc).__name__}: {exc}")
+            return 0
+        if self.stats.failures.get(name):
+            log.info("poll recovered", poll=name, after=self.stats.failures[name])
+        self.stats.failures[name] = 0
+        self._alerted.discard(name)
+        self.stats.last_success[name] = time.time()
+        if self._on_poll is not None:
+            self._on_poll(name, "ok")
+        return count
+
+    async def _failed(self, name: str, kind: str, error: str) -> None:
+        failures = self.stats.failures.get(name, 0) + 1
+        self.stats.failures[name] = failures
+        delay = min(self.backoff_max_s, self.backoff_s * 2.0**failures) * (
+            0.5 + random.random() / 2
+        )
+        self._not_before[name] = time.monotonic() + delay
+        log.warning(
+            "poll failed; backing off",
+            poll=name,
+            failures=failures,
+            backoffSeconds=round(delay, 3),
+            error=error,
+        )
+        if self._on_poll is not None:
+            self._on_poll(name, kind)
+        if failures < FAILING_ALERT_AFTER or name in self._alerted:
+            return
+        if self._alert is not None:
+            try:
+                await self._alert(
+                    f"poll_failing:{name}",
+                    "critical" if kind == "auth" else "warning",
+                    f"{name} poll failed {failures} times in a row: {error}",
+                )
+            except Exception as exc:
+                # Often the poll's own cause (storage failing): it must not kill the poll task,
+                # and it is not marked as alerted, so the next failed run tries again.
+                log.warning(
+                    "could not queue poll_failing alert; next failure tries again",
+                    poll=name,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                return
+        self._alerted.add(name)
+
+
+class Scheduler:
+    """APScheduler jobs for the polls; one run of a poll at a time; shutdown waits for it."""
+
+    def __init__(self, poller: Poller, settings: SchedulerSettings) -> None:
+        self._poller = poller
+        self._settings = settings
+        self._scheduler = AsyncIOScheduler(timezone="UTC")
+        self._running: dict[str, asyncio.Task[int]] = {}
+        self._stopping = False
+
+    @property
+    def running(self) -> bool:
+        """True while the scheduler is started."""
+        return bool(self._scheduler.running)
+
+    def _job(
+        self, name: str, poll: Callable[[], Coroutine[Any, Any, int]]
+    ) -> Callable[[], Coroutine[Any, Any, None]]:
+        # A coroutine function: APScheduler's asyncio executor runs plain functions in a thread
+        # pool, where there is no event loop to start the poll on.
+        async def fire() -> None:
+            if self._stopping:
+                return
+            task = self._running.get(name)
+            if task is not None and not task.done():
+                return  # the previous run is still going: never twice at once
+            self._running[name] = asyncio.get_running_loop().create_task(poll())
+
+        return fire
+
+    def start(self) -> None:
+        """Add both jobs (first run at once) and start."""
+        self._stopping = False
+        now = datetime.now(UTC)
+        jobs = (
+            ("history", self._poller.poll_history, self._settings.history_interval_s),
+            ("detail", self._poller.poll_detail, self._settings.detail_interval_s),
+        )
+        for name, poll, interval_s in jobs:
+            self._scheduler.add_job(
+                self._job(name, poll),
+                "interval",
+                seconds=interval_s,
+                next_run_time=now,
+                max_instances=1,
+                coalesce=True,
+                id=name,
+            )
+        self._scheduler.start()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop scheduling and wait for the poll in flight (cancelled after `grace_s`: a poll
+        only reads, and the next run after the restart reads again)."""
+        self._stopping = True
+        self._poller.stop()
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+            # AsyncIOScheduler only queues its shutdown on the loop: let it happen.
+            await asyncio.sleep(0)
+        pending = [t for t in self._running.values() if not t.done()]
+        if pending:
+            await finish_or_cancel(pending, grace_s)

@@ -1,0 +1,1 @@
+"""The service: composition root, runtime, systemd, the serve lock."""

@@ -1,0 +1,418 @@
+"""What acts: rules, profiles, the outbox runner and the scheduler, plugged into the app.
+
+`Runtime` loads and validates rules and profiles (refusing to start on any problem), builds the
+reactor the processor calls inside its transaction, and, while the app runs, the provider
+client, the outbox runner, the polls, the daily provider-name check, retention, SIGHUP reload
+and the systemd watchdog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from functools import partial
+from typing import Any
+
+import sqlite_utils
+from aiohttp import web
+from prometheus_client import Counter, Gauge
+
+from worker.act.outbox import Outbox
+from worker.act.reactor import RuleReactor, enqueue_alert
+from worker.act.submit import resubmit_changed, submit_newly_covered
+from worker.aio import finish_or_cancel
+from worker.clock import iso_from_ms, now_ms, utc_now
+from worker.commands.check import Bundle, load_bundle
+from worker.config.profiles import Profiles
+from worker.config.settings import Settings
+from worker.errors import ConfigError, ProviderError, StorageError
+from worker.logs import get_logger
+from worker.metrics import Metrics
+from worker.notify.channels import Notifier, notifiers_from_settings
+from worker.poll.catchup import Applied, HistoryReader, ReadStats
+from worker.poll.catchupjobs import CatchUp
+from worker.poll.scheduler import Poller, Scheduler
+from worker.provider.client import ProviderClient
+from worker.rules import RuleBook
+from worker.service.app import LIVENESS_KEY, METRICS_KEY, PROCESSOR_KEY, STORE_KEY, Plugins
+from worker.service.systemd import SystemdNotifier, watchdog_loop
+from worker.store.queries import get_meta, set_meta
+from worker.store.writer import Store
+
+log = get_logger(__name__)
+
+DAY_S = 86_400.0
+
+
+def prune_events(db: sqlite_utils.Database, retention_days: int) -> int:
+    """Delete processed/ignored events older than the retention; ledger, actions stay."""
+    cur = db.execute(
+        "DELETE FROM events WHERE status IN ('processed','ignored') AND received_at < ?",
+        [_cutoff(retention_days)],
+    )
+    return int(cur.rowcount)
+
+
+def prune_unchanged_facts(db: sqlite_utils.Database, retention_days: int) -> int:
+    """Delete facts older than the retention that changed nothing (mostly polls repeating what
+    was known: one per poll run per waiting deposit); the facts that moved a deposit stay."""
+    cur = db.execute(
+        "DELETE FROM facts WHERE changed = 0 AND recorded_at < ?", [_cutoff(retention_days)]
+    )
+    return int(cur.rowcount)
+
+
+def _submissions_due(db: sqlite_utils.Database, bundle: Bundle) -> int:
+    """Submissions a (re)loaded profiles file calls for: corrected profiles for rejected or
+    refused deposits, and new ones for deposits that no profile covered until now."""
+    return resubmit_changed(db, bundle.profiles) + submit_newly_covered(
+        db, bundle.profiles, bundle.rules
+    )
+
+
+def _prune(db: sqlite_utils.Database, days: int) -> tuple[int, int]:
+    return prune_events(db, days), prune_unchanged_facts(db, days)
+
+
+def _cutoff(retention_days: int) -> str:
+    return iso_from_ms(now_ms() - retention_days * int(DAY_S) * 1000)
+
+
+class PollMetrics:
+    """Poll figures on the app's registry."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.last_success = Gauge(
+            "depositd_poll_last_success_timestamp_seconds",
+            "Unix time of the last successful poll.",
+            ["poll"],
+            registry=metrics.registry,
+        )
+        self.runs = Counter(
+            "depositd_polls",
+            "Poll runs by poll and outcome.",
+            ["poll", "outcome"],
+            registry=metrics.registry,
+        )
+        self.found = Counter(
+            "depositd_deposits_found_by_poll",
+            "Deposits first seen by a poll (no webhook announced them) since start.",
+            registry=metrics.registry,
+        )
+        self.interval = Gauge(
+            "depositd_poll_interval_seconds",
+            "The configured interval of each poll (for alerts on polls overdue).",
+            ["poll"],
+            registry=metrics.registry,
+        )
+        self._found_seen = 0
+
+    def found_total(self, total: int) -> None:
+        """Advance the found-by-poll counter to the poller's running total."""
+        if total > self._found_seen:
+            self.found.inc(total - self._found_seen)
+            self._found_seen = total
+
+
+# meta key: the profiles already alerted about because their provider is no longer offered.
+_UNKNOWN_PROVIDERS = "providers_unknown_alerted"
+STOP_GRACE_S = 5.0  # how long a stop waits for the outbox's action or a poll in flight
+
+
+def _alerted_unknown(db: sqlite_utils.Database) -> set[str]:
+    return set(json.loads(get_meta(db, _UNKNOWN_PROVIDERS) or "[]"))
+
+
+class Runtime:
+    """Rules, profiles and the actors around one app."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        notifiers: Mapping[str, Notifier] | None = None,
+        outbox_backoff_s: float = 2.0,
+        notify_retry: Mapping[str, Any] | None = None,
+        client_retries: int = 3,
+        poll_backoff_s: float = 1.0,
+    ) -> None:
+        self.settings = settings
+        self.bundle: Bundle = load_bundle(settings)  # ConfigError: serve refuses to start
+        for warning in self.bundle.warnings:
+            log.warning("config", warning=warning)
+        self.notifiers = (
+            dict(notifiers) if notifiers is not None else notifiers_from_settings(settings.notify)
+        )
+        self.reactor = RuleReactor(lambda: self.bundle.rules, lambda: self.bundle.profiles)
+        self._outbox_backoff_s = outbox_backoff_s
+        self._notify_retry = dict(notify_retry or {})
+        self._client_retries = client_retries
+        self._poll_backoff_s = poll_backoff_s
+        self.outbox: Outbox | None = None
+        self.scheduler: Scheduler | None = None
+        self.poller: Poller | None = None
+        self.catchup: CatchUp | None = None
+        self.client: ProviderClient | None = None
+        self.store: Store | None = None
+        self.notifier = SystemdNotifier()
+        self._tasks: list[asyncio.Task[Any]] = []
+        # Small writes started from sync callbacks: held here so none is lost or outlives the store.
+        self._side_writes: set[asyncio.Task[Any]] = set()
+        self._stop = asyncio.Event()
+        self._provider_check = asyncio.Lock()
+
+    @property
+    def rules(self) -> RuleBook:
+        """The rule book in force."""
+        return self.bundle.rules
+
+    @property
+    def profiles(self) -> Profiles:
+        """The profiles in force."""
+        return self.bundle.profiles
+
+    def plugins(self) -> Plugins:
+        """The reactor, the context that runs the actors, and the readiness check."""
+
+        async def scheduler_running() -> str | None:
+            if not self.settings.scheduler.enabled:
+                return None
+            if self.scheduler is None or not self.scheduler.running:
+                return "scheduler not running"
+            return None
+
+        return Plugins(
+            reactor=self.reactor, cleanup_ctx=[self._ctx], ready_checks=[scheduler_running]
+        )
+
+    async def alert(self, condition: str, severity: str, detail: str) -> None:
+        """Queue an alert that concerns no single deposit."""
+        assert self.store is not None
+        await self.store.write(
+            lambda db: enqueue_alert(db, None, condition, severity, trigger="system", detail=detail)
+        )
+        if self.outbox is not None:
+            self.outbox.wake()
+
+    async def reload(self) -> bool:
+        """Reload rules and profiles; a bad file keeps the old ones and alerts. systemd hears
+        RELOADING=1 first and READY=1 (with the outcome as STATUS=) once the new rules are in
+        force or refused, so `systemctl reload` can wait for it."""
+        self.notifier.reloading()
+        try:
+            bundle = load_bundle(self.settings)
+        except ConfigError as exc:
+            log.error("reload refused; keeping the rules in force", problems=len(exc.problems))
+            for problem in exc.problems:
+                log.error("reload problem", problem=problem)
+            count = len(exc.problems)
+            self.notifier.reloaded(f"{count} problem{'s' * (count != 1)}, old rules kept")
+            await self.alert("reload_failed", "warning", "\n".join(exc.problems))
+            return False
+        except BaseException:
+            self.notifier.reloaded("unexpected error, old rules kept")
+            raise
+        changed = bundle.profiles.file_hash != self.bundle.profiles.file_hash
+        self.bundle = bundle
+        log.info("rules and profiles reloaded", ruleSets=len(bundle.rules.rulesets))
+        self.notifier.reloaded()
+        if self.store is not None:
+            queued = await self.store.write(partial(_submissions_due, bundle=bundle))
+            if changed or queued:
+                log.info("submissions after reload", profilesChanged=changed, queued=queued)
+            if queued and self.outbox is not None:
+                self.outbox.wake()
+        await self.check_providers()
+        return True
+
+    async def check_providers(self) -> None:
+        """Alert when a profile names a provider the options endpoint no longer offers."""
+        if self.client is None or not self.profiles.names():
+            return
+        try:
+            names = await self.client.options()
+        except ProviderError as exc:
+            log.warning("provider list unavailable", error=str(exc))
+            return
+        unknown = sorted(self.profiles.check_providers(names))
+        assert self.store is not None
+        # Alert once per profile while its provider stays unknown (not at every daily check);
+        # a provider offered again and later dropped again alerts again. The lock: the daily
+        # check and a reload's check may overlap.
+        async with self._provider_check:
+            alerted = await self.store.read(_alerted_unknown)
+            for name in unknown:
+                if name not in alerted:
+                    await self.alert(
+                        f"provider_unknown:{name}",
+                        "warning",
+                        f"profile {name}: its provider is no longer offered by the provider",
+                    )
+            if set(unknown) != alerted:
+                await self.store.write(
+                    lambda db: set_meta(db, _UNKNOWN_PROVIDERS, json.dumps(unknown))
+                )
+
+    async def _daily(self) -> None:
+        assert self.store is not None
+        while not self._stop.is_set():
+            try:
+                await self.check_providers()
+                pruned = await self.store.write(
+                    partial(_prune, days=self.settings.storage.retention_days)
+                )
+            except StorageError as exc:
+                # Tomorrow's run tries again; the task must not end with the error unseen.
+                log.error("daily maintenance failed", error=str(exc))
+            else:
+                if any(pruned):
+                    log.info("retention", prunedEvents=pruned[0], prunedFacts=pruned[1])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), DAY_S)
+
+    def _hold(self, work: Coroutine[Any, Any, Any], name: str | None = None) -> None:
+        """Run `work` from a sync callback; held until done (the loop keeps only a weak
+        reference to a task) and awaited at shutdown."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._side_writes.add(task)
+        task.add_done_callback(self._side_writes.discard)
+
+    def _catchup(
+        self, store: Store, metrics: Metrics, after_commit: list[Callable[[], None]]
+    ) -> CatchUp:
+        """The catch-up jobs: full-history reads through the same tracker and reactor."""
+        assert self.client is not None
+        s = self.settings.scheduler
+
+        def wake_all() -> None:
+            for hook in list(after_commit):
+                hook()
+
+        def on_done(job: str, stats: ReadStats) -> None:
+            outcome = "complete" if stats.complete else "incomplete"
+            metrics.catchup_runs.labels(job=job, outcome=outcome).inc()
+            if job == "catchup":
+                metrics.catchup_last.set_to_current_time()
+                metrics.catchup_found.set(stats.new_deposits)
+
+        def on_applied(done: Applied) -> None:
+            for _, transition in done.transitions:
+                metrics.transitions.labels(trigger=transition.trigger.value).inc()
+
+        reader = HistoryReader(
+            self.client,
+            store,
+            lambda: self.reactor,
+            page_size=s.page_size,
+            max_pages=s.max_pages,
+            after_commit=wake_all,
+            on_applied=on_applied,
+        )
+        return CatchUp(reader, store, s, on_done=on_done)
+
+    async def _ctx(self, app: web.Application) -> AsyncIterator[None]:
+        settings = self.settings
+        store, processor, metrics = app[STORE_KEY], app[PROCESSOR_KEY], app[METRICS_KEY]
+        self.store = store
+        self._stop = asyncio.Event()
+        poll_metrics = PollMetrics(metrics)
+
+        def on_call(endpoint: str, outcome: str) -> None:
+            metrics.provider_calls.labels(endpoint=endpoint, outcome=outcome).inc()
+            if self.catchup is not None:
+                self.catchup.note_call(endpoint, outcome)
+
+        def on_alert(channel: str, outcome: str) -> None:
+            metrics.alerts_sent.labels(channel=channel, outcome=outcome).inc()
+
+        self.client = ProviderClient.from_settings(
+            settings.provider, retries=self._client_retries, on_call=on_call
+        )
+        self.outbox = Outbox(
+            store,
+            client=self.client,
+            notifiers=self.notifiers,
+            profiles=lambda: self.profiles,
+            observe=processor.observe_fact,
+            backoff_s=self._outbox_backoff_s,
+            notify_retry=self._notify_retry,
+            on_alert=on_alert,
+        )
+        processor.after_commit.append(self.outbox.wake)
+        await store.write(partial(_submissions_due, bundle=self.bundle))
+        self._tasks = [
+            asyncio.create_task(self.outbox.run(self._stop), name="outbox"),
+            asyncio.create_task(self._daily(), name="daily"),
+        ]
+        if settings.scheduler.enabled:
+            poll_metrics.interval.labels(poll="history").set(settings.scheduler.history_interval_s)
+            poll_metrics.interval.labels(poll="detail").set(settings.scheduler.detail_interval_s)
+
+            def on_poll(name: str, outcome: str) -> None:
+                poll_metrics.runs.labels(poll=name, outcome=outcome).inc()
+                if outcome == "ok":
+                    poll_metrics.last_success.labels(poll=name).set_to_current_time()
+                    assert self.poller is not None
+                    poll_metrics.found_total(self.poller.stats.found_by_poll)
+                    self._hold(
+                        store.write(lambda db: set_meta(db, f"last_{name}_poll_ok", utc_now()))
+                    )
+
+            self.poller = Poller(
+                self.client,
+                store,
+                processor.observe_fact,
+                settings.scheduler,
+                alert=self.alert,
+                on_poll=on_poll,
+                backoff_s=self._poll_backoff_s,
+            )
+            self.scheduler = Scheduler(self.poller, settings.scheduler)
+            self.scheduler.start()
+            self.catchup = self._catchup(store, metrics, processor.after_commit)
+            self.catchup.start()
+        loop = asyncio.get_running_loop()
+
+        def on_hup() -> None:
+            self._hold(self.reload(), name="reload")
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, on_hup)
+        if self.notifier.enabled:
+            self._tasks.append(
+                asyncio.create_task(
+                    watchdog_loop(
+                        self.notifier,
+                        self.notifier.watchdog_interval_s(),
+                        lambda: all(check() for check in app[LIVENESS_KEY]),
+                    ),
+                    name="watchdog",
+                )
+            )
+        yield
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGHUP)
+        # Within the unit's TimeoutStopSec (30 s, the ingress process's drain included): work
+        # still waiting on the provider after the grace is cancelled. That is a crash at that
+        # point, which the design survives: a running action is resumed after the restart with
+        # the same Idempotency-Key, and a poll is read again. One grace for all of it: the
+        # outbox stops taking rows at once while a poll in flight ends.
+        deadline = loop.time() + STOP_GRACE_S
+        self._stop.set()
+        for task in self._tasks:
+            if task.get_name() == "watchdog":
+                task.cancel()
+        if self.scheduler is not None:
+            await self.scheduler.stop(grace_s=STOP_GRACE_S)
+        if self.catchup is not None:
+            await self.catchup.stop(grace_s=max(0.0, deadline - loop.time()))
+            self.catchup = None
+        left = max(0.0, deadline - loop.time())
+        ended = await finish_or_cancel([*self._tasks, *self._side_writes], left)
+        for result in ended:
+            if isinstance(result, Exception):
+                log.error("task ended with an error", error=f"{type(result).__name__}: {result}")
+        await self.client.close()

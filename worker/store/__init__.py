@@ -1,0 +1,1 @@
+"""The store: schema, migrations, the group-commit writer and every SQL statement."""

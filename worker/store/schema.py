@@ -1,0 +1,157 @@
+"""The SQLite schema (docs/design.md) and its forward migrations.
+
+`MIGRATIONS[i]` brings a database from version i to version i + 1; `worker.store.writer.migrate`
+applies them, each in one transaction with its version record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+
+_SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id TEXT UNIQUE NOT NULL,
+    event_type TEXT,
+    reference_id TEXT,
+    transaction_id TEXT,
+    body BLOB NOT NULL,
+    headers TEXT,
+    received_at TEXT,
+    status TEXT NOT NULL DEFAULT 'pending',
+    error TEXT,
+    processed_at TEXT
+);
+CREATE INDEX IF NOT EXISTS events_status ON events (status, seq);
+CREATE INDEX IF NOT EXISTS events_transaction ON events (transaction_id);
+CREATE TABLE IF NOT EXISTS deposits (
+    transaction_id TEXT PRIMARY KEY,
+    wallet_id INTEGER,
+    wallet_name TEXT,
+    currency TEXT,
+    network TEXT,
+    amount TEXT,
+    from_address TEXT,
+    to_address TEXT,
+    tx_hash TEXT,
+    status TEXT,
+    white_list_status TEXT,
+    credit_status TEXT,
+    fail_message TEXT,
+    state TEXT,
+    emitted TEXT,
+    whitelisted INTEGER,
+    fact_time INTEGER,
+    source TEXT,
+    created_at TEXT,
+    updated_at TEXT
+);
+CREATE INDEX IF NOT EXISTS deposits_state ON deposits (state);
+CREATE TABLE IF NOT EXISTS facts (
+    id INTEGER PRIMARY KEY,
+    transaction_id TEXT,
+    source TEXT,
+    event_id TEXT,
+    observed_at INTEGER,
+    fact TEXT,
+    changed INTEGER,
+    recorded_at TEXT
+);
+CREATE INDEX IF NOT EXISTS facts_transaction ON facts (transaction_id);
+CREATE TABLE IF NOT EXISTS actions (
+    id INTEGER PRIMARY KEY,
+    transaction_id TEXT,
+    event_id TEXT,
+    trigger TEXT,
+    rule_set TEXT,
+    rule_set_version TEXT,
+    rule TEXT,
+    action TEXT,
+    params TEXT,
+    idempotency_key TEXT,
+    status TEXT,
+    attempts INTEGER,
+    next_attempt_at TEXT,
+    outcome TEXT,
+    created_at TEXT,
+    updated_at TEXT
+);
+CREATE INDEX IF NOT EXISTS actions_status ON actions (status, next_attempt_at);
+CREATE INDEX IF NOT EXISTS actions_transaction ON actions (transaction_id);
+CREATE TABLE IF NOT EXISTS ledger (
+    transaction_id TEXT PRIMARY KEY,
+    wallet_id INTEGER,
+    wallet_name TEXT,
+    currency TEXT,
+    network TEXT,
+    amount TEXT,
+    from_address TEXT,
+    tx_hash TEXT,
+    booked_at TEXT,
+    trigger TEXT
+);
+CREATE TABLE IF NOT EXISTS alerts (
+    id INTEGER PRIMARY KEY,
+    dedupe_key TEXT UNIQUE,
+    transaction_id TEXT,
+    condition TEXT,
+    severity TEXT,
+    channel TEXT,
+    status TEXT,
+    attempts INTEGER,
+    last_error TEXT,
+    created_at TEXT,
+    sent_at TEXT
+);
+CREATE TABLE IF NOT EXISTS addresses (
+    id TEXT PRIMARY KEY,
+    wallet_id INTEGER,
+    wallet_address TEXT,
+    network TEXT,
+    memo TEXT,
+    status TEXT,
+    fail_message TEXT,
+    profile TEXT,
+    created_at TEXT,
+    updated_at TEXT
+);
+"""
+
+
+def _migrate_v1(db: sqlite_utils.Database) -> None:
+    for statement in _SCHEMA_V1.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def _migrate_v2(db: sqlite_utils.Database) -> None:
+    # The reactor asks, per processed event, whether rules already ran on it: without this
+    # index that is a scan of every action ever recorded.
+    db.execute("CREATE INDEX IF NOT EXISTS actions_event ON actions (event_id, trigger)")
+    # Retention deletes the facts that changed nothing (repeated polls) by age, daily, inside
+    # the group transaction that webhooks wait for: a range, not a scan of every fact.
+    db.execute("CREATE INDEX IF NOT EXISTS facts_unchanged ON facts (changed, recorded_at)")
+
+
+def _migrate_fixed_field_conflicts(db: sqlite_utils.Database) -> None:
+    # A later fact contradicting a field the first fact fixed (amount, wallet, currency,
+    # network, addresses): held for a human's decision (`depositd resolve`), who/when/note kept.
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS conflicts (id INTEGER PRIMARY KEY,"
+        " transaction_id TEXT NOT NULL, field TEXT NOT NULL, fixed_value TEXT, seen_value TEXT,"
+        " source TEXT, event_id TEXT, observed_at INTEGER, created_at TEXT, decided_value TEXT,"
+        " decided_by TEXT, decided_at TEXT, note TEXT, UNIQUE (transaction_id, field, seen_value))"
+    )
+    # Booking refuses a txHash already in the ledger under another transactionId.
+    db.execute("CREATE INDEX IF NOT EXISTS ledger_tx_hash ON ledger (tx_hash)")
+
+
+# Append only.
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
+    _migrate_v1,
+    _migrate_v2,
+    _migrate_fixed_field_conflicts,
+]
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,1 @@
+"""Tracking: facts from webhooks and polls, the pure tracker, the processor."""

@@ -1,0 +1,392 @@
+"""The inbox processor: stored events -> tracker -> reactor, in receive order.
+
+Each event is applied inside a savepoint of one write transaction that also marks it processed,
+so a crash leaves it either untouched (pending, done again after restart) or fully done; never
+half. A batch of pending events shares the transaction (one fsync) with the webhook inserts of
+the moment, and an event that raises is rolled back alone and marked failed. Polls feed the same
+path through `observe_fact`.
+
+Batches run on the event loop (`Store.write_inline`), so they take turns with request handling
+and webhook commits. How long a turn lasts is the processor's share: a full `batch_time_s` when
+no delivery arrived for a while; while deliveries arrive, one turn per 25 ms at most, of
+`busy_share` of the time since its previous turn, so a burst is taken in at nearly full speed
+and worked off afterwards; once the lag (age of the oldest pending event) passes
+`lag_target_s`, turns follow each other without a pause and take at least twice as many events
+as arrived meanwhile, so under sustained overload ingestion slows down to what processing can
+follow and the lag stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import sqlite_utils
+from pydantic import ValidationError
+
+from worker.act.reactor import alert_conflict
+from worker.clock import ms_from_iso, utc_now
+from worker.errors import StorageError
+from worker.logs import LogLine, get_logger
+from worker.metrics import Metrics, event_type_label
+from worker.provider import jsonio
+from worker.provider.models import (
+    AddressStatus,
+    AddressUpdatedData,
+    EventType,
+    WebhookEnvelope,
+)
+from worker.store.queries import (
+    StoredEvent,
+    get_deposit_row,
+    insert_fact_row,
+    mark_events,
+    oldest_pending_received_at,
+    pending_events,
+    poll_fact_repeats,
+    upsert_deposit_row,
+)
+from worker.store.writer import Store
+from worker.track.conflicts import record_conflicts
+from worker.track.facts import cap_time, fact_from_event
+from worker.track.tracker import Deposit, Fact, Transition, observe
+
+log = get_logger(__name__)
+
+
+class Reactor(Protocol):
+    """What turns transitions into recorded actions; runs inside the processor's transaction."""
+
+    def react(
+        self,
+        db: sqlite_utils.Database,
+        deposit: Deposit,
+        transitions: list[Transition],
+        fact: Fact,
+    ) -> list[LogLine] | None:
+        """Record whatever the transitions call for, using `db` only; the lines to log once
+        that is committed (a line such as "booked" must not precede the commit)."""
+
+
+@dataclass
+class _Outcome:
+    """What happened to one event, logged after the commit."""
+
+    event: StoredEvent
+    status: str
+    transitions: list[Transition] = field(default_factory=list)
+    error: str | None = None
+    lines: list[LogLine] = field(default_factory=list)
+
+
+def _ms(iso: str | None) -> int | None:
+    return ms_from_iso(iso) if iso else None
+
+
+def _describe(exc: BaseException) -> str:
+    """An error for the events table, without echoing input values (payer data)."""
+    if isinstance(exc, ValidationError):
+        parts = [
+            f"{'.'.join(str(p) for p in err['loc']) or 'data'}: {err['msg']}"
+            for err in exc.errors(include_input=False, include_url=False)
+        ]
+        return "invalid event: " + "; ".join(parts)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def apply_fact(
+    db: sqlite_utils.Database, fact: Fact, reactor: Reactor | None
+) -> tuple[Deposit, list[Transition], list[LogLine]]:
+    """Load, observe, store the deposit and the fact, and react; call inside a transaction.
+
+    Returns the deposit, its transitions and the reactor's lines to log after the commit.
+    """
+    row = get_deposit_row(db, fact.transaction_id)
+    before = Deposit.from_row(row) if row is not None else None
+    if before is not None:
+        for name in record_conflicts(db, before, fact):
+            alert_conflict(db, before, fact, name)
+    after, transitions = observe(before, fact)
+    changed = before is None or after != before
+    if changed:
+        upsert_deposit_row(db, after.to_row())
+    stated = fact.to_json()
+    # A poll repeating what it already said since the deposit last changed is not stored again
+    # (every poll would add a row that changes nothing); a fact that changes something always is.
+    if changed or fact.source != "poll" or not poll_fact_repeats(db, fact.transaction_id, stated):
+        insert_fact_row(
+            db,
+            transaction_id=fact.transaction_id,
+            source=fact.source,
+            event_id=fact.event_id,
+            observed_at=fact.observed_at,
+            fact=stated,
+            changed=changed,
+        )
+    lines = reactor.react(db, after, transitions, fact) if reactor is not None else None
+    return after, transitions, lines or []
+
+
+# Deliveries this recent mean ingestion is going on: the processor takes short turns, each
+# waiting up to _RIDE_S for the deliveries' next commit rather than adding one of its own.
+_QUIET_S = 0.1
+_RIDE_S = 0.02
+_BUSY_TURN_S = 0.025  # while deliveries arrive, at most one turn per this long
+
+_FINAL_ADDRESS = (AddressStatus.ACTIVE.value, AddressStatus.FAILED.value)
+
+
+def apply_address_update(db: sqlite_utils.Database, data: AddressUpdatedData) -> None:
+    """Update the `addresses` row by id, or insert it; a late PROCESSING never undoes a review
+    and nothing undoes DISABLED."""
+    row = db.execute("SELECT status FROM addresses WHERE id = ?", [data.id]).fetchone()
+    now = utc_now()
+    status = data.status.value
+    if row is None:
+        db.execute(
+            "INSERT INTO addresses (id, wallet_address, network, status, fail_message,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [data.id, data.walletAddress, data.network, status, data.failMessage, now, now],
+        )
+        return
+    if row[0] == AddressStatus.DISABLED.value and status != row[0]:
+        return  # a disabled record stays disabled (a late or redelivered update says nothing new)
+    if status == AddressStatus.PROCESSING.value and row[0] in _FINAL_ADDRESS:
+        return
+    db.execute(
+        "UPDATE addresses SET wallet_address = ?, network = ?, status = ?, fail_message = ?,"
+        " updated_at = ? WHERE id = ?",
+        [data.walletAddress, data.network, status, data.failMessage, now, data.id],
+    )
+
+
+class Processor:
+    """Applies stored events in receive order; woken by ingress, plus a periodic sweep."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        reactor: Reactor | None = None,
+        metrics: Metrics | None = None,
+        sweep_interval_s: float = 5.0,
+        batch_size: int = 200,
+        batch_time_s: float = 0.008,
+        busy_share: float = 0.15,
+        lag_target_s: float = 5.0,
+        future_tolerance_s: float = 300.0,
+    ) -> None:
+        self.store = store
+        # A fact's time is capped at its receive time plus this (webhook.tolerance_s).
+        self.future_tolerance_s = future_tolerance_s
+        # Assignable after construction: the rules engine is built once the store is open.
+        self.reactor = reactor
+        self.metrics = metrics
+        self.sweep_interval_s = sweep_interval_s
+        self.batch_size = batch_size
+        # A batch holds the event loop: these bound how long requests wait behind it.
+        self.batch_time_s = batch_time_s
+        self.busy_share = busy_share
+        self.lag_target_s = lag_target_s
+        self._event_cost_s = 0.0001  # running estimate, sizes the pending query
+        self._arrived = 0  # wake() calls since the last batch
+        self._arrived_at = -1.0  # monotonic time of the last wake()
+        self._last_turn = time.perf_counter()  # when the previous batch ended
+        self._behind = False  # the lag was past lag_target_s at the last busy turn
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        # Run after each commit that applied something, e.g. to wake the outbox runner.
+        self.after_commit: list[Callable[[], None]] = []
+
+    def wake(self) -> None:
+        """New events are stored: process soon."""
+        self._arrived += 1
+        self._arrived_at = time.monotonic()
+        self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        """True while the background loop runs."""
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start the background loop."""
+        self._stopping = False
+        self._task = asyncio.create_task(self.run(), name="processor")
+
+    async def stop(self) -> None:
+        """Stop after the batch in progress is committed."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            task, self._task = self._task, None
+            await task
+
+    async def run(self) -> None:
+        """Process until `stop`; a failed batch is logged and retried at the next sweep."""
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                while not self._stopping and await self.process_batch():
+                    pass
+            except StorageError as exc:
+                log.error("processing paused: storage unavailable", error=str(exc))
+            except Exception as exc:
+                # A fault outside any one event (each event's own is caught in its batch): the
+                # batch was rolled back; keep the loop alive and try again at the next sweep.
+                log.error("processing paused: batch failed", error=_describe(exc))
+            if self._stopping:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.sweep_interval_s)
+
+    async def run_until_idle(self) -> int:
+        """Process until no event is pending (burst mode); returns how many were handled."""
+        total = 0
+        while n := await self.process_batch():
+            total += n
+        return total
+
+    async def process_batch(self) -> int:
+        """Apply up to `batch_size` pending events in one transaction; returns how many."""
+        reactor = self.reactor
+        # While deliveries arrive, the batch rides along with their commit: no extra fsync, and
+        # the loop goes back to requests between turns.
+        ride = _RIDE_S if time.monotonic() - self._arrived_at < _QUIET_S else 0.0
+        if ride and not self._behind:
+            # Fewer, longer turns: each turn has a fixed cost (queries, savepoints, the job's
+            # hand-over), which at one turn per commit took more than the events themselves.
+            # Past the lag target, turns follow each other without a pause.
+            wait = self._last_turn + _BUSY_TURN_S - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        outcomes = await self.store.write_inline(
+            lambda db: self._apply_batch(db, reactor), ride_along_s=ride
+        )
+        self._report(outcomes)
+        if outcomes:
+            for hook in list(self.after_commit):
+                hook()
+        return len(outcomes)
+
+    async def observe_fact(self, fact: Fact) -> list[Transition]:
+        """Apply one fact from a poll (or a submission) the way an event's fact is applied."""
+        reactor = self.reactor
+        fact = cap_time(fact, int(time.time() * 1000), self.future_tolerance_s)
+        _, transitions, lines = await self.store.write(lambda db: apply_fact(db, fact, reactor))
+        for message, fields in lines:
+            log.info(message, **fields)
+        for t in transitions:
+            self._count_transition(t)
+        if transitions:
+            log.info(
+                "fact applied",
+                transactionId=fact.transaction_id,
+                source=fact.source,
+                triggers=[t.key for t in transitions],
+            )
+        for hook in list(self.after_commit):
+            hook()
+        return transitions
+
+    def _share(self, db: sqlite_utils.Database, arrived: int, now: float) -> tuple[float, int]:
+        """This batch's time budget, and how many events it handles whatever the time."""
+        if time.monotonic() - self._arrived_at > _QUIET_S:
+            self._behind = False
+            return self.batch_time_s, 1
+        received = _ms(oldest_pending_received_at(db))
+        lag_s = time.time() - received / 1000 if received is not None else 0.0
+        budget = min(self.batch_time_s, self.busy_share * (now - self._last_turn))
+        self._behind = lag_s > self.lag_target_s
+        # At least one event a turn: behind with no new arrival must still make progress.
+        return budget, max(1, 2 * arrived) if self._behind else 1
+
+    def _apply_batch(self, db: sqlite_utils.Database, reactor: Reactor | None) -> list[_Outcome]:
+        started = time.perf_counter()
+        # Deliveries stored since the last batch: the ingestion going on right now.
+        arrived, self._arrived = self._arrived, 0
+        budget, floor = self._share(db, arrived, started)
+        fit = int(budget / self._event_cost_s) + 1
+        events = pending_events(db, limit=min(self.batch_size, max(floor, fit)))
+        if not events:
+            self._last_turn = time.perf_counter()
+            return []
+        deadline = started + budget
+        conn = db.conn
+        outcomes: list[_Outcome] = []
+        for event in events:
+            if len(outcomes) >= floor and time.perf_counter() > deadline:
+                break
+            conn.execute("SAVEPOINT event")
+            try:
+                outcome = self._apply_event(db, event, reactor)
+            except sqlite3.OperationalError:
+                raise  # the store itself is failing: give the whole batch back
+            except Exception as exc:
+                if not conn.in_transaction:
+                    raise
+                conn.execute("ROLLBACK TO event")
+                outcome = _Outcome(event, "failed", error=_describe(exc))
+            conn.execute("RELEASE event")
+            outcomes.append(outcome)
+        mark_events(db, [(o.event.seq, o.status, o.error) for o in outcomes])
+        self._last_turn = time.perf_counter()
+        cost = (self._last_turn - started) / len(outcomes)
+        self._event_cost_s = max(1e-5, 0.8 * self._event_cost_s + 0.2 * cost)
+        return outcomes
+
+    def _apply_event(
+        self, db: sqlite_utils.Database, event: StoredEvent, reactor: Reactor | None
+    ) -> _Outcome:
+        envelope = WebhookEnvelope.model_validate(jsonio.loads(event.body))
+        if envelope.eventType == EventType.WALLET_ADDRESS_UPDATED.value:
+            apply_address_update(db, AddressUpdatedData.model_validate(envelope.data))
+            return _Outcome(event, "processed")
+        received = _ms(event.received_at)
+        fact = fact_from_event(envelope, received_at=received)
+        if fact is None:
+            return _Outcome(event, "ignored")
+        if received is not None:
+            fact = cap_time(fact, received, self.future_tolerance_s)
+        _, transitions, lines = apply_fact(db, fact, reactor)
+        return _Outcome(event, "processed", transitions, lines=lines)
+
+    def _report(self, outcomes: list[_Outcome]) -> None:
+        """One log line per event (eventId, eventType, transactionId, outcome), counters."""
+        if not outcomes:
+            return
+        logger = log.bind()  # resolve the lazy logger once per batch, not per line
+        counts: Counter[tuple[str, str]] = Counter()
+        for outcome in outcomes:
+            for message, extra in outcome.lines:
+                logger.info(message, **extra)
+            event = outcome.event
+            fields: dict[str, Any] = {
+                "eventId": event.event_id,
+                "eventType": event.event_type,
+                "transactionId": event.transaction_id,
+                "outcome": outcome.status,
+            }
+            if outcome.transitions:
+                fields["triggers"] = [t.key for t in outcome.transitions]
+                for t in outcome.transitions:
+                    self._count_transition(t)
+            if outcome.error:
+                logger.warning("event failed", error=outcome.error, **fields)
+            else:
+                logger.info("event", **fields)
+            counts[event_type_label(event.event_type), outcome.status] += 1
+        if self.metrics is not None:
+            for (label, status), n in counts.items():
+                self.metrics.events_processed.labels(event_type=label, outcome=status).inc(n)
+
+    def _count_transition(self, transition: Transition) -> None:
+        if self.metrics is not None:
+            self.metrics.transitions.labels(trigger=transition.trigger.value).inc()
