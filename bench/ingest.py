@@ -325,12 +325,16 @@ def bench(args: argparse.Namespace) -> None:
                                 f"wraps {d['wraps']}"
                             )
                 for name, rows in tables.items():
+                    if not rows:
+                        continue
                     print(f"\n{name}, dup x{dup}, {conns} connections, {args.duration}s runs:")
                     print(HEADER)
                     for i, (d, b) in enumerate(rows):
                         print(table_row(chr(ord("a") + i), d, b))
                     print(median_row(rows))
                 for step, values in ladder.items():
+                    if not values:
+                        continue
                     print(
                         f"bare app that also does {step!r}: median ratio "
                         f"{statistics.median(values):.2f}"

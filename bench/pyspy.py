@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 _LINE = re.compile(r"^(?P<stack>.*) (?P<count>\d+)$")
-SHELL = ("stdlib/asyncio/", "<frozen runpy>", "worker/__main__.py", "worker/cli.py")
+SHELL = ("asyncio/", "stdlib/asyncio/", "<frozen runpy>", "worker/__main__.py", "worker/cli.py")
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^:()]*)(?::\d+)?\)$")
 
 
