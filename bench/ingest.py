@@ -200,18 +200,19 @@ def profile(server: Server, args: argparse.Namespace, tmp: Path, next_id: int) -
     spy.wait()
     cpu, took = rl.cpu_s(server.proc.pid) - cpu0, time.monotonic() - t0
     done = backlog - rl.lag(server.db)[0]
-    print(
-        f"\nprofile of the main serve process while it drains ({args.profile}s, py-spy, all "
+    head = (
+        f"profile of the main serve process while it drains ({args.profile}s, py-spy, all "
         f"threads): {done} events processed, {cpu:.2f} CPU s in {took:.1f} s: "
-        f"{1e6 * cpu / max(done, 1):.0f} us CPU per event"
+        f"{1e6 * cpu / max(done, 1):.0f} us CPU per event\n"
     )
+    print("\n" + head, end="")
     if not raw.exists():
         print("py-spy wrote nothing:", spy.stderr.read().decode() if spy.stderr else "")
         return
     text = summarise(raw, args.top)
     print(text, end="")
     if args.profile_out:
-        Path(args.profile_out).write_text(text)
+        Path(args.profile_out).write_text(head + text)
 
 
 def table_row(label: str, d: dict[str, Any], b: dict[str, Any]) -> str:
