@@ -37,11 +37,11 @@ def provider(config: str, count: int) -> None:
     """The sandbox's app with `count` deposit orders in wallet 1001 waiting for payer details."""
     from aiohttp import web
 
+    from worker.config.settings import load_settings
+    from worker.dev.sandbox.app import SANDBOX_KEY, create_app
+    from worker.dev.sandbox.cli import listen_address, sandbox_config
+    from worker.dev.sandbox.records import Order
     from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
-    from worker.sandbox.app import SANDBOX_KEY, create_app
-    from worker.sandbox.cli import listen_address, sandbox_config
-    from worker.sandbox.records import Order
-    from worker.settings import load_settings
 
     settings = load_settings(Path(config))
     app = create_app(sandbox_config(settings))

@@ -41,7 +41,7 @@ def traced_serve(out: str, argv: list[str]) -> None:
 
     sqlite3.connect = traced  # type: ignore[assignment]
     atexit.register(lambda: Path(out).write_text(json.dumps(counts)))
-    from worker.cli import main
+    from worker.commands.cli import main
 
     code = main(argv)
     Path(out).write_text(json.dumps(counts))
