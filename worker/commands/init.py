@@ -13,6 +13,7 @@ import secrets
 import socket
 from pathlib import Path
 
+from worker.config.shipped import shipped_rules
 from worker.errors import ConfigError
 
 _CONFIG = """\
@@ -80,12 +81,7 @@ def _free_port() -> int:
 
 def default_rules() -> Path:
     """The shipped default rule set, `rules/default.yaml`."""
-    for base in (Path(__file__).resolve().parent.parent, Path.cwd()):
-        if (base / "rules" / "default.yaml").is_file():
-            return base / "rules" / "default.yaml"
-    raise ConfigError(
-        ["rules/default.yaml: the shipped rules were not found (run from the checkout)"]
-    )
+    return shipped_rules() / "default.yaml"
 
 
 def write_sandbox_setup(folder: Path) -> Path:

@@ -32,9 +32,9 @@ from worker import clock
 from worker.act.outbox import Outbox
 from worker.clock import utc_now
 from worker.config.settings import Settings, load_settings
+from worker.config.shipped import shipped_rules
 from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, WalletSpec, create_app
 from worker.dev.sandbox.config import default_wallets
-from worker.errors import ConfigError
 from worker.service.app import PROCESSOR_KEY, STORE_KEY, build_app
 from worker.service.runtime import Runtime
 from worker.store.queries import get_deposit_row
@@ -49,14 +49,6 @@ ALERT_TO = "treasury@merchant.example"
 NOTIFY_RETRY: dict[str, Any] = {"attempts": 2, "backoff_s": 0.01}
 
 Predicate = Callable[[], Awaitable[bool] | bool]
-
-
-def shipped_rules() -> Path:
-    """The `rules/` folder that ships with depositd (the repository's, else ./rules)."""
-    for base in (Path(__file__).resolve().parent.parent, Path.cwd()):
-        if (base / "rules" / "default.yaml").is_file():
-            return base / "rules"
-    raise ConfigError(["rules/: the shipped rules folder was not found (run from the checkout)"])
 
 
 def shipped_profiles() -> Path:
