@@ -16,9 +16,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
+from worker.act.kinds import SPECS
+from worker.act.kinds.submit import Submitter
 from worker.act.reactor import RuleReactor
 from worker.act.rows import ActionRows
-from worker.act.submit import Submitter
 from worker.clock import iso_from_ms, ms_from_iso, utc_now
 from worker.commands.cli import main
 from worker.commands.ops import status_report
@@ -121,7 +122,7 @@ async def env(aiohttp_server: Any, tmp_path: Path) -> AsyncIterator[Env]:
     await store.open()
     rules_path = tmp_path / "rules.yaml"
     rules_path.write_text(BOOK_ON_CREDITED)
-    rulebook = RuleBook.load(rules_path)
+    rulebook = RuleBook.load(rules_path, specs=SPECS)
     reactor = RuleReactor(lambda: rulebook, Profiles.empty)
     processor = Processor(store, reactor=reactor)
     settings = SchedulerSettings.model_validate({"history_interval_s": 60})
@@ -241,7 +242,7 @@ def test_check_refuses_book_on_a_trigger_that_does_not_mean_credited(tmp_path: P
         "wallet: '*'\nrules:\n  - name: r\n    on: [DEPOSIT_ORDER_NOTIFICATION]\n    then: [book]\n"
     )
     with pytest.raises(ConfigError) as err:
-        RuleBook.load(path)
+        RuleBook.load(path, specs=SPECS)
     [problem] = err.value.problems
     assert problem.startswith(f"{path}:5: rules[0].then: book needs a trigger")
     assert "DEPOSIT_ORDER_NOTIFICATION" in problem

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
-from worker.act.forward import forward_secret
+from worker.act.kinds.forward import forward_secret
 from worker.act.outbox import Outbox
 from worker.commands.cli import main
 from worker.config.profiles import Profiles

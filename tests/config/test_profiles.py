@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from worker.act.kinds import SPECS
 from worker.config.profiles import Profiles
 from worker.errors import ConfigError
 from worker.provider.payer import content_hash
@@ -278,6 +279,6 @@ def test_rules_may_only_name_existing_profiles(good: Path, tmp_path: Path) -> No
         "wallet: 1\nrules:\n  - name: r\n    on: [needs_details]\n"
         "    then: [{submit_profile: {profile: ada}}]\n"
     )
-    assert RuleBook.load(rules, profile_names=names).rulesets[0].rules[0].name == "r"
+    assert RuleBook.load(rules, profile_names=names, specs=SPECS).rulesets[0].rules[0].name == "r"
     with pytest.raises(ConfigError):
-        RuleBook.load(rules, profile_names=Profiles.empty().names())
+        RuleBook.load(rules, profile_names=Profiles.empty().names(), specs=SPECS)

@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
-from worker.act.reactor import enqueue_alert
+from worker.act.rows import enqueue_alert
 from worker.config.settings import SchedulerSettings
 from worker.dev.sandbox.app import SANDBOX_KEY, create_app
 from worker.dev.sandbox.config import SandboxConfig

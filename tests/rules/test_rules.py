@@ -12,6 +12,7 @@ import pytest
 import sqlite_utils
 import yaml
 
+from worker.act.kinds import SPECS
 from worker.commands.cli import build_parser, main
 from worker.commands.rules import run as rules_test
 from worker.config.profiles import Profiles
@@ -36,14 +37,14 @@ def write(folder: Path, name: str, text: str) -> Path:
 
 def problems(path: Path, profile_names: set[str] | None = None) -> list[str]:
     with pytest.raises(ConfigError) as info:
-        RuleBook.load(path, profile_names=profile_names)
+        RuleBook.load(path, profile_names=profile_names, specs=SPECS)
     return info.value.problems
 
 
 def book(folder: Path, *files: tuple[str, str]) -> RuleBook:
     for name, text in files:
         write(folder, name, text)
-    return RuleBook.load(folder, profile_names={"acme"})
+    return RuleBook.load(folder, profile_names={"acme"}, specs=SPECS)
 
 
 def deposit(**changes: Any) -> Deposit:
@@ -339,7 +340,7 @@ def test_folder_skips_examples_subfolders_and_the_profiles_file(tmp_path: Path) 
     write(tmp_path, "w.example.yaml", "not: a rule set\n")
     write(tmp_path, "examples/x.yaml", "- broken\n")
     write(tmp_path, "profiles.yaml", "profiles: {}\naddresses: {}\n")
-    loaded = RuleBook.load(tmp_path)
+    loaded = RuleBook.load(tmp_path, specs=SPECS)
     assert [rs.name for rs in loaded.rulesets] == ["default.yaml"]
 
 
@@ -351,11 +352,11 @@ def test_missing_rules_path(tmp_path: Path) -> None:
 def test_version_is_a_hash_of_the_file(tmp_path: Path) -> None:
     """The version is 12 hex chars of sha256 and changes when the file changes."""
     path = write(tmp_path, "w.yaml", "wallet: 1\nrules: []\n")
-    first = RuleBook.load(path).rulesets[0].version
-    assert first == RuleBook.load(path).rulesets[0].version
+    first = RuleBook.load(path, specs=SPECS).rulesets[0].version
+    assert first == RuleBook.load(path, specs=SPECS).rulesets[0].version
     assert len(first) == 12 and int(first, 16) >= 0
     path.write_text("wallet: 1\nrules: []\n# edited\n")
-    assert RuleBook.load(path).rulesets[0].version != first
+    assert RuleBook.load(path, specs=SPECS).rulesets[0].version != first
 
 
 @pytest.mark.parametrize("other", ["On", "ON", "yes", "true"])
@@ -385,7 +386,7 @@ def test_key_yaml_reads_as_true_next_to_on_is_an_unknown_key(
 def test_description_may_look_like_a_date(tmp_path: Path) -> None:
     """`description:` is free text, also when it looks like a date that does not exist."""
     path = write(tmp_path, "w.yaml", "wallet: 1\ndescription: 2024-13-45\nrules: []\n")
-    assert [rs.wallet for rs in RuleBook.load(path).rulesets] == [1]
+    assert [rs.wallet for rs in RuleBook.load(path, specs=SPECS).rulesets] == [1]
 
 
 def test_value_yaml_cannot_build_is_a_problem_in_every_file(tmp_path: Path) -> None:
@@ -624,10 +625,10 @@ def test_submit_profile_may_name_a_profile(tmp_path: Path) -> None:
 def test_shipped_rules_load_with_shipped_profiles() -> None:
     """rules/ (default.yaml) and the per-wallet example load cleanly."""
     names = Profiles.load(SHIPPED / "profiles.yaml").names()
-    rules = RuleBook.load(SHIPPED, profile_names=names)
+    rules = RuleBook.load(SHIPPED, profile_names=names, specs=SPECS)
     assert [rs.name for rs in rules.rulesets] == ["default.yaml"]
     example = SHIPPED / "examples" / "wallet-1001.example.yaml"
-    assert RuleBook.load(example, profile_names=names).rulesets[0].wallet == 1001
+    assert RuleBook.load(example, profile_names=names, specs=SPECS).rulesets[0].wallet == 1001
 
 
 @pytest.mark.parametrize(
@@ -654,14 +655,14 @@ def test_default_rules_do_the_sensible_thing(
     trigger: str, found: bool, actions: list[tuple[str, dict[str, Any]]]
 ) -> None:
     """The shipped default submits a stored profile, asks a human, books, alerts on trouble."""
-    rules = RuleBook.load(SHIPPED / "default.yaml")
+    rules = RuleBook.load(SHIPPED / "default.yaml", specs=SPECS)
     intents = rules.evaluate(deposit(), trigger, profile_found=found)
     assert [(i.action, i.params) for i in intents] == actions
 
 
 def test_default_rules_alert_on_rejection() -> None:
     """A rejection raises a warning alert."""
-    [intent] = RuleBook.load(SHIPPED / "default.yaml").evaluate(
+    [intent] = RuleBook.load(SHIPPED / "default.yaml", specs=SPECS).evaluate(
         deposit(), "rejected", profile_found=True
     )
     assert (intent.action, intent.params["severity"]) == ("alert", "warning")
@@ -953,8 +954,8 @@ def test_rules_test_config_given_before_or_after_test(argv: list[str]) -> None:
 def test_on_quoted_or_not_loads_the_same_rules(tmp_path: Path) -> None:
     """`"on":` (what YAML 1.1 tools read as the text "on") and a bare `on:` load the same rule."""
     rule = "wallet: 1\nrules:\n  - name: r\n    {key}: [credited]\n    then: [book]\n"
-    quoted = RuleBook.load(write(tmp_path / "q", "w.yaml", rule.format(key='"on"')))
-    bare = RuleBook.load(write(tmp_path / "b", "w.yaml", rule.format(key="on")))
+    quoted = RuleBook.load(write(tmp_path / "q", "w.yaml", rule.format(key='"on"')), specs=SPECS)
+    bare = RuleBook.load(write(tmp_path / "b", "w.yaml", rule.format(key="on")), specs=SPECS)
     assert quoted.rulesets[0].rules == bare.rulesets[0].rules
     assert quoted.rulesets[0].rules[0].on == frozenset({"credited"})
 

@@ -1,13 +1,15 @@
 """The outbox runner: executes recorded actions (submit, alert, forward) after their commit.
 
-Rows are written by `worker.act.reactor` in the same transaction as the state change that caused
-them. The runner marks a row running, performs the call outside any transaction, then records
-the outcome. A crash between the two leaves the row `running`; at the next start it is run again
-with the same Idempotency-Key, so the provider sees one submission, not two.
+Rows are written by `worker.act.reactor` (and `worker.act.rows`) in the same transaction as the
+state change that caused them. The runner marks a row running, performs the call outside any
+transaction, then records the outcome. A crash between the two leaves the row `running`; at the
+next start it is run again with the same Idempotency-Key, so the provider sees one submission,
+not two.
 
-Each kind of row runs in a module of its own: `worker.act.submit` (submit_profile),
-`worker.act.alert` (alert) and `worker.act.forward` (forward); all record outcomes in
-`worker.act.rows.ActionRows`. This module holds the runner: its pass loop and row dispatch.
+Each kind of row runs on the runner its action kind registers (`worker.act.kinds.KINDS`:
+submit_profile, alert and forward; book and ignore run nothing after the commit); all record
+outcomes in `worker.act.rows.ActionRows`. This module holds the runner: its pass loop and row
+dispatch.
 """
 
 from __future__ import annotations
@@ -18,12 +20,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlite_utils
-
-from worker.act.alert import AlertSender
-from worker.act.forward import Forwarder
+from worker.act.kinds import KINDS
+from worker.act.kinds.base import Observe, Runner, RunnerDeps
 from worker.act.rows import ActionRows
-from worker.act.submit import Observe, Submitter
 from worker.aio import first_done
 from worker.clock import utc_now
 from worker.config.profiles import Profiles
@@ -31,6 +30,7 @@ from worker.errors import StorageError
 from worker.logs import get_logger
 from worker.notify.channels import Notifier
 from worker.provider.client import ProviderClient
+from worker.store import actions as stored
 from worker.store.writer import Store
 from worker.track.tracker import Deposit
 
@@ -60,21 +60,20 @@ class Outbox:
         self._wake = asyncio.Event()
         # One pass at a time: serve's loop and a burst caller must not run a row twice.
         self._pass = asyncio.Lock()
-        self._submitter = Submitter(
-            self._rows,
+        deps = RunnerDeps(
+            store=store,
+            rows=self._rows,
             client=client,
+            notifiers=notifiers,
             profiles=profiles,
             # Looked up at each call: `_observe` may be replaced on a built runner (tests do).
             observe=lambda fact: self._observe(fact),
-        )
-        self._alerts = AlertSender(
-            store,
-            self._rows,
-            notifiers=notifiers,
             notify_retry=notify_retry,
             on_alert=on_alert,
         )
-        self._forwarder = Forwarder(self._rows)
+        self._runners: dict[str, Runner] = {
+            name: kind.runner(deps) for name, kind in KINDS.items() if kind.runner is not None
+        }
 
     def wake(self) -> None:
         """Tell the runner that new rows may be due."""
@@ -101,21 +100,18 @@ class Outbox:
                 timeout = await self._until_next_due()
                 await first_done(self._wake.wait(), stop.wait(), at_most_s=timeout)
         finally:  # also when a stop cancels the action in flight
-            await self._forwarder.close()
+            for runner in self._runners.values():
+                await runner.close()
 
     async def _until_next_due(self, cap_s: float = 1.0) -> float:
         """Seconds until the earliest delayed row is due, so a short back-off stays short."""
         try:
-            first = await self._store.read(
-                lambda db: db.execute(
-                    "SELECT MIN(next_attempt_at) FROM actions WHERE status IN ('pending','running')"
-                ).fetchone()[0]
-            )
+            first = await self._store.read(stored.next_due_at)
         except StorageError:
             return cap_s
         if not first:
             return cap_s
-        due = datetime.fromisoformat(str(first).replace("Z", "+00:00"))
+        due = datetime.fromisoformat(first.replace("Z", "+00:00"))
         return min(cap_s, max(0.005, (due - datetime.now(UTC)).total_seconds()))
 
     async def run_until_idle(self, *, include_delayed: bool = False) -> None:
@@ -127,15 +123,7 @@ class Outbox:
         """Run the rows due now; returns how many ran."""
         now = "9999" if include_delayed else utc_now()
         async with self._pass:
-            rows = await self._store.write(
-                lambda db: list(
-                    db.query(
-                        "SELECT * FROM actions WHERE status IN ('pending','running')"
-                        " AND next_attempt_at <= ? ORDER BY id LIMIT 50",
-                        [now],
-                    )
-                )
-            )
+            rows = await self._store.write(lambda db: stored.due_actions(db, now))
             ran = 0
             for row in rows:
                 if self._stop is not None and self._stop.is_set():
@@ -146,30 +134,18 @@ class Outbox:
 
     async def _execute(self, row: dict[str, Any]) -> None:
         action_id = int(row["id"])
-
-        def start(db: sqlite_utils.Database) -> dict[str, Any] | None:
-            db.execute(
-                "UPDATE actions SET status='running', attempts=attempts+1, updated_at=? WHERE id=?",
-                [utc_now(), action_id],
-            )
-            found = list(
-                db.query("SELECT * FROM deposits WHERE transaction_id=?", [row["transaction_id"]])
-            )
-            return found[0] if found else None
-
-        deposit_row = await self._store.write(start)
+        deposit_row = await self._store.write(
+            lambda db: stored.start_action(db, action_id, row["transaction_id"])
+        )
         deposit = Deposit.from_row(deposit_row) if deposit_row else None
         params = json.loads(row["params"] or "{}")
         attempts = int(row["attempts"]) + 1
+        runner = self._runners.get(row["action"])
         try:
-            if row["action"] == "submit_profile":
-                await self._submitter.run(action_id, row, deposit, params, attempts)
-            elif row["action"] == "alert":
-                await self._alerts.run(action_id, deposit, params, attempts)
-            elif row["action"] == "forward":
-                await self._forwarder.run(action_id, deposit, params, attempts)
-            else:
+            if runner is None:
                 await self._rows.finish(action_id, "skipped", f"nothing to run for {row['action']}")
+            else:
+                await runner.run(action_id, row, deposit, params, attempts)
         except Exception as exc:  # a bug must not stop the runner; the row shows it
             log.exception("action crashed", actionId=action_id, action=row["action"])
             await self._rows.finish(

@@ -1,28 +1,174 @@
-"""The actions table as a running row writes it: the row's outcome and the alerts it queues.
+"""The actions table's rows as depositd writes them: queued actions and recorded outcomes.
 
-`ActionRows` records an action row's outcome (done, failed, skipped, or pending again after a
-back-off) for `worker.act.outbox.Outbox` and the modules that run each kind of row
-(`worker.act.submit`, `worker.act.alert`, `worker.act.forward`), so those modules do not import the
-runner. `alert_once` queues an alert row from a submission or a forward (unless the same one is
-queued already), in the write that records its outcome.
+`add_action` queues one row (inside the caller's transaction); `enqueue_alert`,
+`add_submission` and `alert_conflict` queue the rows that code outside the rules queues too (the
+processor, the poller, the reload). `ActionRows` records a running row's outcome (done, failed,
+skipped, or pending again after a back-off) for `worker.act.outbox.Outbox` and the action kinds
+(`worker.act.kinds`), so those modules do not import the runner. `alert_once` queues an alert
+from a running row (unless the same one is queued already), in the write that records its
+outcome. The statements themselves are in `worker.store.actions`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlite_utils
 
 from worker import clock
-from worker.act.reactor import enqueue_alert
-from worker.clock import iso_from_ms, utc_now
+from worker.clock import iso_from_ms
 from worker.logs import get_logger
+from worker.rules import Intent
+from worker.store import actions as stored
 from worker.store.writer import Store
-from worker.track.tracker import Deposit
+from worker.track.conflicts import WIRE_NAMES, as_text
+from worker.track.tracker import Deposit, Fact
 
 log = get_logger(__name__)
+
+
+def add_action(
+    db: sqlite_utils.Database,
+    *,
+    deposit: Deposit | None,
+    action: str,
+    params: dict[str, Any],
+    trigger: str,
+    event_id: str | None = None,
+    intent: Intent | None = None,
+    status: str = "pending",
+    outcome: str | None = None,
+    idempotency_key: str | None = None,
+) -> int:
+    """Insert one action (outbox) row; returns its id."""
+    return stored.insert_action(
+        db,
+        transaction_id=deposit.transaction_id if deposit else None,
+        event_id=event_id,
+        trigger=trigger,
+        rule_set=intent.rule_set if intent else None,
+        rule_set_version=intent.version if intent else None,
+        rule=intent.rule if intent else None,
+        action=action,
+        params=json.dumps(params, sort_keys=True),
+        idempotency_key=idempotency_key,
+        status=status,
+        outcome=outcome,
+    )
+
+
+def submit_key(transaction_id: str, content_hash: str) -> str:
+    """Idempotency-Key of a submission: stable for one profile content, new after a change."""
+    return hashlib.sha256(f"{transaction_id}:{content_hash}".encode()).hexdigest()[:40]
+
+
+def submit_params(
+    deposit: Deposit, profile: str, content_hash: str, *, named: bool
+) -> dict[str, Any]:
+    """The params of a submit_profile action.
+
+    `after_ms` is the provider's time of the whitelist status the submission answers: once the
+    provider accepts it, the tracker takes "pending" as observed just after that, never at this
+    machine's clock, which the provider's own timestamps must not be compared with (a review
+    finished within the call, or a clock that is off, would otherwise lose a rejection).
+    """
+    return {
+        "profile": profile,
+        "content_hash": content_hash,
+        "named": named,
+        "after_ms": deposit.white_list_time(),
+    }
+
+
+def key_used(db: sqlite_utils.Database, transaction_id: str, key: str) -> bool:
+    """Was a submission with this Idempotency-Key (this exact payload) already queued?"""
+    return stored.submission_key_used(db, transaction_id, key)
+
+
+def add_submission(
+    db: sqlite_utils.Database,
+    deposit: Deposit,
+    profile: str,
+    content_hash: str,
+    *,
+    named: bool,
+    trigger: str,
+    event_id: str | None = None,
+    intent: Intent | None = None,
+) -> int:
+    """Queue one submit_profile row for `profile`'s content, under that content's
+    Idempotency-Key; returns its id."""
+    return add_action(
+        db,
+        deposit=deposit,
+        action="submit_profile",
+        params=submit_params(deposit, profile, content_hash, named=named),
+        trigger=trigger,
+        event_id=event_id,
+        intent=intent,
+        idempotency_key=submit_key(deposit.transaction_id, content_hash),
+    )
+
+
+def enqueue_alert(
+    db: sqlite_utils.Database,
+    deposit: Deposit | None,
+    condition: str,
+    severity: str,
+    *,
+    trigger: str,
+    detail: str | None = None,
+    channels: Sequence[str] | None = None,
+    intent: Intent | None = None,
+    profile: str | None = None,
+    once_per: str | None = None,
+    event_id: str | None = None,
+) -> int:
+    """Queue an alert; the runner sends it once per (deposit, condition, channel), or per
+    (deposit, condition, once_per, channel) when `once_per` names what one alert is about (one
+    submission, one rule)."""
+    params: dict[str, Any] = {
+        "condition": condition,
+        "severity": severity,
+        "channels": list(channels) if channels else None,
+        "detail": detail,
+        "profile": profile,
+    }
+    if once_per is not None:
+        params["once_per"] = once_per
+    return add_action(
+        db,
+        deposit=deposit,
+        action="alert",
+        params=params,
+        trigger=trigger,
+        intent=intent,
+        event_id=event_id,
+    )
+
+
+def alert_conflict(db: sqlite_utils.Database, deposit: Deposit, fact: Fact, name: str) -> None:
+    """Queue the critical alert of a fixed field in conflict (once per deposit and field)."""
+    where = f"{fact.source} event {fact.event_id}" if fact.event_id else f"{fact.source} fact"
+    detail = (
+        f"{WIRE_NAMES[name]} was {as_text(getattr(deposit, name))}, the {where} says "
+        f"{as_text(getattr(fact, name))}; booking is held until a decision: "
+        f"depositd resolve {deposit.transaction_id} --set {WIRE_NAMES[name]}=VALUE --by NAME"
+    )
+    enqueue_alert(
+        db,
+        deposit,
+        "fixed_field_conflict",
+        "critical",
+        trigger="conflict",
+        detail=detail,
+        once_per=name,
+        event_id=fact.event_id,
+    )
 
 
 def backoff(attempts: int, base_s: float, max_s: float) -> float:
@@ -61,12 +207,14 @@ class ActionRows:
         """Record the row's status and outcome; `also` runs in the same write."""
 
         def fn(db: sqlite_utils.Database) -> None:
-            sets = "status=?, outcome=?, updated_at=?, next_attempt_at=?"
-            args: list[Any] = [status, outcome, utc_now(), _iso_in(retry_in or 0)]
-            if key is not None:
-                sets += ", idempotency_key=?"
-                args.append(key)
-            db.execute(f"UPDATE actions SET {sets} WHERE id=?", [*args, action_id])
+            stored.finish_action(
+                db,
+                action_id,
+                status=status,
+                outcome=outcome,
+                next_attempt_at=_iso_in(retry_in or 0),
+                key=key,
+            )
             if also is not None:
                 also(db)
 
@@ -106,13 +254,8 @@ def alert_once(
     a condition that lasts over many attempts queues one alert row, not one per attempt."""
 
     def fn(db: sqlite_utils.Database) -> None:
-        queued = db.execute(
-            "SELECT 1 FROM actions WHERE action='alert' AND transaction_id IS ?"
-            " AND json_extract(params, '$.condition')=?"
-            " AND json_extract(params, '$.once_per') IS ? LIMIT 1",
-            [deposit.transaction_id if deposit else None, condition, once_per],
-        ).fetchone()
-        if queued is None:
+        tx = deposit.transaction_id if deposit else None
+        if not stored.alert_queued(db, tx, condition, once_per):
             enqueue_alert(
                 db,
                 deposit,

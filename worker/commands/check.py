@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from worker.config.profiles import Profiles
 from worker.config.settings import Loaded, Settings, read_settings
 from worker.errors import ConfigError, ProviderError
-from worker.rules import RuleBook
+from worker.rules import Action, Rule, RuleBook, RuleSet
 from worker.urls import plain_http_problem
+
+if TYPE_CHECKING:
+    from worker.act.kinds import Kind
 
 
 @dataclass
@@ -25,6 +30,8 @@ class Bundle:
 
 def load_bundle(settings: Settings) -> Bundle:
     """Load profiles then rules; `ConfigError` lists every problem of both."""
+    from worker.act.kinds import SPECS
+
     problems: list[str] = []
     warnings: list[str] = []
     if settings.storage.synchronous == "NORMAL":
@@ -45,7 +52,7 @@ def load_bundle(settings: Settings) -> Bundle:
         warnings.append("rules: not set; nothing acts (events are stored and tracked only)")
     else:
         try:
-            rules = RuleBook.load(settings.rules, profile_names=profiles.names())
+            rules = RuleBook.load(settings.rules, profile_names=profiles.names(), specs=SPECS)
         except ConfigError as exc:
             problems.extend(exc.problems)
         else:
@@ -71,6 +78,8 @@ def load_bundle(settings: Settings) -> Bundle:
 def _files_problems(loaded: Loaded) -> list[str]:
     """With the config itself invalid: the problems of the rules and profiles it names, when
     it names them plainly (SPEC section 3: every problem at once)."""
+    from worker.act.kinds import SPECS
+
     profiles_path = loaded.files.get("profiles")
     rules_path = loaded.files.get("rules")
     problems: list[str] = []
@@ -84,7 +93,7 @@ def _files_problems(loaded: Loaded) -> list[str]:
             problems.extend(exc.problems)
     if rules_path is not None:
         try:
-            rules = RuleBook.load(rules_path, profile_names=names)
+            rules = RuleBook.load(rules_path, profile_names=names, specs=SPECS)
         except ConfigError as exc:
             problems.extend(exc.problems)
         else:
@@ -94,7 +103,10 @@ def _files_problems(loaded: Loaded) -> list[str]:
 
 def plain_http(settings: Settings, rules: RuleBook) -> tuple[list[str], list[str]]:
     """(warnings, problems) of plain http:// for the provider and forward URLs: a warning to
-    loopback or where allowed, else a problem (`check` and `serve` both refuse it)."""
+    loopback or where allowed, else a problem (`check` and `serve` both refuse it). The action
+    kinds that post somewhere say where (`Kind.url`)."""
+    from worker.act.kinds import KINDS
+
     warnings: list[str] = []
     problems: list[str] = []
     found = [
@@ -107,18 +119,15 @@ def plain_http(settings: Settings, rules: RuleBook) -> tuple[list[str], list[str
             ),
         )
     ]
-    for ruleset, rule, action in rules.actions("forward"):
-        where = f"{ruleset.path}:{rule.line}: rule {rule.name!r}: forward"
-        found.append(
-            (
-                where,
-                plain_http_problem(
-                    str(action.params.get("url", "")),
-                    allowed=bool(action.params.get("allow_insecure_http")),
-                    key="allow_insecure_http",
-                ),
+    for kind in KINDS.values():
+        if kind.url is None:
+            continue
+        for ruleset, rule, action in rules.actions(kind.name):
+            where = f"{ruleset.path}:{rule.line}: rule {rule.name!r}: {kind.name}"
+            url, allowed = kind.url(action.params)
+            found.append(
+                (where, plain_http_problem(url, allowed=allowed, key="allow_insecure_http"))
             )
-        )
     for where, (warning, problem) in found:
         if warning is not None:
             warnings.append(f"{where}: {warning}")
@@ -131,8 +140,8 @@ def _unconfigured_channels(settings: Settings, rules: RuleBook) -> list[str]:
     """Rule alerts naming a channel `notify` does not configure: those go to the log only."""
     configured = {name for name in ("slack", "email") if getattr(settings.notify, name)}
     warnings = []
-    for ruleset, rule, action in rules.actions("alert"):
-        missing = sorted(set(action.params.get("channels") or ()) - configured)
+    for kind, ruleset, rule, action in _naming_channels(rules):
+        missing = sorted(set(kind.channels(action.params) if kind.channels else ()) - configured)
         if missing:
             warnings.append(
                 f"{ruleset.path}:{rule.line}: rule {rule.name!r} alerts on"
@@ -141,19 +150,33 @@ def _unconfigured_channels(settings: Settings, rules: RuleBook) -> list[str]:
     return warnings
 
 
+def _naming_channels(rules: RuleBook) -> Iterator[tuple[Kind, RuleSet, Rule, Action]]:
+    """Every action of a kind that names alert channels (`Kind.channels`), in kind order."""
+    from worker.act.kinds import KINDS
+
+    for kind in KINDS.values():
+        if kind.channels is not None:
+            for ruleset, rule, action in rules.actions(kind.name):
+                yield kind, ruleset, rule, action
+
+
 def forward_secret_problems(rules: RuleBook) -> list[str]:
     """Forward rules whose secret_env is unset or empty, or whose secret_file cannot be read:
-    such a forward is never sent (SPEC section 8: forward is signed) until the secret is there."""
-    from worker.act.forward import forward_secret
+    such a forward is never sent (SPEC section 8: forward is signed) until the secret is there.
+    Read from every action kind that signs with a secret (`Kind.secret_problem`)."""
+    from worker.act.kinds import KINDS
 
     problems = []
-    for ruleset, rule, action in rules.actions("forward"):
-        _, problem = forward_secret(action.params)
-        if problem is not None:
-            problems.append(
-                f"{ruleset.path}:{rule.line}: rule {rule.name!r}: forward {problem}; "
-                "it would not be sent (forward is signed)"
-            )
+    for kind in KINDS.values():
+        if kind.secret_problem is None:
+            continue
+        for ruleset, rule, action in rules.actions(kind.name):
+            problem = kind.secret_problem(action.params)
+            if problem is not None:
+                problems.append(
+                    f"{ruleset.path}:{rule.line}: rule {rule.name!r}: {kind.name} {problem}; "
+                    f"it would not be sent ({kind.name} is signed)"
+                )
     return problems
 
 
@@ -161,7 +184,7 @@ def silent_alerts(settings: Settings, rules: RuleBook) -> list[str]:
     """A warning when rules alert but `notify` configures no channel: alerts are only logged."""
     if settings.notify.slack is not None or settings.notify.email is not None:
         return []
-    alerting = [f"{rs.path}:{rule.line}" for rs, rule, _ in rules.actions("alert")]
+    alerting = [f"{rs.path}:{rule.line}" for _, rs, rule, _ in _naming_channels(rules)]
     if not alerting:
         return []
     more = f" and {len(alerting) - 1} more" if len(alerting) > 1 else ""

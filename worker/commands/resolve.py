@@ -16,7 +16,8 @@ from typing import Any, TextIO
 
 import sqlite_utils
 
-from worker.act.reactor import add_action, book_checked
+from worker.act.kinds.book import book_checked
+from worker.act.rows import add_action
 from worker.commands.read import run_on_db
 from worker.store.queries import get_deposit_row
 from worker.store.writer import transaction

@@ -18,7 +18,7 @@ from typing import Any
 import sqlite_utils
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from worker.act.reactor import enqueue_alert
+from worker.act.rows import enqueue_alert
 from worker.aio import finish_or_cancel
 from worker.config.settings import SchedulerSettings
 from worker.errors import (

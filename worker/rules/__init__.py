@@ -4,28 +4,30 @@ from __future__ import annotations
 
 from worker.rules.engine import RuleBook, failing_condition
 from worker.rules.model import (
-    ACTIONS,
     EVENT_TYPES,
     KNOWN_TRIGGERS,
     TRIGGERS,
     Action,
+    ActionSpec,
     Conditions,
     DepositView,
     Intent,
+    ParamCheck,
     Rule,
     RuleSet,
     RuleVerdict,
 )
 
 __all__ = [
-    "ACTIONS",
     "EVENT_TYPES",
     "KNOWN_TRIGGERS",
     "TRIGGERS",
     "Action",
+    "ActionSpec",
     "Conditions",
     "DepositView",
     "Intent",
+    "ParamCheck",
     "Rule",
     "RuleBook",
     "RuleSet",

@@ -9,7 +9,7 @@ evaluation for that trigger, so no later rule (and no later action of the same r
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from worker.provider.jsonio import decimal_str
 from worker.rules.model import (
     ANY_WALLET,
     Action,
+    ActionSpec,
     DepositView,
     Intent,
     Operator,
@@ -120,14 +121,21 @@ class RuleBook:
         return f"RuleBook({names})"
 
     @classmethod
-    def load(cls, path: Path, *, profile_names: set[str] | None = None) -> RuleBook:
+    def load(
+        cls,
+        path: Path,
+        *,
+        specs: Mapping[str, ActionSpec],
+        profile_names: set[str] | None = None,
+    ) -> RuleBook:
         """Load a rule file or a folder of them; `ConfigError` lists every problem (file:line).
 
-        `profile_names`, when given, are the stored profiles a rule may name.
+        `specs` are the actions a rule may name (`worker.act.kinds.SPECS`); `profile_names`,
+        when given, are the stored profiles a rule may name.
         """
         from worker.rules.loader import load_rulesets
 
-        return cls(load_rulesets(path, profile_names=profile_names))
+        return cls(load_rulesets(path, specs=specs, profile_names=profile_names))
 
     @classmethod
     def empty(cls) -> RuleBook:

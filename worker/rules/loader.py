@@ -13,8 +13,7 @@ one `depositd check` shows all of them.
 from __future__ import annotations
 
 import hashlib
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -27,14 +26,12 @@ from worker.config.yamlsrc import Loc, YamlSource, dotted, yaml_error
 from worker.config.yamlsrc import loads as parse_yaml
 from worker.errors import ConfigError
 from worker.rules.model import (
-    ACTIONS,
     ANY_WALLET,
-    CHANNELS,
     CONDITIONS,
     KNOWN_TRIGGERS,
     OPERATORS,
-    SEVERITIES,
     Action,
+    ActionSpec,
     Conditions,
     Operator,
     Rule,
@@ -43,24 +40,31 @@ from worker.rules.model import (
 )
 
 TOP_KEYS = ("wallet", "rules", "description")
-# The triggers on which the deposit is credited: credited, and completed (an order at SUCCESS is
-# credited, whitelisted or not). Raw eventTypes and the other triggers do not imply it.
-BOOK_TRIGGERS = frozenset({"credited", "completed"})
 RULE_KEYS = ("name", "on", "if", "then")
-ALERT_KEYS = ("severity", "channels", "message")
-FORWARD_KEYS = ("url", "secret_env", "secret_file", "allow_insecure_http")
-SUBMIT_KEYS = ("profile",)
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROFILE_FILE_KEYS = frozenset({"profiles", "addresses", "wallets"})
 
 
 class _File:
     """Problems of one rule file, each as `file:line: dotted.key: message`."""
 
-    def __init__(self, src: YamlSource, problems: list[str], profiles: set[str] | None) -> None:
+    def __init__(
+        self,
+        src: YamlSource,
+        problems: list[str],
+        profiles: set[str] | None,
+        specs: Mapping[str, ActionSpec],
+    ) -> None:
         self.src = src
         self.problems = problems
         self.profiles = profiles
+        self.specs = specs
+
+    @property
+    def folder(self) -> Path:
+        return self.src.path.parent
+
+    def problem_count(self) -> int:
+        return len(self.problems)
 
     def bad(self, loc: Loc, message: str, *, label: Loc | None = None) -> None:
         self.problems.append(f"{self.src.where(loc)}: {dotted(label or loc)}: {message}")
@@ -127,32 +131,31 @@ class _File:
         on = self.triggers(item.get("on"), (*loc, "on"), present="on" in item)
         conditions = self.conditions(item.get("if"), (*loc, "if"))
         actions = self.actions(item.get("then"), (*loc, "then"), present="then" in item)
-        if any(a.name == "book" for a in actions):
-            self.book_triggers(on, item.get("then"), loc)
+        for spec in [self.specs[n] for n in dict.fromkeys(a.name for a in actions)]:
+            if spec.only_on is not None:
+                self.only_on(spec, on, item.get("then"), loc)
         if len(self.problems) > before or not isinstance(name, str):
             return None
         return Rule(name, on, conditions, actions, self.src.line(loc))
 
-    def book_triggers(self, on: frozenset[str], then: Any, loc: Loc) -> None:
-        """`book` only on triggers that mean the deposit is credited at that moment."""
-        wrong = sorted(on - BOOK_TRIGGERS)
+    def only_on(self, spec: ActionSpec, on: frozenset[str], then: Any, loc: Loc) -> None:
+        """An action that runs only on some triggers (`book`: those meaning credited)."""
+        allowed_on = spec.only_on or frozenset()
+        wrong = sorted(on - allowed_on)
         if not wrong:
             return
+        name = spec.name
         items = then if isinstance(then, list) else [then]
         index = next(
-            (
-                i
-                for i, a in enumerate(items)
-                if a == "book" or (isinstance(a, dict) and "book" in a)
-            ),
+            (i for i, a in enumerate(items) if a == name or (isinstance(a, dict) and name in a)),
             None,
         )
         where = (*loc, "then", index) if isinstance(then, list) and index is not None else loc
-        allowed = ", ".join(sorted(BOOK_TRIGGERS))
+        allowed = ", ".join(sorted(allowed_on))
         self.bad(
             where,
-            f"book needs a trigger that means the deposit is credited ({allowed}), not"
-            f" {', '.join(wrong)}: put book in a rule of its own on: [credited]",
+            f"{name} needs a trigger {spec.only_on_meaning} ({allowed}), not"
+            f" {', '.join(wrong)}: put {name} in a rule of its own on: [{spec.only_on_example}]",
             label=(*loc, "then"),
         )
 
@@ -276,10 +279,11 @@ class _File:
             return ()
         out: list[Action] = []
         for index, item in enumerate(items):
-            if out and out[-1].name == "ignore":
+            if out and self.specs[out[-1].name].final:
+                last = out[-1].name
                 self.bad(
                     (*loc, index),
-                    "an action after ignore never runs; put ignore last",
+                    f"an action after {last} never runs; put {last} last",
                     label=(*loc, index),
                 )
                 break
@@ -297,110 +301,22 @@ class _File:
         else:
             self.bad(loc, "an action is a name, or a mapping of one name to its parameters")
             return None
-        if name not in ACTIONS:
-            self.bad(loc, f"unknown action {name!r} {known(ACTIONS)}{suggest(str(name), ACTIONS)}")
+        spec = self.specs.get(name) if isinstance(name, str) else None
+        if spec is None:
+            names = list(self.specs)
+            self.bad(loc, f"unknown action {name!r} {known(names)}{suggest(str(name), names)}")
             return None
         if params is not None and not isinstance(params, dict):
             self.bad(ploc, f"the parameters of {name} must be a mapping")
             return None
         params = params or {}
-        if name in ("book", "ignore"):
+        if spec.check is None:
             if params:
                 self.bad(ploc, f"{name} takes no parameters")
                 return None
             return Action(name)
-        if name == "submit_profile":
-            return self.submit(params, ploc)
-        if name == "alert":
-            return self.alert(params, ploc)
-        return self.forward(params, ploc)
-
-    def submit(self, params: dict[str, Any], loc: Loc) -> Action | None:
-        before = len(self.problems)
-        self.unknown_keys(params, loc, SUBMIT_KEYS)
-        if "profile" not in params:
-            return Action("submit_profile") if len(self.problems) == before else None
-        profile = params["profile"]
-        if not isinstance(profile, str) or not profile:
-            self.bad((*loc, "profile"), "must be a profile name")
-        elif self.profiles is not None and profile not in self.profiles:
-            names = sorted(self.profiles)
-            hint = suggest(profile, names)
-            self.bad(
-                (*loc, "profile"),
-                f"unknown profile {profile!r} {known(names or ['none'])}{hint}",
-            )
-        if len(self.problems) > before:
-            return None
-        return Action("submit_profile", {"profile": profile})
-
-    def alert(self, params: dict[str, Any], loc: Loc) -> Action | None:
-        before = len(self.problems)
-        self.unknown_keys(params, loc, ALERT_KEYS)
-        severity = params.get("severity", "warning")
-        if severity not in SEVERITIES:
-            self.bad((*loc, "severity"), f"unknown severity {severity!r} {known(SEVERITIES)}")
-        channels: list[str] | None = None
-        if "channels" in params:
-            raw = params["channels"]
-            items = [raw] if isinstance(raw, str) else raw
-            if not isinstance(items, list) or not items:
-                self.bad((*loc, "channels"), f"must be a non-empty list {known(CHANNELS)}")
-            else:
-                channels = []
-                for index, channel in enumerate(items):
-                    if channel not in CHANNELS:
-                        self.bad(
-                            (*loc, "channels", index),
-                            f"unknown channel {channel!r} {known(CHANNELS)}",
-                            label=(*loc, "channels"),
-                        )
-                    elif channel not in channels:
-                        channels.append(channel)
-        message = params.get("message")
-        if message is not None and not isinstance(message, str):
-            self.bad((*loc, "message"), "must be a string")
-        if len(self.problems) > before:
-            return None
-        out: dict[str, Any] = {"severity": severity, "channels": channels}
-        if message is not None:
-            out["message"] = message
-        return Action("alert", out)
-
-    def forward(self, params: dict[str, Any], loc: Loc) -> Action | None:
-        before = len(self.problems)
-        self.unknown_keys(params, loc, FORWARD_KEYS)
-        url = params.get("url")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            self.bad((*loc, "url") if "url" in params else loc, "forward needs url: http(s)://...")
-        out: dict[str, Any] = {"url": url}
-        if "secret_env" in params and "secret_file" in params:
-            self.bad((*loc, "secret_file"), "give either secret_env or secret_file, not both")
-        elif "secret_env" not in params and "secret_file" not in params:
-            # SPEC section 8: forward posts the deposit signed; never unsigned by omission.
-            self.bad(loc, "forward needs secret_env or secret_file (the POST is signed)")
-        env = params.get("secret_env")
-        if "secret_env" in params:
-            if not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
-                self.bad((*loc, "secret_env"), "must be an environment variable name")
-            out["secret_env"] = env
-        if "secret_file" in params:
-            file = params["secret_file"]
-            if not isinstance(file, str) or not file:
-                self.bad((*loc, "secret_file"), "must be a file path")
-            else:
-                path = Path(file)
-                # Like every path in the config: relative to the file that names it.
-                out["secret_file"] = str(
-                    path if path.is_absolute() else self.src.path.parent / path
-                )
-        if "allow_insecure_http" in params:
-            if not isinstance(params["allow_insecure_http"], bool):
-                self.bad((*loc, "allow_insecure_http"), "must be true or false")
-            out["allow_insecure_http"] = params["allow_insecure_http"]
-        if len(self.problems) > before:
-            return None
-        return Action("forward", out)
+        checked = spec.check(self, params, ploc)
+        return None if checked is None else Action(name, checked)
 
 
 def rule_files(path: Path) -> list[Path]:
@@ -428,7 +344,11 @@ class _Loaded:
 
 
 def _load_file(
-    path: Path, problems: list[str], profile_names: set[str] | None, folder: bool
+    path: Path,
+    problems: list[str],
+    profile_names: set[str] | None,
+    folder: bool,
+    specs: Mapping[str, ActionSpec],
 ) -> _Loaded | None:
     """One rule file; problems go to `problems`. None when unreadable or a profiles file."""
     try:
@@ -459,7 +379,7 @@ def _load_file(
         return None
     before = len(problems)
     problems.extend(duplicate_keys(src))
-    file = _File(src, problems, profile_names)
+    file = _File(src, problems, profile_names, specs)
     file.unknown_keys(src.data, (), TOP_KEYS)
     wallet = file.wallet(src.data)
     rules = file.rules(src.data)
@@ -470,22 +390,15 @@ def _load_file(
     return _Loaded(wallet, line, RuleSet(path.name, path, version, wallet, rules))
 
 
-def load_ruleset(path: Path, *, profile_names: set[str] | None = None) -> RuleSet:
-    """One rule file; `ConfigError` lists its problems."""
-    problems: list[str] = []
-    loaded = _load_file(path, problems, profile_names, folder=False)
-    if problems or loaded is None or loaded.ruleset is None:
-        raise ConfigError(problems)
-    return loaded.ruleset
-
-
 def _describe(wallet: WalletKey) -> str:
     if wallet == ANY_WALLET:
         return 'every wallet ("*")'
     return f"wallet {wallet}" if isinstance(wallet, int) else f"wallet {wallet!r}"
 
 
-def load_rulesets(path: Path, *, profile_names: set[str] | None = None) -> list[RuleSet]:
+def load_rulesets(
+    path: Path, *, specs: Mapping[str, ActionSpec], profile_names: set[str] | None = None
+) -> list[RuleSet]:
     """Every rule set under `path`; `ConfigError` lists every problem of every file."""
     if not path.exists():
         raise ConfigError([f"{path}: rules path does not exist"])
@@ -494,7 +407,7 @@ def load_rulesets(path: Path, *, profile_names: set[str] | None = None) -> list[
     owners: dict[tuple[bool, WalletKey], tuple[Path, int]] = {}
     folder = path.is_dir()
     for file in rule_files(path):
-        loaded = _load_file(file, problems, profile_names, folder)
+        loaded = _load_file(file, problems, profile_names, folder, specs)
         if loaded is None or loaded.wallet is None:
             continue
         key = (isinstance(loaded.wallet, int), loaded.wallet)

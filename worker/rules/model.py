@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, Protocol
+
+from worker.config.yamlsrc import Loc
 
 # The tracker's transition triggers (SPEC section 7); tests check they equal tracker.Trigger.
 TRIGGERS: tuple[str, ...] = (
@@ -28,7 +30,6 @@ EVENT_TYPES: tuple[str, ...] = (
 )
 KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS + EVENT_TYPES
 
-ACTIONS: tuple[str, ...] = ("submit_profile", "book", "alert", "forward", "ignore")
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 CHANNELS: tuple[str, ...] = ("slack", "email")
 OPERATORS: tuple[str, ...] = ("lt", "lte", "gt", "gte", "eq")
@@ -44,6 +45,53 @@ CONDITIONS: tuple[str, ...] = (
 Operator = Literal["lt", "lte", "gt", "gte", "eq"]
 WalletKey = int | str  # walletId, walletName, or "*"
 ANY_WALLET = "*"
+
+
+class ParamCheck(Protocol):
+    """What an action's parameter check may use while one rule file is read."""
+
+    @property
+    def profiles(self) -> set[str] | None:
+        """The profile names a rule may name; None when any name is accepted."""
+        ...
+
+    @property
+    def folder(self) -> Path:
+        """The rule file's folder (a relative path in the file is relative to it)."""
+        ...
+
+    def problem_count(self) -> int:
+        """How many problems were found so far (a check compares before and after)."""
+        ...
+
+    def bad(self, loc: Loc, message: str, *, label: Loc | None = None) -> None:
+        """Record a problem at `loc`, shown as `label` (default: `loc`)."""
+        ...
+
+    def unknown_keys(self, value: dict[Any, Any], loc: Loc, allowed: Sequence[str]) -> None:
+        """Record a problem for each key of `value` not in `allowed`."""
+        ...
+
+
+# Checks one action's parameters; the checked parameters, or None after recording problems.
+ParamChecker = Callable[[ParamCheck, dict[str, Any], Loc], dict[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """What the rule loader accepts for one action name (the action kinds give these).
+
+    `check` None: the action takes no parameters. `final`: nothing after it in a rule's `then:`
+    runs (so nothing may follow it). `only_on`: the triggers it may run on (None: any), with
+    `only_on_meaning` saying what they have in common and `only_on_example` a rule's `on:`.
+    """
+
+    name: str
+    check: ParamChecker | None = None
+    final: bool = False
+    only_on: frozenset[str] | None = None
+    only_on_meaning: str = ""
+    only_on_example: str = ""
 
 
 class DepositView(Protocol):

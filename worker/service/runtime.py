@@ -21,8 +21,9 @@ from aiohttp import web
 from prometheus_client import Counter, Gauge
 
 from worker.act.outbox import Outbox
-from worker.act.reactor import RuleReactor, enqueue_alert
-from worker.act.submit import resubmit_changed, submit_newly_covered
+from worker.act.reactor import RuleReactor
+from worker.act.resubmit import resubmit_changed, submit_newly_covered
+from worker.act.rows import enqueue_alert
 from worker.aio import finish_or_cancel
 from worker.clock import iso_from_ms, now_ms, utc_now
 from worker.commands.check import Bundle, load_bundle

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import sqlite_utils
 from pydantic import ValidationError
 
-from worker.act.reactor import alert_conflict
+from worker.act.rows import alert_conflict
 from worker.clock import ms_from_iso, utc_now
 from worker.errors import StorageError
 from worker.logs import LogLine, get_logger

@@ -1,12 +1,14 @@
-"""The forward rows: post a deposit to the URL a rule names, signed with its secret (SPEC 8).
+"""`forward`: post the deposit to the URL a rule names, signed with its secret (SPEC 8).
 
-`Forwarder` runs one forward row for `worker.act.outbox.Outbox`; `forward_secret` reads a forward
-rule's signing secret (also used by `worker.commands.check`, which reports one that is missing).
+The reactor records the deposit as of the transition (every retry posts the same body);
+`Forwarder` runs the row after the commit; `forward_secret` reads a forward rule's signing
+secret (also used by `depositd check`, which reports one that is missing).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,11 +16,60 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from worker.act.kinds.base import Kind, Recording, RunnerDeps
 from worker.act.rows import ActionRows, alert_once
 from worker.config.settings import read_secret_file
+from worker.config.yamlsrc import Loc
 from worker.provider import jsonio, signing
+from worker.rules import ActionSpec, ParamCheck
 from worker.track.tracker import Deposit
 from worker.urls import host_port
+
+FORWARD_KEYS = ("url", "secret_env", "secret_file", "allow_insecure_http")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_params(file: ParamCheck, params: dict[str, Any], loc: Loc) -> dict[str, Any] | None:
+    """url (http or https), secret_env or secret_file (the POST is signed), allow_insecure_http."""
+    before = file.problem_count()
+    file.unknown_keys(params, loc, FORWARD_KEYS)
+    url = params.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        file.bad((*loc, "url") if "url" in params else loc, "forward needs url: http(s)://...")
+    out: dict[str, Any] = {"url": url}
+    if "secret_env" in params and "secret_file" in params:
+        file.bad((*loc, "secret_file"), "give either secret_env or secret_file, not both")
+    elif "secret_env" not in params and "secret_file" not in params:
+        # SPEC section 8: forward posts the deposit signed; never unsigned by omission.
+        file.bad(loc, "forward needs secret_env or secret_file (the POST is signed)")
+    env = params.get("secret_env")
+    if "secret_env" in params:
+        if not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
+            file.bad((*loc, "secret_env"), "must be an environment variable name")
+        out["secret_env"] = env
+    if "secret_file" in params:
+        secret_file = params["secret_file"]
+        if not isinstance(secret_file, str) or not secret_file:
+            file.bad((*loc, "secret_file"), "must be a file path")
+        else:
+            path = Path(secret_file)
+            # Like every path in the config: relative to the file that names it.
+            out["secret_file"] = str(path if path.is_absolute() else file.folder / path)
+    if "allow_insecure_http" in params:
+        if not isinstance(params["allow_insecure_http"], bool):
+            file.bad((*loc, "allow_insecure_http"), "must be true or false")
+        out["allow_insecure_http"] = params["allow_insecure_http"]
+    if file.problem_count() > before:
+        return None
+    return out
+
+
+def record(rec: Recording) -> None:
+    """Queue the forward row with the deposit as of this transition: every retry posts the
+    same body."""
+    params = {**rec.intent.params, "deposit": rec.deposit.as_json()}
+    rec.add(params=params)
+
 
 MAX_FORWARD_ATTEMPTS = 8
 
@@ -30,13 +81,23 @@ class Forwarder:
         self._rows = rows
         self._http: aiohttp.ClientSession | None = None
 
+    @classmethod
+    def build(cls, deps: RunnerDeps) -> Forwarder:
+        """The runner the outbox uses for forward rows."""
+        return cls(deps.rows)
+
     async def close(self) -> None:
         """Close the HTTP session, if a forward opened one."""
         if self._http is not None:
             await self._http.close()
 
     async def run(
-        self, action_id: int, deposit: Deposit | None, params: dict[str, Any], attempts: int
+        self,
+        action_id: int,
+        row: dict[str, Any],
+        deposit: Deposit | None,
+        params: dict[str, Any],
+        attempts: int,
     ) -> None:
         """Post the deposit to the rule's URL; a failure is retried with back-off."""
         if deposit is None:
@@ -140,3 +201,20 @@ def forward_secret(params: Mapping[str, Any]) -> tuple[str, str | None]:
             return "", f"secret_file {path} is not UTF-8 text"
         return (value, None) if value else ("", f"secret_file {path} is empty")
     return "", "no secret_env or secret_file"
+
+
+def _url(params: Mapping[str, Any]) -> tuple[str, bool]:
+    return str(params.get("url", "")), bool(params.get("allow_insecure_http"))
+
+
+def _secret_problem(params: Mapping[str, Any]) -> str | None:
+    return forward_secret(params)[1]
+
+
+KIND = Kind(
+    ActionSpec("forward", check=check_params),
+    record,
+    runner=Forwarder.build,
+    url=_url,
+    secret_problem=_secret_problem,
+)

@@ -1,0 +1,23 @@
+"""The action kinds a rule may name, registered in one place.
+
+Adding a kind is one module here building a `Kind` (`worker.act.kinds.base`) and one entry in
+`KINDS`: the rule loader accepts it through `SPECS`, the reactor records it, the outbox runs it
+and `depositd check` reads what it warns about, all from that entry. The order is the order
+`check` and the rule loader's messages name them in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from worker.act.kinds import alert, book, forward, ignore, submit
+from worker.act.kinds.base import Kind
+from worker.rules import ActionSpec
+
+KINDS: Mapping[str, Kind] = {
+    kind.name: kind for kind in (submit.KIND, book.KIND, alert.KIND, forward.KIND, ignore.KIND)
+}
+# What the rule loader accepts: pass to `RuleBook.load(..., specs=SPECS)`.
+SPECS: Mapping[str, ActionSpec] = {name: kind.spec for name, kind in KINDS.items()}
+
+__all__ = ["KINDS", "SPECS", "Kind"]

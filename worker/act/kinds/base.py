@@ -1,0 +1,111 @@
+"""What an action kind is: its rule parameters, what it records, what it runs, what `check` says.
+
+Each kind is one module in `worker.act.kinds` building a `Kind`, registered in
+`worker.act.kinds.KINDS`. The rule loader reads `Kind.spec` (as data: the rules package does not
+import this one), `worker.act.reactor` calls `record` inside the processor's transaction,
+`worker.act.outbox` calls the runner built by `runner` after the commit, and
+`worker.commands.check` reads `url`, `secret_problem` and `channels`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import sqlite_utils
+
+from worker.act.rows import ActionRows, add_action
+from worker.config.profiles import ProfileMatch, Profiles
+from worker.logs import LogLine
+from worker.notify.channels import Notifier
+from worker.provider.client import ProviderClient
+from worker.rules import ActionSpec, Intent
+from worker.store.writer import Store
+from worker.track.tracker import Deposit, Fact
+
+Observe = Callable[[Fact], Awaitable[Any]]
+
+
+@dataclass
+class Recording:
+    """One intent being recorded by the reactor, inside the processor's transaction."""
+
+    db: sqlite_utils.Database
+    deposit: Deposit
+    trigger: str
+    fact: Fact
+    intent: Intent
+    match: ProfileMatch | None
+    profiles: Callable[[], Profiles]
+    lines: list[LogLine]  # what to log once committed
+
+    def add(self, *, params: dict[str, Any], **fields: Any) -> int:
+        """Add this intent's action row (status, outcome and key as `fields` say)."""
+        return add_action(
+            self.db,
+            deposit=self.deposit,
+            action=self.intent.action,
+            params=params,
+            trigger=self.trigger,
+            event_id=self.fact.event_id,
+            intent=self.intent,
+            **fields,
+        )
+
+
+@dataclass(frozen=True)
+class RunnerDeps:
+    """What the outbox gives the kinds' runners."""
+
+    store: Store
+    rows: ActionRows
+    client: ProviderClient
+    notifiers: Mapping[str, Notifier]
+    profiles: Callable[[], Profiles]
+    observe: Observe
+    notify_retry: Mapping[str, Any] | None
+    on_alert: Callable[[str, str], None] | None
+
+
+class Runner(Protocol):
+    """Runs one kind's rows after their commit, recording outcomes in `ActionRows`."""
+
+    async def run(
+        self,
+        action_id: int,
+        row: dict[str, Any],
+        deposit: Deposit | None,
+        params: dict[str, Any],
+        attempts: int,
+    ) -> None:
+        """Run one row (marked running, `attempts` counting this one)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the runner holds (an HTTP session)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One action kind.
+
+    `record`: what the reactor records for a rule's intent, inside the transaction.
+    `runner`: builds what the outbox runs after the commit (None: nothing runs after it).
+    `url`: (url, plain http allowed) of an action's params, for the plain-http check.
+    `secret_problem`: why an action's secret is not usable now, for `check`.
+    `channels`: the alert channels an action names, for `check`.
+    """
+
+    spec: ActionSpec
+    record: Callable[[Recording], None]
+    runner: Callable[[RunnerDeps], Runner] | None = None
+    url: Callable[[Mapping[str, Any]], tuple[str, bool]] | None = None
+    secret_problem: Callable[[Mapping[str, Any]], str | None] | None = None
+    channels: Callable[[Mapping[str, Any]], Sequence[str]] | None = None
+
+    @property
+    def name(self) -> str:
+        """The action's name in rules and rows."""
+        return self.spec.name

@@ -1,0 +1,96 @@
+"""`book`: the deposit's ledger row, written inside the transition's transaction (exactly once).
+
+Nothing runs after the commit: the row records what booking did (`book_checked`).
+"""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+from worker.act.kinds.base import Kind, Recording
+from worker.act.rows import enqueue_alert
+from worker.rules import ActionSpec
+from worker.store import ledger
+from worker.track.conflicts import WIRE_NAMES, open_conflicts
+from worker.track.tracker import Deposit, State
+
+# The states in which the deposit is credited at this moment: credited, or completed (an order
+# at SUCCESS is credited, whitelisted or not). Booking happens in no other.
+CREDITED_STATES = frozenset({State.CREDITED, State.COMPLETED})
+# The triggers on which the deposit is credited: credited, and completed (an order at SUCCESS is
+# credited, whitelisted or not). Raw eventTypes and the other triggers do not imply it.
+BOOK_TRIGGERS = frozenset({"credited", "completed"})
+
+
+def book(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> bool:
+    """Write the ledger row for a deposit once; False when it was already booked."""
+    return ledger.insert_booking(
+        db,
+        transaction_id=deposit.transaction_id,
+        wallet_id=deposit.wallet_id,
+        wallet_name=deposit.wallet_name,
+        currency=deposit.currency,
+        network=deposit.network,
+        amount=deposit.as_json()["amount"],
+        from_address=deposit.from_address,
+        tx_hash=deposit.tx_hash,
+        trigger=trigger,
+    )
+
+
+def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> tuple[str, str]:
+    """Book the deposit if it may be booked now; the book action's (status, outcome).
+
+    Whatever trigger a rule names, a deposit is booked only while credited, never while a fixed
+    field is in conflict (`worker.track.conflicts`), and never when its txHash is already booked
+    under another transactionId (that one alerts, critical).
+    """
+    tx = deposit.transaction_id
+    if ledger.is_booked(db, tx):
+        return "done", "already booked"
+    if deposit.state not in CREDITED_STATES:
+        return "skipped", f"not booked: the deposit is {deposit.state.value}, not credited"
+    held = open_conflicts(db, tx)
+    if held:
+        names = ", ".join(sorted({WIRE_NAMES[c["field"]] for c in held}))
+        return "skipped", f"held: {names} in conflict; waiting for a decision (depositd resolve)"
+    if deposit.tx_hash:
+        other = ledger.booked_under_other_id(db, deposit.tx_hash, tx)
+        if other is not None:
+            detail = (
+                f"txHash {deposit.tx_hash} is already booked for {other}; "
+                f"{tx} is not booked (a deposit booked twice?)"
+            )
+            enqueue_alert(
+                db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=detail
+            )
+            return "skipped", f"refused: txHash already booked for {other}"
+    booked = book(db, deposit, trigger)
+    return "done", "booked" if booked else "already booked"
+
+
+def record(rec: Recording) -> None:
+    """Book (if it may be booked now) and record what booking did; log it once committed."""
+    deposit = rec.deposit
+    status, outcome = book_checked(rec.db, deposit, rec.trigger.split("#")[0])
+    rec.add(params={}, status=status, outcome=outcome)
+    fields = {
+        "transactionId": deposit.transaction_id,
+        "amount": deposit.as_json()["amount"],
+        "currency": deposit.currency,
+    }
+    if status == "done":
+        rec.lines.append((outcome, fields))
+    else:
+        rec.lines.append(("book " + status, {**fields, "outcome": outcome}))
+
+
+KIND = Kind(
+    ActionSpec(
+        "book",
+        only_on=BOOK_TRIGGERS,
+        only_on_meaning="that means the deposit is credited",
+        only_on_example="credited",
+    ),
+    record,
+)

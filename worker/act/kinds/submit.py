@@ -1,0 +1,425 @@
+"""`submit_profile`: submit a payer profile for a deposit waiting for details.
+
+The reactor queues the row under the profile content's Idempotency-Key (or records why nothing
+is submitted); `Submitter` runs it after the commit in three steps: pick the profile that applies
+now, send it with that key, and record what the provider answered. An unknown outcome is retried
+with the same key; a refusal is read by its wallet code in `CODE_OUTCOMES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
+
+import sqlite_utils
+
+from worker import clock
+from worker.act.kinds.base import Kind, Observe, Recording, RunnerDeps
+from worker.act.rows import (
+    ActionRows,
+    add_submission,
+    alert_once,
+    enqueue_alert,
+    key_used,
+    submit_key,
+    submit_params,
+)
+from worker.config.profiles import Profiles
+from worker.config.yamlkeys import known, suggest
+from worker.config.yamlsrc import Loc
+from worker.errors import (
+    ProviderAnswerMismatch,
+    ProviderAuthError,
+    ProviderBusinessError,
+    ProviderError,
+    ProviderProtocolError,
+    ProviderRequestRefused,
+    ProviderRetryLater,
+    ProviderUnavailable,
+)
+from worker.logs import get_logger
+from worker.poll.scheduler import alert_mismatch
+from worker.provider.client import ProviderClient
+from worker.provider.codes import RetryCategory, categorize, code_rule, may_retry_same_key
+from worker.provider.models import DepositOrder, WhiteListStatus
+from worker.provider.payer import fields_named
+from worker.rules import ActionSpec, ParamCheck
+from worker.track.facts import fact_from_order
+from worker.track.tracker import Deposit, Fact
+
+log = get_logger(__name__)
+
+SUBMIT_KEYS = ("profile",)
+# A submission whose outcome is unknown (an unreadable answer, a system error, "processing") is
+# retried with the same key without end; a human is told once it has lasted this many attempts.
+UNKNOWN_ALERT_AFTER = 3
+
+
+@dataclass(frozen=True)
+class CodeOutcome:
+    """What a submission refused with one wallet error code leads to.
+
+    `read_result`: done; the deposit's detail is read (`what` the code says, what reading
+    did). `check_gone`: failed; the detail tells whether the deposit is gone or still waiting.
+    `refused`: failed until the profile changes (warning). `failed`: failed (critical).
+    """
+
+    step: Literal["read_result", "check_gone", "refused", "failed"]
+    what: str = ""
+    read: str = ""
+
+
+CODE_OUTCOMES: dict[str, CodeOutcome] = {
+    "10000100": CodeOutcome("check_gone"),
+    "10000101": CodeOutcome("read_result", "review already completed", "detail refreshed"),
+    "10000102": CodeOutcome("refused"),
+    "10000103": CodeOutcome("refused"),
+    "10000105": CodeOutcome("read_result", "duplicate request", "original result read"),
+    "10000106": CodeOutcome("failed"),  # a bug on our side
+    "10000107": CodeOutcome("failed"),  # the wallet
+}
+OTHER_CODE = CodeOutcome("failed")  # codes the interface omits
+
+
+def check_params(file: ParamCheck, params: dict[str, Any], loc: Loc) -> dict[str, Any] | None:
+    """An optional `profile` (a stored profile's name); without it, the one that applies."""
+    before = file.problem_count()
+    file.unknown_keys(params, loc, SUBMIT_KEYS)
+    if "profile" not in params:
+        return {} if file.problem_count() == before else None
+    profile = params["profile"]
+    if not isinstance(profile, str) or not profile:
+        file.bad((*loc, "profile"), "must be a profile name")
+    elif file.profiles is not None and profile not in file.profiles:
+        names = sorted(file.profiles)
+        hint = suggest(profile, names)
+        file.bad(
+            (*loc, "profile"),
+            f"unknown profile {profile!r} {known(names or ['none'])}{hint}",
+        )
+    if file.problem_count() > before:
+        return None
+    return {"profile": profile}
+
+
+def record(rec: Recording) -> None:
+    """Queue the submission, or a skipped row saying why nothing is submitted."""
+    deposit, intent, match = rec.deposit, rec.intent, rec.match
+    if match is None and not intent.params.get("profile"):
+        rec.add(params={}, status="skipped", outcome="no profile applies")
+        return
+    profiles = rec.profiles()
+    named = intent.params.get("profile")
+    name = str(named) if named else match.name if match is not None else ""
+    content = profiles.content_hash(name)
+    key = submit_key(deposit.transaction_id, content)
+    if key_used(rec.db, deposit.transaction_id, key):
+        # The provider has this very payload already (a rejection is never answered
+        # with the same details): wait for a changed profile instead.
+        rec.add(
+            params=submit_params(deposit, name, content, named=bool(named)),
+            status="skipped",
+            outcome="identical payload already submitted; waiting for a changed profile",
+        )
+        return
+    add_submission(
+        rec.db,
+        deposit,
+        name,
+        content,
+        named=bool(named),
+        trigger=rec.trigger,
+        event_id=rec.fact.event_id,
+        intent=intent,
+    )
+
+
+@dataclass(frozen=True)
+class _Submission:
+    """One submission row being run: the profile picked now and its Idempotency-Key."""
+
+    action_id: int
+    tx: str
+    deposit: Deposit | None
+    profile: str
+    key: str
+    body: dict[str, Any]
+    attempts: int
+
+
+def _short(key: str) -> str:
+    """The short form of an Idempotency-Key that tells one submission's alerts from another's."""
+    return key[:12]
+
+
+class Submitter:
+    """Runs submit_profile rows on the provider client, recording outcomes in `ActionRows`."""
+
+    def __init__(
+        self,
+        rows: ActionRows,
+        *,
+        client: ProviderClient,
+        profiles: Callable[[], Profiles],
+        observe: Observe,
+    ) -> None:
+        self._rows = rows
+        self._client = client
+        self._profiles = profiles
+        self._observe = observe
+
+    @classmethod
+    def build(cls, deps: RunnerDeps) -> Submitter:
+        """The runner the outbox uses for submit_profile rows."""
+        return cls(deps.rows, client=deps.client, profiles=deps.profiles, observe=deps.observe)
+
+    async def close(self) -> None:
+        """Nothing to release: the client belongs to the service."""
+
+    async def run(
+        self,
+        action_id: int,
+        row: dict[str, Any],
+        deposit: Deposit | None,
+        params: dict[str, Any],
+        attempts: int,
+    ) -> None:
+        """Submit the profile that applies now; record the outcome, or retry or alert."""
+        sub = self._pick(action_id, str(row["transaction_id"]), deposit, params, attempts)
+        if sub is None:
+            await self._rows.finish(action_id, "skipped", "no profile applies any more")
+            return
+        try:
+            await self._client.submit_payer(sub.tx, sub.body, idempotency_key=sub.key)
+        except ProviderError as exc:
+            await self._refused(sub, exc)
+            return
+        await self._accepted(sub, params)
+
+    def _pick(
+        self,
+        action_id: int,
+        tx: str,
+        deposit: Deposit | None,
+        params: dict[str, Any],
+        attempts: int,
+    ) -> _Submission | None:
+        """The profile that applies now (a named one while it exists); None when none does."""
+        profiles = self._profiles()
+        match = profiles.for_deposit(
+            deposit.wallet_id if deposit else None, deposit.from_address if deposit else None
+        )
+        name = match.name if match is not None else None
+        if params.get("named"):
+            name = params["profile"] if params["profile"] in profiles.names() else None
+        if name is None:
+            return None
+        key = submit_key(tx, profiles.content_hash(name))
+        return _Submission(action_id, tx, deposit, name, key, profiles.body(name), attempts)
+
+    async def _accepted(self, sub: _Submission, params: dict[str, Any]) -> None:
+        """Record the accepted submission, and "pending" as the tracker's fact."""
+        await self._rows.finish(
+            sub.action_id,
+            "done",
+            f"submitted profile {sub.profile}; whiteListStatus pending",
+            key=sub.key,
+        )
+        # Just after the status the submission answered, in the provider's time (rows queued
+        # before `after_ms` was recorded: this machine's clock).
+        after = params.get("after_ms")
+        fact = Fact(
+            transaction_id=sub.tx,
+            source="submit",
+            observed_at=int(after) + 1 if after is not None else clock.now_ms(),
+            white_list_status=WhiteListStatus.PENDING,
+        )
+        try:
+            await self._observe(fact)
+        except Exception:
+            # The provider has the submission and the row says so: it must stay done (a failed
+            # row would let a profile edit queue a second submission while this one is under
+            # review). The detail poll and the webhooks bring the deposit's state.
+            log.exception("submission accepted; its fact not recorded now", transactionId=sub.tx)
+
+    async def _refused(self, sub: _Submission, exc: ProviderError) -> None:
+        """Record a call that did not succeed: retry later, alert, or read the refusal."""
+        rows, action_id, attempts, key = self._rows, sub.action_id, sub.attempts, sub.key
+        if isinstance(exc, ProviderRetryLater):
+            outcome = f"{exc.code}: cannot submit now; retrying later with the same payload"
+            await rows.later(action_id, attempts, outcome, key=key)
+        elif isinstance(exc, ProviderAuthError):
+            auth_detail, deposit = str(exc), sub.deposit
+            await rows.later(
+                action_id,
+                attempts,
+                f"auth failure: {exc.msg}; retrying after back-off",
+                key=key,
+                also=lambda db: enqueue_alert(
+                    db, deposit, "auth_failure", "critical", trigger="submit", detail=auth_detail
+                ),
+            )
+        elif isinstance(exc, ProviderUnavailable):
+            outcome = f"provider unavailable: {exc}; retrying with the same key"
+            await rows.later(action_id, attempts, outcome, key=key)
+        elif isinstance(exc, ProviderProtocolError):
+            # No answer that can be read (an HTML error page, a redirect, data of the wrong
+            # shape): the submission may or may not have been taken. The interface's
+            # "Timeout / unknown": retry with back-off and the same key.
+            await self._unknown_outcome(sub, "unreadable", f"answer unreadable: {exc}")
+        elif isinstance(exc, ProviderRequestRefused):
+            # An id that would change the request path: nothing was sent, and nothing depositd
+            # may do changes the id; a human looks at the deposit.
+            also = alert_once(
+                sub.deposit, "submit_refused", "critical", trigger="submit", detail=exc.msg
+            )
+            await rows.finish(action_id, "failed", exc.msg, also=also)
+        elif isinstance(exc, ProviderBusinessError):
+            await self._submit_failed(sub, exc)
+        else:
+            raise exc
+
+    async def _unknown_outcome(self, sub: _Submission, label: str, what: str) -> None:
+        """Retry later with the same key; alert (warning) once it has lasted a few attempts."""
+        also = None
+        if sub.attempts >= UNKNOWN_ALERT_AFTER:
+            also = alert_once(
+                sub.deposit,
+                f"submit_failed:{label}",
+                "warning",
+                trigger="submit",
+                detail=f"{what}; {sub.attempts} attempts so far; depositd keeps retrying with the "
+                "same Idempotency-Key",
+                profile=sub.profile,
+                once_per=_short(sub.key),
+            )
+        await self._rows.later(
+            sub.action_id,
+            sub.attempts,
+            f"{what}; outcome unknown, retrying with the same key",
+            key=sub.key,
+            also=also,
+        )
+
+    async def _refresh(self, tx: str) -> DepositOrder | None:
+        """Read the deposit's detail and feed it to the tracker; None if it is gone."""
+        try:
+            order = await self._client.transaction_detail(tx)
+        except ProviderBusinessError as exc:
+            if exc.code == "10000100":
+                return None
+            raise
+        except ProviderAnswerMismatch as exc:
+            # Another deposit's record: nothing recorded, a human told, then read as unread.
+            await self._rows.write(partial(alert_mismatch, transaction_id=tx, detail=str(exc)))
+            raise
+        try:
+            await self._observe(fact_from_order(order, source="poll"))
+        except Exception:
+            # What was read still decides this row; the detail poll records it later.
+            log.exception("detail read; its fact not recorded now", transactionId=tx)
+        return order
+
+    async def _submit_failed(self, sub: _Submission, exc: ProviderBusinessError) -> None:
+        """A business error: an unknown outcome by its retry category, else by `CODE_OUTCOMES`."""
+        code = exc.code or ""
+        rule = code_rule(code)
+        # The provider's message may echo the values sent (payer data): only the fields it
+        # names are kept, for the alert, the row and the log alike.
+        fields = fields_named(exc.msg, sub.body)
+        named = f"names {', '.join(fields)}" if fields else "names no field"
+        head = f"{code} {rule.meaning}" if rule else (code or f"HTTP {exc.http_status}")
+        detail = f"{head}: the provider's message {named} (traceId {exc.trace_id})"
+        if may_retry_same_key(exc.code, exc.msg, exc.http_status):
+            # Codes outside the interface's table, read by its retry categories: "System
+            # error" (same key acceptable) and "In-flight" (do not change the key; query).
+            if categorize(exc.msg, exc.http_status) is RetryCategory.IN_FLIGHT:
+                try:
+                    await self._refresh(sub.tx)
+                except ProviderError as err:
+                    log.warning("detail not read", transactionId=sub.tx, error=err.msg)
+                label, what = "in_flight", f"submission in flight at the provider: {detail}"
+            else:
+                label, what = code or "system_error", f"provider system error: {detail}"
+            await self._unknown_outcome(sub, label, what)
+            return
+        outcome = CODE_OUTCOMES.get(code, OTHER_CODE)
+        step = {
+            "read_result": self._read_result,
+            "check_gone": self._check_gone,
+            "refused": self._profile_refused,
+            "failed": self._failed,
+        }[outcome.step]
+        await step(sub, outcome, code, detail)
+
+    def _alert(
+        self, sub: _Submission, code: str, severity: str, text: str
+    ) -> Callable[[sqlite_utils.Database], object]:
+        """Each submission's refusal alerts on its own (a refusal after a correction is news);
+        the same submission refused again does not."""
+        return lambda db: enqueue_alert(
+            db,
+            sub.deposit,
+            f"submit_failed:{code}",
+            severity,
+            trigger="submit",
+            detail=text,
+            profile=sub.profile,
+            once_per=_short(sub.key),
+        )
+
+    async def _read_result(self, sub: _Submission, out: CodeOutcome, code: str, _: str) -> None:
+        read = out.read
+        try:
+            await self._refresh(sub.tx)
+        except ProviderError as err:
+            # Nothing to submit either way; the detail poll reads the result later.
+            read = f"detail not read now ({err.msg}); the detail poll reads it"
+        await self._rows.finish(sub.action_id, "done", f"{out.what}; {read}", key=sub.key)
+
+    async def _check_gone(self, sub: _Submission, _: CodeOutcome, code: str, detail: str) -> None:
+        try:
+            order = await self._refresh(sub.tx)
+        except ProviderError as err:
+            # Gone or not cannot be told yet: try again later with the same key.
+            outcome = f"{detail}; detail not read ({err.msg}); retrying later"
+            await self._rows.later(sub.action_id, sub.attempts, outcome, key=sub.key)
+            return
+        if order is None:
+            also = self._alert(sub, code, "critical", detail)
+            outcome = f"{detail}; deposit gone"
+        elif order.whiteListStatus is WhiteListStatus.INIT:
+            # Not found to a submission, yet still waiting for payer details: nothing
+            # depositd may do (no retry with this key) moves it on, so a human must know.
+            also = self._alert(
+                sub,
+                code,
+                "warning",
+                f"{detail}; the deposit still exists and still waits for payer details;"
+                " depositd does not submit again",
+            )
+            outcome = f"{detail}; the deposit still exists and still waits for details"
+        else:
+            # It moved on (a review under way or done): the tracker follows it from here.
+            also, outcome = None, f"{detail}; the deposit still exists"
+        await self._rows.finish(sub.action_id, "failed", outcome, key=sub.key, also=also)
+
+    async def _profile_refused(
+        self, sub: _Submission, _: CodeOutcome, code: str, detail: str
+    ) -> None:
+        await self._rows.finish(
+            sub.action_id,
+            "failed",
+            f"profile {sub.profile} refused: {detail}; no retry until the profile changes",
+            key=sub.key,
+            also=self._alert(sub, code, "warning", detail),
+        )
+
+    async def _failed(self, sub: _Submission, _: CodeOutcome, code: str, detail: str) -> None:
+        also = self._alert(sub, code, "critical", detail)
+        await self._rows.finish(sub.action_id, "failed", detail, key=sub.key, also=also)
+
+
+KIND = Kind(ActionSpec("submit_profile", check=check_params), record, runner=Submitter.build)

@@ -1,0 +1,168 @@
+"""The actions table (the outbox): every statement on it, on the database the caller gives.
+
+Each function runs inside the caller's transaction (`Store.write`/`Store.read` jobs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlite_utils
+
+from worker.clock import utc_now
+
+
+def insert_action(
+    db: sqlite_utils.Database,
+    *,
+    transaction_id: str | None,
+    event_id: str | None,
+    trigger: str,
+    rule_set: str | None,
+    rule_set_version: str | None,
+    rule: str | None,
+    action: str,
+    params: str,
+    idempotency_key: str | None,
+    status: str,
+    outcome: str | None,
+) -> int:
+    """Insert one action row (`params` as JSON text), due now; returns its id."""
+    now = utc_now()
+    cur = db.execute(
+        "INSERT INTO actions (transaction_id, event_id, trigger, rule_set, rule_set_version, rule,"
+        " action, params, idempotency_key, status, attempts, next_attempt_at, outcome,"
+        " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)",
+        [
+            transaction_id,
+            event_id,
+            trigger,
+            rule_set,
+            rule_set_version,
+            rule,
+            action,
+            params,
+            idempotency_key,
+            status,
+            now,
+            outcome,
+            now,
+            now,
+        ],
+    )
+    return int(cur.lastrowid or 0)
+
+
+def submission_key_used(db: sqlite_utils.Database, transaction_id: str, key: str) -> bool:
+    """Was a submission with this Idempotency-Key already queued for the deposit?"""
+    row = db.execute(
+        "SELECT 1 FROM actions WHERE transaction_id=? AND action='submit_profile'"
+        " AND idempotency_key=? LIMIT 1",
+        [transaction_id, key],
+    ).fetchone()
+    return row is not None
+
+
+def acted_on_event(db: sqlite_utils.Database, event_id: str, event_type: str) -> bool:
+    """Did rules already run on this stored event's raw eventType (a row has it as trigger)?"""
+    row = db.execute(
+        "SELECT 1 FROM actions WHERE event_id=? AND trigger=? LIMIT 1", [event_id, event_type]
+    ).fetchone()
+    return row is not None
+
+
+def alert_queued(
+    db: sqlite_utils.Database, transaction_id: str | None, condition: str, once_per: str | None
+) -> bool:
+    """Is an alert of this (deposit, condition, once_per) queued already (in any status)?"""
+    queued = db.execute(
+        "SELECT 1 FROM actions WHERE action='alert' AND transaction_id IS ?"
+        " AND json_extract(params, '$.condition')=?"
+        " AND json_extract(params, '$.once_per') IS ? LIMIT 1",
+        [transaction_id, condition, once_per],
+    ).fetchone()
+    return queued is not None
+
+
+def next_due_at(db: sqlite_utils.Database) -> str | None:
+    """The earliest next_attempt_at of a pending or running row (None when there is none)."""
+    first = db.execute(
+        "SELECT MIN(next_attempt_at) FROM actions WHERE status IN ('pending','running')"
+    ).fetchone()[0]
+    return None if first is None else str(first)
+
+
+def due_actions(db: sqlite_utils.Database, now: str) -> list[dict[str, Any]]:
+    """Up to 50 pending or running rows due at `now`, oldest first."""
+    return list(
+        db.query(
+            "SELECT * FROM actions WHERE status IN ('pending','running')"
+            " AND next_attempt_at <= ? ORDER BY id LIMIT 50",
+            [now],
+        )
+    )
+
+
+def start_action(
+    db: sqlite_utils.Database, action_id: int, transaction_id: str | None
+) -> dict[str, Any] | None:
+    """Mark the row running (one more attempt); the row of the deposit it is about, if any."""
+    db.execute(
+        "UPDATE actions SET status='running', attempts=attempts+1, updated_at=? WHERE id=?",
+        [utc_now(), action_id],
+    )
+    found = list(db.query("SELECT * FROM deposits WHERE transaction_id=?", [transaction_id]))
+    return found[0] if found else None
+
+
+def finish_action(
+    db: sqlite_utils.Database,
+    action_id: int,
+    *,
+    status: str,
+    outcome: str,
+    next_attempt_at: str,
+    key: str | None = None,
+) -> None:
+    """Record a row's status and outcome (and its Idempotency-Key, when given)."""
+    sets = "status=?, outcome=?, updated_at=?, next_attempt_at=?"
+    args: list[Any] = [status, outcome, utc_now(), next_attempt_at]
+    if key is not None:
+        sets += ", idempotency_key=?"
+        args.append(key)
+    db.execute(f"UPDATE actions SET {sets} WHERE id=?", [*args, action_id])
+
+
+def deposits_to_resubmit(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+    """Rejected deposits, and deposits still waiting for details whose submission failed."""
+    return list(
+        db.query(
+            "SELECT * FROM deposits WHERE state='rejected' OR (state='needs_details' AND EXISTS"
+            " (SELECT 1 FROM actions a WHERE a.transaction_id=deposits.transaction_id"
+            " AND a.action='submit_profile' AND a.status='failed'))"
+        )
+    )
+
+
+def last_submission_params(db: sqlite_utils.Database, transaction_id: str) -> str | None:
+    """The params (JSON text) of the deposit's last keyed submission; None if it has none."""
+    last = db.execute(
+        "SELECT params FROM actions WHERE transaction_id=? AND action='submit_profile'"
+        " AND idempotency_key IS NOT NULL ORDER BY id DESC LIMIT 1",
+        [transaction_id],
+    ).fetchone()
+    return None if last is None else str(last[0] or "{}")
+
+
+def deposits_never_submitted(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+    """Deposits waiting for details with no submission queued (other than skipped ones)."""
+    return list(
+        db.query(
+            "SELECT * FROM deposits WHERE state='needs_details' AND NOT EXISTS"
+            " (SELECT 1 FROM actions a WHERE a.transaction_id=deposits.transaction_id"
+            " AND a.action='submit_profile' AND a.status != 'skipped')"
+        )
+    )
+
+
+# --- reads and commands outside the outbox ---

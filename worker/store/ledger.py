@@ -1,0 +1,63 @@
+"""The ledger table (one row per booked deposit): every statement on it.
+
+Each function runs inside the caller's transaction (`Store.write` jobs).
+"""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+from worker.clock import utc_now
+
+
+def is_booked(db: sqlite_utils.Database, transaction_id: str) -> bool:
+    """Does the ledger hold the deposit?"""
+    found = db.execute("SELECT 1 FROM ledger WHERE transaction_id=?", [transaction_id])
+    return found.fetchone() is not None
+
+
+def booked_under_other_id(
+    db: sqlite_utils.Database, tx_hash: str, transaction_id: str
+) -> str | None:
+    """The transactionId another ledger row with this txHash is booked under, if any."""
+    other = db.execute(
+        "SELECT transaction_id FROM ledger WHERE tx_hash=? AND transaction_id<>? LIMIT 1",
+        [tx_hash, transaction_id],
+    ).fetchone()
+    return None if other is None else str(other[0])
+
+
+def insert_booking(
+    db: sqlite_utils.Database,
+    *,
+    transaction_id: str,
+    wallet_id: int | None,
+    wallet_name: str | None,
+    currency: str | None,
+    network: str | None,
+    amount: str | None,
+    from_address: str | None,
+    tx_hash: str | None,
+    trigger: str,
+) -> bool:
+    """Write the deposit's ledger row unless it exists; False when it was already booked."""
+    cur = db.execute(
+        "INSERT OR IGNORE INTO ledger (transaction_id, wallet_id, wallet_name, currency, network,"
+        " amount, from_address, tx_hash, booked_at, trigger) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        [
+            transaction_id,
+            wallet_id,
+            wallet_name,
+            currency,
+            network,
+            amount,
+            from_address,
+            tx_hash,
+            utc_now(),
+            trigger,
+        ],
+    )
+    return cur.rowcount == 1
+
+
+# --- reads and commands outside the outbox ---
