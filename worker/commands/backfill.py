@@ -20,12 +20,12 @@ from typing import TextIO
 
 from worker.act.reactor import RuleReactor
 from worker.clock import iso_from_ms, ms_from_iso, now_ms
-from worker.commands.check import load_bundle
 from worker.commands.read import parse_since
 from worker.config.settings import Settings, load_settings
 from worker.logs import configure
 from worker.poll.catchup import HistoryReader, ReadStats, covered_until
 from worker.provider.client import ProviderClient
+from worker.service.bundle import load_bundle
 from worker.service.lock import serving
 from worker.store.writer import Store
 
