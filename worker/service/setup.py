@@ -42,6 +42,7 @@ from worker.service.runtime import Runtime
 from worker.store.queries import set_meta
 from worker.store.writer import Store
 from worker.track.processor import Processor, Reactor
+from worker.track.tracker import State
 
 log = get_logger(__name__)
 
@@ -83,7 +84,7 @@ def build_app(
     """
     limits = Limits(settings.webhook.max_connections, settings.webhook.head_timeout_s)
     app = web.Application(middlewares=[track_requests(limits)])
-    metrics = Metrics()
+    metrics = Metrics(states=[state.value for state in State])
     store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
     processor = Processor(
         store,
