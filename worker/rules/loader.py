@@ -470,15 +470,6 @@ def _load_file(
     return _Loaded(wallet, line, RuleSet(path.name, path, version, wallet, rules))
 
 
-def load_ruleset(path: Path, *, profile_names: set[str] | None = None) -> RuleSet:
-    """One rule file; `ConfigError` lists its problems."""
-    problems: list[str] = []
-    loaded = _load_file(path, problems, profile_names, folder=False)
-    if problems or loaded is None or loaded.ruleset is None:
-        raise ConfigError(problems)
-    return loaded.ruleset
-
-
 def _describe(wallet: WalletKey) -> str:
     if wallet == ANY_WALLET:
         return 'every wallet ("*")'

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from aiohttp import web
@@ -23,4 +22,3 @@ READY_CHECKS_KEY: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
 LIMITS_KEY = web.AppKey("limits", Limits)
 # Checks the systemd watchdog pings depend on besides the event loop (the ingress process).
 LIVENESS_KEY: web.AppKey[list[Callable[[], bool]]] = web.AppKey("liveness")
-BACKGROUND_TASKS_KEY: web.AppKey[list[asyncio.Task[None]]] = web.AppKey("background_tasks")

@@ -91,7 +91,7 @@ async def _serve(
             notifier.stopping()
     finally:
         # Closes the listener (if here) and waits for in-flight requests, then the cleanup
-        # contexts: background jobs, processor (current batch), the acting stages, store (commit in
+        # contexts: processor (current batch), the acting stages, store (commit in
         # flight). A second SIGTERM meanwhile changes nothing.
         await runner.cleanup()
         for sig in (signal.SIGTERM, signal.SIGINT):

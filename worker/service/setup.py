@@ -13,10 +13,8 @@ Nothing else reads configuration globally. `build_app` is the core (store, inges
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from aiohttp import web
 
@@ -28,7 +26,6 @@ from worker.ingest.limits import Limits, track_requests
 from worker.logs import get_logger
 from worker.metrics import Metrics
 from worker.service.keys import (
-    BACKGROUND_TASKS_KEY,
     INGRESS_KEY,
     LIMITS_KEY,
     LIVENESS_KEY,
@@ -47,7 +44,6 @@ from worker.track.tracker import State
 log = get_logger(__name__)
 
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
-Background = Callable[[web.Application], Coroutine[Any, Any, None]]
 
 
 def build_service(
@@ -73,14 +69,13 @@ def build_app(
     *,
     reactor: Reactor | None = None,
     extra_cleanup_ctx: Sequence[CleanupCtx] = (),
-    background: Sequence[Background] = (),
     ready_checks: Sequence[ReadyCheck] = (),
     sweep_interval_s: float = 1.0,
 ) -> web.Application:
     """The core: store, ingest routes and processor, with the given reactor and contexts.
 
-    Start-up order: store (migrations), `extra_cleanup_ctx` in order, processor, background
-    jobs; shutdown runs in reverse, so the store closes last.
+    Start-up order: store (migrations), `extra_cleanup_ctx` in order, processor; shutdown
+    runs in reverse, so the store closes last.
     """
     limits = Limits(settings.webhook.max_connections, settings.webhook.head_timeout_s)
     app = web.Application(middlewares=[track_requests(limits)])
@@ -103,7 +98,6 @@ def build_app(
     app[METRICS_KEY] = metrics
     app[PROCESSOR_KEY] = processor
     app[READY_CHECKS_KEY] = checks
-    app[BACKGROUND_TASKS_KEY] = []
     app[LIVENESS_KEY] = []
     app[LIMITS_KEY] = limits
     ingress = Ingress(settings.webhook, store, metrics, wake=processor.wake, ready_checks=checks)
@@ -112,8 +106,6 @@ def build_app(
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.extend(extra_cleanup_ctx)
     app.cleanup_ctx.append(_processor_ctx)
-    if background:
-        app.cleanup_ctx.append(_background_ctx(background))
     return app
 
 
@@ -156,18 +148,3 @@ async def _processor_ctx(app: web.Application) -> AsyncIterator[None]:
     processor.wake()  # events left pending by a previous run
     yield
     await processor.stop()
-
-
-def _background_ctx(jobs: Sequence[Background]) -> CleanupCtx:
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        tasks = app[BACKGROUND_TASKS_KEY]
-        for job in jobs:
-            tasks.append(asyncio.create_task(job(app), name=getattr(job, "__name__", "job")))
-        yield
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    return ctx
