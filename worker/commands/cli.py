@@ -13,17 +13,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from worker import __version__
-from worker.commands import backfill, check, init, ops, read, resolve, rules, selftest
-from worker.dev import demo
-from worker.dev.sandbox import cli as sandbox_cli
+from worker.commands import backfill, check, dev, init, ops, read, resolve, rules, selftest, serve
 from worker.errors import ConfigError, DepositdError
 from worker.logs import configure
 from worker.poll import addresses
-from worker.service import serve
 
-# command -> the function that runs it.
+# command -> the function that runs it. The service and the development tools are imported by
+# their command's function (commands/serve.py, commands/dev.py): the other commands start fast.
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "serve": serve.run_serve,
+    "serve": serve.run,
     "check": check.run,
     "rules": rules.run,
     "ledger": read.run_ledger,
@@ -37,8 +35,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": ops.run_status,
     "register-address": addresses.run,
     "backfill": backfill.run,
-    "sandbox": sandbox_cli.run,
-    "demo": demo.run,
+    "sandbox": dev.run_sandbox,
+    "demo": dev.run_demo,
     "init": init.run,
     "selftest": selftest.run,
 }
