@@ -13,14 +13,25 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from worker import __version__
-from worker.commands import backfill, check, init, ops, read, resolve, rules, selftest, serve
+from worker.commands import (
+    addresses,
+    backfill,
+    check,
+    init,
+    ops,
+    read,
+    resolve,
+    rules,
+    selftest,
+    serve,
+)
 from worker.dev import commands as dev
 from worker.errors import ConfigError, DepositdError
 from worker.logs import configure
-from worker.poll import addresses
 
-# command -> the function that runs it. The service and the development tools are imported by
-# their command's function (commands/serve.py, dev/commands.py): the other commands start fast.
+# command -> the function that runs it. The service, the address flow and the development tools
+# are imported by their command's function (commands/serve.py, commands/addresses.py,
+# dev/commands.py): the other commands start without them.
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": serve.run,
     "check": check.run,
