@@ -136,14 +136,12 @@ def _cycles() -> list[list[str]]:
 
 
 def test_no_import_cycles() -> None:
-    """No two modules of worker/ import each other, directly or through others (function-level
-    imports included)."""
+    """No modules of worker/ import each other in a circle (imports inside functions count)."""
     assert _cycles() == []
 
 
 def test_no_stage_imports_a_higher_one() -> None:
-    """Each module imports only its own stage or a lower one; the rules import only the
-    foundation. A failure names the importing module, the line and the imported module."""
+    """Each module imports only its own stage or a lower one (the rules: the foundation only)."""
     offending = []
     for module, imports in sorted(GRAPH.items()):
         stage = _stage(module)
