@@ -7,6 +7,7 @@ Other modules increment the counters they own: the provider client `provider_cal
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from prometheus_client import (
     CollectorRegistry,
@@ -22,7 +23,6 @@ from prometheus_client.openmetrics import exposition as openmetrics
 
 from worker import __version__
 from worker.provider.models import KNOWN_EVENT_TYPES
-from worker.track.tracker import State
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # No `*_created` series: in the text format each would be one more gauge per counter and
@@ -57,8 +57,12 @@ class _ProcessCollector(ProcessCollector):
 class Metrics:
     """Every metric of one depositd process."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, states: Sequence[str] = ()
+    ) -> None:
         self.registry = registry or CollectorRegistry()
+        # The deposit states every deposits-by-state sample is given for, 0 included.
+        self.states = tuple(states)
         r = self.registry
         self.events_received = Counter(
             "depositd_events_received",
@@ -156,7 +160,7 @@ class Metrics:
         """Replace the deposits-by-state gauge with fresh counts; every state has a sample
         (0 included), so a state that empties does not vanish from the series."""
         self.deposits.clear()
-        for state in (*(s.value for s in State), *counts):
+        for state in (*self.states, *counts):
             self.deposits.labels(state=state).set(counts.get(state, 0))
 
     def render(self, openmetrics_format: bool = False) -> bytes:

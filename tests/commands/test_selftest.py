@@ -17,7 +17,7 @@ from test_ops import cli
 
 from worker.commands.selftest import EVENT_TYPE
 from worker.config.settings import load_settings
-from worker.service.app import build_app
+from worker.service.setup import build_app
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 

@@ -25,7 +25,8 @@ from worker.ingest import endpoint as ingress_mod
 from worker.logs import configure
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
-from worker.service.app import PROCESSOR_KEY, READY_CHECKS_KEY, STORE_KEY, build_app
+from worker.service.keys import PROCESSOR_KEY, READY_CHECKS_KEY, STORE_KEY
+from worker.service.setup import build_app
 
 PATH = "/webhooks/provider"
 API_KEY = "hook-key"

@@ -21,13 +21,13 @@ from fakehistory import FakeHistory
 from worker.act.reactor import RuleReactor
 from worker.clock import iso_from_ms, now_ms
 from worker.commands.backfill import ProgressLine, backfill
-from worker.commands.check import load_bundle
 from worker.commands.cli import main
 from worker.config.settings import Settings, load_settings
 from worker.dev.harness import shipped_profiles, shipped_rules
 from worker.poll.catchup import HistoryReader, ReadStats, covered_until
 from worker.poll.catchupjobs import DAY_MS, CatchUp, previous_day
 from worker.provider.client import ProviderClient
+from worker.service.bundle import load_bundle
 from worker.store.writer import Store
 
 ROOT = Path(__file__).resolve().parents[2]

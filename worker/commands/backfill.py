@@ -16,18 +16,17 @@ import asyncio
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from worker.act.reactor import RuleReactor
 from worker.clock import iso_from_ms, ms_from_iso, now_ms
-from worker.commands.check import load_bundle
 from worker.commands.read import parse_since
 from worker.config.settings import Settings, load_settings
 from worker.logs import configure
-from worker.poll.catchup import HistoryReader, ReadStats, covered_until
-from worker.provider.client import ProviderClient
+from worker.service.bundle import load_bundle
 from worker.service.lock import serving
-from worker.store.writer import Store
+
+if TYPE_CHECKING:
+    from worker.poll.catchup import ReadStats
 
 PLAIN_EVERY_PAGES = 100  # not a terminal: one progress line per this many pages
 REDRAW_S = 0.1  # a terminal: the progress line is redrawn at most this often
@@ -112,6 +111,11 @@ async def backfill(
 ) -> int:
     """Read [since, until] into the store with progress and a summary on `out`; the exit
     status: 0 when every window was read and every record applied, else 1."""
+    from worker.act.reactor import RuleReactor  # the whole tracking stack: not at start-up
+    from worker.poll.catchup import HistoryReader, covered_until
+    from worker.provider.client import ProviderClient
+    from worker.store.writer import Store
+
     out = out if out is not None else sys.stdout
     bundle = load_bundle(settings)  # ConfigError: exit 2, nothing read
     reactor = RuleReactor(lambda: bundle.rules, lambda: bundle.profiles)

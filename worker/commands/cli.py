@@ -7,36 +7,50 @@ Exit status: 0 success, 2 bad usage or bad configuration, 1 other failure. Each 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from worker import __version__
+from worker.commands import (
+    addresses,
+    backfill,
+    check,
+    init,
+    ops,
+    read,
+    resolve,
+    rules,
+    selftest,
+    serve,
+)
+from worker.dev import commands as dev
 from worker.errors import ConfigError, DepositdError
 from worker.logs import configure
 
-# command -> "module:function"; modules are imported only when their command runs.
-COMMANDS: dict[str, str] = {
-    "serve": "worker.service.app:run_serve",
-    "check": "worker.commands.check:run",
-    "rules": "worker.commands.rules:run",
-    "ledger": "worker.commands.read:run_ledger",
-    "deposits": "worker.commands.read:run_deposits",
-    "events": "worker.commands.read:run_events",
-    "addresses": "worker.commands.read:run_addresses",
-    "replay": "worker.commands.ops:run_replay",
-    "retry-failed": "worker.commands.ops:run_retry_failed",
-    "resolve": "worker.commands.resolve:run",
-    "backup": "worker.commands.ops:run_backup",
-    "status": "worker.commands.ops:run_status",
-    "register-address": "worker.poll.addresses:run",
-    "backfill": "worker.commands.backfill:run",
-    "sandbox": "worker.dev.sandbox.cli:run",
-    "demo": "worker.dev.demo:run",
-    "init": "worker.commands.init:run",
-    "selftest": "worker.commands.selftest:run",
+# command -> the function that runs it. The service, the address flow and the development tools
+# are imported by their command's function (commands/serve.py, commands/addresses.py,
+# dev/commands.py): the other commands start without them.
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "serve": serve.run,
+    "check": check.run,
+    "rules": rules.run,
+    "ledger": read.run_ledger,
+    "deposits": read.run_deposits,
+    "events": read.run_events,
+    "addresses": read.run_addresses,
+    "replay": ops.run_replay,
+    "retry-failed": ops.run_retry_failed,
+    "resolve": resolve.run,
+    "backup": ops.run_backup,
+    "status": ops.run_status,
+    "register-address": addresses.run,
+    "backfill": backfill.run,
+    "sandbox": dev.run_sandbox,
+    "demo": dev.run_demo,
+    "init": init.run,
+    "selftest": selftest.run,
 }
 
 
@@ -253,11 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Log lines go to stderr, never into a command's output (serve sets its own from config).
     configure(None, "warning")
-    target = COMMANDS[args.command]
-    module_name, func_name = target.split(":")
-    func = getattr(importlib.import_module(module_name), func_name)
     try:
-        result: int = func(args)
+        result: int = COMMANDS[args.command](args)
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)

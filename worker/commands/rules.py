@@ -17,13 +17,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from worker.commands.check import load_bundle
 from worker.config.profiles import Profiles
 from worker.config.settings import load_settings
 from worker.errors import ConfigError
 from worker.provider import jsonio
 from worker.provider.models import DEPOSIT_EVENT_TYPES, DepositOrder, WebhookEnvelope
 from worker.rules.engine import RuleBook
+from worker.service.bundle import load_bundle
 from worker.track.facts import fact_from_event, fact_from_order
 from worker.track.tracker import Deposit, Fact, observe
 

@@ -35,8 +35,9 @@ from worker.config.settings import Settings, load_settings
 from worker.config.shipped import shipped_rules
 from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, WalletSpec, create_app
 from worker.dev.sandbox.config import default_wallets
-from worker.service.app import PROCESSOR_KEY, STORE_KEY, build_app
+from worker.service.keys import PROCESSOR_KEY, STORE_KEY
 from worker.service.runtime import Runtime
+from worker.service.setup import build_service
 from worker.store.queries import get_deposit_row
 from worker.store.writer import Store
 from worker.track.processor import Processor
@@ -298,15 +299,7 @@ class Stack:
             client_retries=1,
             poll_backoff_s=0.05,
         )
-        plugins = runtime.plugins()
-        app = build_app(
-            self.settings,
-            reactor=plugins.reactor,
-            extra_cleanup_ctx=plugins.cleanup_ctx,
-            background=plugins.background,
-            ready_checks=plugins.ready_checks,
-            sweep_interval_s=0.5,
-        )
+        app, _ = build_service(self.settings, runtime, sweep_interval_s=0.5)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
         self._runtime, self._app, self._worker_runner = runtime, app, runner
         await runner.setup()

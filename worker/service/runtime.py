@@ -1,9 +1,10 @@
-"""What acts: rules, profiles, the outbox runner and the scheduler, plugged into the app.
+"""What acts: rules, profiles, the outbox runner and the scheduler, and their lifetimes.
 
 `Runtime` loads and validates rules and profiles (refusing to start on any problem), builds the
-reactor the processor calls inside its transaction, and, while the app runs, the provider
-client, the outbox runner, the polls, the daily provider-name check, retention, SIGHUP reload
-and the systemd watchdog.
+reactor the processor calls inside its transaction, and holds what runs while the app runs: the
+provider client, the outbox runner, the polls and catch-up, the daily provider-name check,
+retention, SIGHUP reload and the systemd watchdog. Each is started by a step of its own;
+`worker.service.setup` calls the steps in the order of the stages.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ import asyncio
 import contextlib
 import json
 import signal
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from functools import partial
 from typing import Any
 
 import sqlite_utils
-from aiohttp import web
 from prometheus_client import Counter, Gauge
 
 from worker.act.outbox import Outbox
@@ -26,7 +26,6 @@ from worker.act.resubmit import resubmit_changed, submit_newly_covered
 from worker.act.rows import enqueue_alert
 from worker.aio import finish_or_cancel
 from worker.clock import iso_from_ms, now_ms, utc_now
-from worker.commands.check import Bundle, load_bundle
 from worker.config.profiles import Profiles
 from worker.config.settings import Settings
 from worker.errors import ConfigError, ProviderError, StorageError
@@ -35,10 +34,10 @@ from worker.metrics import Metrics
 from worker.notify.channels import Notifier, notifiers_from_settings
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
 from worker.poll.catchupjobs import CatchUp
-from worker.poll.scheduler import Poller, Scheduler
+from worker.poll.scheduler import Observe, Poller, Scheduler
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
-from worker.service.app import LIVENESS_KEY, METRICS_KEY, PROCESSOR_KEY, STORE_KEY, Plugins
+from worker.service.bundle import Bundle, load_bundle
 from worker.service.systemd import SystemdNotifier, watchdog_loop
 from worker.store.queries import get_meta, set_meta
 from worker.store.writer import Store
@@ -158,6 +157,8 @@ class Runtime:
         self.catchup: CatchUp | None = None
         self.client: ProviderClient | None = None
         self.store: Store | None = None
+        self._metrics: Metrics | None = None
+        self._poll_metrics: PollMetrics | None = None
         self.notifier = SystemdNotifier()
         self._tasks: list[asyncio.Task[Any]] = []
         # Small writes started from sync callbacks: held here so none is lost or outlives the store.
@@ -175,19 +176,13 @@ class Runtime:
         """The profiles in force."""
         return self.bundle.profiles
 
-    def plugins(self) -> Plugins:
-        """The reactor, the context that runs the actors, and the readiness check."""
-
-        async def scheduler_running() -> str | None:
-            if not self.settings.scheduler.enabled:
-                return None
-            if self.scheduler is None or not self.scheduler.running:
-                return "scheduler not running"
+    async def scheduler_running(self) -> str | None:
+        """Ready check: the scheduler runs when polls are enabled."""
+        if not self.settings.scheduler.enabled:
             return None
-
-        return Plugins(
-            reactor=self.reactor, cleanup_ctx=[self._ctx], ready_checks=[scheduler_running]
-        )
+        if self.scheduler is None or not self.scheduler.running:
+            return "scheduler not running"
+        return None
 
     async def alert(self, condition: str, severity: str, detail: str) -> None:
         """Queue an alert that concerns no single deposit."""
@@ -314,86 +309,106 @@ class Runtime:
         )
         return CatchUp(reader, store, s, on_done=on_done)
 
-    async def _ctx(self, app: web.Application) -> AsyncIterator[None]:
-        settings = self.settings
-        store, processor, metrics = app[STORE_KEY], app[PROCESSOR_KEY], app[METRICS_KEY]
+    # --- the steps `worker.service.setup` runs, in the order of the stages ---------------------
+
+    def connect(self, store: Store, metrics: Metrics) -> ProviderClient:
+        """The store and metrics the actors use, and the provider client (its calls counted)."""
         self.store = store
+        self._metrics = metrics
         self._stop = asyncio.Event()
-        poll_metrics = PollMetrics(metrics)
+        self._poll_metrics = PollMetrics(metrics)
 
         def on_call(endpoint: str, outcome: str) -> None:
             metrics.provider_calls.labels(endpoint=endpoint, outcome=outcome).inc()
             if self.catchup is not None:
                 self.catchup.note_call(endpoint, outcome)
 
+        self.client = ProviderClient.from_settings(
+            self.settings.provider, retries=self._client_retries, on_call=on_call
+        )
+        return self.client
+
+    def build_outbox(self, observe: Observe) -> Outbox:
+        """The outbox runner; what it learns from the provider goes back through `observe`."""
+        assert self.store is not None and self.client is not None
+        metrics = self._metrics
+        assert metrics is not None
+
         def on_alert(channel: str, outcome: str) -> None:
             metrics.alerts_sent.labels(channel=channel, outcome=outcome).inc()
 
-        self.client = ProviderClient.from_settings(
-            settings.provider, retries=self._client_retries, on_call=on_call
-        )
         self.outbox = Outbox(
-            store,
+            self.store,
             client=self.client,
             notifiers=self.notifiers,
             profiles=lambda: self.profiles,
-            observe=processor.observe_fact,
+            observe=observe,
             backoff_s=self._outbox_backoff_s,
             notify_retry=self._notify_retry,
             on_alert=on_alert,
         )
-        processor.after_commit.append(self.outbox.wake)
-        await store.write(partial(_submissions_due, bundle=self.bundle))
+        return self.outbox
+
+    async def start_outbox(self) -> None:
+        """Queue the submissions the profiles call for; run the outbox and daily maintenance."""
+        assert self.store is not None and self.outbox is not None
+        await self.store.write(partial(_submissions_due, bundle=self.bundle))
         self._tasks = [
             asyncio.create_task(self.outbox.run(self._stop), name="outbox"),
             asyncio.create_task(self._daily(), name="daily"),
         ]
-        if settings.scheduler.enabled:
-            poll_metrics.interval.labels(poll="history").set(settings.scheduler.history_interval_s)
-            poll_metrics.interval.labels(poll="detail").set(settings.scheduler.detail_interval_s)
 
-            def on_poll(name: str, outcome: str) -> None:
-                poll_metrics.runs.labels(poll=name, outcome=outcome).inc()
-                if outcome == "ok":
-                    poll_metrics.last_success.labels(poll=name).set_to_current_time()
-                    assert self.poller is not None
-                    poll_metrics.found_total(self.poller.stats.found_by_poll)
-                    self._hold(
-                        store.write(lambda db: set_meta(db, f"last_{name}_poll_ok", utc_now()))
-                    )
+    def start_polls(self, observe: Observe, after_commit: list[Callable[[], None]]) -> None:
+        """The scheduler's polls and the catch-up jobs, when `scheduler.enabled`."""
+        settings = self.settings.scheduler
+        if not settings.enabled:
+            return
+        assert self.store is not None and self.client is not None
+        assert self._metrics is not None and self._poll_metrics is not None
+        store, poll_metrics = self.store, self._poll_metrics
+        poll_metrics.interval.labels(poll="history").set(settings.history_interval_s)
+        poll_metrics.interval.labels(poll="detail").set(settings.detail_interval_s)
 
-            self.poller = Poller(
-                self.client,
-                store,
-                processor.observe_fact,
-                settings.scheduler,
-                alert=self.alert,
-                on_poll=on_poll,
-                backoff_s=self._poll_backoff_s,
-            )
-            self.scheduler = Scheduler(self.poller, settings.scheduler)
-            self.scheduler.start()
-            self.catchup = self._catchup(store, metrics, processor.after_commit)
-            self.catchup.start()
-        loop = asyncio.get_running_loop()
+        def on_poll(name: str, outcome: str) -> None:
+            poll_metrics.runs.labels(poll=name, outcome=outcome).inc()
+            if outcome == "ok":
+                poll_metrics.last_success.labels(poll=name).set_to_current_time()
+                assert self.poller is not None
+                poll_metrics.found_total(self.poller.stats.found_by_poll)
+                self._hold(store.write(lambda db: set_meta(db, f"last_{name}_poll_ok", utc_now())))
+
+        self.poller = Poller(
+            self.client,
+            store,
+            observe,
+            settings,
+            alert=self.alert,
+            on_poll=on_poll,
+            backoff_s=self._poll_backoff_s,
+        )
+        self.scheduler = Scheduler(self.poller, settings)
+        self.scheduler.start()
+        self.catchup = self._catchup(store, self._metrics, after_commit)
+        self.catchup.start()
+
+    def listen_for_reload(self) -> None:
+        """SIGHUP reloads rules and profiles."""
 
         def on_hup() -> None:
             self._hold(self.reload(), name="reload")
 
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGHUP, on_hup)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
+
+    def start_watchdog(self, alive: Callable[[], bool]) -> None:
+        """Ping the systemd watchdog (if systemd runs one) while `alive()` holds."""
         if self.notifier.enabled:
-            self._tasks.append(
-                asyncio.create_task(
-                    watchdog_loop(
-                        self.notifier,
-                        self.notifier.watchdog_interval_s(),
-                        lambda: all(check() for check in app[LIVENESS_KEY]),
-                    ),
-                    name="watchdog",
-                )
-            )
-        yield
+            watchdog = watchdog_loop(self.notifier, self.notifier.watchdog_interval_s(), alive)
+            self._tasks.append(asyncio.create_task(watchdog, name="watchdog"))
+
+    async def stop(self) -> None:
+        """Stop everything the steps started, within one grace period; close the client."""
+        loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGHUP)
         # Within the unit's TimeoutStopSec (30 s, the ingress process's drain included): work
@@ -416,4 +431,5 @@ class Runtime:
         for result in ended:
             if isinstance(result, Exception):
                 log.error("task ended with an error", error=f"{type(result).__name__}: {result}")
-        await self.client.close()
+        if self.client is not None:
+            await self.client.close()

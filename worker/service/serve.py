@@ -1,8 +1,8 @@
-"""Composition root: builds the application from a validated `Settings`, and `depositd serve`.
+"""`depositd serve`: hold the database and the port, run the app until SIGTERM/SIGINT.
 
-Nothing else reads configuration globally. The pieces that come later (rules engine, outbox
-runner, scheduler) plug in through `Plugins`: a reactor for the processor, cleanup contexts
-(opened after the store, closed before it) and background coroutines.
+The app itself (every stage, in order) is built by `worker.service.setup`. Here: the lock, the
+listening socket, the webhook listener (in this process or an ingress process of its own), the
+operational endpoints, systemd notifications and the graceful stop.
 """
 
 from __future__ import annotations
@@ -12,160 +12,29 @@ import asyncio
 import contextlib
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from worker.aio import first_done
-from worker.clock import utc_now
 from worker.config.settings import Settings, load_settings
-from worker.errors import StorageError
 from worker.ingest import process as front
-from worker.ingest.endpoint import Ingress, ReadyCheck, healthz
+from worker.ingest.endpoint import healthz
 from worker.ingest.limits import GuardedSite, Limits, track_requests
 from worker.ingest.link import CoreSide
 from worker.logs import configure, get_logger
-from worker.metrics import Metrics
+from worker.service.keys import INGRESS_KEY, LIMITS_KEY, LIVENESS_KEY
 from worker.service.lock import serve_lock
+from worker.service.setup import build_service
 from worker.service.systemd import SystemdNotifier
-from worker.store.queries import set_meta
-from worker.store.writer import Store
-from worker.track.processor import Processor, Reactor
 
 log = get_logger(__name__)
 
-CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
-Background = Callable[[web.Application], Coroutine[Any, Any, None]]
 
-SETTINGS_KEY = web.AppKey("settings", Settings)
-STORE_KEY = web.AppKey("store", Store)
-METRICS_KEY = web.AppKey("metrics", Metrics)
-PROCESSOR_KEY = web.AppKey("processor", Processor)
-INGRESS_KEY = web.AppKey("ingress", Ingress)
-READY_CHECKS_KEY: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
-LIMITS_KEY = web.AppKey("limits", Limits)
-# Checks the systemd watchdog pings depend on besides the event loop (the ingress process).
-LIVENESS_KEY: web.AppKey[list[Callable[[], bool]]] = web.AppKey("liveness")
-BACKGROUND_TASKS_KEY: web.AppKey[list[asyncio.Task[None]]] = web.AppKey("background_tasks")
-
-
-@dataclass
-class Plugins:
-    """What the rules engine, outbox runner and scheduler add to a running app."""
-
-    reactor: Reactor | None = None
-    cleanup_ctx: list[CleanupCtx] = field(default_factory=list)
-    background: list[Background] = field(default_factory=list)
-    ready_checks: list[ReadyCheck] = field(default_factory=list)
-
-
-def plugins_for(settings: Settings) -> Plugins:
-    """The plugins `serve` runs with.
-
-    Extension point: build the RuleReactor (rules + profiles), the outbox runner's cleanup
-    context and the scheduler (with its "scheduler running" ready check) here.
-    """
-    from worker.service.runtime import Runtime  # imports this module: import at call time
-
-    return Runtime(settings).plugins()
-
-
-async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
-    store = app[STORE_KEY]
-    await store.open()
-    await store.write(lambda db: set_meta(db, "started_at", utc_now()))
-    log.info("store open", path=str(store.path), synchronous=store.synchronous)
-    yield
-    with contextlib.suppress(StorageError):  # the store may be what failed
-        await store.write(lambda db: set_meta(db, "stopped_at", utc_now()))
-    await store.close()
-    log.info("store closed")
-
-
-async def _processor_ctx(app: web.Application) -> AsyncIterator[None]:
-    processor = app[PROCESSOR_KEY]
-    processor.start()
-    processor.wake()  # events left pending by a previous run
-    yield
-    await processor.stop()
-
-
-def _background_ctx(jobs: Sequence[Background]) -> CleanupCtx:
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        tasks = app[BACKGROUND_TASKS_KEY]
-        for job in jobs:
-            tasks.append(asyncio.create_task(job(app), name=getattr(job, "__name__", "job")))
-        yield
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    return ctx
-
-
-def build_app(
-    settings: Settings,
-    *,
-    reactor: Reactor | None = None,
-    extra_cleanup_ctx: Sequence[CleanupCtx] = (),
-    background: Sequence[Background] = (),
-    ready_checks: Sequence[ReadyCheck] = (),
-    sweep_interval_s: float = 1.0,
-) -> web.Application:
-    """The aiohttp application: ingress routes, store, processor and the given plugins.
-
-    Start-up order: store (migrations), `extra_cleanup_ctx` in order, processor, background
-    jobs; shutdown runs in reverse, so the store closes last.
-    """
-    limits = Limits(settings.webhook.max_connections, settings.webhook.head_timeout_s)
-    app = web.Application(middlewares=[track_requests(limits)])
-    metrics = Metrics()
-    store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
-    processor = Processor(
-        store,
-        reactor=reactor,
-        metrics=metrics,
-        sweep_interval_s=sweep_interval_s,
-        future_tolerance_s=settings.webhook.tolerance_s,
-    )
-
-    async def processor_running() -> str | None:
-        return None if processor.running else "processor not running"
-
-    checks: list[ReadyCheck] = [processor_running, *ready_checks]
-    app[SETTINGS_KEY] = settings
-    app[STORE_KEY] = store
-    app[METRICS_KEY] = metrics
-    app[PROCESSOR_KEY] = processor
-    app[READY_CHECKS_KEY] = checks
-    app[BACKGROUND_TASKS_KEY] = []
-    app[LIVENESS_KEY] = []
-    app[LIMITS_KEY] = limits
-    ingress = Ingress(settings.webhook, store, metrics, wake=processor.wake, ready_checks=checks)
-    ingress.add_routes(app)
-    app[INGRESS_KEY] = ingress
-    app.cleanup_ctx.append(_store_ctx)
-    app.cleanup_ctx.extend(extra_cleanup_ctx)
-    app.cleanup_ctx.append(_processor_ctx)
-    if background:
-        app.cleanup_ctx.append(_background_ctx(background))
-    return app
-
-
-async def serve(settings: Settings, plugins: Plugins | None = None) -> int:
+async def serve(settings: Settings, app: web.Application | None = None) -> int:
     """Run until SIGTERM/SIGINT, then stop accepting, finish in-flight work; the exit status."""
-    plugins = plugins or plugins_for(settings)
-    app = build_app(
-        settings,
-        reactor=plugins.reactor,
-        extra_cleanup_ctx=plugins.cleanup_ctx,
-        background=plugins.background,
-        ready_checks=plugins.ready_checks,
-    )
+    if app is None:
+        app, _ = build_service(settings)
     notifier = SystemdNotifier()
     runner = web.AppRunner(
         app,
@@ -222,7 +91,7 @@ async def _serve(
             notifier.stopping()
     finally:
         # Closes the listener (if here) and waits for in-flight requests, then the cleanup
-        # contexts: background jobs, processor (current batch), plugins, store (commit in
+        # contexts: processor (current batch), the acting stages, store (commit in
         # flight). A second SIGTERM meanwhile changes nothing.
         await runner.cleanup()
         for sig in (signal.SIGTERM, signal.SIGINT):

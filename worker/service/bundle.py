@@ -1,0 +1,123 @@
+"""What the worker acts on: rules and profiles loaded and validated together (`serve`, `check`,
+`rules`, `backfill`), with the warnings and problems that concern both."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from worker.act.kinds import KINDS, SPECS, Kind
+from worker.config.profiles import Profiles
+from worker.config.settings import Settings
+from worker.errors import ConfigError
+from worker.rules import Action, Rule, RuleBook, RuleSet
+from worker.urls import plain_http_problem
+
+
+@dataclass
+class Bundle:
+    """What the worker acts on: rules and profiles, validated together."""
+
+    rules: RuleBook
+    profiles: Profiles
+    warnings: list[str] = field(default_factory=list)
+
+
+def load_bundle(settings: Settings) -> Bundle:
+    """Load profiles then rules; `ConfigError` lists every problem of both."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    if settings.storage.synchronous == "NORMAL":
+        warnings.append(
+            "storage.synchronous: NORMAL; an event answered 200 can be lost on a power failure or"
+            " an OS crash (FULL, the default, and EXTRA cannot)"
+        )
+    profiles = Profiles.empty()
+    if settings.profiles is None:
+        warnings.append("profiles: not set; submit_profile never finds a profile")
+    else:
+        try:
+            profiles = Profiles.load(settings.profiles)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    rules = RuleBook.empty()
+    if settings.rules is None:
+        warnings.append("rules: not set; nothing acts (events are stored and tracked only)")
+    else:
+        try:
+            rules = RuleBook.load(settings.rules, profile_names=profiles.names(), specs=SPECS)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+        else:
+            if not rules.rulesets:
+                warnings.append(
+                    f"rules: {settings.rules} holds no rule set (*.yaml); nothing acts (events"
+                    " are stored and tracked only)"
+                )
+            if settings.rules.is_dir():
+                warnings += [
+                    f"rules: {path} is not read (rule sets are *.yaml)"
+                    for path in sorted(settings.rules.glob("*.yml"))
+                ]
+            warnings += _unconfigured_channels(settings, rules)
+    http_warnings, http_problems = plain_http(settings, rules)
+    warnings += http_warnings
+    problems += http_problems
+    if problems:
+        raise ConfigError(problems)
+    return Bundle(rules, profiles, warnings)
+
+
+def plain_http(settings: Settings, rules: RuleBook) -> tuple[list[str], list[str]]:
+    """(warnings, problems) of plain http:// for the provider and forward URLs: a warning to
+    loopback or where allowed, else a problem (`check` and `serve` both refuse it). The action
+    kinds that post somewhere say where (`Kind.url`)."""
+    warnings: list[str] = []
+    problems: list[str] = []
+    found = [
+        (
+            f"{settings.config_path}: provider.base_url",
+            plain_http_problem(
+                settings.provider.base_url,
+                allowed=settings.provider.allow_insecure_http,
+                key="provider.allow_insecure_http",
+            ),
+        )
+    ]
+    for kind in KINDS.values():
+        if kind.url is None:
+            continue
+        for ruleset, rule, action in rules.actions(kind.name):
+            where = f"{ruleset.path}:{rule.line}: rule {rule.name!r}: {kind.name}"
+            url, allowed = kind.url(action.params)
+            found.append(
+                (where, plain_http_problem(url, allowed=allowed, key="allow_insecure_http"))
+            )
+    for where, (warning, problem) in found:
+        if warning is not None:
+            warnings.append(f"{where}: {warning}")
+        if problem is not None:
+            problems.append(f"{where}: {problem}")
+    return warnings, problems
+
+
+def _unconfigured_channels(settings: Settings, rules: RuleBook) -> list[str]:
+    """Rule alerts naming a channel `notify` does not configure: those go to the log only."""
+    configured = {name for name in ("slack", "email") if getattr(settings.notify, name)}
+    warnings = []
+    for kind, ruleset, rule, action in naming_channels(rules):
+        missing = sorted(set(kind.channels(action.params) if kind.channels else ()) - configured)
+        if missing:
+            warnings.append(
+                f"{ruleset.path}:{rule.line}: rule {rule.name!r} alerts on"
+                f" {', '.join(missing)}, which notify does not configure: logged only"
+            )
+    return warnings
+
+
+def naming_channels(rules: RuleBook) -> Iterator[tuple[Kind, RuleSet, Rule, Action]]:
+    """Every action of a kind that names alert channels (`Kind.channels`), in kind order."""
+    for kind in KINDS.values():
+        if kind.channels is not None:
+            for ruleset, rule, action in rules.actions(kind.name):
+                yield kind, ruleset, rule, action

@@ -1,0 +1,24 @@
+"""The aiohttp application keys: what the running app holds, in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+
+from worker.config.settings import Settings
+from worker.ingest.endpoint import Ingress, ReadyCheck
+from worker.ingest.limits import Limits
+from worker.metrics import Metrics
+from worker.store.writer import Store
+from worker.track.processor import Processor
+
+SETTINGS_KEY = web.AppKey("settings", Settings)
+STORE_KEY = web.AppKey("store", Store)
+METRICS_KEY = web.AppKey("metrics", Metrics)
+PROCESSOR_KEY = web.AppKey("processor", Processor)
+INGRESS_KEY = web.AppKey("ingress", Ingress)
+READY_CHECKS_KEY: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
+LIMITS_KEY = web.AppKey("limits", Limits)
+# Checks the systemd watchdog pings depend on besides the event loop (the ingress process).
+LIVENESS_KEY: web.AppKey[list[Callable[[], bool]]] = web.AppKey("liveness")

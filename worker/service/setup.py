@@ -1,0 +1,150 @@
+"""Composition root: the service built from a validated `Settings`, one stage after another.
+
+    store    the SQLite database (migrations), opened first and closed last
+    ingest   the webhook endpoint and its limits: verified events into the inbox
+    track    the processor: inbox -> tracker -> reactor, in one transaction per batch
+    act      rules and profiles (the reactor), the provider client, the outbox runner
+    poll     the scheduler's polls and the catch-up jobs
+    service  SIGHUP reload and the systemd watchdog
+
+Nothing else reads configuration globally. `build_app` is the core (store, ingest, track);
+`build_service` adds the stages that act, from a `Runtime`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from aiohttp import web
+
+from worker.clock import utc_now
+from worker.config.settings import Settings
+from worker.errors import StorageError
+from worker.ingest.endpoint import Ingress, ReadyCheck
+from worker.ingest.limits import Limits, track_requests
+from worker.logs import get_logger
+from worker.metrics import Metrics
+from worker.service.keys import (
+    INGRESS_KEY,
+    LIMITS_KEY,
+    LIVENESS_KEY,
+    METRICS_KEY,
+    PROCESSOR_KEY,
+    READY_CHECKS_KEY,
+    SETTINGS_KEY,
+    STORE_KEY,
+)
+from worker.service.runtime import Runtime
+from worker.store.queries import set_meta
+from worker.store.writer import Store
+from worker.track.processor import Processor, Reactor
+from worker.track.tracker import State
+
+log = get_logger(__name__)
+
+CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
+
+
+def build_service(
+    settings: Settings, runtime: Runtime | None = None, *, sweep_interval_s: float = 1.0
+) -> tuple[web.Application, Runtime]:
+    """Every stage, in order: the app `serve` runs, and the runtime of what acts in it.
+
+    `Runtime(settings)` raises `ConfigError` on bad rules or profiles: serve refuses to start.
+    """
+    runtime = runtime or Runtime(settings)
+    app = build_app(
+        settings,
+        reactor=runtime.reactor,
+        extra_cleanup_ctx=[_acting_ctx(runtime)],
+        ready_checks=[runtime.scheduler_running],
+        sweep_interval_s=sweep_interval_s,
+    )
+    return app, runtime
+
+
+def build_app(
+    settings: Settings,
+    *,
+    reactor: Reactor | None = None,
+    extra_cleanup_ctx: Sequence[CleanupCtx] = (),
+    ready_checks: Sequence[ReadyCheck] = (),
+    sweep_interval_s: float = 1.0,
+) -> web.Application:
+    """The core: store, ingest routes and processor, with the given reactor and contexts.
+
+    Start-up order: store (migrations), `extra_cleanup_ctx` in order, processor; shutdown
+    runs in reverse, so the store closes last.
+    """
+    limits = Limits(settings.webhook.max_connections, settings.webhook.head_timeout_s)
+    app = web.Application(middlewares=[track_requests(limits)])
+    metrics = Metrics(states=[state.value for state in State])
+    store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
+    processor = Processor(
+        store,
+        reactor=reactor,
+        metrics=metrics,
+        sweep_interval_s=sweep_interval_s,
+        future_tolerance_s=settings.webhook.tolerance_s,
+    )
+
+    async def processor_running() -> str | None:
+        return None if processor.running else "processor not running"
+
+    checks: list[ReadyCheck] = [processor_running, *ready_checks]
+    app[SETTINGS_KEY] = settings
+    app[STORE_KEY] = store
+    app[METRICS_KEY] = metrics
+    app[PROCESSOR_KEY] = processor
+    app[READY_CHECKS_KEY] = checks
+    app[LIVENESS_KEY] = []
+    app[LIMITS_KEY] = limits
+    ingress = Ingress(settings.webhook, store, metrics, wake=processor.wake, ready_checks=checks)
+    ingress.add_routes(app)
+    app[INGRESS_KEY] = ingress
+    app.cleanup_ctx.append(_store_ctx)
+    app.cleanup_ctx.extend(extra_cleanup_ctx)
+    app.cleanup_ctx.append(_processor_ctx)
+    return app
+
+
+def _acting_ctx(runtime: Runtime) -> CleanupCtx:
+    """The stages that act, started once the store is open and stopped before it closes."""
+
+    async def acting(app: web.Application) -> AsyncIterator[None]:
+        store, processor, metrics = app[STORE_KEY], app[PROCESSOR_KEY], app[METRICS_KEY]
+        # act: the provider client, then the outbox, woken by every commit that queues work
+        runtime.connect(store, metrics)
+        outbox = runtime.build_outbox(processor.observe_fact)
+        processor.after_commit.append(outbox.wake)
+        await runtime.start_outbox()
+        # poll: what webhooks missed, through the same entry point as the outbox's facts
+        runtime.start_polls(processor.observe_fact, processor.after_commit)
+        # service: SIGHUP reload, and the watchdog while every liveness check holds
+        runtime.listen_for_reload()
+        runtime.start_watchdog(lambda: all(check() for check in app[LIVENESS_KEY]))
+        yield
+        await runtime.stop()
+
+    return acting
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    store = app[STORE_KEY]
+    await store.open()
+    await store.write(lambda db: set_meta(db, "started_at", utc_now()))
+    log.info("store open", path=str(store.path), synchronous=store.synchronous)
+    yield
+    with contextlib.suppress(StorageError):  # the store may be what failed
+        await store.write(lambda db: set_meta(db, "stopped_at", utc_now()))
+    await store.close()
+    log.info("store closed")
+
+
+async def _processor_ctx(app: web.Application) -> AsyncIterator[None]:
+    processor = app[PROCESSOR_KEY]
+    processor.start()
+    processor.wake()  # events left pending by a previous run
+    yield
+    await processor.stop()
