@@ -31,6 +31,8 @@ from worker.errors import (
 )
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
+from worker.store.actions import alert_with_trigger_queued
+from worker.store.deposits import get_deposit_row, in_states, is_tracked
 from worker.store.writer import Store
 from worker.track.facts import fact_from_order
 from worker.track.tracker import Deposit, Fact, State
@@ -62,14 +64,11 @@ def _alert_once_per_trigger(
     detail: str,
 ) -> None:
     """Queue an alert about a tracked deposit unless one with this trigger was ever queued."""
-    queued = db.execute(
-        "SELECT 1 FROM actions WHERE transaction_id=? AND action='alert' AND trigger=?",
-        [transaction_id, trigger],
-    ).fetchone()
-    row = db.execute("SELECT * FROM deposits WHERE transaction_id=?", [transaction_id]).fetchone()
-    if queued is None and row is not None:
+    queued = alert_with_trigger_queued(db, transaction_id, trigger)
+    row = get_deposit_row(db, transaction_id)
+    if not queued and row is not None:
         enqueue_alert(
-            db, Deposit.from_row(dict(row)), condition, severity, trigger=trigger, detail=detail
+            db, Deposit.from_row(row), condition, severity, trigger=trigger, detail=detail
         )
 
 
@@ -151,12 +150,7 @@ class Poller:
         self._stopping = True
 
     async def _known(self, transaction_id: str) -> bool:
-        found = await self._store.write(
-            lambda db: db.execute(
-                "SELECT 1 FROM deposits WHERE transaction_id=?", [transaction_id]
-            ).fetchone()
-        )
-        return found is not None
+        return await self._store.write(lambda db: is_tracked(db, transaction_id))
 
     async def poll_history(self) -> int:
         """Feed every record of the init and rejected queues to the tracker; returns the count."""
@@ -186,17 +180,7 @@ class Poller:
         return seen
 
     async def _detail(self) -> int:
-        marks = ",".join("?" for _ in DETAIL_STATES)
-        rows = await self._store.write(
-            lambda db: [
-                r[0]
-                for r in db.execute(
-                    f"SELECT transaction_id FROM deposits WHERE state IN ({marks})"
-                    " ORDER BY updated_at, transaction_id",
-                    list(DETAIL_STATES),
-                ).fetchall()
-            ]
-        )
+        rows = await self._store.write(lambda db: in_states(db, DETAIL_STATES))
         tracked = set(rows)
         for memo in (self._detail_failing, self._detail_turn):
             for tx in [t for t in memo if t not in tracked]:

@@ -30,7 +30,7 @@ from worker.logs import configure, get_logger
 from worker.metrics import Metrics
 from worker.service.lock import serve_lock
 from worker.service.systemd import SystemdNotifier
-from worker.store.queries import set_meta
+from worker.store.meta import set_meta
 from worker.store.writer import Store
 from worker.track.processor import Processor, Reactor
 
