@@ -158,10 +158,10 @@ def requeue_failed_events(conn: sqlite3.Connection) -> int:
     )
 
 
-def stored_body(conn: sqlite3.Connection, event_id: str) -> bytes | None:
-    """The raw body of a stored event, or None."""
+def stored_body(conn: sqlite3.Connection, event_id: str) -> bytes | str | None:
+    """The raw body of a stored event as stored (bytes; text when written as text), or None."""
     row = conn.execute("SELECT body FROM events WHERE event_id = ?", [event_id]).fetchone()
-    return None if row is None else bytes(row["body"])
+    return None if row is None else row["body"]
 
 
 def status_of(conn: sqlite3.Connection, event_id: str) -> str | None:
