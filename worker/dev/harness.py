@@ -57,7 +57,7 @@ Predicate = Callable[[], Awaitable[bool] | bool]
 
 def shipped_rules() -> Path:
     """The `rules/` folder that ships with depositd (the repository's, else ./rules)."""
-    for base in (Path(__file__).resolve().parents[2], Path.cwd()):
+    for base in (Path(__file__).resolve().parent.parent, Path.cwd()):
         if (base / "rules" / "default.yaml").is_file():
             return base / "rules"
     raise ConfigError(["rules/: the shipped rules folder was not found (run from the checkout)"])
