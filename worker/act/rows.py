@@ -1,8 +1,9 @@
 """The actions table's rows as depositd writes them: queued actions and recorded outcomes.
 
 `add_action` queues one row (inside the caller's transaction); `enqueue_alert`,
-`add_submission` and `alert_conflict` queue the rows that code outside the rules queues too (the
-processor, the poller, the reload). `ActionRows` records a running row's outcome (done, failed,
+`add_submission` and the per-deposit alerts of the polls and submissions (`alert_gone`,
+`alert_mismatch`, `alert_detail_failing`) queue the rows that code outside the rules queues too
+(the poller, the reload, the submitter). `ActionRows` records a running row's outcome (done, failed,
 skipped, or pending again after a back-off) for `worker.act.outbox.Outbox` and the action kinds
 (`worker.act.kinds`), so those modules do not import the runner. `alert_once` queues an alert
 from a running row (unless the same one is queued already), in the write that records its
@@ -24,9 +25,10 @@ from worker.clock import iso_from_ms
 from worker.logs import get_logger
 from worker.rules import Intent
 from worker.store import actions as stored
+from worker.store.actions import alert_with_trigger_queued
+from worker.store.deposits import get_deposit_row
 from worker.store.writer import Store
-from worker.track.conflicts import WIRE_NAMES, as_text
-from worker.track.tracker import Deposit, Fact
+from worker.track.tracker import Deposit
 
 log = get_logger(__name__)
 
@@ -131,43 +133,65 @@ def enqueue_alert(
     """Queue an alert; the runner sends it once per (deposit, condition, channel), or per
     (deposit, condition, once_per, channel) when `once_per` names what one alert is about (one
     submission, one rule)."""
-    params: dict[str, Any] = {
-        "condition": condition,
-        "severity": severity,
-        "channels": list(channels) if channels else None,
-        "detail": detail,
-        "profile": profile,
-    }
-    if once_per is not None:
-        params["once_per"] = once_per
-    return add_action(
+    return stored.queue_alert(
         db,
-        deposit=deposit,
-        action="alert",
-        params=params,
+        transaction_id=deposit.transaction_id if deposit else None,
+        condition=condition,
+        severity=severity,
         trigger=trigger,
-        intent=intent,
-        event_id=event_id,
-    )
-
-
-def alert_conflict(db: sqlite_utils.Database, deposit: Deposit, fact: Fact, name: str) -> None:
-    """Queue the critical alert of a fixed field in conflict (once per deposit and field)."""
-    where = f"{fact.source} event {fact.event_id}" if fact.event_id else f"{fact.source} fact"
-    detail = (
-        f"{WIRE_NAMES[name]} was {as_text(getattr(deposit, name))}, the {where} says "
-        f"{as_text(getattr(fact, name))}; booking is held until a decision: "
-        f"depositd resolve {deposit.transaction_id} --set {WIRE_NAMES[name]}=VALUE --by NAME"
-    )
-    enqueue_alert(
-        db,
-        deposit,
-        "fixed_field_conflict",
-        "critical",
-        trigger="conflict",
         detail=detail,
-        once_per=name,
-        event_id=fact.event_id,
+        channels=channels,
+        profile=profile,
+        once_per=once_per,
+        event_id=event_id,
+        rule_set=intent.rule_set if intent else None,
+        rule_set_version=intent.version if intent else None,
+        rule=intent.rule if intent else None,
+    )
+
+
+def _alert_once_per_trigger(
+    db: sqlite_utils.Database,
+    transaction_id: str,
+    condition: str,
+    severity: str,
+    *,
+    trigger: str,
+    detail: str,
+) -> None:
+    """Queue an alert about a tracked deposit unless one with this trigger was ever queued."""
+    queued = alert_with_trigger_queued(db, transaction_id, trigger)
+    row = get_deposit_row(db, transaction_id)
+    if not queued and row is not None:
+        enqueue_alert(
+            db, Deposit.from_row(row), condition, severity, trigger=trigger, detail=detail
+        )
+
+
+def alert_gone(db: sqlite_utils.Database, transaction_id: str) -> None:
+    """Queue one critical alert for a tracked deposit the provider no longer knows (10000100)."""
+    _alert_once_per_trigger(
+        db,
+        transaction_id,
+        "deposit_gone",
+        "critical",
+        trigger="gone",
+        detail="10000100: transaction not found, or not owned by the caller (detail poll)",
+    )
+
+
+def alert_mismatch(db: sqlite_utils.Database, transaction_id: str, detail: str) -> None:
+    """Queue one critical alert for a tracked deposit whose detail answered about another
+    transactionId (a protocol error: the answer is not recorded)."""
+    _alert_once_per_trigger(
+        db, transaction_id, "detail_mismatch", "critical", trigger="detail_mismatch", detail=detail
+    )
+
+
+def alert_detail_failing(db: sqlite_utils.Database, transaction_id: str, detail: str) -> None:
+    """Queue one warning alert for a tracked deposit whose detail keeps failing to be read."""
+    _alert_once_per_trigger(
+        db, transaction_id, "detail_failing", "warning", trigger="detail_failing", detail=detail
     )
 
 

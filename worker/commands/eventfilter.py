@@ -9,10 +9,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-EVENT_COLUMNS = (
-    "SELECT seq, event_id, event_type, reference_id, transaction_id, received_at, status,"
-    " processed_at, error FROM events"
-)
+from worker.store.events import events_after, list_events
+
 FOLLOW_EVERY_S = 1.0
 
 
@@ -33,34 +31,20 @@ def parse_time(value: str, *, what: str) -> str:
     return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def event_filter(args: argparse.Namespace) -> tuple[list[str], list[Any]]:
-    """SQL conditions and their parameters for --failed, --type and --since."""
-    where: list[str] = []
-    params: list[Any] = []
-    if getattr(args, "failed", False):
-        where.append("status = 'failed'")
-    types: Sequence[str] | None = getattr(args, "type", None)
-    if types:
-        where.append(f"event_type IN ({', '.join('?' for _ in types)})")
-        params.extend(types)
+def _filter(args: argparse.Namespace) -> dict[str, Any]:
+    """The event filter of --failed, --type and --since (ValueError for an unusable --since)."""
     since = getattr(args, "since", None)
-    if since is not None:
-        where.append("received_at >= ?")
-        params.append(parse_time(since, what="--since"))
-    return where, params
+    types: Sequence[str] | None = getattr(args, "type", None)
+    return {
+        "failed": bool(getattr(args, "failed", False)),
+        "types": types,
+        "since": None if since is None else parse_time(since, what="--since"),
+    }
 
 
 def select_events(conn: sqlite3.Connection, args: argparse.Namespace) -> list[Any]:
     """The events to print first, oldest first (`--limit N`: the newest N of them)."""
-    where, params = event_filter(args)
-    clause = f" WHERE {' AND '.join(where)}" if where else ""
-    limit = getattr(args, "limit", None)
-    if limit is None:
-        return conn.execute(f"{EVENT_COLUMNS}{clause} ORDER BY seq", params).fetchall()
-    rows = conn.execute(
-        f"{EVENT_COLUMNS}{clause} ORDER BY seq DESC LIMIT ?", [*params, limit]
-    ).fetchall()
-    return rows[::-1]
+    return list_events(conn, **_filter(args), limit=getattr(args, "limit", None))
 
 
 def follow(
@@ -70,12 +54,10 @@ def follow(
     emit: Callable[[Any], None],
 ) -> int:
     """Print events stored after `seq` `after`, checking every second, until interrupted."""
-    where, params = event_filter(args)
-    where.append("seq > ?")
-    query = f"{EVENT_COLUMNS} WHERE {' AND '.join(where)} ORDER BY seq"
+    selected = _filter(args)
     try:
         while True:
-            for row in conn.execute(query, [*params, after]).fetchall():
+            for row in events_after(conn, after, **selected):
                 emit(row)
                 after = row["seq"]
             time.sleep(FOLLOW_EVERY_S)

@@ -23,6 +23,15 @@ from worker.clock import ms_from_iso, utc_now
 from worker.commands.read import run_on_db
 from worker.config.settings import load_settings
 from worker.service.lock import serving
+from worker.store import actions, alerts, events
+from worker.store.actions import requeue_failed_actions
+from worker.store.alerts import requeue_failed_alerts
+from worker.store.conflicts import count_held_deposits
+from worker.store.database import finish_copy
+from worker.store.deposits import count_waiting_on_human, deposits_by_state
+from worker.store.events import requeue_event, requeue_failed_events
+from worker.store.ledger import count_booked
+from worker.store.meta import all_meta
 
 # The files SQLite keeps beside a database: writing over any of them under a running service
 # corrupts the database.
@@ -77,8 +86,7 @@ def backup(source: Path, target: Path) -> int:
             # makes between two steps restarts the copy, which under load may never finish.
             # WAL keeps the service writing meanwhile.
             src.backup(dst, pages=-1)
-            pages = int(dst.execute("PRAGMA page_count").fetchone()[0])
-            dst.execute("PRAGMA journal_mode=DELETE")
+            pages = finish_copy(dst)
         tmp.replace(target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -113,11 +121,8 @@ def run_backup(args: argparse.Namespace) -> int:
 
 def _replay(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
     with conn:
-        cur = conn.execute(
-            "UPDATE events SET status='pending', error=NULL, processed_at=NULL WHERE event_id=?",
-            [args.event_id],
-        )
-    if cur.rowcount == 0:
+        found = requeue_event(conn, args.event_id)
+    if not found:
         print(f"depositd: no stored event {args.event_id!r}", file=sys.stderr)
         return 1
     print(
@@ -136,18 +141,14 @@ def run_replay(args: argparse.Namespace) -> int:
 def _retry_failed(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
     now = utc_now()
     with conn:
-        events = conn.execute(
-            "UPDATE events SET status='pending', error=NULL WHERE status='failed'"
-        ).rowcount
-        actions = conn.execute(
-            # Submissions the provider refused for the profile (10000102/10000103) wait for a
-            # changed profile instead: the same payload would be refused again.
-            "UPDATE actions SET status='pending', next_attempt_at=?, updated_at=?"
-            " WHERE status='failed' AND NOT (action='submit_profile' AND outcome LIKE 'profile %')",
-            [now, now],
-        ).rowcount
-        conn.execute("UPDATE alerts SET status='pending' WHERE status='failed'")
-    print(f"queued again: {events} event(s), {actions} action(s) (idempotency keys kept)", file=out)
+        n_events = requeue_failed_events(conn)
+        # Submissions the provider refused for the profile wait for a changed profile instead.
+        n_actions = requeue_failed_actions(conn, now)
+        requeue_failed_alerts(conn)
+    print(
+        f"queued again: {n_events} event(s), {n_actions} action(s) (idempotency keys kept)",
+        file=out,
+    )
     return 0
 
 
@@ -159,11 +160,7 @@ def run_retry_failed(args: argparse.Namespace) -> int:
 def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[str, Any]:
     """What `status` shows, read from the database; `in_use`: whether a serve holds it now
     (`worker.service.lock.serving`), None when unknown."""
-    meta = {r["key"]: r["value"] for r in conn.execute("SELECT key, value FROM meta")}
-
-    def one(sql: str, *args: Any) -> Any:
-        return conn.execute(sql, args).fetchone()[0]
-
+    meta: dict[str, Any] = all_meta(conn)
     started, stopped = meta.get("started_at"), meta.get("stopped_at")
     # `serve` records its start and its stop; a SIGKILL, a crash or a power cut leaves the start
     # alone, so the record is only believed while some process has the database open.
@@ -181,30 +178,22 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
         "uncleanStop": None if recorded and in_use is None else recorded and not running,
         "uptimeSeconds": uptime,
         # The meta key survives retention pruning; the events table is the fallback.
-        "lastWebhookAt": meta.get("last_webhook_at") or one("SELECT MAX(received_at) FROM events"),
+        "lastWebhookAt": meta.get("last_webhook_at") or events.last_received_at(conn),
         "lastHistoryPollOk": meta.get("last_history_poll_ok"),
         "lastDetailPollOk": meta.get("last_detail_poll_ok"),
         # Up to when the full history was read completely (catch-up, sweep, backfill).
         "historyCoveredUntil": meta.get("history_covered_until"),
-        "pendingEvents": one("SELECT COUNT(*) FROM events WHERE status='pending'"),
-        "failedEvents": one("SELECT COUNT(*) FROM events WHERE status='failed'"),
-        "pendingActions": one("SELECT COUNT(*) FROM actions WHERE status IN ('pending','running')"),
-        "failedActions": one("SELECT COUNT(*) FROM actions WHERE status='failed'"),
-        "failedAlerts": one("SELECT COUNT(*) FROM alerts WHERE status='failed'"),
-        "waitingOnHuman": one(
-            "SELECT COUNT(*) FROM deposits WHERE state IN ('needs_details','rejected','blocked')"
-        ),
+        "pendingEvents": events.count_pending(conn),
+        "failedEvents": events.count_failed(conn),
+        "pendingActions": actions.count_open(conn),
+        "failedActions": actions.count_failed(conn),
+        "failedAlerts": alerts.count_failed(conn),
+        "waitingOnHuman": count_waiting_on_human(conn),
         # Deposits whose booking is held by a fixed-field conflict (`depositd resolve`); a
         # database not yet migrated to version 3 has none.
-        "heldByConflict": one(
-            "SELECT COUNT(DISTINCT transaction_id) FROM conflicts WHERE decided_at IS NULL"
-        )
-        if one("SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='conflicts'")
-        else 0,
-        "deposits": {
-            r[0]: r[1] for r in conn.execute("SELECT state, COUNT(*) FROM deposits GROUP BY state")
-        },
-        "booked": one("SELECT COUNT(*) FROM ledger"),
+        "heldByConflict": count_held_deposits(conn),
+        "deposits": deposits_by_state(conn),
+        "booked": count_booked(conn),
         # Requests refused on the webhook port by reason, since `since` (a serve's start).
         "webhookRefusals": json.loads(meta.get("webhook_refusals") or "null"),
     }

@@ -20,6 +20,13 @@ from typing import Any, TextIO
 from worker.commands import eventfilter
 from worker.config.settings import load_settings
 from worker.provider import jsonio
+from worker.store.actions import actions_of, failed_with_events
+from worker.store.addresses import list_addresses
+from worker.store.alerts import failed_alerts
+from worker.store.database import probe_schema
+from worker.store.deposits import get_deposit_row, list_deposits
+from worker.store.facts import facts_of
+from worker.store.ledger import booked_since
 from worker.store.writer import connect
 from worker.track.tracker import Deposit, State
 
@@ -53,7 +60,7 @@ def _readable(conn: sqlite3.Connection, path: Path) -> sqlite3.Connection:
     as immutable is complete (as `rules test` does). A -wal with content is never skipped.
     """
     try:
-        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        probe_schema(conn)
         return conn
     except sqlite3.OperationalError as exc:
         if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY or _wal_has_content(path):
@@ -241,12 +248,8 @@ def _failed_actions(
     conn: sqlite3.Connection,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Failed actions and alerts that could not be sent, as their JSON lines."""
-    actions = conn.execute(
-        "SELECT a.*, e.event_type, e.received_at FROM actions a"
-        " LEFT JOIN events e ON e.event_id = a.event_id"
-        " WHERE a.status = 'failed' ORDER BY a.id"
-    ).fetchall()
-    alerts = conn.execute("SELECT * FROM alerts WHERE status = 'failed' ORDER BY id").fetchall()
+    actions = failed_with_events(conn)
+    alerts = failed_alerts(conn)
     return [action_json(a) for a in actions], [alert_json(a) for a in alerts]
 
 
@@ -289,12 +292,7 @@ def _deposits(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -
             file=sys.stderr,
         )
         return 2
-    query = "SELECT * FROM deposits"
-    params: list[Any] = []
-    if args.state:
-        query += " WHERE state = ?"
-        params.append(args.state)
-    rows = conn.execute(query + " ORDER BY created_at, transaction_id", params).fetchall()
+    rows = list_deposits(conn, args.state)
     deposits = [deposit_json(r) for r in rows]
     if args.json:
         for d in deposits:
@@ -305,7 +303,7 @@ def _deposits(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -
 
 
 def _one_deposit(conn: sqlite3.Connection, tx: str, as_json: bool, out: TextIO) -> int:
-    row = conn.execute("SELECT * FROM deposits WHERE transaction_id = ?", [tx]).fetchone()
+    row = get_deposit_row(conn, tx)
     if row is None:
         print(f"depositd: no deposit {tx!r}", file=sys.stderr)
         return 1
@@ -319,9 +317,7 @@ def _one_deposit(conn: sqlite3.Connection, tx: str, as_json: bool, out: TextIO) 
             "changed": bool(f["changed"]),
             "fact": json.loads(f["fact"] or "{}"),
         }
-        for f in conn.execute(
-            "SELECT * FROM facts WHERE transaction_id = ? ORDER BY id", [tx]
-        ).fetchall()
+        for f in facts_of(conn, tx)
     ]
     actions = [
         {
@@ -336,9 +332,7 @@ def _one_deposit(conn: sqlite3.Connection, tx: str, as_json: bool, out: TextIO) 
             "outcome": a["outcome"],
             "eventId": a["event_id"],
         }
-        for a in conn.execute(
-            "SELECT * FROM actions WHERE transaction_id = ? ORDER BY id", [tx]
-        ).fetchall()
+        for a in actions_of(conn, tx)
     ]
     if as_json:
         _json_line({**deposit, "facts": facts, "actions": actions}, out)
@@ -438,18 +432,14 @@ def parse_since(value: str) -> str:
 
 
 def _ledger(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
-    query = "SELECT * FROM ledger"
-    params: list[Any] = []
+    since = None
     if args.since is not None:  # an empty --since is a mistake, not "no filter"
         try:
-            params.append(parse_since(args.since))
+            since = parse_since(args.since)
         except ValueError as exc:
             print(f"depositd: --since {args.since!r} {exc}", file=sys.stderr)
             return 2
-        query += " WHERE booked_at >= ?"
-    rows = [
-        ledger_json(r) for r in conn.execute(query + " ORDER BY booked_at, transaction_id", params)
-    ]
+    rows = [ledger_json(r) for r in booked_since(conn, since)]
     if args.json:
         for entry in rows:
             _json_line(entry, out)
@@ -484,7 +474,7 @@ def address_json(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _addresses(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
-    rows = [address_json(r) for r in conn.execute("SELECT * FROM addresses ORDER BY created_at")]
+    rows = [address_json(r) for r in list_addresses(conn)]
     if args.json:
         for entry in rows:
             _json_line(entry, out)

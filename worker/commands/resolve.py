@@ -19,10 +19,12 @@ import sqlite_utils
 from worker.act.kinds.book import book_checked
 from worker.act.rows import add_action
 from worker.commands.read import run_on_db
-from worker.store.queries import get_deposit_row
+from worker.store.actions import held_booking, set_rule
+from worker.store.conflicts import all_conflicts
+from worker.store.conflicts import open_conflicts as open_of
+from worker.store.deposits import get_deposit_row
 from worker.store.writer import transaction
-from worker.track.conflicts import FIELD_OF, WIRE_NAMES, all_conflicts, decide, decided_value
-from worker.track.conflicts import open_conflicts as open_of
+from worker.track.conflicts import FIELD_OF, WIRE_NAMES, decide, decided_value
 from worker.track.tracker import Deposit
 
 
@@ -71,12 +73,7 @@ def _values(sets: list[str], open_fields: set[str]) -> tuple[dict[str, Any], lis
 
 def _book_held(db: sqlite_utils.Database, tx: str, by: str) -> str:
     """Make the booking held by the conflict, once; what happened, for the output."""
-    held = db.execute(
-        "SELECT trigger, rule_set, rule_set_version, rule, event_id FROM actions"
-        " WHERE transaction_id=? AND action='book' AND status='skipped' AND outcome LIKE 'held:%'"
-        " ORDER BY id LIMIT 1",
-        [tx],
-    ).fetchone()
+    held = held_booking(db, tx)
     if held is None:
         return "no booking was held; rules book it when the deposit is credited"
     row = get_deposit_row(db, tx)
@@ -94,10 +91,7 @@ def _book_held(db: sqlite_utils.Database, tx: str, by: str) -> str:
         status=status,
         outcome=f"{outcome} after the decision by {by}",
     )
-    db.execute(
-        "UPDATE actions SET rule_set=?, rule_set_version=?, rule=? WHERE id=?",
-        [held[1], held[2], held[3], action_id],
-    )
+    set_rule(db, action_id, held[1], held[2], held[3])
     return f"{outcome} (amount {deposit.as_json()['amount']} {deposit.currency})"
 
 

@@ -24,6 +24,9 @@ from worker.provider import jsonio
 from worker.provider.models import DEPOSIT_EVENT_TYPES, DepositOrder, WebhookEnvelope
 from worker.rules.engine import RuleBook
 from worker.service.bundle import load_bundle
+from worker.store.deposits import get_deposit_row
+from worker.store.events import stored_body
+from worker.store.facts import fact_history
 from worker.track.facts import fact_from_event, fact_from_order
 from worker.track.tracker import Deposit, Fact, observe
 
@@ -69,12 +72,12 @@ def _read_stored(conn: sqlite3.Connection | None, db_path: Path, event_id: str) 
     if conn is None:
         raise _Usage(f"{db_path}: no database here (storage.path); nothing is stored yet")
     try:
-        row = conn.execute("SELECT body FROM events WHERE event_id = ?", [event_id]).fetchone()
+        body = stored_body(conn, event_id)
     except sqlite3.Error as exc:
         raise _Usage(f"{db_path}: cannot read events: {exc}") from None
-    if row is None:
+    if body is None:
         raise _Usage(f"{db_path}: no stored event with eventId {event_id!r}")
-    return jsonio.loads(row["body"])
+    return jsonio.loads(body)
 
 
 def _fact(data: Any, source: str) -> tuple[Fact | None, str]:
@@ -98,12 +101,10 @@ def _stored_deposit(conn: sqlite3.Connection | None, transaction_id: str) -> Dep
     if conn is None:
         return None
     try:
-        row = conn.execute(
-            "SELECT * FROM deposits WHERE transaction_id = ?", [transaction_id]
-        ).fetchone()
+        row = get_deposit_row(conn, transaction_id)
     except sqlite3.Error:
         return None  # a database without the table yet: the deposit is new
-    return None if row is None else Deposit.from_row(dict(row))
+    return None if row is None else Deposit.from_row(row)
 
 
 def _deposit_before(
@@ -115,10 +116,7 @@ def _deposit_before(
     if conn is None:
         return None
     try:
-        rows = conn.execute(
-            "SELECT fact, event_id FROM facts WHERE transaction_id = ? ORDER BY id",
-            [transaction_id],
-        ).fetchall()
+        rows = fact_history(conn, transaction_id)
     except sqlite3.Error:
         return None
     if event_id not in {row["event_id"] for row in rows}:

@@ -23,6 +23,7 @@ from worker.clock import now_ms
 from worker.config.settings import Settings, load_settings
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
+from worker.store.events import status_of
 from worker.store.writer import connect
 
 EVENT_TYPE = "DEPOSITD_SELFTEST"
@@ -87,12 +88,9 @@ def stored_status(settings: Settings, event_id: str) -> str | None:
     """The stored status of the event (`ignored`, `pending`), or None when not stored."""
     try:
         with closing(connect(settings.storage.path, readonly=True)) as conn:
-            row = conn.execute(
-                "SELECT status FROM events WHERE event_id = ?", [event_id]
-            ).fetchone()
+            return status_of(conn, event_id)
     except sqlite3.Error:
         return None
-    return None if row is None else str(row[0])
 
 
 def _unauthorized_hint(sent: Sent, answer: str) -> str:

@@ -33,6 +33,7 @@ from worker.errors import ConfigError
 from worker.logs import configure
 from worker.poll.addresses import register
 from worker.provider.models import AddressStatus, CreditStatus, WhiteListStatus
+from worker.store.facts import count_blocked_polls, sources_and_facts
 from worker.track.facts import fact_from_order
 from worker.track.tracker import Deposit, Fact, State, observe
 
@@ -183,14 +184,7 @@ class Demo:
 
     async def _transitions(self, tx: str) -> list[str]:
         """Replay the recorded facts through the tracker: which fact fired which trigger."""
-        rows = await self.stack.store.read(
-            lambda db: [
-                dict(r)
-                for r in db.query(
-                    "SELECT source, fact FROM facts WHERE transaction_id=? ORDER BY id", [tx]
-                )
-            ]
-        )
+        rows = await self.stack.store.read(lambda db: sources_and_facts(db, tx))
         deposit: Deposit | None = None
         lines = []
         for row in rows:
@@ -386,13 +380,7 @@ async def blocked(demo: Demo) -> Result:
     await asyncio.sleep(2 * stack.detail_interval_s)  # let the scheduler poll again too
     await stack.settle()
     check = Checks()
-    polls = await stack.store.read(
-        lambda db: db.execute(
-            "SELECT COUNT(*) FROM facts WHERE transaction_id=? AND source='poll'"
-            " AND fact LIKE '%BLOCKED%'",
-            [tx],
-        ).fetchone()[0]
-    )
+    polls = await stack.store.read(lambda db: count_blocked_polls(db, tx))
     slack, mails = stack.slack_for(tx, "blocked"), stack.emails_for(tx, "blocked")
     alerts = [
         a

@@ -38,7 +38,11 @@ from worker.dev.sandbox.config import default_wallets
 from worker.service.keys import PROCESSOR_KEY, STORE_KEY
 from worker.service.runtime import Runtime
 from worker.service.setup import build_service
-from worker.store.queries import get_deposit_row
+from worker.store import actions, addresses, alerts, deposits, events, facts, ledger
+from worker.store.actions import actions_of, all_actions
+from worker.store.deposits import get_deposit_row
+from worker.store.events import events_of
+from worker.store.ledger import all_booked
 from worker.store.writer import Store
 from worker.track.processor import Processor
 from worker.track.tracker import Deposit
@@ -473,33 +477,20 @@ class Stack:
 
     async def ledger(self) -> list[dict[str, Any]]:
         """Ledger rows, oldest booking first."""
-        return await self.store.read(
-            lambda db: [dict(r) for r in db.query("SELECT * FROM ledger ORDER BY booked_at, rowid")]
-        )
+        return await self.store.read(all_booked)
 
     async def actions(self, tx: str | None = None) -> list[dict[str, Any]]:
         """Action (outbox) rows in id order, of one deposit when `tx` is given; params decoded."""
 
         def query(db: Any) -> list[dict[str, Any]]:
-            if tx is None:
-                rows = db.query("SELECT * FROM actions ORDER BY id")
-            else:
-                rows = db.query("SELECT * FROM actions WHERE transaction_id=? ORDER BY id", [tx])
+            rows = all_actions(db) if tx is None else actions_of(db, tx)
             return [dict(r, params=json.loads(r["params"] or "{}")) for r in rows]
 
         return await self.store.read(query)
 
     async def events(self, tx: str | None = None) -> list[dict[str, Any]]:
         """Stored webhook events in receive order (without the raw body)."""
-
-        def query(db: Any) -> list[dict[str, Any]]:
-            sql = "SELECT seq, event_id, event_type, reference_id, transaction_id, received_at,"
-            sql += " status, error FROM events"
-            if tx is None:
-                return [dict(r) for r in db.query(sql + " ORDER BY seq")]
-            return [dict(r) for r in db.query(sql + " WHERE transaction_id=? ORDER BY seq", [tx])]
-
-        return await self.store.read(query)
+        return await self.store.read(lambda db: events_of(db, tx))
 
     # --- profiles ----------------------------------------------------------------------------
 
@@ -533,25 +524,17 @@ class Stack:
 
 def _queue_counts(db: Any) -> dict[str, int]:
     now = utc_now()
-    pending = db.execute("SELECT COUNT(*) FROM events WHERE status='pending'").fetchone()[0]
-    due = db.execute(
-        "SELECT COUNT(*) FROM actions WHERE status='running'"
-        " OR (status='pending' AND next_attempt_at <= ?)",
-        [now],
-    ).fetchone()[0]
-    return {"pendingEvents": int(pending), "dueActions": int(due)}
+    return {"pendingEvents": events.count_pending(db), "dueActions": actions.count_due(db, now)}
 
 
 def _db_snapshot(db: Any) -> tuple[Any, ...]:
     # Poll facts that change nothing are left out: the polls add them all the time.
-    queries = (
-        "SELECT COUNT(*), MAX(seq) FROM events",
-        "SELECT COUNT(*), SUM(status='pending') FROM events",
-        "SELECT COUNT(*) FROM facts WHERE changed=1",
-        "SELECT COUNT(*), MAX(updated_at) FROM actions",
-        "SELECT COUNT(*), MAX(updated_at) FROM deposits",
-        "SELECT COUNT(*) FROM ledger",
-        "SELECT COUNT(*), SUM(status='sent') FROM alerts",
-        "SELECT COUNT(*), MAX(updated_at) FROM addresses",
+    return (
+        *events.snapshot(db),
+        facts.snapshot(db),
+        actions.snapshot(db),
+        deposits.snapshot(db),
+        ledger.snapshot(db),
+        alerts.snapshot(db),
+        addresses.snapshot(db),
     )
-    return tuple(tuple(db.execute(q).fetchone()) for q in queries)

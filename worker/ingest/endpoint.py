@@ -35,7 +35,9 @@ from worker.metrics import (
 from worker.provider import jsonio
 from worker.provider.models import DEPOSIT_EVENT_TYPES, KNOWN_EVENT_TYPES
 from worker.provider.signing import SignatureError, verify_headers, verify_signature
-from worker.store.queries import deposits_by_state, oldest_pending_received_at, set_meta
+from worker.store.deposits import deposits_by_state
+from worker.store.events import oldest_pending_received_at, open_depths
+from worker.store.meta import probe, set_meta
 from worker.store.writer import EVENT_ROW_STATUS, EventRow, Store, event_row
 
 log = get_logger(__name__)
@@ -435,9 +437,7 @@ class Ingress:
             failed.append("storage not writable: store is closed")
         else:
             try:
-                await self.store.read(
-                    lambda db: db.execute("SELECT 1 FROM meta LIMIT 1").fetchall()
-                )
+                await self.store.read(probe)
             except StorageError as exc:
                 failed.append(f"storage not readable: {exc}")
         for check in list(self.ready_checks):
@@ -463,7 +463,7 @@ class Ingress:
                 lambda db: (
                     deposits_by_state(db),
                     oldest_pending_received_at(db),
-                    _event_depths(db),
+                    open_depths(db),
                 )
             )
             self.metrics.set_deposit_states(states)
@@ -491,16 +491,6 @@ def metrics_response(body: bytes, openmetrics_format: bool = False) -> web.Respo
     """A /metrics answer, in the text format the scrape asked for."""
     kind = OPENMETRICS_CONTENT_TYPE if openmetrics_format else CONTENT_TYPE
     return web.Response(body=body, headers={"Content-Type": kind})
-
-
-def _event_depths(db: Any) -> dict[str, int]:
-    return {
-        str(status): int(count)
-        for status, count in db.execute(
-            "SELECT status, COUNT(*) FROM events WHERE status IN ('pending', 'failed')"
-            " GROUP BY status"
-        )
-    }
 
 
 def _is_text(value: str) -> bool:

@@ -47,6 +47,12 @@ from worker.provider.payer import (
     fields_named,
     validate_payer,
 )
+from worker.store.addresses import (
+    address_status,
+    insert_registered,
+    keep_profile,
+    update_registered,
+)
 from worker.store.writer import Store
 
 log = get_logger(__name__)
@@ -128,34 +134,31 @@ def registration(
 def save_address(db: sqlite_utils.Database, record: SourceAddress, profile: str | None) -> None:
     """Insert or update one address row; a status never gives way to an earlier one."""
     now = utc_now()
-    row = db.execute("SELECT status FROM addresses WHERE id=?", [record.id]).fetchone()
-    if row is None:
-        db.execute(
-            "INSERT INTO addresses (id, wallet_id, wallet_address, network, memo, status,"
-            " fail_message, profile, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            [
-                record.id,
-                record.walletId,
-                record.walletAddress,
-                record.network,
-                record.memo,
-                record.status.value,
-                record.failMessage,
-                profile,
-                now,
-                now,
-            ],
+    stored = address_status(db, record.id)
+    if stored is None:
+        insert_registered(
+            db,
+            record.id,
+            wallet_id=record.walletId,
+            wallet_address=record.walletAddress,
+            network=record.network,
+            memo=record.memo,
+            status=record.status.value,
+            fail_message=record.failMessage,
+            profile=profile,
+            now=now,
         )
-    elif _STATUS_RANK.get(row[0], 0) > _STATUS_RANK[record.status.value]:
+    elif _STATUS_RANK.get(stored, 0) > _STATUS_RANK[record.status.value]:
         # An old answer: the newer status stays; only the profile it was registered with is kept.
-        db.execute(
-            "UPDATE addresses SET profile=COALESCE(?, profile) WHERE id=?", [profile, record.id]
-        )
+        keep_profile(db, record.id, profile)
     else:
-        db.execute(
-            "UPDATE addresses SET status=?, fail_message=?, updated_at=?,"
-            " profile=COALESCE(?, profile) WHERE id=?",
-            [record.status.value, record.failMessage, now, profile, record.id],
+        update_registered(
+            db,
+            record.id,
+            status=record.status.value,
+            fail_message=record.failMessage,
+            profile=profile,
+            now=now,
         )
 
 

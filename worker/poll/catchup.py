@@ -29,7 +29,9 @@ from worker.logs import LogLine, get_logger
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, Page
 from worker.provider.paging import pages
-from worker.store.queries import get_deposit_row, get_meta, set_meta
+from worker.store.deposits import get_deposit_row
+from worker.store.meta import get_meta, set_meta
+from worker.store.tx import savepoint
 from worker.store.writer import Store
 from worker.track.facts import fact_from_order
 from worker.track.processor import Reactor, apply_fact
@@ -80,18 +82,17 @@ def apply_facts(db: sqlite_utils.Database, facts: list[Fact], reactor: Reactor |
     done = Applied()
     conn = db.conn
     for fact in facts:
-        conn.execute("SAVEPOINT fact")
         try:
-            row = get_deposit_row(db, fact.transaction_id)
-            after, transitions, lines = apply_fact(db, fact, reactor)
+            with savepoint(conn, "fact"):
+                row = get_deposit_row(db, fact.transaction_id)
+                after, transitions, lines = apply_fact(db, fact, reactor)
         except sqlite3.OperationalError:
             raise  # the store itself is failing: give the page back
         except Exception as exc:
-            conn.execute("ROLLBACK TO fact")
-            conn.execute("RELEASE fact")
+            if not conn.in_transaction:
+                raise  # SQLite dropped the transaction: give the page back
             done.errors.append((fact.transaction_id, f"{type(exc).__name__}: {exc}"))
             continue
-        conn.execute("RELEASE fact")
         if row is None:
             done.new_deposits += 1
             done.new_facts += 1

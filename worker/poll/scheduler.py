@@ -15,10 +15,9 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-import sqlite_utils
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from worker.act.rows import enqueue_alert
+from worker.act.rows import alert_detail_failing, alert_gone, alert_mismatch
 from worker.aio import finish_or_cancel
 from worker.config.settings import SchedulerSettings
 from worker.errors import (
@@ -31,9 +30,10 @@ from worker.errors import (
 )
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
+from worker.store.deposits import in_states, is_tracked
 from worker.store.writer import Store
 from worker.track.facts import fact_from_order
-from worker.track.tracker import Deposit, Fact, State
+from worker.track.tracker import Fact, State
 
 log = get_logger(__name__)
 
@@ -50,54 +50,6 @@ FAILING_ALERT_AFTER = 3
 PROVIDER_WIDE = (ProviderAuthError, ProviderUnavailable, ProviderRetryLater)
 
 Observe = Callable[[Fact], Awaitable[Any]]
-
-
-def _alert_once_per_trigger(
-    db: sqlite_utils.Database,
-    transaction_id: str,
-    condition: str,
-    severity: str,
-    *,
-    trigger: str,
-    detail: str,
-) -> None:
-    """Queue an alert about a tracked deposit unless one with this trigger was ever queued."""
-    queued = db.execute(
-        "SELECT 1 FROM actions WHERE transaction_id=? AND action='alert' AND trigger=?",
-        [transaction_id, trigger],
-    ).fetchone()
-    row = db.execute("SELECT * FROM deposits WHERE transaction_id=?", [transaction_id]).fetchone()
-    if queued is None and row is not None:
-        enqueue_alert(
-            db, Deposit.from_row(dict(row)), condition, severity, trigger=trigger, detail=detail
-        )
-
-
-def alert_gone(db: sqlite_utils.Database, transaction_id: str) -> None:
-    """Queue one critical alert for a tracked deposit the provider no longer knows (10000100)."""
-    _alert_once_per_trigger(
-        db,
-        transaction_id,
-        "deposit_gone",
-        "critical",
-        trigger="gone",
-        detail="10000100: transaction not found, or not owned by the caller (detail poll)",
-    )
-
-
-def alert_mismatch(db: sqlite_utils.Database, transaction_id: str, detail: str) -> None:
-    """Queue one critical alert for a tracked deposit whose detail answered about another
-    transactionId (a protocol error: the answer is not recorded)."""
-    _alert_once_per_trigger(
-        db, transaction_id, "detail_mismatch", "critical", trigger="detail_mismatch", detail=detail
-    )
-
-
-def alert_detail_failing(db: sqlite_utils.Database, transaction_id: str, detail: str) -> None:
-    """Queue one warning alert for a tracked deposit whose detail keeps failing to be read."""
-    _alert_once_per_trigger(
-        db, transaction_id, "detail_failing", "warning", trigger="detail_failing", detail=detail
-    )
 
 
 class PollStats:
@@ -151,12 +103,7 @@ class Poller:
         self._stopping = True
 
     async def _known(self, transaction_id: str) -> bool:
-        found = await self._store.write(
-            lambda db: db.execute(
-                "SELECT 1 FROM deposits WHERE transaction_id=?", [transaction_id]
-            ).fetchone()
-        )
-        return found is not None
+        return await self._store.write(lambda db: is_tracked(db, transaction_id))
 
     async def poll_history(self) -> int:
         """Feed every record of the init and rejected queues to the tracker; returns the count."""
@@ -186,17 +133,7 @@ class Poller:
         return seen
 
     async def _detail(self) -> int:
-        marks = ",".join("?" for _ in DETAIL_STATES)
-        rows = await self._store.write(
-            lambda db: [
-                r[0]
-                for r in db.execute(
-                    f"SELECT transaction_id FROM deposits WHERE state IN ({marks})"
-                    " ORDER BY updated_at, transaction_id",
-                    list(DETAIL_STATES),
-                ).fetchall()
-            ]
-        )
+        rows = await self._store.write(lambda db: in_states(db, DETAIL_STATES))
         tracked = set(rows)
         for memo in (self._detail_failing, self._detail_turn):
             for tx in [t for t in memo if t not in tracked]:

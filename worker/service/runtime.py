@@ -39,7 +39,9 @@ from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
 from worker.service.bundle import Bundle, load_bundle
 from worker.service.systemd import SystemdNotifier, watchdog_loop
-from worker.store.queries import get_meta, set_meta
+from worker.store.events import delete_done_before
+from worker.store.facts import delete_unchanged_before
+from worker.store.meta import get_meta, set_meta
 from worker.store.writer import Store
 
 log = get_logger(__name__)
@@ -49,20 +51,13 @@ DAY_S = 86_400.0
 
 def prune_events(db: sqlite_utils.Database, retention_days: int) -> int:
     """Delete processed/ignored events older than the retention; ledger, actions stay."""
-    cur = db.execute(
-        "DELETE FROM events WHERE status IN ('processed','ignored') AND received_at < ?",
-        [_cutoff(retention_days)],
-    )
-    return int(cur.rowcount)
+    return delete_done_before(db, _cutoff(retention_days))
 
 
 def prune_unchanged_facts(db: sqlite_utils.Database, retention_days: int) -> int:
     """Delete facts older than the retention that changed nothing (mostly polls repeating what
     was known: one per poll run per waiting deposit); the facts that moved a deposit stay."""
-    cur = db.execute(
-        "DELETE FROM facts WHERE changed = 0 AND recorded_at < ?", [_cutoff(retention_days)]
-    )
-    return int(cur.rowcount)
+    return delete_unchanged_before(db, _cutoff(retention_days))
 
 
 def _submissions_due(db: sqlite_utils.Database, bundle: Bundle) -> int:

@@ -36,7 +36,7 @@ from worker.service.keys import (
     STORE_KEY,
 )
 from worker.service.runtime import Runtime
-from worker.store.queries import set_meta
+from worker.store.meta import set_meta
 from worker.store.writer import Store
 from worker.track.processor import Processor, Reactor
 from worker.track.tracker import State

@@ -2,7 +2,8 @@
 
 One write connection: webhook inserts that arrive while a commit is in flight are committed
 together in the next transaction (group commit): one fsync for many events, no fixed delay.
-Reads use their own connection and thread. The helpers on the tables are in `worker.store.queries`.
+Reads use their own connection and thread. The statements on each table are in that table's
+module (`worker.store.events`, `worker.store.deposits`, ...).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sqlite_utils
 
 from worker.errors import SchemaTooNew, StorageError
 from worker.logs import get_logger
-from worker.store.queries import set_meta
+from worker.store.meta import set_meta
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = get_logger(__name__)

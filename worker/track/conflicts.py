@@ -17,6 +17,17 @@ import sqlite_utils
 
 from worker.clock import utc_now
 from worker.provider.amounts import AmountError, parse_amount
+from worker.store.actions import queue_alert
+from worker.store.conflicts import (
+    has_conflict,
+    insert_conflict,
+    is_recorded,
+    record_decision,
+)
+
+# Re-exported for worker.act.reactor until it imports it from worker.store.conflicts.
+from worker.store.conflicts import open_conflicts as open_conflicts
+from worker.store.deposits import set_field
 from worker.track.tracker import FIXED_FIELDS, Deposit, Fact, conflicts
 
 # The options of `depositd resolve --set`: the wire names of the fixed fields.
@@ -44,55 +55,23 @@ def record_conflicts(db: sqlite_utils.Database, before: Deposit | None, fact: Fa
     new_fields: list[str] = []
     for name, held, stated in conflicts(before, fact):
         tx, stated_text = fact.transaction_id, as_text(stated)
-        known = db.execute(
-            "SELECT 1 FROM conflicts WHERE transaction_id=? AND field=?"
-            " AND (seen_value=? OR fixed_value=? OR decided_value=?) LIMIT 1",
-            [tx, name, stated_text, stated_text, stated_text],
-        ).fetchone()
-        if known is not None:
+        if is_recorded(db, tx, name, stated_text):
             continue
-        first = db.execute(
-            "SELECT 1 FROM conflicts WHERE transaction_id=? AND field=? LIMIT 1", [tx, name]
-        ).fetchone()
-        db.execute(
-            "INSERT INTO conflicts (transaction_id, field, fixed_value, seen_value, source,"
-            " event_id, observed_at, created_at) VALUES (?,?,?,?,?,?,?,?)",
-            [
-                tx,
-                name,
-                as_text(held),
-                stated_text,
-                fact.source,
-                fact.event_id,
-                fact.observed_at,
-                utc_now(),
-            ],
+        first = not has_conflict(db, tx, name)
+        insert_conflict(
+            db,
+            tx,
+            name,
+            fixed_value=as_text(held),
+            seen_value=stated_text,
+            source=fact.source,
+            event_id=fact.event_id,
+            observed_at=fact.observed_at,
+            now=utc_now(),
         )
-        if first is None:
+        if first:
             new_fields.append(name)
     return new_fields
-
-
-def open_conflicts(db: sqlite_utils.Database, transaction_id: str) -> list[dict[str, Any]]:
-    """The undecided conflicts of one deposit, oldest first."""
-    rows = db.execute(
-        "SELECT field, fixed_value, seen_value, source, event_id, created_at FROM conflicts"
-        " WHERE transaction_id=? AND decided_at IS NULL ORDER BY id",
-        [transaction_id],
-    ).fetchall()
-    keys = ("field", "fixed_value", "seen_value", "source", "event_id", "created_at")
-    return [dict(zip(keys, row, strict=True)) for row in rows]
-
-
-def all_conflicts(db: sqlite_utils.Database, transaction_id: str) -> list[dict[str, Any]]:
-    """Every conflict of one deposit with its decision, oldest first."""
-    cur = db.execute(
-        "SELECT field, fixed_value, seen_value, source, event_id, created_at, decided_value,"
-        " decided_by, decided_at, note FROM conflicts WHERE transaction_id=? ORDER BY id",
-        [transaction_id],
-    )
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def decided_value(name: str, text: str) -> Any:
@@ -126,13 +105,26 @@ def decide(
     for name, value in values.items():
         if name not in FIXED_FIELDS:
             raise ValueError(f"{name} is not a fixed field")
-        db.execute(
-            "UPDATE conflicts SET decided_value=?, decided_by=?, decided_at=?, note=?"
-            " WHERE transaction_id=? AND field=? AND decided_at IS NULL",
-            [as_text(value), by, now, note, transaction_id, name],
-        )
+        record_decision(db, transaction_id, name, as_text(value), by=by, note=note, now=now)
         stored = format(value, "f") if isinstance(value, Decimal) else value
-        db.execute(
-            f"UPDATE deposits SET {name}=?, updated_at=? WHERE transaction_id=?",
-            [stored, now, transaction_id],
-        )
+        set_field(db, transaction_id, name, stored, now)
+
+
+def alert_conflict(db: sqlite_utils.Database, deposit: Deposit, fact: Fact, name: str) -> None:
+    """Queue the critical alert of a fixed field in conflict (once per deposit and field)."""
+    where = f"{fact.source} event {fact.event_id}" if fact.event_id else f"{fact.source} fact"
+    detail = (
+        f"{WIRE_NAMES[name]} was {as_text(getattr(deposit, name))}, the {where} says "
+        f"{as_text(getattr(fact, name))}; booking is held until a decision: "
+        f"depositd resolve {deposit.transaction_id} --set {WIRE_NAMES[name]}=VALUE --by NAME"
+    )
+    queue_alert(
+        db,
+        transaction_id=deposit.transaction_id,
+        condition="fixed_field_conflict",
+        severity="critical",
+        trigger="conflict",
+        detail=detail,
+        once_per=name,
+        event_id=fact.event_id,
+    )

@@ -30,7 +30,6 @@ from typing import Any, Protocol
 import sqlite_utils
 from pydantic import ValidationError
 
-from worker.act.rows import alert_conflict
 from worker.clock import ms_from_iso, utc_now
 from worker.errors import StorageError
 from worker.logs import LogLine, get_logger
@@ -42,18 +41,18 @@ from worker.provider.models import (
     EventType,
     WebhookEnvelope,
 )
-from worker.store.queries import (
+from worker.store.addresses import address_status, insert_announced, update_announced
+from worker.store.deposits import get_deposit_row, upsert_deposit_row
+from worker.store.events import (
     StoredEvent,
-    get_deposit_row,
-    insert_fact_row,
     mark_events,
     oldest_pending_received_at,
     pending_events,
-    poll_fact_repeats,
-    upsert_deposit_row,
 )
+from worker.store.facts import insert_fact_row, poll_fact_repeats
+from worker.store.tx import savepoint
 from worker.store.writer import Store
-from worker.track.conflicts import record_conflicts
+from worker.track.conflicts import alert_conflict, record_conflicts
 from worker.track.facts import cap_time, fact_from_event
 from worker.track.tracker import Deposit, Fact, Transition, observe
 
@@ -145,24 +144,32 @@ _FINAL_ADDRESS = (AddressStatus.ACTIVE.value, AddressStatus.FAILED.value)
 def apply_address_update(db: sqlite_utils.Database, data: AddressUpdatedData) -> None:
     """Update the `addresses` row by id, or insert it; a late PROCESSING never undoes a review
     and nothing undoes DISABLED."""
-    row = db.execute("SELECT status FROM addresses WHERE id = ?", [data.id]).fetchone()
+    stored = address_status(db, data.id)
     now = utc_now()
     status = data.status.value
-    if row is None:
-        db.execute(
-            "INSERT INTO addresses (id, wallet_address, network, status, fail_message,"
-            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [data.id, data.walletAddress, data.network, status, data.failMessage, now, now],
+    if stored is None:
+        insert_announced(
+            db,
+            data.id,
+            wallet_address=data.walletAddress,
+            network=data.network,
+            status=status,
+            fail_message=data.failMessage,
+            now=now,
         )
         return
-    if row[0] == AddressStatus.DISABLED.value and status != row[0]:
+    if stored == AddressStatus.DISABLED.value and status != stored:
         return  # a disabled record stays disabled (a late or redelivered update says nothing new)
-    if status == AddressStatus.PROCESSING.value and row[0] in _FINAL_ADDRESS:
+    if status == AddressStatus.PROCESSING.value and stored in _FINAL_ADDRESS:
         return
-    db.execute(
-        "UPDATE addresses SET wallet_address = ?, network = ?, status = ?, fail_message = ?,"
-        " updated_at = ? WHERE id = ?",
-        [data.walletAddress, data.network, status, data.failMessage, now, data.id],
+    update_announced(
+        db,
+        data.id,
+        wallet_address=data.walletAddress,
+        network=data.network,
+        status=status,
+        fail_message=data.failMessage,
+        now=now,
     )
 
 
@@ -324,17 +331,15 @@ class Processor:
         for event in events:
             if len(outcomes) >= floor and time.perf_counter() > deadline:
                 break
-            conn.execute("SAVEPOINT event")
             try:
-                outcome = self._apply_event(db, event, reactor)
+                with savepoint(conn, "event"):
+                    outcome = self._apply_event(db, event, reactor)
             except sqlite3.OperationalError:
                 raise  # the store itself is failing: give the whole batch back
             except Exception as exc:
                 if not conn.in_transaction:
                     raise
-                conn.execute("ROLLBACK TO event")
                 outcome = _Outcome(event, "failed", error=_describe(exc))
-            conn.execute("RELEASE event")
             outcomes.append(outcome)
         mark_events(db, [(o.event.seq, o.status, o.error) for o in outcomes])
         self._last_turn = time.perf_counter()

@@ -20,6 +20,7 @@ from worker.act.kinds.base import Kind, Observe, Recording, RunnerDeps
 from worker.act.rows import (
     ActionRows,
     add_submission,
+    alert_mismatch,
     alert_once,
     enqueue_alert,
     key_used,
@@ -40,7 +41,6 @@ from worker.errors import (
     ProviderUnavailable,
 )
 from worker.logs import get_logger
-from worker.poll.scheduler import alert_mismatch
 from worker.provider.client import ProviderClient
 from worker.provider.codes import RetryCategory, categorize, code_rule, may_retry_same_key
 from worker.provider.models import DepositOrder, WhiteListStatus

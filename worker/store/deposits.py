@@ -1,0 +1,101 @@
+"""The `deposits` table: the tracked state of each deposit, keyed by transactionId."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlite_utils
+
+from worker.store.tx import Db
+
+
+def get_deposit_row(db: Db, transaction_id: str) -> dict[str, Any] | None:
+    """The `deposits` row of a transaction, or None."""
+    conn = db.conn if isinstance(db, sqlite_utils.Database) else db
+    row = conn.execute(
+        "SELECT * FROM deposits WHERE transaction_id = ?", (transaction_id,)
+    ).fetchone()
+    return None if row is None else _as_dict(row)
+
+
+def upsert_deposit_row(db: sqlite_utils.Database, row: Mapping[str, Any]) -> None:
+    """Insert or update a `deposits` row (keyed by transaction_id)."""
+    columns = tuple(row)
+    db.conn.execute(_upsert_deposit_sql(columns), [row[c] for c in columns])
+
+
+@functools.lru_cache(maxsize=16)
+def _upsert_deposit_sql(columns: tuple[str, ...]) -> str:
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != "transaction_id")
+    return (
+        f"INSERT INTO deposits ({', '.join(columns)})"
+        f" VALUES ({', '.join('?' for _ in columns)})"
+        f" ON CONFLICT (transaction_id) DO UPDATE SET {updates}"
+    )
+
+
+def is_tracked(db: Db, transaction_id: str) -> bool:
+    """Whether the deposit has a row."""
+    row = db.execute("SELECT 1 FROM deposits WHERE transaction_id=?", [transaction_id]).fetchone()
+    return row is not None
+
+
+def in_states(db: Db, states: Sequence[str]) -> list[str]:
+    """The transactionIds of the deposits in `states`, least recently updated first."""
+    marks = ",".join("?" for _ in states)
+    return [
+        r[0]
+        for r in db.execute(
+            f"SELECT transaction_id FROM deposits WHERE state IN ({marks})"
+            " ORDER BY updated_at, transaction_id",
+            list(states),
+        ).fetchall()
+    ]
+
+
+def set_field(db: Db, transaction_id: str, name: str, value: Any, now: str) -> None:
+    """Set one column of a deposit (a decided fixed field) and its updated_at."""
+    db.execute(
+        f"UPDATE deposits SET {name}=?, updated_at=? WHERE transaction_id=?",
+        [value, now, transaction_id],
+    )
+
+
+def deposits_by_state(db: Db) -> dict[str, int]:
+    """How many deposits are in each tracked state."""
+    return {
+        str(state): int(count)
+        for state, count in db.execute("SELECT state, COUNT(*) FROM deposits GROUP BY state")
+    }
+
+
+def count_waiting_on_human(db: Db) -> int:
+    """How many deposits wait on a person (details needed, rejected, blocked)."""
+    row = db.execute(
+        "SELECT COUNT(*) FROM deposits WHERE state IN ('needs_details','rejected','blocked')"
+    ).fetchone()
+    return int(row[0])
+
+
+def list_deposits(conn: sqlite3.Connection, state: str | None = None) -> list[Any]:
+    """Every deposit row (of one state when given), oldest first."""
+    query = "SELECT * FROM deposits"
+    params: list[Any] = []
+    if state:
+        query += " WHERE state = ?"
+        params.append(state)
+    return conn.execute(query + " ORDER BY created_at, transaction_id", params).fetchall()
+
+
+def snapshot(db: Db) -> tuple[Any, ...]:
+    """Figures that change whenever a deposit does."""
+    return tuple(db.execute("SELECT COUNT(*), MAX(updated_at) FROM deposits").fetchone())
+
+
+def _as_dict(row: Any) -> dict[str, Any]:
+    if isinstance(row, sqlite3.Row):
+        return dict(zip(row.keys(), row, strict=True))
+    raise TypeError("connection must use sqlite3.Row")

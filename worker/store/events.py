@@ -1,0 +1,232 @@
+"""The `events` table: the inbox of received webhook deliveries, in receive order."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlite_utils
+
+from worker.clock import utc_now
+from worker.store.tx import Db
+
+EVENT_STATUSES = ("pending", "processed", "ignored", "failed")
+
+_LISTED_COLUMNS = (
+    "SELECT seq, event_id, event_type, reference_id, transaction_id, received_at, status,"
+    " processed_at, error FROM events"
+)
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One row of the inbox."""
+
+    seq: int
+    event_id: str
+    event_type: str | None
+    reference_id: str | None
+    transaction_id: str | None
+    body: bytes
+    received_at: str | None
+    status: str
+    error: str | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> StoredEvent:
+        """Build from an `events` row."""
+        return cls(
+            seq=row["seq"],
+            event_id=row["event_id"],
+            event_type=row["event_type"],
+            reference_id=row["reference_id"],
+            transaction_id=row["transaction_id"],
+            body=bytes(row["body"]),
+            received_at=row["received_at"],
+            status=row["status"],
+            error=row["error"],
+        )
+
+
+# --- processing --------------------------------------------------------------------------
+
+
+def pending_events(db: sqlite_utils.Database, *, limit: int = 100) -> list[StoredEvent]:
+    """Pending events in receive order."""
+    rows = db.conn.execute(
+        "SELECT seq, event_id, event_type, reference_id, transaction_id, body, received_at,"
+        " status, error FROM events WHERE status = 'pending' ORDER BY seq LIMIT ?",
+        (limit,),
+    ).fetchall()
+    # Positional construction: this runs once per processed event.
+    return [StoredEvent(r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7], r[8]) for r in rows]
+
+
+def event_status(db: sqlite_utils.Database, seq: int) -> str | None:
+    """The status of one stored event."""
+    row = db.execute("SELECT status FROM events WHERE seq = ?", [seq]).fetchone()
+    return None if row is None else str(row[0])
+
+
+def mark_events(db: sqlite_utils.Database, marks: Sequence[tuple[int, str, str | None]]) -> None:
+    """Mark many events at once: (seq, status, error) each, one processed_at for all."""
+    for _, status, _ in marks:
+        if status not in EVENT_STATUSES or status == "pending":
+            raise ValueError(f"cannot mark an event {status!r}")
+    now = utc_now()
+    db.conn.executemany(
+        "UPDATE events SET status = ?, error = ?, processed_at = ? WHERE seq = ?",
+        [(status, error, now, seq) for seq, status, error in marks],
+    )
+
+
+def delete_done_before(db: sqlite_utils.Database, cutoff: str) -> int:
+    """Delete processed/ignored events received before `cutoff`; returns how many."""
+    cur = db.execute(
+        "DELETE FROM events WHERE status IN ('processed','ignored') AND received_at < ?",
+        [cutoff],
+    )
+    return int(cur.rowcount)
+
+
+# --- status and metrics ------------------------------------------------------------------
+
+
+def oldest_pending_received_at(db: Db) -> str | None:
+    """receivedAt of the oldest pending event (processing lag)."""
+    row = db.execute(
+        "SELECT received_at FROM events WHERE status = 'pending' ORDER BY seq LIMIT 1"
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def open_depths(db: Db) -> dict[str, int]:
+    """How many events are pending and failed (a status with none is left out)."""
+    return {
+        str(status): int(count)
+        for status, count in db.execute(
+            "SELECT status, COUNT(*) FROM events WHERE status IN ('pending', 'failed')"
+            " GROUP BY status"
+        )
+    }
+
+
+def count_pending(db: Db) -> int:
+    """How many events wait to be processed."""
+    return int(db.execute("SELECT COUNT(*) FROM events WHERE status='pending'").fetchone()[0])
+
+
+def count_failed(db: Db) -> int:
+    """How many events failed."""
+    return int(db.execute("SELECT COUNT(*) FROM events WHERE status='failed'").fetchone()[0])
+
+
+def last_received_at(db: Db) -> str | None:
+    """receivedAt of the newest stored event."""
+    value = db.execute("SELECT MAX(received_at) FROM events").fetchone()[0]
+    return None if value is None else str(value)
+
+
+def snapshot(db: Db) -> tuple[tuple[Any, ...], ...]:
+    """Figures that change whenever the inbox does."""
+    return (
+        tuple(db.execute("SELECT COUNT(*), MAX(seq) FROM events").fetchone()),
+        tuple(db.execute("SELECT COUNT(*), SUM(status='pending') FROM events").fetchone()),
+    )
+
+
+# --- commands ----------------------------------------------------------------------------
+
+
+def requeue_event(conn: sqlite3.Connection, event_id: str) -> bool:
+    """Put one stored event back to pending; False when there is no such event."""
+    cur = conn.execute(
+        "UPDATE events SET status='pending', error=NULL, processed_at=NULL WHERE event_id=?",
+        [event_id],
+    )
+    return cur.rowcount != 0
+
+
+def requeue_failed_events(conn: sqlite3.Connection) -> int:
+    """Every failed event back to pending; returns how many."""
+    return int(
+        conn.execute(
+            "UPDATE events SET status='pending', error=NULL WHERE status='failed'"
+        ).rowcount
+    )
+
+
+def stored_body(conn: sqlite3.Connection, event_id: str) -> bytes | str | None:
+    """The raw body of a stored event as stored (bytes; text when written as text), or None."""
+    row = conn.execute("SELECT body FROM events WHERE event_id = ?", [event_id]).fetchone()
+    return None if row is None else row["body"]
+
+
+def status_of(conn: sqlite3.Connection, event_id: str) -> str | None:
+    """The status of a stored event by its eventId, or None when not stored."""
+    row = conn.execute("SELECT status FROM events WHERE event_id = ?", [event_id]).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _filter(
+    failed: bool, types: Sequence[str] | None, since: str | None
+) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    params: list[Any] = []
+    if failed:
+        where.append("status = 'failed'")
+    if types:
+        where.append(f"event_type IN ({', '.join('?' for _ in types)})")
+        params.extend(types)
+    if since is not None:
+        where.append("received_at >= ?")
+        params.append(since)
+    return where, params
+
+
+def list_events(
+    conn: sqlite3.Connection,
+    *,
+    failed: bool = False,
+    types: Sequence[str] | None = None,
+    since: str | None = None,
+    limit: int | None = None,
+) -> list[Any]:
+    """Stored events (without the body) oldest first: only failed ones, of `types`, received
+    at or after `since` (stored format) when given; `limit`: the newest that many of them."""
+    where, params = _filter(failed, types, since)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    if limit is None:
+        return conn.execute(f"{_LISTED_COLUMNS}{clause} ORDER BY seq", params).fetchall()
+    rows = conn.execute(
+        f"{_LISTED_COLUMNS}{clause} ORDER BY seq DESC LIMIT ?", [*params, limit]
+    ).fetchall()
+    return rows[::-1]
+
+
+def events_after(
+    conn: sqlite3.Connection,
+    after: int,
+    *,
+    failed: bool = False,
+    types: Sequence[str] | None = None,
+    since: str | None = None,
+) -> list[Any]:
+    """The events stored after `seq` `after` that match, oldest first (as `list_events`)."""
+    where, params = _filter(failed, types, since)
+    where.append("seq > ?")
+    query = f"{_LISTED_COLUMNS} WHERE {' AND '.join(where)} ORDER BY seq"
+    return conn.execute(query, [*params, after]).fetchall()
+
+
+def events_of(db: Db, transaction_id: str | None = None) -> list[dict[str, Any]]:
+    """Stored events (without the body) in receive order, of one deposit when given."""
+    sql = "SELECT seq, event_id, event_type, reference_id, transaction_id, received_at,"
+    sql += " status, error FROM events"
+    if transaction_id is None:
+        return [dict(r) for r in db.execute(sql + " ORDER BY seq")]
+    return [
+        dict(r) for r in db.execute(sql + " WHERE transaction_id=? ORDER BY seq", [transaction_id])
+    ]

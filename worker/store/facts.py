@@ -1,0 +1,100 @@
+"""The `facts` table: every fact observed about a deposit (webhook, poll), applied or not."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+import sqlite_utils
+
+from worker.clock import utc_now
+from worker.store.tx import Db
+
+
+def insert_fact_row(
+    db: sqlite_utils.Database,
+    *,
+    transaction_id: str,
+    source: str,
+    event_id: str | None,
+    observed_at: int | None,
+    fact: Mapping[str, Any],
+    changed: bool,
+) -> int:
+    """Record one fact, applied or not; returns its id."""
+    cur = db.execute(
+        "INSERT INTO facts (transaction_id, source, event_id, observed_at, fact, changed,"
+        " recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            transaction_id,
+            source,
+            event_id,
+            observed_at,
+            json.dumps(fact, sort_keys=True),
+            int(changed),
+            utc_now(),
+        ],
+    )
+    return int(cur.lastrowid or 0)
+
+
+def poll_fact_repeats(
+    db: sqlite_utils.Database, transaction_id: str, fact: Mapping[str, Any]
+) -> bool:
+    """Whether a poll fact saying exactly `fact` is recorded for the deposit since (and with) the
+    last fact that changed it (history and detail polls alternate, each repeating itself)."""
+    row = db.conn.execute(
+        "SELECT 1 FROM facts WHERE transaction_id = ? AND source = 'poll' AND fact = ?"
+        " AND id >= (SELECT COALESCE(MAX(id), 0) FROM facts"
+        " WHERE transaction_id = ? AND changed = 1) LIMIT 1",
+        (transaction_id, json.dumps(fact, sort_keys=True), transaction_id),
+    ).fetchone()
+    return row is not None
+
+
+def delete_unchanged_before(db: sqlite_utils.Database, cutoff: str) -> int:
+    """Delete the facts recorded before `cutoff` that changed nothing; returns how many."""
+    cur = db.execute("DELETE FROM facts WHERE changed = 0 AND recorded_at < ?", [cutoff])
+    return int(cur.rowcount)
+
+
+def facts_of(db: Db, transaction_id: str) -> list[Any]:
+    """Every fact row of one deposit, in recorded order."""
+    return db.execute(
+        "SELECT * FROM facts WHERE transaction_id = ? ORDER BY id", [transaction_id]
+    ).fetchall()
+
+
+def fact_history(conn: sqlite3.Connection, transaction_id: str) -> list[Any]:
+    """The recorded facts (JSON) of one deposit with their eventIds, in recorded order."""
+    return conn.execute(
+        "SELECT fact, event_id FROM facts WHERE transaction_id = ? ORDER BY id",
+        [transaction_id],
+    ).fetchall()
+
+
+def sources_and_facts(db: Db, transaction_id: str) -> list[dict[str, Any]]:
+    """Source and fact (JSON) of each recorded fact of one deposit, in recorded order."""
+    return [
+        dict(r)
+        for r in db.execute(
+            "SELECT source, fact FROM facts WHERE transaction_id=? ORDER BY id", [transaction_id]
+        )
+    ]
+
+
+def count_blocked_polls(db: Db, transaction_id: str) -> int:
+    """How many poll facts of one deposit said BLOCKED."""
+    row = db.execute(
+        "SELECT COUNT(*) FROM facts WHERE transaction_id=? AND source='poll'"
+        " AND fact LIKE '%BLOCKED%'",
+        [transaction_id],
+    ).fetchone()
+    return int(row[0])
+
+
+def snapshot(db: Db) -> tuple[Any, ...]:
+    """Figures that change whenever a fact that changed a deposit is recorded."""
+    return tuple(db.execute("SELECT COUNT(*) FROM facts WHERE changed=1").fetchone())

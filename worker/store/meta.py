@@ -1,0 +1,34 @@
+"""The `meta` table: the service's own records (schema version, start and stop, last polls)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import sqlite_utils
+
+from worker.store.tx import Db
+
+
+def get_meta(db: Db, key: str) -> str | None:
+    """A value of the `meta` table."""
+    row = db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_meta(db: sqlite_utils.Database, key: str, value: str) -> None:
+    """Set a value of the `meta` table."""
+    db.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?)"
+        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [key, value],
+    )
+
+
+def all_meta(conn: sqlite3.Connection) -> dict[str, str]:
+    """Every key of the `meta` table with its value."""
+    return {r["key"]: r["value"] for r in conn.execute("SELECT key, value FROM meta")}
+
+
+def probe(db: Db) -> None:
+    """Read one row: raises when the database does not answer a read."""
+    db.execute("SELECT 1 FROM meta LIMIT 1").fetchall()

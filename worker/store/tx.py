@@ -1,0 +1,31 @@
+"""Transaction control inside a write transaction (savepoints), and what table helpers run on."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TypeAlias
+
+import sqlite_utils
+
+# What the table helpers run on: the store's `sqlite_utils.Database`, or a command's connection.
+Db: TypeAlias = sqlite_utils.Database | sqlite3.Connection
+
+
+@contextmanager
+def savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
+    """Run the block under a savepoint of the open transaction: if it raises, its writes are
+    undone and the exception goes on (a failing store, `sqlite3.OperationalError`, and a
+    transaction SQLite dropped are left to the caller, who gives the whole transaction back)."""
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except sqlite3.OperationalError:
+        raise
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+        raise
+    conn.execute(f"RELEASE {name}")
