@@ -16,19 +16,23 @@ from worker.rules.model import (
     RuleSet,
     RuleVerdict,
 )
+from worker.rules.records import RECORD_TRIGGERS, RecordView, is_record_trigger
 
 __all__ = [
     "ACTIONS",
     "EVENT_TYPES",
     "KNOWN_TRIGGERS",
+    "RECORD_TRIGGERS",
     "TRIGGERS",
     "Action",
     "Conditions",
     "DepositView",
     "Intent",
+    "RecordView",
     "Rule",
     "RuleBook",
     "RuleSet",
     "RuleVerdict",
     "failing_condition",
+    "is_record_trigger",
 ]

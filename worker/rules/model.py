@@ -8,6 +8,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from worker.rules.records import RECORD_TRIGGERS
+
 # The tracker's transition triggers (SPEC section 7); tests check they equal tracker.Trigger.
 TRIGGERS: tuple[str, ...] = (
     "needs_details",
@@ -26,7 +28,10 @@ EVENT_TYPES: tuple[str, ...] = (
     "DEPOSIT_WHITELIST_CREDITED",
     "DEPOSIT_ORDER_NOTIFICATION",
 )
-KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS + EVENT_TYPES
+# Triggers about records that belong to no wallet (abnormal funds, reconciliation findings):
+# seen only by the "*" rule set; their conditions are the record's own fields.
+RECORD_TRIGGER_NAMES: tuple[str, ...] = tuple(RECORD_TRIGGERS)
+KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS + EVENT_TYPES + RECORD_TRIGGER_NAMES
 
 ACTIONS: tuple[str, ...] = ("submit_profile", "book", "alert", "forward", "ignore")
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
@@ -77,6 +82,10 @@ class Conditions:
     from_address: frozenset[str] | None = None
     wallet_name: frozenset[str] | None = None
     profile: Literal["found", "missing"] | None = None
+    # Record conditions (record triggers only), upper-cased like currency and network.
+    status: frozenset[str] | None = None
+    address_risk_status: frozenset[str] | None = None
+    kind: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
