@@ -33,6 +33,8 @@ COMMANDS: dict[str, str] = {
     "status": "worker.commands.ops:run_status",
     "register-address": "worker.poll.addresses:run",
     "backfill": "worker.commands.backfill:run",
+    "reconcile": "worker.commands.money:run_reconcile",
+    "abnormal": "worker.commands.money:run_abnormal",
     "sandbox": "worker.dev.sandbox.cli:run",
     "demo": "worker.dev.demo:run",
     "init": "worker.commands.init:run",
@@ -156,6 +158,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--until", metavar="ISO", help="default: now")
     p.add_argument("--wallet", type=int, metavar="ID", help="only this wallet's history")
+
+    p = sub.add_parser(
+        "reconcile",
+        parents=[common],
+        help="compare the ledger with the provider's daily settlement report (exit 3: findings)",
+    )
+    p.add_argument("--date", metavar="YYYY-MM-DD", help="the day (default: yesterday, UTC)")
+    p.add_argument("--json", action="store_true", help="one JSON object per finding and line")
+    p.add_argument("--ack", type=int, metavar="ID", help="acknowledge the finding with this id")
+    p.add_argument("--by", metavar="NAME", help="who acknowledges (with --ack)")
+    p.add_argument("--note", metavar="TEXT", help="why (with --ack)")
+    p = sub.add_parser("abnormal", parents=[common], help="abnormal funds seen at the provider")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
 
     _sandbox(sub, common)
 

@@ -18,8 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from worker.logs import get_logger
 from worker.provider.answers import Envelope, first_problem
-from worker.provider.models import Page
-from worker.provider.models import CollectionOrderStatus, TravelRuleLink
+from worker.provider.models import CollectionOrderStatus, Page, TravelRuleLink
 from worker.provider.paging import DEFAULT_MAX_PAGES, pages
 from worker.provider.resources import (
     AbnormalFund,

@@ -14,7 +14,6 @@ from decimal import Decimal
 from pathlib import Path
 
 from worker.provider.jsonio import decimal_str
-from worker.rules.records import RecordView
 from worker.rules.model import (
     ANY_WALLET,
     Action,
@@ -25,6 +24,7 @@ from worker.rules.model import (
     RuleSet,
     RuleVerdict,
 )
+from worker.rules.records import RecordView
 
 _COMPARE = {
     "lt": Decimal.__lt__,

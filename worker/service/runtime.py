@@ -34,6 +34,7 @@ from worker.metrics import Metrics
 from worker.notify.channels import Notifier, notifiers_from_settings
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
 from worker.poll.catchupjobs import CatchUp
+from worker.poll.moneyjobs import MoneyJobs, money_jobs
 from worker.poll.scheduler import Poller, Scheduler
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
@@ -155,6 +156,7 @@ class Runtime:
         self.scheduler: Scheduler | None = None
         self.poller: Poller | None = None
         self.catchup: CatchUp | None = None
+        self.money: MoneyJobs | None = None
         self.client: ProviderClient | None = None
         self.store: Store | None = None
         self.notifier = SystemdNotifier()
@@ -374,6 +376,18 @@ class Runtime:
             self.scheduler.start()
             self.catchup = self._catchup(store, metrics, processor.after_commit)
             self.catchup.start()
+            self.money = money_jobs(
+                self.client,
+                store,
+                lambda: self.rules,
+                settings.scheduler,
+                metrics.registry,
+                wake=self.outbox.wake,
+                alert=self.alert,
+                backoff_s=self._poll_backoff_s,
+            )
+            processor.abnormal_hints.append(self.money.hint)
+            self.money.start()
         loop = asyncio.get_running_loop()
 
         def on_hup() -> None:
@@ -410,6 +424,9 @@ class Runtime:
         if self.catchup is not None:
             await self.catchup.stop(grace_s=max(0.0, deadline - loop.time()))
             self.catchup = None
+        if self.money is not None:
+            await self.money.stop(grace_s=max(0.0, deadline - loop.time()))
+            self.money = None
         left = max(0.0, deadline - loop.time())
         ended = await finish_or_cancel([*self._tasks, *self._side_writes], left)
         for result in ended:
