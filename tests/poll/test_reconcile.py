@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -139,3 +141,59 @@ async def test_every_finding_kind_is_found_reported_once_and_resolved_when_fixed
     left = await open_findings(stack, day)
     assert set(left) == {"held_balance_drift"}  # the held deposit is still unknown to depositd
     assert len(finding_alerts(stack)) == 6
+
+
+async def cli(stack: Stack, *argv: str) -> tuple[int, str, str]:
+    """`depositd ARGV --config` of the stack, as a user runs it."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "worker",
+        *argv,
+        "--config",
+        str(stack.config_path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_reconcile_command_json_exit_status_ack_and_status(start_stack: MakeStack) -> None:
+    """`reconcile --json` prints one object per finding and exits 3; 0 on a clean day;
+    `--ack` records who and why, and `status` shows the last run and what is still open."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, txs = await booked_day(stack, 1)
+    date = day.isoformat()
+    code, out, _ = await cli(stack, "reconcile", "--date", date)
+    assert code == 0 and "no findings" in out
+    stack.sandbox.add_discrepancy(
+        {"kind": "amount", "date": date, "transactionId": txs[0], "amount": "1.2500001"}
+    )
+    code, out, _ = await cli(stack, "reconcile", "--date", date, "--json")
+    assert code == 3
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 1
+    item = lines[0]
+    assert {k: item[k] for k in ("date", "kind", "transactionId", "currency", "network")} == {
+        "date": date,
+        "kind": "amount_differs",
+        "transactionId": txs[0],
+        "currency": "USDT",
+        "network": "TRON",
+    }
+    assert (item["ledgerAmount"], item["reportAmount"]) == ("1.25", "1.2500001")
+    assert item["txHash"]
+    code, out, _ = await cli(stack, "status")
+    rec = json.loads(out)["reconciliation"]
+    assert rec["lastRun"]["outcome"] == "findings" and rec["openFindings"] == {"amount_differs": 1}
+    code, out, err = await cli(
+        stack, "reconcile", "--ack", str(item["id"]), "--by", "ana", "--note", "checked"
+    )
+    assert code == 0, err
+    code, out, _ = await cli(stack, "status")
+    assert json.loads(out)["reconciliation"]["openFindings"] == {}
+    row = await stack.store.read(lambda db: findings_store.get_finding(db, item["id"]))
+    assert row is not None and (row["acknowledged_by"], row["note"]) == ("ana", "checked")

@@ -23,6 +23,7 @@ from worker.clock import ms_from_iso, utc_now
 from worker.commands.read import run_on_db
 from worker.config.settings import load_settings
 from worker.service.lock import serving
+from worker.store.findings import reconciliation_status
 
 # The files SQLite keeps beside a database: writing over any of them under a running service
 # corrupts the database.
@@ -207,6 +208,8 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
         "booked": one("SELECT COUNT(*) FROM ledger"),
         # Requests refused on the webhook port by reason, since `since` (a serve's start).
         "webhookRefusals": json.loads(meta.get("webhook_refusals") or "null"),
+        # The last reconciliation run and the findings still open (`depositd reconcile`).
+        "reconciliation": reconciliation_status(conn),
     }
 
 

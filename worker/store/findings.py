@@ -196,3 +196,27 @@ def last_reconciled_day(db: sqlite_utils.Database) -> str | None:
         "SELECT MAX(day) FROM reconcile_runs WHERE outcome IN ('clean', 'findings')"
     ).fetchone()
     return None if row is None or row[0] is None else str(row[0])
+
+
+def reconciliation_status(db: Any) -> dict[str, Any] | None:
+    """What `status` shows of reconciliation: the last run and the open findings by kind;
+    None on a database without the findings table (not migrated yet)."""
+    exists = db.execute(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='findings'"
+    ).fetchone()[0]
+    if not exists:
+        return None
+    last = last_run(db)
+    return {
+        "lastRun": None
+        if last is None
+        else {
+            "day": last["day"],
+            "outcome": last["outcome"],
+            "findings": last["findings"],
+            "finishedAt": last["finished_at"],
+            "error": last["error"],
+        },
+        "lastReconciledDay": last_reconciled_day(db),
+        "openFindings": open_counts_by_kind(db),
+    }
