@@ -10,10 +10,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from test_catchup import ACTIVE_SOURCE, UNKNOWN_SOURCE, catchups_done, make_active
+
 from worker.dev.harness import Stack
 from worker.store import findings as findings_store
-
-from test_catchup import ACTIVE_SOURCE, UNKNOWN_SOURCE, catchups_done, make_active
 
 NEVER = 3600.0
 MakeStack = Callable[..., Awaitable[Stack]]

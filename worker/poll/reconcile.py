@@ -89,7 +89,7 @@ class _Day:
 
     def record(self, rec: SettlementRecord) -> None:
         subject = rec.tx_hash or f"record:{rec.settlement_record_id}"
-        common = {
+        common: dict[str, Any] = {
             "day": self.day,
             "subject": subject,
             "transaction_id": rec.platform_order_id,
@@ -154,7 +154,7 @@ def _elsewhere(db: sqlite_utils.Database, recs: list[SettlementRecord], day: str
     out = []
     for rec in recs:
         booked = store.ledger_row_by_tx_hash(db, rec.tx_hash) if rec.tx_hash else None
-        common = {
+        common: dict[str, Any] = {
             "day": day,
             "subject": rec.tx_hash or f"record:{rec.settlement_record_id}",
             "tx_hash": rec.tx_hash,
@@ -180,7 +180,11 @@ def _elsewhere(db: sqlite_utils.Database, recs: list[SettlementRecord], day: str
 
 def finding_fields(f: Finding | dict[str, Any]) -> dict[str, Any]:
     """The finding as `reconcile --json`, alerts and rule conditions show it."""
-    get = (lambda k: f.get(k)) if isinstance(f, dict) else (lambda k: getattr(f, k))
+    values = f if isinstance(f, dict) else {k: getattr(f, k) for k in store.FINDING_COLUMNS}
+
+    def get(key: str) -> Any:
+        return values.get(key)
+
     amount = get("report_amount") or get("ledger_amount")
     return {
         "date": get("day"),
