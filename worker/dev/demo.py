@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from worker.dev import demo_money
 from worker.dev.harness import Stack
 from worker.errors import ConfigError
 from worker.logs import configure
@@ -430,6 +431,8 @@ SCENARIOS = (
     Scenario("ACTIVE source address", "no whitelist events, booked", active_address),
     Scenario("lost webhook", "found by poll, booked", lost_webhook),
     Scenario("BLOCKED", "critical alert once", blocked),
+    Scenario("UNMATCHED abnormal fund", "alert once", demo_money.abnormal_fund),
+    Scenario("report and ledger disagree", "each finding once", demo_money.report_disagrees),
 )
 
 
