@@ -13,6 +13,7 @@ from typing import Any
 from test_catchup import ACTIVE_SOURCE, UNKNOWN_SOURCE, catchups_done, make_active
 
 from worker.dev.harness import Stack
+from worker.poll.reconcile import Reconciler
 from worker.store import findings as findings_store
 
 NEVER = 3600.0
@@ -197,3 +198,52 @@ async def test_reconcile_command_json_exit_status_ack_and_status(start_stack: Ma
     assert json.loads(out)["reconciliation"]["openFindings"] == {}
     row = await stack.store.read(lambda db: findings_store.get_finding(db, item["id"]))
     assert row is not None and (row["acknowledged_by"], row["note"]) == ("ana", "checked")
+
+
+async def test_a_report_of_many_pages_is_read_whole(start_stack: MakeStack) -> None:
+    """A report read one record per page gives the same findings as one page."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, txs = await booked_day(stack, 3)
+    stack.sandbox.add_discrepancy(
+        {"kind": "drop", "date": day.isoformat(), "transactionId": txs[1]}
+    )
+    client = stack.runtime.client
+    assert client is not None
+    reconciler = Reconciler(client, stack.store, lambda: stack.runtime.rules, page_size=1)
+    result = await reconciler.run(day)
+    assert [(f.kind, f.transaction_id) for f in result.findings] == [("missing_in_report", txs[1])]
+
+
+async def test_a_provider_outage_records_the_failure_alerts_and_the_next_run_completes(
+    start_stack: MakeStack,
+) -> None:
+    """The report failing mid-run: the run is recorded failed with nothing half-written, one
+    alert says so; once the provider answers the day is reconciled."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, txs = await booked_day(stack, 3)
+    date = day.isoformat()
+    stack.sandbox.add_discrepancy({"kind": "drop", "date": date, "transactionId": txs[0]})
+    client = stack.runtime.client
+    assert client is not None
+    reconciler = Reconciler(client, stack.store, lambda: stack.runtime.rules, page_size=1)
+    stack.sandbox.set_fault("settlement", "5xx", count=None)
+    for _ in range(2):
+        result = await reconciler.run(day)
+        assert result.outcome == "failed" and "ProviderUnavailable" in (result.error or "")
+    assert await open_findings(stack, day) == {}
+    runs = await stack.store.read(lambda db: findings_store.last_run(db))
+    assert runs is not None and runs["outcome"] == "failed"
+    await stack.settle()
+    await stack.wait_for(
+        lambda: any("condition `reconcile_failed`" in json.dumps(p) for p in stack.slack),
+        10,
+        "the failure alert",
+    )
+    failed = [p for p in stack.slack if "condition `reconcile_failed`" in json.dumps(p)]
+    assert len(failed) == 1  # one per day, not one per failed run
+    stack.sandbox.clear_faults()
+    result = await reconciler.run(day)
+    assert result.outcome == "findings"
+    assert set(await open_findings(stack, day)) == {"missing_in_report"}

@@ -29,6 +29,9 @@ from worker.store.writer import Store
 log = get_logger(__name__)
 
 FAILING_ALERT_AFTER = 3
+# A failed daily reconciliation is tried again this much later, this many times.
+RECONCILE_RETRY_S = 900.0
+RECONCILE_RETRIES = 8
 OUTCOMES = ("clean", "findings", "failed")
 
 
@@ -131,6 +134,7 @@ class MoneyJobs:
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._stopping = False
         self.last_abnormal_ok: float | None = None
+        self.reconcile_retry_s = RECONCILE_RETRY_S
 
     def hint(self) -> None:
         """An ABNORMAL_FUND_NOTIFICATION arrived: poll now (unless backing off or running)."""
@@ -143,8 +147,24 @@ class MoneyJobs:
         task = self._running.get(name)
         if task is not None and not task.done():
             return
-        job = self.poll_abnormal() if name == "abnormal" else self.reconcile(yesterday())
+        job = self.poll_abnormal() if name == "abnormal" else self.daily_reconcile(yesterday())
         self._running[name] = asyncio.get_running_loop().create_task(job, name=name)
+
+    async def daily_reconcile(self, day: dt.date) -> None:
+        """The daily job: reconcile `day`; a failed run (the provider down) is tried again
+        after `RECONCILE_RETRY_S`, up to `RECONCILE_RETRIES` times."""
+        for attempt in range(RECONCILE_RETRIES + 1):
+            result = await self.reconcile(day)
+            if result is not None and result.outcome != "failed":
+                return
+            if self._stopping or attempt == RECONCILE_RETRIES:
+                return
+            log.warning(
+                "reconciliation tried again later",
+                day=day.isoformat(),
+                retryInSeconds=self.reconcile_retry_s,
+            )
+            await asyncio.sleep(self.reconcile_retry_s)
 
     async def poll_abnormal(self) -> int:
         """One guarded poll: provider errors back off (doubling) and alert after three."""

@@ -256,14 +256,17 @@ def _fail(db: sqlite_utils.Database, day: str, started: str, error: str) -> None
         findings=0,
         error=error,
     )
-    enqueue_alert(
-        db,
-        None,
-        "reconcile_failed",
-        "warning",
-        trigger="system",
-        detail=f"reconciliation of {day} failed: {error}",
-    )
+    # One alert per day however often its runs fail (the job retries a failed day).
+    if not store.failure_alerted(db, day):
+        enqueue_alert(
+            db,
+            None,
+            "reconcile_failed",
+            "warning",
+            trigger="reconcile_failed",
+            detail=f"reconciliation of {day} failed: {error}",
+            once_per=day,
+        )
 
 
 class Reconciler:
@@ -336,12 +339,17 @@ class Reconciler:
             )
             if first is None:
                 first = daily
-            elif (daily.total, daily.generated_at) != (first.total, first.generated_at):
+            elif (daily.total, daily.summary) != (first.total, first.summary):
                 raise ReportUnreadable("the report changed while it was read; read again next run")
             for rec in daily.records:
                 if (rec.record_type or "IN").upper() == "IN":
                     cmp.record(rec)
             seen += len(daily.records)
+            # Records not booked that day are looked up page by page: memory stays one page.
+            cmp.found.extend(
+                await self._store.read(partial(_elsewhere, recs=cmp.elsewhere, day=text))
+            )
+            cmp.elsewhere.clear()
             if not daily.records or seen >= daily.total or page >= self._max_pages:
                 break
             page += 1
@@ -349,7 +357,6 @@ class Reconciler:
             raise ReportUnreadable(f"the report lists {first.total} records, {seen} were read")
         cmp.summary(first)
         cmp.leftovers()
-        cmp.found.extend(await self._store.read(partial(_elsewhere, recs=cmp.elsewhere, day=text)))
         drift_found, drift = await self._held(text)
         cmp.found.extend(drift_found)
         outcome = "findings" if cmp.found else "clean"

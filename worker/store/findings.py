@@ -220,3 +220,13 @@ def reconciliation_status(db: Any) -> dict[str, Any] | None:
         "lastReconciledDay": last_reconciled_day(db),
         "openFindings": open_counts_by_kind(db),
     }
+
+
+def failure_alerted(db: sqlite_utils.Database, day: str) -> bool:
+    """Was a reconcile_failed alert already queued for this day?"""
+    row = db.execute(
+        "SELECT 1 FROM actions WHERE action='alert' AND trigger='reconcile_failed'"
+        " AND json_extract(params, '$.once_per')=? LIMIT 1",
+        [day],
+    ).fetchone()
+    return row is not None
