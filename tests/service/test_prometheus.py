@@ -50,7 +50,7 @@ def test_rules_pass_promtool_check(promtool: str) -> None:
     """`promtool check rules` accepts the shipped alert rules."""
     result = run(promtool, "check", "rules", RULES.name)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_rules_unit_tests_pass(promtool: str) -> None:

@@ -18,6 +18,7 @@ from worker.commands import (
     backfill,
     check,
     init,
+    money,
     ops,
     read,
     resolve,
@@ -47,6 +48,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": ops.run_status,
     "register-address": addresses.run,
     "backfill": backfill.run,
+    "reconcile": money.run_reconcile,
+    "abnormal": money.run_abnormal,
     "sandbox": dev.run_sandbox,
     "demo": dev.run_demo,
     "init": init.run,
@@ -170,6 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--until", metavar="ISO", help="default: now")
     p.add_argument("--wallet", type=int, metavar="ID", help="only this wallet's history")
+
+    p = sub.add_parser(
+        "reconcile",
+        parents=[common],
+        help="compare the ledger with the provider's daily settlement report (exit 3: findings)",
+    )
+    p.add_argument("--date", metavar="YYYY-MM-DD", help="the day (default: yesterday, UTC)")
+    p.add_argument("--json", action="store_true", help="one JSON object per finding and line")
+    p.add_argument("--ack", type=int, metavar="ID", help="acknowledge the finding with this id")
+    p.add_argument("--by", metavar="NAME", help="who acknowledges (with --ack)")
+    p.add_argument("--note", metavar="TEXT", help="why (with --ack)")
+    p = sub.add_parser("abnormal", parents=[common], help="abnormal funds seen at the provider")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
 
     _sandbox(sub, common)
 

@@ -30,6 +30,7 @@ from worker.store.conflicts import count_held_deposits
 from worker.store.database import finish_copy
 from worker.store.deposits import count_waiting_on_human, deposits_by_state
 from worker.store.events import requeue_event, requeue_failed_events
+from worker.store.findings import reconciliation_status
 from worker.store.ledger import count_booked
 from worker.store.meta import all_meta
 
@@ -196,6 +197,8 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
         "booked": count_booked(conn),
         # Requests refused on the webhook port by reason, since `since` (a serve's start).
         "webhookRefusals": json.loads(meta.get("webhook_refusals") or "null"),
+        # The last reconciliation run and the findings still open (`depositd reconcile`).
+        "reconciliation": reconciliation_status(conn),
     }
 
 

@@ -174,6 +174,10 @@ class SchedulerSettings(Section):
     catchup_interval_s: float = Field(3600, gt=0)
     # Daily, UTC: the previous day's full history, read again as a safety net.
     sweep_at: str = Field("01:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+    # The abnormal-fund list, every page, this often (section 15).
+    abnormal_interval_s: float = Field(300, gt=0)
+    # Daily, UTC: reconcile the previous day against the provider's report (section 14).
+    reconcile_at: str = Field("02:30", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 
 
 class SlackSettings(Section):

@@ -109,6 +109,25 @@ _TEXTS: dict[str, _Text] = {
         "Fix the file named in the detail (`depositd check` lists every problem); the rules "
         "and profiles in force before the reload stay in force.",
     ),
+    "abnormal_fund": _Text(
+        "Abnormal fund: money received that matched no order",
+        "It never becomes a deposit by itself: match it to an order or have it returned before "
+        "it expires (`depositd abnormal` lists them).",
+    ),
+    "abnormal_expiring": _Text(
+        "Abnormal fund expires within 24 hours",
+        "Match it to an order or have it returned now; after expiry the provider decides.",
+    ),
+    "reconcile_finding": _Text(
+        "Ledger and provider report disagree",
+        "Check the deposit at the provider (`depositd reconcile --date DAY` lists the findings); "
+        "acknowledge it with `depositd reconcile --ack ID --by NAME --note TEXT`.",
+    ),
+    "reconcile_failed": _Text(
+        "Reconciliation run failed",
+        "Nothing of the run was recorded; the next run reads the day again. Check the provider "
+        "and the log line named in the detail.",
+    ),
     "auth_failure": _Text(
         "Provider authentication failing",
         "Check the API key and secret and the host clock (API-TIMESTAMP); depositd retries "

@@ -120,6 +120,8 @@ class EventType(str, Enum):
     COLLECT_ORDER_UPDATED = "Collect Order Updated"
     STABLE_ORDER_UPDATED = "STABLE_ORDER_UPDATED"
     WALLET_TRANSFER_ORDER_UPDATED = "WALLET_TRANSFER_ORDER_UPDATED"
+    # A hint only: depositd reads the abnormal-fund list (SPEC section 13).
+    ABNORMAL_FUND_NOTIFICATION = "ABNORMAL_FUND_NOTIFICATION"
 
 
 DEPOSIT_EVENT_TYPES = frozenset(

@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from worker.logs import get_logger
-from worker.provider.answers import Envelope
-from worker.provider.models import CollectionOrderStatus, TravelRuleLink
+from worker.provider.answers import Envelope, first_problem
+from worker.provider.models import CollectionOrderStatus, Page, TravelRuleLink
 from worker.provider.paging import DEFAULT_MAX_PAGES, pages
 from worker.provider.resources import (
     AbnormalFund,
@@ -32,6 +32,32 @@ from worker.provider.resources import (
 )
 
 log = get_logger(__name__)
+
+
+def _abnormal_page(model: Callable[[str, type[Any], Any], Any], data: Any) -> AbnormalFundPage:
+    """An abnormal-fund page; a record without a readable id (or amount) is logged (its index
+    and the problem only: a record carries payer data) and left out, the rest is read."""
+    page = model("abnormal_funds", Page[dict[str, Any]], data)
+    funds: list[AbnormalFund] = []
+    for index, record in enumerate(page.records):
+        try:
+            funds.append(AbnormalFund.model_validate(record))
+        except ValidationError as exc:
+            log.warning(
+                "abnormal fund record skipped; poll goes on",
+                record=index,
+                pageNumber=page.pageNumber,
+                error=first_problem(exc),
+            )
+    return AbnormalFundPage(
+        pageNumber=page.pageNumber,
+        pageSize=page.pageSize,
+        totalPage=page.totalPage,
+        totalRow=page.totalRow,
+        records=funds,
+        refused=len(page.records) - len(funds),
+    )
+
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -68,7 +94,7 @@ class ResourceCalls:
             "POST",
             "/v1/stable/collect/abnormal-fund/list",
             body=body,
-            parse=partial(self._model, "abnormal_funds", AbnormalFundPage),
+            parse=partial(_abnormal_page, self._model),
         )
 
     async def iter_abnormal_funds(

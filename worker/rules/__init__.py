@@ -17,10 +17,12 @@ from worker.rules.model import (
     RuleSet,
     RuleVerdict,
 )
+from worker.rules.records import RECORD_TRIGGERS, RecordView, is_record_trigger
 
 __all__ = [
     "EVENT_TYPES",
     "KNOWN_TRIGGERS",
+    "RECORD_TRIGGERS",
     "TRIGGERS",
     "Action",
     "ActionSpec",
@@ -28,9 +30,11 @@ __all__ = [
     "DepositView",
     "Intent",
     "ParamCheck",
+    "RecordView",
     "Rule",
     "RuleBook",
     "RuleSet",
     "RuleVerdict",
     "failing_condition",
+    "is_record_trigger",
 ]

@@ -25,6 +25,7 @@ from worker.rules.model import (
     RuleSet,
     RuleVerdict,
 )
+from worker.rules.records import RecordView
 
 _COMPARE = {
     "lt": Decimal.__lt__,
@@ -75,6 +76,37 @@ def failing_condition(
         return "profile: no stored profile applies (rule needs found)"
     if cond.profile == "missing" and profile_found:
         return "profile: a stored profile applies (rule needs missing)"
+    return None
+
+
+def _text_condition(name: str, wanted: frozenset[str] | None, value: str | None) -> str | None:
+    if wanted is None or (value or "").upper() in wanted:
+        return None
+    return f"{name} {value or 'unknown'} is not one of {_listing(wanted)}"
+
+
+def failing_record_condition(rule: Rule, record: RecordView, trigger: str) -> str | None:
+    """The first reason `rule` does not fire for this record and trigger, or None if it does."""
+    if trigger not in rule.on:
+        return f"not on {trigger} (on: {_listing(rule.on)})"
+    cond = rule.conditions
+    checks = (
+        ("currency", cond.currency),
+        ("network", cond.network),
+        ("status", cond.status),
+        ("addressRiskStatus", cond.address_risk_status),
+        ("kind", cond.kind),
+    )
+    for name, wanted in checks:
+        reason = _text_condition(name, wanted, record.text(name))
+        if reason is not None:
+            return reason
+    amount = record.amount()
+    for op, bound in cond.amount:
+        if amount is None:
+            return f"amount is unknown, so not {op} {decimal_str(bound)}"
+        if not _compare(op, amount, bound):
+            return f"amount {decimal_str(amount)} is not {op} {decimal_str(bound)}"
     return None
 
 
@@ -173,6 +205,20 @@ class RuleBook:
         for rule in ruleset.rules:
             if failing_condition(rule, deposit, trigger, profile_found=profile_found) is None:
                 found, stop = _intents(ruleset, rule, trigger)
+                intents.extend(found)
+                if stop:
+                    break
+        return intents
+
+    def evaluate_record(self, record: RecordView, trigger: str) -> list[Intent]:
+        """The intents of every matching rule of the "*" set for a record trigger (a record
+        belongs to no wallet), in file order (stopping at `ignore`)."""
+        if self._default is None:
+            return []
+        intents: list[Intent] = []
+        for rule in self._default.rules:
+            if failing_record_condition(rule, record, trigger) is None:
+                found, stop = _intents(self._default, rule, trigger)
                 intents.extend(found)
                 if stop:
                     break

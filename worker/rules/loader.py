@@ -38,9 +38,12 @@ from worker.rules.model import (
     RuleSet,
     WalletKey,
 )
+from worker.rules.records import RECORD_CONDITIONS, RECORD_TRIGGERS
 
 TOP_KEYS = ("wallet", "rules", "description")
 RULE_KEYS = ("name", "on", "if", "then")
+# What a rule on a record trigger may do: the record is no deposit to book or submit.
+RECORD_ACTIONS = frozenset({"alert", "ignore"})
 _PROFILE_FILE_KEYS = frozenset({"profiles", "addresses", "wallets"})
 
 
@@ -65,6 +68,7 @@ class _File:
 
     def problem_count(self) -> int:
         return len(self.problems)
+        self.wallet_key: WalletKey | None = None  # set once `wallet:` is read
 
     def bad(self, loc: Loc, message: str, *, label: Loc | None = None) -> None:
         self.problems.append(f"{self.src.where(loc)}: {dotted(label or loc)}: {message}")
@@ -129,11 +133,19 @@ class _File:
         if not isinstance(name, str) or not name.strip():
             self.bad((*loc, "name"), "every rule needs a name (a non-empty string)")
         on = self.triggers(item.get("on"), (*loc, "on"), present="on" in item)
-        conditions = self.conditions(item.get("if"), (*loc, "if"))
+        conditions = self.conditions(item.get("if"), (*loc, "if"), _allowed_conditions(on))
         actions = self.actions(item.get("then"), (*loc, "then"), present="then" in item)
         for spec in [self.specs[n] for n in dict.fromkeys(a.name for a in actions)]:
             if spec.only_on is not None:
                 self.only_on(spec, on, item.get("then"), loc)
+        if on & RECORD_TRIGGERS.keys():
+            wrong = sorted({a.name for a in actions} - RECORD_ACTIONS)
+            if wrong:
+                self.bad(
+                    (*loc, "then"),
+                    f"{', '.join(wrong)} cannot act on a record that belongs to no deposit"
+                    f" ({', '.join(sorted(on & RECORD_TRIGGERS.keys()))}): alert or ignore",
+                )
         if len(self.problems) > before or not isinstance(name, str):
             return None
         return Rule(name, on, conditions, actions, self.src.line(loc))
@@ -169,7 +181,14 @@ class _File:
             return frozenset()
         out = set()
         for index, trigger in enumerate(items):
-            if trigger in KNOWN_TRIGGERS:
+            if trigger in RECORD_TRIGGERS and self.wallet_key not in (None, ANY_WALLET):
+                self.bad(
+                    (*loc, index),
+                    f"{trigger} belongs to no wallet: only the rule set for every wallet"
+                    ' (wallet: "*") sees it',
+                    label=loc,
+                )
+            elif trigger in KNOWN_TRIGGERS:
                 out.add(cast(str, trigger))
             else:
                 hint = suggest(str(trigger), KNOWN_TRIGGERS)
@@ -182,16 +201,16 @@ class _File:
 
     # --- conditions ---
 
-    def conditions(self, value: Any, loc: Loc) -> Conditions:
+    def conditions(self, value: Any, loc: Loc, allowed: tuple[str, ...]) -> Conditions:
         if value is None:
             return Conditions()
         if not isinstance(value, dict):
             self.bad(loc, "must be a mapping of conditions")
             return Conditions()
         for key in value:
-            if key not in CONDITIONS:
-                hint = suggest(str(key), CONDITIONS)
-                self.bad((*loc, key), f"unknown condition {key!r} {known(CONDITIONS)}{hint}")
+            if key not in allowed:
+                hint = suggest(str(key), allowed)
+                self.bad((*loc, key), f"unknown condition {key!r} {known(allowed)}{hint}")
         currency = self.strings(value, "currency", loc, upper=True)
         network = self.strings(value, "network", loc, upper=True)
         from_address = self.strings(value, "fromAddress", loc)
@@ -208,6 +227,9 @@ class _File:
             from_address=from_address,
             wallet_name=wallet_name,
             profile=profile,
+            status=self.strings(value, "status", loc, upper=True),
+            address_risk_status=self.strings(value, "addressRiskStatus", loc, upper=True),
+            kind=self.strings(value, "kind", loc, upper=True),
         )
 
     def strings(
@@ -319,6 +341,18 @@ class _File:
         return None if checked is None else Action(name, checked)
 
 
+def _allowed_conditions(on: frozenset[str]) -> tuple[str, ...]:
+    """The conditions a rule on these triggers may name: those every one of them knows (a
+    record trigger knows its record's fields, a deposit trigger the deposit conditions)."""
+    if not on:
+        return (*CONDITIONS, *RECORD_CONDITIONS)
+    allowed: list[str] | None = None
+    for trigger in sorted(on):
+        fields = RECORD_TRIGGERS.get(trigger, CONDITIONS)
+        allowed = list(fields) if allowed is None else [f for f in allowed if f in fields]
+    return tuple(allowed or ())
+
+
 def rule_files(path: Path) -> list[Path]:
     """The rule files `rules:` names: the file itself, or a folder's `*.yaml` in name order."""
     if path.is_dir():
@@ -382,6 +416,7 @@ def _load_file(
     file = _File(src, problems, profile_names, specs)
     file.unknown_keys(src.data, (), TOP_KEYS)
     wallet = file.wallet(src.data)
+    file.wallet_key = wallet
     rules = file.rules(src.data)
     line = src.line(("wallet",))
     if len(problems) > before or wallet is None:

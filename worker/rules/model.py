@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from worker.config.yamlsrc import Loc
+from worker.rules.records import RECORD_TRIGGERS
 
 # The tracker's transition triggers (SPEC section 7); tests check they equal tracker.Trigger.
 TRIGGERS: tuple[str, ...] = (
@@ -28,7 +29,10 @@ EVENT_TYPES: tuple[str, ...] = (
     "DEPOSIT_WHITELIST_CREDITED",
     "DEPOSIT_ORDER_NOTIFICATION",
 )
-KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS + EVENT_TYPES
+# Triggers about records that belong to no wallet (abnormal funds, reconciliation findings):
+# seen only by the "*" rule set; their conditions are the record's own fields.
+RECORD_TRIGGER_NAMES: tuple[str, ...] = tuple(RECORD_TRIGGERS)
+KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS + EVENT_TYPES + RECORD_TRIGGER_NAMES
 
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 CHANNELS: tuple[str, ...] = ("slack", "email")
@@ -125,6 +129,10 @@ class Conditions:
     from_address: frozenset[str] | None = None
     wallet_name: frozenset[str] | None = None
     profile: Literal["found", "missing"] | None = None
+    # Record conditions (record triggers only), upper-cased like currency and network.
+    status: frozenset[str] | None = None
+    address_risk_status: frozenset[str] | None = None
+    kind: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from worker.metrics import Metrics
 from worker.notify.channels import Notifier, notifiers_from_settings
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
 from worker.poll.catchupjobs import CatchUp
+from worker.poll.moneyjobs import MoneyJobs, money_jobs
 from worker.poll.scheduler import Observe, Poller, Scheduler
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
@@ -150,6 +151,7 @@ class Runtime:
         self.scheduler: Scheduler | None = None
         self.poller: Poller | None = None
         self.catchup: CatchUp | None = None
+        self.money: MoneyJobs | None = None
         self.client: ProviderClient | None = None
         self.store: Store | None = None
         self._metrics: Metrics | None = None
@@ -353,8 +355,14 @@ class Runtime:
             asyncio.create_task(self._daily(), name="daily"),
         ]
 
-    def start_polls(self, observe: Observe, after_commit: list[Callable[[], None]]) -> None:
-        """The scheduler's polls and the catch-up jobs, when `scheduler.enabled`."""
+    def start_polls(
+        self,
+        observe: Observe,
+        after_commit: list[Callable[[], None]],
+        abnormal_hints: list[Callable[[], None]],
+    ) -> None:
+        """The scheduler's polls, the catch-up jobs and the money jobs (abnormal funds, daily
+        reconciliation), when `scheduler.enabled`."""
         settings = self.settings.scheduler
         if not settings.enabled:
             return
@@ -385,6 +393,19 @@ class Runtime:
         self.scheduler.start()
         self.catchup = self._catchup(store, self._metrics, after_commit)
         self.catchup.start()
+        assert self.outbox is not None
+        self.money = money_jobs(
+            self.client,
+            store,
+            lambda: self.rules,
+            settings,
+            self._metrics.registry,
+            wake=self.outbox.wake,
+            alert=self.alert,
+            backoff_s=self._poll_backoff_s,
+        )
+        abnormal_hints.append(self.money.hint)
+        self.money.start()
 
     def listen_for_reload(self) -> None:
         """SIGHUP reloads rules and profiles."""
@@ -421,6 +442,9 @@ class Runtime:
         if self.catchup is not None:
             await self.catchup.stop(grace_s=max(0.0, deadline - loop.time()))
             self.catchup = None
+        if self.money is not None:
+            await self.money.stop(grace_s=max(0.0, deadline - loop.time()))
+            self.money = None
         left = max(0.0, deadline - loop.time())
         ended = await finish_or_cancel([*self._tasks, *self._side_writes], left)
         for result in ended:

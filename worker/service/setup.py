@@ -120,7 +120,9 @@ def _acting_ctx(runtime: Runtime) -> CleanupCtx:
         processor.after_commit.append(outbox.wake)
         await runtime.start_outbox()
         # poll: what webhooks missed, through the same entry point as the outbox's facts
-        runtime.start_polls(processor.observe_fact, processor.after_commit)
+        runtime.start_polls(
+            processor.observe_fact, processor.after_commit, processor.abnormal_hints
+        )
         # service: SIGHUP reload, and the watchdog while every liveness check holds
         runtime.listen_for_reload()
         runtime.start_watchdog(lambda: all(check() for check in app[LIVENESS_KEY]))

@@ -148,10 +148,36 @@ def _migrate_fixed_field_conflicts(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS ledger_tx_hash ON ledger (tx_hash)")
 
 
+def _migrate_findings_and_abnormal(db: sqlite_utils.Database) -> None:
+    # Reconciliation (the ledger against the provider's daily report): one row per finding of a
+    # day (kind and subject: a txHash, wallet:currency, or the report itself), with when it was
+    # first seen, resolved (gone on a re-run) and acknowledged; and one row per run.
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS findings (id INTEGER PRIMARY KEY, day TEXT NOT NULL,"
+        " kind TEXT NOT NULL, subject TEXT NOT NULL, transaction_id TEXT, tx_hash TEXT,"
+        " ledger_amount TEXT, report_amount TEXT, currency TEXT, network TEXT, wallet_id INTEGER,"
+        " detail TEXT, first_seen TEXT, last_seen TEXT, resolved_at TEXT, acknowledged_by TEXT,"
+        " acknowledged_at TEXT, note TEXT, UNIQUE (day, kind, subject))"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS findings_open ON findings (resolved_at, kind)")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS reconcile_runs (id INTEGER PRIMARY KEY, day TEXT NOT NULL,"
+        " started_at TEXT, finished_at TEXT, outcome TEXT, findings INTEGER, error TEXT)"
+    )
+    # Abnormal funds (money that matched no order), by the provider's id; no payer data kept.
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS abnormal_funds (id TEXT PRIMARY KEY, amount TEXT,"
+        " currency TEXT, network TEXT, tx_hash TEXT, tx_time INTEGER, expires_time INTEGER,"
+        " status TEXT, order_id TEXT, address_risk_status TEXT, first_seen TEXT,"
+        " updated_at TEXT, alerted_at TEXT, expiring_alerted_at TEXT)"
+    )
+
+
 # Append only.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_v1,
     _migrate_v2,
     _migrate_fixed_field_conflicts,
+    _migrate_findings_and_abnormal,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

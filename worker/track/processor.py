@@ -194,6 +194,8 @@ class Processor:
         self.future_tolerance_s = future_tolerance_s
         # Assignable after construction: the rules engine is built once the store is open.
         self.reactor = reactor
+        # Called when an ABNORMAL_FUND_NOTIFICATION is processed: the list is read at once.
+        self.abnormal_hints: list[Callable[[], None]] = []
         self.metrics = metrics
         self.sweep_interval_s = sweep_interval_s
         self.batch_size = batch_size
@@ -353,6 +355,10 @@ class Processor:
         envelope = WebhookEnvelope.model_validate(jsonio.loads(event.body))
         if envelope.eventType == EventType.WALLET_ADDRESS_UPDATED.value:
             apply_address_update(db, AddressUpdatedData.model_validate(envelope.data))
+            return _Outcome(event, "processed")
+        if envelope.eventType == EventType.ABNORMAL_FUND_NOTIFICATION.value:
+            for hint in self.abnormal_hints:
+                hint()
             return _Outcome(event, "processed")
         received = _ms(event.received_at)
         fact = fact_from_event(envelope, received_at=received)

@@ -1,0 +1,249 @@
+"""Reconciliation: a sandbox day's settlement report and balances against the ledger
+(sandbox, worker and Slack on loopback; worker.dev.harness)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from test_catchup import ACTIVE_SOURCE, UNKNOWN_SOURCE, catchups_done, make_active
+
+from worker.dev.harness import Stack
+from worker.poll.reconcile import Reconciler
+from worker.store import findings as findings_store
+
+NEVER = 3600.0
+MakeStack = Callable[..., Awaitable[Stack]]
+
+
+def finding_alerts(stack: Stack) -> list[dict[str, Any]]:
+    """Slack payloads of reconciliation findings."""
+    return [p for p in stack.slack if "condition `reconcile_finding`" in json.dumps(p)]
+
+
+async def booked_day(stack: Stack, count: int) -> tuple[dt.date, list[str]]:
+    """`count` deposits from an ACTIVE source, booked; their credit day and transactionIds."""
+    make_active(stack, 1002)
+    txs = [
+        stack.sandbox.inject_deposit(1002, "USDT", "TRON", f"{i + 1}.25", ACTIVE_SOURCE)[
+            "transactionId"
+        ]
+        for i in range(count)
+    ]
+    for _ in range(50):
+        await stack.sandbox.delivered_idle()
+        await stack.settle()
+        if len(await stack.ledger()) >= count:
+            break
+    assert len(await stack.ledger()) == count
+    return dt.datetime.now(dt.UTC).date(), txs
+
+
+async def open_findings(stack: Stack, day: dt.date) -> dict[str, dict[str, Any]]:
+    """The open findings of the day by kind."""
+    rows = await stack.store.read(lambda db: findings_store.findings_of_day(db, day.isoformat()))
+    return {r["kind"]: r for r in rows}
+
+
+async def test_a_clean_day_reports_nothing(start_stack: MakeStack) -> None:
+    """A day whose report lists exactly the deposits booked: clean, no finding, no alert."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, _ = await booked_day(stack, 2)
+    money = stack.runtime.money
+    assert money is not None
+    for _ in range(2):  # twice: a balance drift would show on the second check
+        result = await money.reconcile(day)
+        assert result is not None and result.outcome == "clean" and result.findings == []
+    await stack.settle()
+    assert await open_findings(stack, day) == {}
+    assert finding_alerts(stack) == []
+
+
+async def test_every_finding_kind_is_found_reported_once_and_resolved_when_fixed(
+    start_stack: MakeStack,
+) -> None:
+    """Each injected discrepancy is one finding of its kind with exact amounts, alerted once;
+    a re-run reports nothing again; once fixed at the provider a re-run resolves them."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, txs = await booked_day(stack, 4)
+    date = day.isoformat()
+    sb = stack.sandbox
+    sb.add_discrepancy({"kind": "drop", "date": date, "transactionId": txs[0]})
+    sb.add_discrepancy({"kind": "amount", "date": date, "transactionId": txs[1], "amount": "9.99"})
+    sb.add_discrepancy(
+        {
+            "kind": "status",
+            "date": date,
+            "transactionId": txs[2],
+            "reconciliationStatus": "MANUAL_REVIEW",
+        }
+    )
+    sb.add_discrepancy(
+        {
+            "kind": "status",
+            "date": date,
+            "transactionId": txs[3],
+            "reconciliationStatus": "MISMATCHED",
+        }
+    )
+    sb.add_discrepancy(
+        {
+            "kind": "extra",
+            "date": date,
+            "asset": "USDT",
+            "network": "TRON",
+            "amount": "42.000001",
+            "txHash": "0xnotbooked",
+        }
+    )
+    # Money held at the provider that depositd never heard of: a drift on two checks in a row.
+    sb.drop_webhooks(5)
+    sb.inject_deposit(1002, "USDT", "TRON", "5", UNKNOWN_SOURCE)
+    money = stack.runtime.money
+    assert money is not None
+    await money.reconcile(day)
+    first = await open_findings(stack, day)
+    assert "held_balance_drift" not in first  # one check is not enough
+    result = await money.reconcile(day)
+    assert result is not None and result.outcome == "findings"
+    found = await open_findings(stack, day)
+    assert set(found) == {
+        "missing_in_report",
+        "amount_differs",
+        "provider_review",
+        "provider_mismatch",
+        "missing_in_ledger",
+        "held_balance_drift",
+    }
+    assert found["missing_in_report"]["transaction_id"] == txs[0]
+    assert (found["amount_differs"]["ledger_amount"], found["amount_differs"]["report_amount"]) == (
+        "2.25",
+        "9.99",
+    )
+    assert found["missing_in_ledger"]["report_amount"] == "42.000001"
+    assert found["held_balance_drift"]["report_amount"] == "5"
+    await stack.settle()
+    await stack.wait_for(lambda: len(finding_alerts(stack)) >= 6, 10, "finding alerts")
+    assert len(finding_alerts(stack)) == 6  # one per finding (one rule, one Slack channel)
+    await money.reconcile(day)
+    await stack.settle()
+    assert len(finding_alerts(stack)) == 6  # a re-run reports nothing again
+
+    sb.clear_discrepancies()
+    result = await money.reconcile(day)
+    await stack.settle()
+    assert result is not None
+    left = await open_findings(stack, day)
+    assert set(left) == {"held_balance_drift"}  # the held deposit is still unknown to depositd
+    assert len(finding_alerts(stack)) == 6
+
+
+async def cli(stack: Stack, *argv: str) -> tuple[int, str, str]:
+    """`depositd ARGV --config` of the stack, as a user runs it."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "worker",
+        *argv,
+        "--config",
+        str(stack.config_path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_reconcile_command_json_exit_status_ack_and_status(start_stack: MakeStack) -> None:
+    """`reconcile --json` prints one object per finding and exits 3; 0 on a clean day;
+    `--ack` records who and why, and `status` shows the last run and what is still open."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, txs = await booked_day(stack, 1)
+    date = day.isoformat()
+    code, out, _ = await cli(stack, "reconcile", "--date", date)
+    assert code == 0 and "no findings" in out
+    stack.sandbox.add_discrepancy(
+        {"kind": "amount", "date": date, "transactionId": txs[0], "amount": "1.2500001"}
+    )
+    code, out, _ = await cli(stack, "reconcile", "--date", date, "--json")
+    assert code == 3
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 1
+    item = lines[0]
+    assert {k: item[k] for k in ("date", "kind", "transactionId", "currency", "network")} == {
+        "date": date,
+        "kind": "amount_differs",
+        "transactionId": txs[0],
+        "currency": "USDT",
+        "network": "TRON",
+    }
+    assert (item["ledgerAmount"], item["reportAmount"]) == ("1.25", "1.2500001")
+    assert item["txHash"]
+    code, out, _ = await cli(stack, "status")
+    rec = json.loads(out)["reconciliation"]
+    assert rec["lastRun"]["outcome"] == "findings" and rec["openFindings"] == {"amount_differs": 1}
+    code, out, err = await cli(
+        stack, "reconcile", "--ack", str(item["id"]), "--by", "ana", "--note", "checked"
+    )
+    assert code == 0, err
+    code, out, _ = await cli(stack, "status")
+    assert json.loads(out)["reconciliation"]["openFindings"] == {}
+    row = await stack.store.read(lambda db: findings_store.get_finding(db, item["id"]))
+    assert row is not None and (row["acknowledged_by"], row["note"]) == ("ana", "checked")
+
+
+async def test_a_report_of_many_pages_is_read_whole(start_stack: MakeStack) -> None:
+    """A report read one record per page gives the same findings as one page."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, txs = await booked_day(stack, 3)
+    stack.sandbox.add_discrepancy(
+        {"kind": "drop", "date": day.isoformat(), "transactionId": txs[1]}
+    )
+    client = stack.runtime.client
+    assert client is not None
+    reconciler = Reconciler(client, stack.store, lambda: stack.runtime.rules, page_size=1)
+    result = await reconciler.run(day)
+    assert [(f.kind, f.transaction_id) for f in result.findings] == [("missing_in_report", txs[1])]
+
+
+async def test_a_provider_outage_records_the_failure_alerts_and_the_next_run_completes(
+    start_stack: MakeStack,
+) -> None:
+    """The report failing mid-run: the run is recorded failed with nothing half-written, one
+    alert says so; once the provider answers the day is reconciled."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, txs = await booked_day(stack, 3)
+    date = day.isoformat()
+    stack.sandbox.add_discrepancy({"kind": "drop", "date": date, "transactionId": txs[0]})
+    client = stack.runtime.client
+    assert client is not None
+    reconciler = Reconciler(client, stack.store, lambda: stack.runtime.rules, page_size=1)
+    stack.sandbox.set_fault("settlement", "5xx", count=None)
+    for _ in range(2):
+        result = await reconciler.run(day)
+        assert result.outcome == "failed" and "ProviderUnavailable" in (result.error or "")
+    assert await open_findings(stack, day) == {}
+    runs = await stack.store.read(lambda db: findings_store.last_run(db))
+    assert runs is not None and runs["outcome"] == "failed"
+    await stack.settle()
+    await stack.wait_for(
+        lambda: any("condition `reconcile_failed`" in json.dumps(p) for p in stack.slack),
+        10,
+        "the failure alert",
+    )
+    failed = [p for p in stack.slack if "condition `reconcile_failed`" in json.dumps(p)]
+    assert len(failed) == 1  # one per day, not one per failed run
+    stack.sandbox.clear_faults()
+    result = await reconciler.run(day)
+    assert result.outcome == "findings"
+    assert set(await open_findings(stack, day)) == {"missing_in_report"}

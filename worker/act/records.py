@@ -1,0 +1,60 @@
+"""Record triggers into alert rows: an abnormal fund or a reconciliation finding, through the
+`"*"` rule set, in the caller's transaction.
+
+The caller fires a record trigger in the same write that records it fired (a finding inserted,
+an abnormal fund marked alerted), so each trigger queues its alerts once; each alert row is then
+sent once per channel (`worker.act.alert`). Only identifying fields reach the alert: ids,
+amounts, currency, network, txHash, status; never addresses or the provider's user ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import sqlite_utils
+
+from worker.act.rows import add_action, enqueue_alert
+from worker.rules import RecordView, RuleBook
+
+
+def fire_record(
+    db: sqlite_utils.Database,
+    rules: RuleBook,
+    trigger: str,
+    fields: Mapping[str, Any],
+    *,
+    subject: str,
+    detail: str,
+) -> int:
+    """Queue the alerts the `"*"` rules pick for this record; returns how many rows."""
+    queued = 0
+    for intent in rules.evaluate_record(RecordView(fields), trigger):
+        if intent.action == "ignore":
+            add_action(
+                db,
+                deposit=None,
+                action="ignore",
+                params={"subject": subject},
+                trigger=trigger,
+                intent=intent,
+                status="done",
+                outcome="ignored by rule",
+            )
+            break
+        if intent.action != "alert":
+            continue  # the loader refuses other actions on record triggers
+        message = intent.params.get("message")
+        enqueue_alert(
+            db,
+            None,
+            trigger,
+            str(intent.params.get("severity", "warning")),
+            trigger=trigger,
+            detail=f"{message}; {detail}" if message else detail,
+            channels=intent.params.get("channels"),
+            intent=intent,
+            once_per=f"{subject}:{intent.rule_set}:{intent.rule}",
+        )
+        queued += 1
+    return queued

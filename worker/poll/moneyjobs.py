@@ -1,0 +1,293 @@
+"""The money-integrity jobs of `serve`: the abnormal-fund poll every
+`scheduler.abnormal_interval_s` (backing off on provider errors like the other polls; an
+ABNORMAL_FUND_NOTIFICATION webhook starts one at once) and the daily reconciliation of the
+previous UTC day at `scheduler.reconcile_at`."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import random
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from worker.aio import finish_or_cancel
+from worker.config.settings import SchedulerSettings
+from worker.errors import ProviderAuthError, ProviderError
+from worker.logs import get_logger
+from worker.poll.abnormal import AbnormalPoll
+from worker.poll.reconcile import KINDS, Reconciler, RunResult
+from worker.store import abnormal as abnormal_store
+from worker.store import findings as findings_store
+from worker.store.writer import Store
+
+log = get_logger(__name__)
+
+FAILING_ALERT_AFTER = 3
+# A failed daily reconciliation is tried again this much later, this many times.
+RECONCILE_RETRY_S = 900.0
+RECONCILE_RETRIES = 8
+OUTCOMES = ("clean", "findings", "failed")
+
+
+class MoneyMetrics:
+    """Findings open by kind, last reconciled day, last run's outcome; abnormal funds."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.findings_open = Gauge(
+            "depositd_reconcile_findings_open",
+            "Reconciliation findings neither resolved nor acknowledged, by kind.",
+            ["kind"],
+            registry=registry,
+        )
+        self.last_day = Gauge(
+            "depositd_reconcile_last_day_timestamp_seconds",
+            "Start (Unix time, UTC midnight) of the last day reconciled completely (0: none).",
+            registry=registry,
+        )
+        self.last_outcome = Gauge(
+            "depositd_reconcile_last_outcome",
+            "1 for the last reconciliation run's outcome (clean, findings, failed), 0 otherwise.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.runs = Counter(
+            "depositd_reconcile_runs",
+            "Reconciliation runs by outcome (clean, findings, failed).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.abnormal = Gauge(
+            "depositd_abnormal_funds",
+            "Abnormal funds seen at the provider, by status.",
+            ["status"],
+            registry=registry,
+        )
+        self.abnormal_polls = Counter(
+            "depositd_abnormal_polls",
+            "Abnormal-fund polls by outcome (ok, error, auth).",
+            ["outcome"],
+            registry=registry,
+        )
+
+    async def refresh(self, store: Store) -> None:
+        """Read the gauges' figures from the store (an acknowledgement comes from the CLI)."""
+
+        def read(db: Any) -> tuple[dict[str, int], str | None, Any, dict[str, int]]:
+            return (
+                findings_store.open_counts_by_kind(db),
+                findings_store.last_reconciled_day(db),
+                findings_store.last_run(db),
+                abnormal_store.counts_by_status(db),
+            )
+
+        counts, day, last, abnormal = await store.read(read)
+        for kind in KINDS:
+            self.findings_open.labels(kind=kind).set(counts.get(kind, 0))
+        if day is not None:
+            start = datetime.fromisoformat(day).replace(tzinfo=UTC)
+            self.last_day.set(start.timestamp())
+        for outcome in OUTCOMES:
+            hit = last is not None and last["outcome"] == outcome
+            self.last_outcome.labels(outcome=outcome).set(1 if hit else 0)
+        self.abnormal.clear()
+        for status, count in abnormal.items():
+            self.abnormal.labels(status=status).set(count)
+
+
+def yesterday(now: datetime | None = None) -> dt.date:
+    """The UTC day before today."""
+    return ((now or datetime.now(UTC)).astimezone(UTC) - timedelta(days=1)).date()
+
+
+class MoneyJobs:
+    """APScheduler jobs for the abnormal-fund poll and the daily reconciliation."""
+
+    def __init__(
+        self,
+        poll: AbnormalPoll,
+        reconciler: Reconciler,
+        store: Store,
+        settings: SchedulerSettings,
+        metrics: MoneyMetrics,
+        *,
+        alert: Callable[[str, str, str], Awaitable[None]] | None = None,
+        backoff_s: float = 1.0,
+        backoff_max_s: float = 600.0,
+    ) -> None:
+        self._poll = poll
+        self._reconciler = reconciler
+        self._store = store
+        self._settings = settings
+        self._metrics = metrics
+        self._alert = alert
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self._failures = 0
+        self._not_before = 0.0
+        self._scheduler = AsyncIOScheduler(timezone="UTC")
+        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._stopping = False
+        self.last_abnormal_ok: float | None = None
+        self.reconcile_retry_s = RECONCILE_RETRY_S
+
+    def hint(self) -> None:
+        """An ABNORMAL_FUND_NOTIFICATION arrived: poll now (unless backing off or running)."""
+        self.fire("abnormal")
+
+    def fire(self, name: str) -> None:
+        """Start `abnormal` or `reconcile` now unless it runs already."""
+        if self._stopping:
+            return
+        task = self._running.get(name)
+        if task is not None and not task.done():
+            return
+        job = self.poll_abnormal() if name == "abnormal" else self.daily_reconcile(yesterday())
+        self._running[name] = asyncio.get_running_loop().create_task(job, name=name)
+
+    async def daily_reconcile(self, day: dt.date) -> None:
+        """The daily job: reconcile `day`; a failed run (the provider down) is tried again
+        after `RECONCILE_RETRY_S`, up to `RECONCILE_RETRIES` times."""
+        for attempt in range(RECONCILE_RETRIES + 1):
+            result = await self.reconcile(day)
+            if result is not None and result.outcome != "failed":
+                return
+            if self._stopping or attempt == RECONCILE_RETRIES:
+                return
+            log.warning(
+                "reconciliation tried again later",
+                day=day.isoformat(),
+                retryInSeconds=self.reconcile_retry_s,
+            )
+            await asyncio.sleep(self.reconcile_retry_s)
+
+    async def poll_abnormal(self) -> int:
+        """One guarded poll: provider errors back off (doubling) and alert after three."""
+        if time.monotonic() < self._not_before:
+            return 0
+        try:
+            count = await self._poll.run()
+        except Exception as exc:
+            await self._poll_failed(exc)
+            return 0
+        self._failures = 0
+        self.last_abnormal_ok = time.time()
+        self._metrics.abnormal_polls.labels(outcome="ok").inc()
+        await self._refresh()
+        return count
+
+    async def _poll_failed(self, exc: Exception) -> None:
+        self._failures += 1
+        kind = "auth" if isinstance(exc, ProviderAuthError) else "error"
+        delay = min(self.backoff_max_s, self.backoff_s * 2.0**self._failures)
+        delay *= 0.5 + random.random() / 2
+        self._not_before = time.monotonic() + delay
+        self._metrics.abnormal_polls.labels(outcome=kind).inc()
+        line = log.warning if isinstance(exc, ProviderError) else log.exception
+        line(
+            "poll failed; backing off",
+            poll="abnormal",
+            failures=self._failures,
+            backoffSeconds=round(delay, 3),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        if self._failures == FAILING_ALERT_AFTER and self._alert is not None:
+            try:
+                await self._alert(
+                    "poll_failing:abnormal",
+                    "critical" if kind == "auth" else "warning",
+                    f"abnormal poll failed {self._failures} times in a row: {exc}",
+                )
+            except Exception as err:
+                log.warning("could not queue poll_failing alert", error=str(err))
+
+    async def reconcile(self, day: dt.date) -> RunResult | None:
+        """One reconciliation of `day`; a failure is recorded and alerted by the reconciler."""
+        try:
+            result = await self._reconciler.run(day)
+        except Exception:  # storage or a bug: the job must not die unseen
+            log.exception("reconciliation crashed", day=day.isoformat())
+            return None
+        self._metrics.runs.labels(outcome=result.outcome).inc()
+        await self._refresh()
+        return result
+
+    async def _refresh(self) -> None:
+        try:
+            await self._metrics.refresh(self._store)
+        except Exception as exc:
+            log.warning("metrics refresh failed", error=str(exc))
+
+    def _job(self, name: str) -> Callable[[], Any]:
+        async def fire() -> None:  # a coroutine: APScheduler runs plain functions in threads
+            self.fire(name)
+
+        return fire
+
+    def start(self) -> None:
+        """Poll abnormal funds now and every interval; reconcile daily."""
+        self._stopping = False
+        hour, minute = (int(x) for x in self._settings.reconcile_at.split(":"))
+        self._scheduler.add_job(
+            self._job("abnormal"),
+            "interval",
+            seconds=self._settings.abnormal_interval_s,
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
+            id="abnormal",
+        )
+        self._scheduler.add_job(
+            self._job("reconcile"),
+            "cron",
+            hour=hour,
+            minute=minute,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=3600,
+            id="reconcile",
+        )
+        self._scheduler.start()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop scheduling; a poll in flight ends after its record, a run is cancelled after
+        `grace_s` (it records nothing until its one write, and the next run reads again)."""
+        self._stopping = True
+        self._poll.stop()
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+            await asyncio.sleep(0)
+        pending = [t for t in self._running.values() if not t.done()]
+        if pending:
+            await finish_or_cancel(pending, grace_s)
+
+
+def money_jobs(
+    client: Any,
+    store: Store,
+    rules: Callable[[], Any],
+    settings: SchedulerSettings,
+    registry: CollectorRegistry,
+    *,
+    wake: Callable[[], None],
+    alert: Callable[[str, str, str], Awaitable[None]] | None,
+    backoff_s: float = 1.0,
+) -> MoneyJobs:
+    """The jobs of one serve, on its client, store, rules and metrics registry."""
+    poll = AbnormalPoll(
+        client,
+        store,
+        rules,
+        page_size=settings.page_size,
+        max_pages=settings.max_pages,
+        after_commit=wake,
+    )
+    reconciler = Reconciler(client, store, rules, after_commit=wake)
+    return MoneyJobs(
+        poll, reconciler, store, settings, MoneyMetrics(registry), alert=alert, backoff_s=backoff_s
+    )

@@ -1,0 +1,399 @@
+"""Reconciliation: one day of the ledger against the provider's daily settlement report and
+its asset balances.
+
+The report is read page by page (one page in memory), the ledger side of the day is a dict of
+txHash -> booked deposit; amounts are compared as exact decimals. A run writes everything it
+found in one transaction at its end (`save_findings` + the run's record), or, when the provider
+fails or the report changes under it, records only that it failed: never half a run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import partial
+from typing import Any
+
+import sqlite_utils
+
+from worker.act.records import fire_record
+from worker.act.rows import enqueue_alert
+from worker.clock import utc_now
+from worker.errors import ProviderError
+from worker.logs import get_logger
+from worker.provider.client import ProviderClient
+from worker.provider.jsonio import decimal_str
+from worker.provider.resources import SettlementDaily, SettlementRecord
+from worker.rules import RuleBook
+from worker.store import findings as store
+from worker.store.findings import Finding
+from worker.store.meta import get_meta, set_meta
+from worker.store.writer import Store
+
+log = get_logger(__name__)
+
+KINDS = (
+    "missing_in_ledger",
+    "missing_in_report",
+    "amount_differs",
+    "provider_mismatch",
+    "provider_review",
+    "held_balance_drift",
+)
+# States whose funds the provider holds unavailable (before credit, or frozen).
+HELD_STATES = ("processing", "needs_details", "submitted", "rejected", "blocked")
+_DRIFT_META = "held_balance_drift"
+PAGE_SIZE = 200
+
+
+class ReportUnreadable(Exception):
+    """The report could not be read whole (changed while read, a page missing)."""
+
+
+@dataclass
+class RunResult:
+    """What one run ended with."""
+
+    day: str
+    outcome: str  # clean, findings, failed
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+
+
+def _ledger_side(db: sqlite_utils.Database, day: str) -> dict[str, tuple[Any, ...]]:
+    out: dict[str, tuple[Any, ...]] = {}
+    for tx_hash, tx_id, amount, currency, network in store.ledger_rows_for_day(db, day):
+        out[tx_hash or f"tx:{tx_id}"] = (tx_id, amount, currency, network, tx_hash)
+    return out
+
+
+def _status_kind(status: str | None) -> str | None:
+    if status is None or status.upper() == "MATCHED":
+        return None
+    return "provider_review" if status.upper() == "MANUAL_REVIEW" else "provider_mismatch"
+
+
+class _Day:
+    """The comparison of one day, fed one report record at a time."""
+
+    def __init__(self, day: str, ledger: dict[str, tuple[Any, ...]]) -> None:
+        self.day = day
+        self.ledger = ledger
+        self.matched: set[str] = set()
+        self.found: list[Finding] = []
+        self.elsewhere: list[SettlementRecord] = []  # not in this day's ledger side
+
+    def record(self, rec: SettlementRecord) -> None:
+        subject = rec.tx_hash or f"record:{rec.settlement_record_id}"
+        common: dict[str, Any] = {
+            "day": self.day,
+            "subject": subject,
+            "transaction_id": rec.platform_order_id,
+            "tx_hash": rec.tx_hash,
+            "report_amount": decimal_str(rec.amount),
+            "currency": rec.asset,
+            "network": rec.network,
+        }
+        kind = _status_kind(rec.reconciliation_status)
+        if kind is not None:
+            detail = f"reconciliation_status {rec.reconciliation_status}"
+            self.found.append(Finding(kind=kind, detail=detail, **common))
+        if subject in self.matched:
+            return
+        booked = self.ledger.pop(subject, None) if rec.tx_hash else None
+        if booked is None:
+            self.elsewhere.append(rec)
+            return
+        self.matched.add(subject)
+        self.compare(rec, booked, common)
+
+    def compare(
+        self, rec: SettlementRecord, booked: tuple[Any, ...], common: dict[str, Any]
+    ) -> None:
+        tx_id, amount = booked[0], Decimal(str(booked[1]))
+        if amount != rec.amount:
+            common = {**common, "transaction_id": tx_id}
+            self.found.append(
+                Finding(kind="amount_differs", ledger_amount=decimal_str(amount), **common)
+            )
+
+    def summary(self, daily: SettlementDaily) -> None:
+        counts = (
+            ("provider_mismatch", daily.summary.mismatched_count),
+            ("provider_review", daily.summary.manual_review_count),
+        )
+        for kind, count in counts:
+            if count > 0 and not any(f.kind == kind for f in self.found):
+                detail = f"the report's summary counts {count} record(s) {kind.split('_')[1]}"
+                self.found.append(
+                    Finding(day=self.day, kind=kind, subject="summary", detail=detail)
+                )
+
+    def leftovers(self) -> None:
+        for subject, (tx_id, amount, currency, network, tx_hash) in self.ledger.items():
+            self.found.append(
+                Finding(
+                    day=self.day,
+                    kind="missing_in_report",
+                    subject=subject,
+                    transaction_id=tx_id,
+                    tx_hash=tx_hash,
+                    ledger_amount=decimal_str(Decimal(str(amount))),
+                    currency=currency,
+                    network=network,
+                )
+            )
+
+
+def _elsewhere(db: sqlite_utils.Database, recs: list[SettlementRecord], day: str) -> list[Finding]:
+    """Report records not booked on that day: booked on another (compare) or never."""
+    out = []
+    for rec in recs:
+        booked = store.ledger_row_by_tx_hash(db, rec.tx_hash) if rec.tx_hash else None
+        common: dict[str, Any] = {
+            "day": day,
+            "subject": rec.tx_hash or f"record:{rec.settlement_record_id}",
+            "tx_hash": rec.tx_hash,
+            "report_amount": decimal_str(rec.amount),
+            "currency": rec.asset,
+            "network": rec.network,
+        }
+        if booked is None:
+            out.append(
+                Finding(kind="missing_in_ledger", transaction_id=rec.platform_order_id, **common)
+            )
+        elif Decimal(str(booked[1])) != rec.amount:
+            out.append(
+                Finding(
+                    kind="amount_differs",
+                    transaction_id=booked[0],
+                    ledger_amount=decimal_str(Decimal(str(booked[1]))),
+                    **common,
+                )
+            )
+    return out
+
+
+def finding_fields(f: Finding | dict[str, Any]) -> dict[str, Any]:
+    """The finding as `reconcile --json`, alerts and rule conditions show it."""
+    values = f if isinstance(f, dict) else {k: getattr(f, k) for k in store.FINDING_COLUMNS}
+
+    def get(key: str) -> Any:
+        return values.get(key)
+
+    amount = get("report_amount") or get("ledger_amount")
+    return {
+        "date": get("day"),
+        "kind": get("kind"),
+        "transactionId": get("transaction_id"),
+        "txHash": get("tx_hash"),
+        "ledgerAmount": get("ledger_amount"),
+        "reportAmount": get("report_amount"),
+        "currency": get("currency"),
+        "network": get("network"),
+        "amount": amount,
+    }
+
+
+def _describe(f: Finding, finding_id: int) -> str:
+    parts = [f"finding {finding_id} ({f.day}): {f.kind}"]
+    for label, value in (
+        ("transactionId", f.transaction_id),
+        ("txHash", f.tx_hash),
+        ("wallet", f.wallet_id),
+        ("ledger", f.ledger_amount),
+        ("report", f.report_amount),
+        ("currency", f.currency),
+        ("network", f.network),
+        ("", f.detail),
+    ):
+        if value is not None:
+            parts.append(f"{label} {value}".strip())
+    return ", ".join(parts)
+
+
+def _commit(
+    db: sqlite_utils.Database, result: RunResult, rules: RuleBook, started: str, drift: str
+) -> int:
+    """The run's one write: findings, resolutions, alerts of new findings, the run record."""
+    new = store.save_findings(db, result.day, result.findings, utc_now())
+    by_id = {(f.kind, f.subject): f for f in result.findings}
+    for finding_id in new:
+        row = store.get_finding(db, finding_id)
+        assert row is not None
+        f = by_id[(row["kind"], row["subject"])]
+        fire_record(
+            db,
+            rules,
+            "reconcile_finding",
+            finding_fields(f),
+            subject=f"finding:{finding_id}",
+            detail=_describe(f, finding_id),
+        )
+    set_meta(db, _DRIFT_META, drift)
+    store.record_run(
+        db,
+        result.day,
+        started_at=started,
+        finished_at=utc_now(),
+        outcome=result.outcome,
+        findings=len(result.findings),
+    )
+    return len(new)
+
+
+def _fail(db: sqlite_utils.Database, day: str, started: str, error: str) -> None:
+    store.record_run(
+        db,
+        day,
+        started_at=started,
+        finished_at=utc_now(),
+        outcome="failed",
+        findings=0,
+        error=error,
+    )
+    # One alert per day however often its runs fail (the job retries a failed day).
+    if not store.failure_alerted(db, day):
+        enqueue_alert(
+            db,
+            None,
+            "reconcile_failed",
+            "warning",
+            trigger="reconcile_failed",
+            detail=f"reconciliation of {day} failed: {error}",
+            once_per=day,
+        )
+
+
+class Reconciler:
+    """Runs reconciliation of one day."""
+
+    def __init__(
+        self,
+        client: ProviderClient,
+        store_: Store,
+        rules: Callable[[], RuleBook],
+        *,
+        after_commit: Callable[[], None] | None = None,
+        page_size: int = PAGE_SIZE,
+        max_pages: int = 10_000,
+    ) -> None:
+        self._client = client
+        self._store = store_
+        self._rules = rules
+        self._after_commit = after_commit
+        self._page_size = page_size
+        self._max_pages = max_pages
+
+    async def run(self, day: dt.date) -> RunResult:
+        """Reconcile `day`; the result is recorded whatever it is."""
+        text = day.isoformat()
+        started = utc_now()
+        log.info("reconciliation started", day=text)
+        try:
+            result, drift = await self._compare(day)
+        except (ProviderError, ReportUnreadable) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.error(
+                "reconciliation failed; nothing recorded but the failure", day=text, error=error
+            )
+            await self._store.write(partial(_fail, day=text, started=started, error=error))
+            self._wake()
+            return RunResult(text, "failed", error=error)
+        new = await self._store.write(
+            partial(_commit, result=result, rules=self._rules(), started=started, drift=drift)
+        )
+        counts: dict[str, int] = defaultdict(int)
+        for f in result.findings:
+            counts[f.kind] += 1
+        log.info(
+            "reconciliation done",
+            day=text,
+            outcome=result.outcome,
+            findings=len(result.findings),
+            newFindings=new,
+            **dict(counts),
+        )
+        if new:
+            self._wake()
+        return result
+
+    def _wake(self) -> None:
+        if self._after_commit is not None:
+            self._after_commit()
+
+    async def _compare(self, day: dt.date) -> tuple[RunResult, str]:
+        text = day.isoformat()
+        ledger = await self._store.read(partial(_ledger_side, day=text))
+        cmp = _Day(text, ledger)
+        first: SettlementDaily | None = None
+        seen = 0
+        page = 1
+        while True:
+            daily = await self._client.settlement_daily_records(
+                settlement_date=text, record_type="IN", page=page, page_size=self._page_size
+            )
+            if first is None:
+                first = daily
+            elif (daily.total, daily.summary) != (first.total, first.summary):
+                raise ReportUnreadable("the report changed while it was read; read again next run")
+            for rec in daily.records:
+                if (rec.record_type or "IN").upper() == "IN":
+                    cmp.record(rec)
+            seen += len(daily.records)
+            # Records not booked that day are looked up page by page: memory stays one page.
+            cmp.found.extend(
+                await self._store.read(partial(_elsewhere, recs=cmp.elsewhere, day=text))
+            )
+            cmp.elsewhere.clear()
+            if not daily.records or seen >= daily.total or page >= self._max_pages:
+                break
+            page += 1
+        if seen != first.total:
+            raise ReportUnreadable(f"the report lists {first.total} records, {seen} were read")
+        cmp.summary(first)
+        cmp.leftovers()
+        drift_found, drift = await self._held(text)
+        cmp.found.extend(drift_found)
+        outcome = "findings" if cmp.found else "clean"
+        return RunResult(text, outcome, cmp.found), drift
+
+    async def _held(self, day: str) -> tuple[list[Finding], str]:
+        """Unavailable balances against the deposits held; a drift seen on two checks in a
+        row is a finding (one check may fall between a credit and its webhook)."""
+
+        def read(db: sqlite_utils.Database) -> tuple[list[int], dict[str, Decimal], str | None]:
+            sums: dict[str, Decimal] = defaultdict(Decimal)
+            for wallet, currency, amount in store.held_amounts(db, HELD_STATES):
+                sums[f"{wallet}:{str(currency).upper()}"] += Decimal(str(amount))
+            return store.tracked_wallets(db), sums, get_meta(db, _DRIFT_META)
+
+        wallets, sums, before = await self._store.read(read)
+        previous = json.loads(before or "{}")
+        current: dict[str, str] = {}
+        found: list[Finding] = []
+        for wallet in wallets:
+            for bal in await self._client.asset_balance(wallet):
+                key = f"{wallet}:{bal.currency.upper()}"
+                held = sums.get(key, Decimal(0))
+                if bal.unavailable == held:
+                    continue
+                current[key] = decimal_str(bal.unavailable - held)
+                if key in previous:
+                    found.append(
+                        Finding(
+                            day=day,
+                            kind="held_balance_drift",
+                            subject=key,
+                            wallet_id=wallet,
+                            ledger_amount=decimal_str(held),
+                            report_amount=decimal_str(bal.unavailable),
+                            currency=bal.currency,
+                            detail="unavailable balance differs from the deposits held",
+                        )
+                    )
+        return found, json.dumps(current, sort_keys=True)

@@ -1,0 +1,232 @@
+"""The findings and reconcile_runs tables, and the ledger reads reconciliation compares.
+
+A finding is one disagreement between the ledger and the provider's books for one day, keyed by
+(day, kind, subject); `save_findings` writes a whole run at once (new ones inserted, those seen
+again touched, those gone marked resolved) so a run is never half-written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlite_utils
+
+FINDING_COLUMNS = (
+    "day",
+    "kind",
+    "subject",
+    "transaction_id",
+    "tx_hash",
+    "ledger_amount",
+    "report_amount",
+    "currency",
+    "network",
+    "wallet_id",
+    "detail",
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One disagreement found by a run (before it is stored)."""
+
+    day: str
+    kind: str
+    subject: str
+    transaction_id: str | None = None
+    tx_hash: str | None = None
+    ledger_amount: str | None = None
+    report_amount: str | None = None
+    currency: str | None = None
+    network: str | None = None
+    wallet_id: int | None = None
+    detail: str | None = None
+
+    def values(self) -> list[Any]:
+        """The row's values in FINDING_COLUMNS order."""
+        return [getattr(self, c) for c in FINDING_COLUMNS]
+
+
+def ledger_rows_for_day(db: sqlite_utils.Database, day: str) -> Iterator[tuple[Any, ...]]:
+    """(txHash, transactionId, amount, currency, network) of each deposit booked whose credit
+    fell on `day` (the provider's credit time; the booking time when none is known)."""
+    yield from db.execute(
+        "SELECT l.tx_hash, l.transaction_id, l.amount, l.currency, l.network FROM ledger l"
+        " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
+        " WHERE COALESCE(date(json_extract(d.fact_time, '$.credit_status') / 1000, 'unixepoch'),"
+        " substr(l.booked_at, 1, 10)) = ?",
+        [day],
+    )
+
+
+def ledger_row_by_tx_hash(db: sqlite_utils.Database, tx_hash: str) -> tuple[Any, ...] | None:
+    """(transactionId, amount, currency, network) of the deposit booked with this txHash."""
+    row = db.execute(
+        "SELECT transaction_id, amount, currency, network FROM ledger WHERE tx_hash=? LIMIT 1",
+        [tx_hash],
+    ).fetchone()
+    return None if row is None else tuple(row)
+
+
+def held_amounts(
+    db: sqlite_utils.Database, states: Sequence[str]
+) -> Iterator[tuple[int, str, str]]:
+    """(walletId, currency, amount) of each tracked deposit in one of `states`."""
+    marks = ",".join("?" for _ in states)
+    yield from db.execute(
+        "SELECT wallet_id, currency, amount FROM deposits WHERE state IN"
+        f" ({marks}) AND wallet_id IS NOT NULL AND amount IS NOT NULL",
+        list(states),
+    )
+
+
+def tracked_wallets(db: sqlite_utils.Database) -> list[int]:
+    """Every walletId a tracked deposit names."""
+    rows = db.execute(
+        "SELECT DISTINCT wallet_id FROM deposits WHERE wallet_id IS NOT NULL ORDER BY wallet_id"
+    )
+    return [int(r[0]) for r in rows]
+
+
+def save_findings(
+    db: sqlite_utils.Database, day: str, found: Sequence[Finding], now: str
+) -> list[int]:
+    """Store one run's findings of `day`; returns the ids of findings new to the table.
+
+    Seen again: `last_seen` moves (and a resolved one is open again). Not seen this time: marked
+    resolved now, never reported again.
+    """
+    new: list[int] = []
+    cols = ", ".join(FINDING_COLUMNS)
+    marks = ",".join("?" for _ in FINDING_COLUMNS)
+    for f in found:
+        cur = db.execute(
+            f"INSERT OR IGNORE INTO findings ({cols}, first_seen, last_seen) VALUES"
+            f" ({marks}, ?, ?)",
+            [*f.values(), now, now],
+        )
+        if cur.rowcount == 1:
+            new.append(int(cur.lastrowid or 0))
+        else:
+            db.execute(
+                "UPDATE findings SET last_seen=?, resolved_at=NULL, ledger_amount=?,"
+                " report_amount=?, detail=? WHERE day=? AND kind=? AND subject=?",
+                [now, f.ledger_amount, f.report_amount, f.detail, day, f.kind, f.subject],
+            )
+    db.execute(
+        "UPDATE findings SET resolved_at=? WHERE day=? AND resolved_at IS NULL AND last_seen<>?",
+        [now, day, now],
+    )
+    return new
+
+
+def record_run(
+    db: sqlite_utils.Database,
+    day: str,
+    *,
+    started_at: str,
+    finished_at: str,
+    outcome: str,
+    findings: int,
+    error: str | None = None,
+) -> None:
+    """One reconciliation run: clean, findings or failed."""
+    db.execute(
+        "INSERT INTO reconcile_runs (day, started_at, finished_at, outcome, findings, error)"
+        " VALUES (?,?,?,?,?,?)",
+        [day, started_at, finished_at, outcome, findings, error],
+    )
+
+
+def findings_of_day(db: sqlite_utils.Database, day: str) -> list[dict[str, Any]]:
+    """The open findings of one day, in the order they were found."""
+    rows = db.execute(
+        "SELECT * FROM findings WHERE day=? AND resolved_at IS NULL ORDER BY id", [day]
+    )
+    return [dict(r) for r in rows]
+
+
+def open_findings(db: sqlite_utils.Database, *, limit: int = 1000) -> list[dict[str, Any]]:
+    """Findings neither resolved nor acknowledged, oldest day first."""
+    rows = db.execute(
+        "SELECT * FROM findings WHERE resolved_at IS NULL AND acknowledged_at IS NULL"
+        " ORDER BY day, id LIMIT ?",
+        [limit],
+    )
+    return [dict(r) for r in rows]
+
+
+def open_counts_by_kind(db: sqlite_utils.Database) -> dict[str, int]:
+    """Open (unresolved, unacknowledged) findings per kind."""
+    rows = db.execute(
+        "SELECT kind, COUNT(*) FROM findings WHERE resolved_at IS NULL"
+        " AND acknowledged_at IS NULL GROUP BY kind"
+    )
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+def get_finding(db: sqlite_utils.Database, finding_id: int) -> dict[str, Any] | None:
+    """One finding by id."""
+    row = db.execute("SELECT * FROM findings WHERE id=?", [finding_id]).fetchone()
+    return None if row is None else dict(row)
+
+
+def acknowledge(
+    db: sqlite_utils.Database, finding_id: int, *, by: str, note: str, now: str
+) -> bool:
+    """Record who acknowledged a finding, when and why; False when there is no such finding."""
+    cur = db.execute(
+        "UPDATE findings SET acknowledged_by=?, acknowledged_at=?, note=? WHERE id=?",
+        [by, now, note, finding_id],
+    )
+    return cur.rowcount == 1
+
+
+def last_run(db: sqlite_utils.Database) -> dict[str, Any] | None:
+    """The latest reconciliation run, or None."""
+    row = db.execute("SELECT * FROM reconcile_runs ORDER BY id DESC LIMIT 1").fetchone()
+    return None if row is None else dict(row)
+
+
+def last_reconciled_day(db: sqlite_utils.Database) -> str | None:
+    """The latest day a run completed (clean or with findings)."""
+    row = db.execute(
+        "SELECT MAX(day) FROM reconcile_runs WHERE outcome IN ('clean', 'findings')"
+    ).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def reconciliation_status(db: Any) -> dict[str, Any] | None:
+    """What `status` shows of reconciliation: the last run and the open findings by kind;
+    None on a database without the findings table (not migrated yet)."""
+    exists = db.execute(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='findings'"
+    ).fetchone()[0]
+    if not exists:
+        return None
+    last = last_run(db)
+    return {
+        "lastRun": None
+        if last is None
+        else {
+            "day": last["day"],
+            "outcome": last["outcome"],
+            "findings": last["findings"],
+            "finishedAt": last["finished_at"],
+            "error": last["error"],
+        },
+        "lastReconciledDay": last_reconciled_day(db),
+        "openFindings": open_counts_by_kind(db),
+    }
+
+
+def failure_alerted(db: sqlite_utils.Database, day: str) -> bool:
+    """Was a reconcile_failed alert already queued for this day?"""
+    row = db.execute(
+        "SELECT 1 FROM actions WHERE action='alert' AND trigger='reconcile_failed'"
+        " AND json_extract(params, '$.once_per')=? LIMIT 1",
+        [day],
+    ).fetchone()
+    return row is not None
