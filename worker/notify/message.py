@@ -77,6 +77,11 @@ _TEXTS: dict[str, _Text] = {
         "Deposit BLOCKED: funds could not be credited",
         "Contact provider support with the transactionId.",
     ),
+    "released": _Text(
+        "Deposit released: a BLOCKED deposit is now credited",
+        "Support released the funds; they are in the available balance. depositd books the "
+        "deposit once through the booking rule (on: [credited]); no other step is needed.",
+    ),
     "failed": _Text(
         "Deposit FAILED: the deposit order ended with status FAIL",
         "Nothing will be credited. Check the transaction detail and contact provider support "

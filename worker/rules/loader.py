@@ -43,9 +43,10 @@ from worker.rules.model import (
 )
 
 TOP_KEYS = ("wallet", "rules", "description")
-# The triggers on which the deposit is credited: credited, and completed (an order at SUCCESS is
-# credited, whitelisted or not). Raw eventTypes and the other triggers do not imply it.
-BOOK_TRIGGERS = frozenset({"credited", "completed"})
+# The triggers on which the deposit is credited: credited, completed (an order at SUCCESS is
+# credited, whitelisted or not) and released (a blocked deposit credited after all). Raw
+# eventTypes and the other triggers do not imply it.
+BOOK_TRIGGERS = frozenset({"credited", "completed", "released"})
 RULE_KEYS = ("name", "on", "if", "then")
 ALERT_KEYS = ("severity", "channels", "message")
 FORWARD_KEYS = ("url", "secret_env", "secret_file", "allow_insecure_http")

@@ -16,6 +16,7 @@ TRIGGERS: tuple[str, ...] = (
     "credited",
     "completed",
     "blocked",
+    "released",
     "failed",
 )
 # Raw eventTypes a rule may name instead of (or besides) a trigger. Only deposit events: address

@@ -350,6 +350,7 @@ class Runtime:
         if settings.scheduler.enabled:
             poll_metrics.interval.labels(poll="history").set(settings.scheduler.history_interval_s)
             poll_metrics.interval.labels(poll="detail").set(settings.scheduler.detail_interval_s)
+            poll_metrics.interval.labels(poll="blocked").set(settings.scheduler.blocked_interval_s)
 
             def on_poll(name: str, outcome: str) -> None:
                 poll_metrics.runs.labels(poll=name, outcome=outcome).inc()
