@@ -22,6 +22,7 @@ from worker.act.reactor import (
     key_used,
     submit_key,
 )
+from worker.act.notfound import Reread, find_in_queues
 from worker.act.rows import ActionRows, alert_once
 from worker.config.profiles import Profiles
 from worker.errors import (
@@ -216,6 +217,65 @@ class Submitter:
             log.exception("detail read; its fact not recorded now", transactionId=tx)
         return order
 
+    async def _not_found(
+        self,
+        action_id: int,
+        tx: str,
+        deposit: Deposit | None,
+        key: str,
+        detail: str,
+        attempts: int,
+        alert: Callable[[str, str], Callable[[sqlite_utils.Database], object]],
+    ) -> None:
+        """10000100: re-read the history queues (init, rejected), then the detail; a deposit in
+        neither and unknown to the detail is gone (critical alert). No retry with this key."""
+        try:
+            queue = await find_in_queues(
+                self._client,
+                tx,
+                wallet_id=deposit.wallet_id if deposit else None,
+                observe=self._observe,
+            )
+            seen = Reread(queue, await self._refresh(tx))
+        except ProviderError as err:
+            # Gone or not cannot be told yet: try again later with the same key.
+            await self._rows.later(
+                action_id,
+                attempts,
+                f"{detail}; queues or detail not read ({err.msg}); retrying later",
+                key=key,
+            )
+            return
+        found = f"{detail}; {seen.describe()}"
+        log.warning("submission answered 10000100", transactionId=tx, queue=seen.queue)
+        if seen.gone:
+            await self._rows.finish(
+                action_id,
+                "failed",
+                f"{found}; deposit gone",
+                key=key,
+                also=alert("critical", found),
+            )
+        elif seen.waits_for_details:
+            # Not found to a submission, yet still waiting for payer details: nothing
+            # depositd may do (no retry with this key) moves it on, so a human must know.
+            await self._rows.finish(
+                action_id,
+                "failed",
+                f"{found}; the deposit still exists and still waits for details",
+                key=key,
+                also=alert(
+                    "warning",
+                    f"{found}; the deposit still exists and still waits for payer details;"
+                    " depositd does not submit again",
+                ),
+            )
+        else:
+            # It moved on (rejected, a review under way or done): the tracker follows it.
+            await self._rows.finish(
+                action_id, "failed", f"{found}; the deposit still exists", key=key
+            )
+
     async def _submit_failed(
         self,
         action_id: int,
@@ -276,40 +336,7 @@ class Submitter:
                 read = f"detail not read now ({err.msg}); the detail poll reads it"
             await self._rows.finish(action_id, "done", f"{what}; {read}", key=key)
         elif code == "10000100":
-            try:
-                order = await self._refresh(tx)
-            except ProviderError as err:
-                # Gone or not cannot be told yet: try again later with the same key.
-                await self._rows.later(
-                    action_id,
-                    attempts,
-                    f"{detail}; detail not read ({err.msg}); retrying later",
-                    key=key,
-                )
-                return
-            if order is None:
-                await self._rows.finish(
-                    action_id, "failed", f"{detail}; deposit gone", key=key, also=alert("critical")
-                )
-            elif order.whiteListStatus is WhiteListStatus.INIT:
-                # Not found to a submission, yet still waiting for payer details: nothing
-                # depositd may do (no retry with this key) moves it on, so a human must know.
-                await self._rows.finish(
-                    action_id,
-                    "failed",
-                    f"{detail}; the deposit still exists and still waits for details",
-                    key=key,
-                    also=alert(
-                        "warning",
-                        f"{detail}; the deposit still exists and still waits for payer details;"
-                        " depositd does not submit again",
-                    ),
-                )
-            else:
-                # It moved on (a review under way or done): the tracker follows it from here.
-                await self._rows.finish(
-                    action_id, "failed", f"{detail}; the deposit still exists", key=key
-                )
+            await self._not_found(action_id, tx, deposit, key, detail, attempts, alert)
         elif code in ("10000102", "10000103"):
             await self._rows.finish(
                 action_id,
