@@ -16,13 +16,13 @@ from typing import Any
 import sqlite_utils
 
 from worker import clock
+from worker.act.notfound import Reread, find_in_queues
 from worker.act.reactor import (
     add_submission,
     enqueue_alert,
     key_used,
     submit_key,
 )
-from worker.act.notfound import Reread, find_in_queues
 from worker.act.rows import ActionRows, alert_once
 from worker.config.profiles import Profiles
 from worker.errors import (
