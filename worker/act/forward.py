@@ -38,8 +38,9 @@ class Forwarder:
     async def run(
         self, action_id: int, deposit: Deposit | None, params: dict[str, Any], attempts: int
     ) -> None:
-        """Post the deposit to the rule's URL; a failure is retried with back-off."""
-        if deposit is None:
+        """Post the deposit (or the order, for order_updated) to the rule's URL; a failure is
+        retried with back-off."""
+        if deposit is None and not params.get("order"):
             await self._rows.finish(action_id, "skipped", "deposit unknown")
             return
         url = str(params["url"])
@@ -59,7 +60,12 @@ class Forwarder:
             # (the back-off is capped), alerted once meanwhile.
             await self._rows.later(action_id, attempts, f"{outcome}; retrying", also=also)
             return
-        body = jsonio.dumpb(params.get("deposit") or deposit.as_json())
+        order = params.get("order")
+        if order:
+            body = jsonio.dumpb(order)
+        else:
+            assert deposit is not None
+            body = jsonio.dumpb(params.get("deposit") or deposit.as_json())
         ok, outcome, redirected = await self._post(url, secret, body)
         if ok:
             await self._rows.finish(action_id, "done", f"forwarded to {url}: {outcome}")

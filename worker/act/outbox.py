@@ -22,6 +22,7 @@ import sqlite_utils
 
 from worker.act.alert import AlertSender
 from worker.act.forward import Forwarder
+from worker.act.orders import OrderReader
 from worker.act.rows import ActionRows
 from worker.act.submit import Observe, Submitter
 from worker.aio import first_done
@@ -31,6 +32,7 @@ from worker.errors import StorageError
 from worker.logs import get_logger
 from worker.notify.channels import Notifier
 from worker.provider.client import ProviderClient
+from worker.rules import RuleBook
 from worker.store.writer import Store
 from worker.track.tracker import Deposit
 
@@ -52,6 +54,7 @@ class Outbox:
         backoff_max_s: float = 300.0,
         notify_retry: Mapping[str, Any] | None = None,
         on_alert: Callable[[str, str], None] | None = None,
+        rules: Callable[[], RuleBook] | None = None,
     ) -> None:
         self._store = store
         self._observe = observe
@@ -75,6 +78,9 @@ class Outbox:
             on_alert=on_alert,
         )
         self._forwarder = Forwarder(self._rows)
+        self._orders = OrderReader(
+            self._rows, client=client, rules=rules if rules is not None else RuleBook.empty
+        )
 
     def wake(self) -> None:
         """Tell the runner that new rows may be due."""
@@ -168,6 +174,8 @@ class Outbox:
                 await self._alerts.run(action_id, deposit, params, attempts)
             elif row["action"] == "forward":
                 await self._forwarder.run(action_id, deposit, params, attempts)
+            elif row["action"] == "order_updated":
+                await self._orders.run(action_id, row, params, attempts)
             else:
                 await self._rows.finish(action_id, "skipped", f"nothing to run for {row['action']}")
         except Exception as exc:  # a bug must not stop the runner; the row shows it

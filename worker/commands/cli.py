@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "deposits": "worker.commands.read:run_deposits",
     "events": "worker.commands.read:run_events",
     "addresses": "worker.commands.read:run_addresses",
+    "orders": "worker.commands.orders:run",
     "replay": "worker.commands.ops:run_replay",
     "retry-failed": "worker.commands.ops:run_retry_failed",
     "resolve": "worker.commands.resolve:run",
@@ -126,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("addresses", parents=[common], help="print registered source addresses")
     p.add_argument("--json", action="store_true", help=json_help)
+
+    p = sub.add_parser("orders", parents=[common], help="print stable, collection, transfer orders")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument(
+        "--kind", choices=("stable", "collect", "transfer"), help="only orders of this kind"
+    )
 
     p = sub.add_parser("replay", parents=[common], help="re-run one stored event")
     p.add_argument("event_id", metavar="EVENT_ID", help="the stored event's eventId")

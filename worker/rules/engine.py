@@ -38,8 +38,12 @@ def _listing(values: Iterable[str]) -> str:
     return ", ".join(sorted(values))
 
 
-def _compare(op: Operator, value: Decimal, bound: Decimal) -> bool:
+def compare(op: Operator, value: Decimal, bound: Decimal) -> bool:
+    """`value op bound` for one amount condition."""
     return bool(_COMPARE[op](value, bound))
+
+
+_compare = compare
 
 
 def failing_condition(

@@ -41,6 +41,7 @@ from worker.rules.model import (
     RuleSet,
     WalletKey,
 )
+from worker.rules.orders import ORDER_ACTIONS, ORDER_CONDITIONS, ORDER_TRIGGER
 
 TOP_KEYS = ("wallet", "rules", "description")
 # The triggers on which the deposit is credited: credited, completed (an order at SUCCESS is
@@ -62,6 +63,7 @@ class _File:
         self.src = src
         self.problems = problems
         self.profiles = profiles
+        self.wallet_key: WalletKey | None = None  # set once `wallet:` is read
 
     def bad(self, loc: Loc, message: str, *, label: Loc | None = None) -> None:
         self.problems.append(f"{self.src.where(loc)}: {dotted(label or loc)}: {message}")
@@ -126,9 +128,24 @@ class _File:
         if not isinstance(name, str) or not name.strip():
             self.bad((*loc, "name"), "every rule needs a name (a non-empty string)")
         on = self.triggers(item.get("on"), (*loc, "on"), present="on" in item)
-        conditions = self.conditions(item.get("if"), (*loc, "if"))
+        is_order = ORDER_TRIGGER in on
+        if is_order and len(on) > 1:
+            self.bad(
+                (*loc, "on"),
+                f"{ORDER_TRIGGER} is about an order, not a deposit: give it a rule of its own",
+            )
+        allowed = ORDER_CONDITIONS if is_order else CONDITIONS
+        conditions = self.conditions(item.get("if"), (*loc, "if"), allowed)
         actions = self.actions(item.get("then"), (*loc, "then"), present="then" in item)
-        if any(a.name == "book" for a in actions):
+        if is_order:
+            wrong = sorted({a.name for a in actions} - ORDER_ACTIONS)
+            if wrong:
+                self.bad(
+                    (*loc, "then"),
+                    f"{', '.join(wrong)} cannot act on an order ({ORDER_TRIGGER}):"
+                    f" {', '.join(sorted(ORDER_ACTIONS))}",
+                )
+        elif any(a.name == "book" for a in actions):
             self.book_triggers(on, item.get("then"), loc)
         if len(self.problems) > before or not isinstance(name, str):
             return None
@@ -167,7 +184,14 @@ class _File:
             return frozenset()
         out = set()
         for index, trigger in enumerate(items):
-            if trigger in KNOWN_TRIGGERS:
+            if trigger == ORDER_TRIGGER and self.wallet_key not in (None, ANY_WALLET):
+                self.bad(
+                    (*loc, index),
+                    f"{trigger} belongs to no wallet: only the rule set for every wallet"
+                    ' (wallet: "*") sees it',
+                    label=loc,
+                )
+            elif trigger in KNOWN_TRIGGERS:
                 out.add(cast(str, trigger))
             else:
                 hint = suggest(str(trigger), KNOWN_TRIGGERS)
@@ -180,16 +204,16 @@ class _File:
 
     # --- conditions ---
 
-    def conditions(self, value: Any, loc: Loc) -> Conditions:
+    def conditions(self, value: Any, loc: Loc, allowed: Sequence[str] = CONDITIONS) -> Conditions:
         if value is None:
             return Conditions()
         if not isinstance(value, dict):
             self.bad(loc, "must be a mapping of conditions")
             return Conditions()
         for key in value:
-            if key not in CONDITIONS:
-                hint = suggest(str(key), CONDITIONS)
-                self.bad((*loc, key), f"unknown condition {key!r} {known(CONDITIONS)}{hint}")
+            if key not in allowed:
+                hint = suggest(str(key), allowed)
+                self.bad((*loc, key), f"unknown condition {key!r} {known(allowed)}{hint}")
         currency = self.strings(value, "currency", loc, upper=True)
         network = self.strings(value, "network", loc, upper=True)
         from_address = self.strings(value, "fromAddress", loc)
@@ -206,6 +230,9 @@ class _File:
             from_address=from_address,
             wallet_name=wallet_name,
             profile=profile,
+            order_status=self.strings(value, "orderStatus", loc, upper=True),
+            business_type=self.strings(value, "businessType", loc, upper=True),
+            kind=self.strings(value, "kind", loc, upper=True),
         )
 
     def strings(
@@ -463,6 +490,7 @@ def _load_file(
     file = _File(src, problems, profile_names)
     file.unknown_keys(src.data, (), TOP_KEYS)
     wallet = file.wallet(src.data)
+    file.wallet_key = wallet
     rules = file.rules(src.data)
     line = src.line(("wallet",))
     if len(problems) > before or wallet is None:

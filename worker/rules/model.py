@@ -27,7 +27,10 @@ EVENT_TYPES: tuple[str, ...] = (
     "DEPOSIT_WHITELIST_CREDITED",
     "DEPOSIT_ORDER_NOTIFICATION",
 )
-KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS + EVENT_TYPES
+# Triggers about orders (stable, collection, wallet transfer), which belong to no wallet's
+# deposit: seen only by the "*" rule set (worker.rules.orders).
+ORDER_TRIGGERS: tuple[str, ...] = ("order_updated",)
+KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS + EVENT_TYPES + ORDER_TRIGGERS
 
 ACTIONS: tuple[str, ...] = ("submit_profile", "book", "alert", "forward", "ignore")
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
@@ -78,6 +81,10 @@ class Conditions:
     from_address: frozenset[str] | None = None
     wallet_name: frozenset[str] | None = None
     profile: Literal["found", "missing"] | None = None
+    # Order conditions (order_updated only), upper-cased like currency and network.
+    order_status: frozenset[str] | None = None
+    business_type: frozenset[str] | None = None
+    kind: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -340,6 +340,7 @@ class Runtime:
             backoff_s=self._outbox_backoff_s,
             notify_retry=self._notify_retry,
             on_alert=on_alert,
+            rules=lambda: self.rules,
         )
         processor.after_commit.append(self.outbox.wake)
         await store.write(partial(_submissions_due, bundle=self.bundle))

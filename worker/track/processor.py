@@ -55,6 +55,7 @@ from worker.store.queries import (
 from worker.store.writer import Store
 from worker.track.conflicts import record_conflicts
 from worker.track.facts import cap_time, fact_from_event
+from worker.track.orders import ORDER_KINDS, apply_order_event
 from worker.track.tracker import Deposit, Fact, Transition, observe
 
 log = get_logger(__name__)
@@ -348,6 +349,9 @@ class Processor:
         envelope = WebhookEnvelope.model_validate(jsonio.loads(event.body))
         if envelope.eventType == EventType.WALLET_ADDRESS_UPDATED.value:
             apply_address_update(db, AddressUpdatedData.model_validate(envelope.data))
+            return _Outcome(event, "processed")
+        if envelope.eventType in ORDER_KINDS:
+            apply_order_event(db, envelope)
             return _Outcome(event, "processed")
         received = _ms(event.received_at)
         fact = fact_from_event(envelope, received_at=received)
