@@ -10,15 +10,51 @@ from typing import Any
 import pytest
 
 from worker.dev.harness import Stack
-from worker.provider.models import CreditStatus
+from worker.provider.models import CreditStatus, DepositOrder
 from worker.track.facts import fact_from_order
-from worker.track.tracker import State
+from worker.track.tracker import State, observe
 
 FAST = 0.3
 NEVER = 3600.0
 PAYER = "TReleasedPayer0000000000000000001"  # wallet 1002: its fallback profile applies
 
 MakeStack = Callable[..., Awaitable[Stack]]
+
+
+def detail(at: int, status: str, credit: str, white: str = "pending") -> DepositOrder:
+    """A transaction detail of one whitelisted deposit, updated at `at`."""
+    return DepositOrder.model_validate(
+        {
+            "transactionId": "tx-released-1",
+            "walletId": 1002,
+            "currency": "USDT",
+            "network": "TRON",
+            "amount": "12.5",
+            "status": status,
+            "whiteListStatus": white,
+            "creditStatus": credit,
+            "updateTime": at,
+        }
+    )
+
+
+def test_blocked_then_credited_then_success_is_released_and_completed() -> None:
+    """BLOCKED, then CREDITED, then SUCCESS: released with credited (so the booking rule books
+    it), then completed; a late BLOCKED reading changes nothing."""
+    t0 = 1_790_000_000_000
+    deposit, blocked = observe(None, fact_from_order(detail(t0, "PROCESSING", "BLOCKED")))
+    assert [t.key for t in blocked] == ["submitted", "blocked"] and deposit.state is State.BLOCKED
+    deposit, released = observe(
+        deposit, fact_from_order(detail(t0 + 5, "PROCESSING", "CREDITED", "approved"))
+    )
+    assert [t.key for t in released] == ["released", "credited"]
+    assert deposit.state is State.CREDITED
+    deposit, done = observe(
+        deposit, fact_from_order(detail(t0 + 9, "SUCCESS", "CREDITED", "approved"))
+    )
+    assert [t.key for t in done] == ["completed"] and deposit.state is State.COMPLETED
+    again, late = observe(deposit, fact_from_order(detail(t0 + 1, "PROCESSING", "BLOCKED")))
+    assert late == [] and again.state is State.COMPLETED
 
 
 async def reach(stack: Stack, tx: str, state: State, timeout: float = 10) -> None:  # noqa: ASYNC109
