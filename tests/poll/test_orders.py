@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -153,6 +154,27 @@ async def test_collection_order_alerts_through_the_star_rule_set(
     assert order["orderId"] in texts[0] and "collection order failed" in texts[0]
     assert "amount 50.5 USDT" in texts[0]
     assert len([m for m in stack.emails if m["X-Depositd-Condition"] == "order_updated"]) == 1
+
+    # `rules test` on that event shows the order rule matching, and touches nothing.
+    [failed] = [
+        d.envelope
+        for d in stack.sandbox.deliverer.history
+        if d.envelope["eventType"] == "Collect Order Updated" and d.envelope["status"] == "FAIL"
+    ]
+    event = tmp_path / "collect.json"
+    event.write_text(json.dumps(failed))
+    dry = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "worker", "rules", "test", str(event)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "DEPOSITD_CONFIG": str(stack.config_path)},
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert "[match] failed collections" in dry.stdout
+    assert "would run: alert (rule 'failed collections')" in dry.stdout
 
 
 def test_order_rules_are_checked_with_file_and_line(tmp_path: Path) -> None:

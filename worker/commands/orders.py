@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import sqlite_utils
 
 from worker.commands.read import _json_line, run_on_db, table
+from worker.rules import RuleBook
+from worker.rules.orders import ORDER_TRIGGER, evaluate_order, failing_order_condition
 from worker.store.orders import iter_orders
+from worker.track.orders import ORDER_KINDS, order_record
 
 KINDS = ("stable", "collect", "transfer")
 _COLUMNS = (
@@ -52,3 +56,37 @@ def _orders(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> 
 def run(args: argparse.Namespace) -> int:
     """`depositd orders [--kind K] [--json]`."""
     return run_on_db(args, _orders)
+
+
+def explain_order(out: Callable[[str], object], rules: RuleBook, data: Any) -> bool:
+    """`rules test` on an order event: each `"*"` rule on order_updated matched or not and why,
+    on the webhook's data (a dry run reads no detail); False when `data` is no order event."""
+    if not isinstance(data, dict) or data.get("eventType") not in ORDER_KINDS:
+        return False
+    kind = ORDER_KINDS[str(data["eventType"])]
+    body = dict(data.get("data") or {})
+    if not body.get("orderId") and data.get("referenceId"):
+        body["orderId"] = data["referenceId"]
+    record = order_record(kind, body)
+    out(f"order: {kind} {record.get('orderId')} (the webhook's data; a dry run reads no detail)")
+    ruleset = rules.ruleset_for(None, None)
+    if ruleset is None:
+        out('rule set: no "*" set; nothing would run')
+        return True
+    out(f"on {ORDER_TRIGGER}:")
+    for rule in ruleset.rules:
+        if ORDER_TRIGGER not in rule.on:
+            continue
+        reason = failing_order_condition(rule, record)
+        actions = ", ".join(a.describe() for a in rule.actions)
+        out(
+            f"  [match] {rule.name} -> {actions}"
+            if reason is None
+            else f"  [ no  ] {rule.name}: {reason}"
+        )
+    intents = evaluate_order(rules, record)
+    for intent in intents:
+        out(f"  would run: {intent.action} (rule {intent.rule!r})")
+    if not intents:
+        out("  would run: nothing")
+    return True
