@@ -80,7 +80,7 @@ def _free_port() -> int:
 
 def default_rules() -> Path:
     """The shipped default rule set, `rules/default.yaml`."""
-    for base in (Path(__file__).resolve().parent.parent, Path.cwd()):
+    for base in (Path(__file__).resolve().parents[2], Path.cwd()):
         if (base / "rules" / "default.yaml").is_file():
             return base / "rules" / "default.yaml"
     raise ConfigError(
