@@ -53,7 +53,7 @@ def fire_order(
     """Queue the alert and forward rows the `"*"` rules pick for this order; how many."""
     queued = 0
     about = f"{record.get('kind')}:{record.get('orderId')}:{event_id}"
-    for intent in evaluate_order(rules, record):
+    for intent in evaluate_order(rules.ruleset_for(None, None), record):
         common: dict[str, Any] = {"deposit": None, "trigger": ORDER_TRIGGER, "intent": intent}
         if intent.action == "ignore":
             add_action(

@@ -84,7 +84,7 @@ def explain_order(out: Callable[[str], object], rules: RuleBook, data: Any) -> b
             if reason is None
             else f"  [ no  ] {rule.name}: {reason}"
         )
-    intents = evaluate_order(rules, record)
+    intents = evaluate_order(ruleset, record)
     for intent in intents:
         out(f"  would run: {intent.action} (rule {intent.rule!r})")
     if not intents:

@@ -38,12 +38,8 @@ def _listing(values: Iterable[str]) -> str:
     return ", ".join(sorted(values))
 
 
-def compare(op: Operator, value: Decimal, bound: Decimal) -> bool:
-    """`value op bound` for one amount condition."""
+def _compare(op: Operator, value: Decimal, bound: Decimal) -> bool:
     return bool(_COMPARE[op](value, bound))
-
-
-_compare = compare
 
 
 def failing_condition(

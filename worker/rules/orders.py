@@ -12,8 +12,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from worker.provider.jsonio import decimal_str
-from worker.rules.engine import RuleBook, compare
-from worker.rules.model import ANY_WALLET, Intent, Rule
+from worker.rules.model import ANY_WALLET, Intent, Operator, Rule, RuleSet
 
 ORDER_TRIGGER = "order_updated"
 # Condition name -> the order record's field it reads (the record's own wire names).
@@ -26,6 +25,17 @@ ORDER_CONDITIONS: tuple[str, ...] = (
     "amount",
 )
 ORDER_ACTIONS = frozenset({"alert", "forward", "ignore"})
+_COMPARE = {
+    "lt": Decimal.__lt__,
+    "lte": Decimal.__le__,
+    "gt": Decimal.__gt__,
+    "gte": Decimal.__ge__,
+    "eq": Decimal.__eq__,
+}
+
+
+def _compare(op: Operator, value: Decimal, bound: Decimal) -> bool:
+    return bool(_COMPARE[op](value, bound))
 
 
 def _text(record: Mapping[str, Any], name: str) -> str | None:
@@ -66,15 +76,14 @@ def failing_order_condition(rule: Rule, record: Mapping[str, Any]) -> str | None
     for op, bound in cond.amount:
         if amount is None:
             return f"amount is unknown, so not {op} {decimal_str(bound)}"
-        if not compare(op, amount, bound):
+        if not _compare(op, amount, bound):
             return f"amount {decimal_str(amount)} is not {op} {decimal_str(bound)}"
     return None
 
 
-def evaluate_order(book: RuleBook, record: Mapping[str, Any]) -> list[Intent]:
-    """The intents of every matching rule of the `"*"` set for `order_updated`, in file order
-    (stopping at `ignore`)."""
-    ruleset = book.ruleset_for(None, None)
+def evaluate_order(ruleset: RuleSet | None, record: Mapping[str, Any]) -> list[Intent]:
+    """The intents of every matching rule of the `"*"` set (`RuleBook.ruleset_for(None, None)`)
+    for `order_updated`, in file order (stopping at `ignore`)."""
     if ruleset is None or ruleset.wallet != ANY_WALLET:
         return []
     intents: list[Intent] = []
