@@ -191,7 +191,19 @@ async def test_10000100_deposit_moved_on_is_not_alerted(
 
 async def test_10000100_deposit_gone_alerts(make_stack: MakeStack, recorded: Recorded) -> None:
     """10000100 and the re-read cannot find the deposit either: a critical alert, no retry."""
-    stack, tx, row = await deposit_with_fault(make_stack, "10000100", detail_code="10000100")
+    stack = await make_stack()
+    original = stack.sandbox.submit
+
+    def forgotten(tx_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        # Gone for good: no history queue lists it and its detail answers 10000100 too.
+        stack.sandbox.state.orders.pop(tx_id)
+        return original(tx_id, body)
+
+    stack.sandbox.submit = forgotten  # type: ignore[method-assign]
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "321.09", PAYER_ADDRESS)[
+        "transactionId"
+    ]
+    row = await first_submit_ends(stack, tx)
     assert row["status"] == "failed" and "gone" in row["outcome"]
     assert alert_conditions(stack) == [
         ("email", "submit_failed:10000100"),

@@ -310,7 +310,7 @@ async def test_provider_down_backs_off_alerts_once_and_catches_up(make_stack: Ma
     assert [r["transaction_id"] for r in await stack.ledger()] == [tx]
     assert system_alerts(stack, "poll_failing:history") == (1, 1)
     assert system_alerts(stack, "poll_failing:detail") == (1, 1)
-    assert poller.stats.failures == {"history": 0, "detail": 0}
+    assert poller.stats.failures == {"history": 0, "detail": 0, "blocked": 0}
 
 
 async def test_restart_in_the_middle_of_history_pages_does_not_double_anything(

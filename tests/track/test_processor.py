@@ -336,7 +336,7 @@ async def test_non_deposit_events(store: Store) -> None:
     )
     assert (
         rows
-        == [("STABLE_ORDER_UPDATED", "ignored")] + [("WALLET_ADDRESS_UPDATED", "processed")] * 5
+        == [("STABLE_ORDER_UPDATED", "processed")] + [("WALLET_ADDRESS_UPDATED", "processed")] * 5
     )
     addresses = await store.read(
         lambda db: [tuple(r) for r in db.execute("SELECT id, status FROM addresses ORDER BY id")]

@@ -7,9 +7,10 @@ next start it is run again with the same Idempotency-Key, so the provider sees o
 not two.
 
 Each kind of row runs on the runner its action kind registers (`worker.act.kinds.KINDS`:
-submit_profile, alert and forward; book and ignore run nothing after the commit); all record
-outcomes in `worker.act.rows.ActionRows`. This module holds the runner: its pass loop and row
-dispatch.
+submit_profile, alert and forward; book and ignore run nothing after the commit), or the one
+`worker.act.kinds.ROW_RUNNERS` names for rows no rule names (order_updated, queued by the processor
+for an order webhook); all record outcomes in `worker.act.rows.ActionRows`. This module holds the
+runner: its pass loop and row dispatch.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from worker.act.kinds import KINDS
+from worker.act.kinds import KINDS, ROW_RUNNERS
 from worker.act.kinds.base import Observe, Runner, RunnerDeps
 from worker.act.rows import ActionRows
 from worker.aio import first_done
@@ -30,6 +31,7 @@ from worker.errors import StorageError
 from worker.logs import get_logger
 from worker.notify.channels import Notifier
 from worker.provider.client import ProviderClient
+from worker.rules import RuleBook
 from worker.store import actions as stored
 from worker.store.writer import Store
 from worker.track.tracker import Deposit
@@ -52,6 +54,7 @@ class Outbox:
         backoff_max_s: float = 300.0,
         notify_retry: Mapping[str, Any] | None = None,
         on_alert: Callable[[str, str], None] | None = None,
+        rules: Callable[[], RuleBook] | None = None,
     ) -> None:
         self._store = store
         self._observe = observe
@@ -70,10 +73,12 @@ class Outbox:
             observe=lambda fact: self._observe(fact),
             notify_retry=notify_retry,
             on_alert=on_alert,
+            rules=rules if rules is not None else RuleBook.empty,
         )
         self._runners: dict[str, Runner] = {
             name: kind.runner(deps) for name, kind in KINDS.items() if kind.runner is not None
         }
+        self._runners.update({name: build(deps) for name, build in ROW_RUNNERS.items()})
 
     def wake(self) -> None:
         """Tell the runner that new rows may be due."""

@@ -1,10 +1,12 @@
-"""Record triggers into alert rows: an abnormal fund or a reconciliation finding, through the
-`"*"` rule set, in the caller's transaction.
+"""Record triggers into alert rows (and forward rows, for an order): an abnormal fund, a
+reconciliation finding or an order update, through the `"*"` rule set, in the caller's
+transaction.
 
 The caller fires a record trigger in the same write that records it fired (a finding inserted,
 an abnormal fund marked alerted), so each trigger queues its alerts once; each alert row is then
 sent once per channel (`worker.act.alert`). Only identifying fields reach the alert: ids,
-amounts, currency, network, txHash, status; never addresses or the provider's user ids.
+amounts, currency, network, txHash, status; never addresses or the provider's user ids. A
+forward (allowed on order_updated only) posts the record as given, the same body on every retry.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ def fire_record(
     *,
     subject: str,
     detail: str,
+    event_id: str | None = None,
 ) -> int:
-    """Queue the alerts the `"*"` rules pick for this record; returns how many rows."""
+    """Queue the alert (and forward) rows the `"*"` rules pick for this record; returns how
+    many rows."""
     queued = 0
     for intent in rules.evaluate_record(RecordView(fields), trigger):
         if intent.action == "ignore":
@@ -40,8 +44,22 @@ def fire_record(
                 intent=intent,
                 status="done",
                 outcome="ignored by rule",
+                event_id=event_id,
             )
             break
+        if intent.action == "forward":
+            params = {**intent.params, "record": dict(fields)}
+            add_action(
+                db,
+                deposit=None,
+                action="forward",
+                params=params,
+                trigger=trigger,
+                event_id=event_id,
+                intent=intent,
+            )
+            queued += 1
+            continue
         if intent.action != "alert":
             continue  # the loader refuses other actions on record triggers
         message = intent.params.get("message")
@@ -55,6 +73,7 @@ def fire_record(
             channels=intent.params.get("channels"),
             intent=intent,
             once_per=f"{subject}:{intent.rule_set}:{intent.rule}",
+            event_id=event_id,
         )
         queued += 1
     return queued

@@ -20,6 +20,7 @@ from worker.commands import (
     init,
     money,
     ops,
+    orders,
     read,
     resolve,
     rules,
@@ -41,6 +42,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "deposits": read.run_deposits,
     "events": read.run_events,
     "addresses": read.run_addresses,
+    "orders": orders.run,
     "replay": ops.run_replay,
     "retry-failed": ops.run_retry_failed,
     "resolve": resolve.run,
@@ -143,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("addresses", parents=[common], help="print registered source addresses")
     p.add_argument("--json", action="store_true", help=json_help)
+
+    p = sub.add_parser("orders", parents=[common], help="print stable, collection, transfer orders")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument(
+        "--kind", choices=("stable", "collect", "transfer"), help="only orders of this kind"
+    )
 
     p = sub.add_parser("replay", parents=[common], help="re-run one stored event")
     p.add_argument("event_id", metavar="EVENT_ID", help="the stored event's eventId")

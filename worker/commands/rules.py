@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from worker.commands.orders import explain_order
 from worker.config.profiles import Profiles
 from worker.config.settings import load_settings
 from worker.errors import ConfigError
@@ -211,6 +212,10 @@ def run(args: argparse.Namespace, out: Out = print) -> int:
         fact, title = _fact(data, source)
         out(title)
         if fact is None:
+            if explain_order(out, bundle.rules, data):
+                out("")
+                out("dry run: nothing was sent, stored or changed")
+                return 0
             out("not a deposit event: deposit rules do not run for it")
             return 0
         if getattr(args, "event", None):

@@ -162,6 +162,10 @@ class SchedulerSettings(Section):
     enabled: bool = True
     history_interval_s: float = Field(60, gt=0)
     detail_interval_s: float = Field(120, gt=0)
+    # BLOCKED deposits: their detail is read this often, for this long after they were blocked
+    # (support may release them: blocked -> credited, trigger released).
+    blocked_interval_s: float = Field(3600, gt=0)
+    blocked_watch_days: float = Field(30, gt=0)
     page_size: int = Field(50, ge=1, le=500)
     # Pages one paged read (each history queue, the address list) fetches per run at most.
     max_pages: int = Field(100, ge=1)

@@ -244,6 +244,32 @@ async def blocked(demo: Demo) -> Result:
     )
 
 
+async def released(demo: Demo) -> Result:
+    """BLOCKED, then support releases it: found by the blocked-deposit poll, booked once."""
+    stack = demo.stack
+    tx = demo.inject(1002, "USDT", "TRON", "777.77", "TReleasedPayer7777777777777777777")
+    await demo.wait_submitted(tx)
+    stack.sandbox.block(tx)
+    await demo.wait_state(tx, State.BLOCKED)
+    demo.step("BLOCKED seen; support releases it and its webhooks are lost")
+    stack.sandbox.drop_webhooks(2)
+    stack.sandbox.release(tx)
+    await demo.wait_state(tx, State.COMPLETED)
+    client = stack.runtime.client
+    assert client is not None
+    # The same release read again, as a poll after a restart would: nothing more happens.
+    await stack.processor.observe_fact(
+        fact_from_order(await client.transaction_detail(tx), source="poll")
+    )
+    await stack.settle()
+    check = Checks()
+    books = [a for a in await stack.actions(tx) if a["action"] == "book"]
+    slack, mails = stack.slack_for(tx, "released"), stack.emails_for(tx, "released")
+    check.expect("booked once", len(await demo.ledger_rows(tx)) == 1 and len(books) == 1)
+    check.expect("one released alert per channel", len(slack) == 1 and len(mails) == 1)
+    return check.result(f"released, booked once; slack {len(slack)}, e-mail {len(mails)}")
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One scripted scenario."""
@@ -264,6 +290,7 @@ SCENARIOS = (
     Scenario("ACTIVE source address", "no whitelist events, booked", active_address),
     Scenario("lost webhook", "found by poll, booked", lost_webhook),
     Scenario("BLOCKED", "critical alert once", blocked),
+    Scenario("BLOCKED then released", "found by the blocked poll, booked once", released),
     Scenario("UNMATCHED abnormal fund", "alert once", demo_money.abnormal_fund),
     Scenario("report and ledger disagree", "each finding once", demo_money.report_disagrees),
 )

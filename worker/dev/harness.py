@@ -105,6 +105,7 @@ class Stack:
         scheduler: bool = True,
         history_interval_s: float = 0.5,
         detail_interval_s: float = 0.5,
+        blocked_interval_s: float = 0.5,
         notify: bool = True,
         auto_collection: dict[int, bool] | None = None,
         outbox_backoff_s: float = 0.05,
@@ -116,6 +117,7 @@ class Stack:
         self.scheduler_enabled = scheduler
         self.history_interval_s = history_interval_s
         self.detail_interval_s = detail_interval_s
+        self.blocked_interval_s = blocked_interval_s
         self.notify = notify
         self.auto_collection = dict(auto_collection or {})
         self.outbox_backoff_s = outbox_backoff_s
@@ -363,6 +365,7 @@ class Stack:
                 "enabled": self.scheduler_enabled,
                 "history_interval_s": self.history_interval_s,
                 "detail_interval_s": self.detail_interval_s,
+                "blocked_interval_s": self.blocked_interval_s,
             },
             "rules": str(Path(rules).resolve()),
             "profiles": str(self.profiles_path),

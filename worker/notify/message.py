@@ -77,6 +77,11 @@ _TEXTS: dict[str, _Text] = {
         "Deposit BLOCKED: funds could not be credited",
         "Contact provider support with the transactionId.",
     ),
+    "released": _Text(
+        "Deposit released: a BLOCKED deposit is now credited",
+        "Support released the funds; they are in the available balance. depositd books the "
+        "deposit once through the booking rule (on: [credited]); no other step is needed.",
+    ),
     "failed": _Text(
         "Deposit FAILED: the deposit order ended with status FAIL",
         "Nothing will be credited. Check the transaction detail and contact provider support "
@@ -137,9 +142,9 @@ _TEXTS: dict[str, _Text] = {
 
 # What depositd does after each wallet code (SPEC section 10), added to the interface's guidance.
 _CODE_FOLLOW_UP = {
-    "10000100": "depositd re-read the deposit and does not submit again: if it is gone, check "
-    "the wallet and transactionId; if it still waits for details, submit them by hand or ask "
-    "provider support.",
+    "10000100": "depositd re-read the history queues (init, rejected) and the detail and does "
+    "not submit again: if it is gone, check the wallet and transactionId; if it still waits for "
+    "details, submit them by hand or ask provider support.",
     "10000101": "Nothing left to do; depositd refreshes the detail.",
     "10000102": "Fix the profile (the field is named above); no retry until the profile changes.",
     "10000103": "Fix the profile (the field is named above); no retry until the profile changes.",

@@ -19,6 +19,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from worker.act.rows import alert_detail_failing, alert_gone, alert_mismatch
 from worker.aio import finish_or_cancel
+from worker.clock import now_ms
 from worker.config.settings import SchedulerSettings
 from worker.errors import (
     ProviderAnswerMismatch,
@@ -30,7 +31,7 @@ from worker.errors import (
 )
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
-from worker.store.deposits import in_states, is_tracked
+from worker.store.deposits import blocked_since, in_states, is_tracked
 from worker.store.writer import Store
 from worker.track.facts import fact_from_order
 from worker.track.tracker import Fact, State
@@ -38,7 +39,8 @@ from worker.track.tracker import Fact, State
 log = get_logger(__name__)
 
 # The tracker never leaves these (creditStatus' terminal values never change either), so their
-# detail has nothing left to tell.
+# detail has nothing left to tell; except blocked, which support may release: its detail is read
+# by its own, slower poll (`Poller.poll_blocked`) for a while.
 FINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.BLOCKED})
 # Every other tracked state may still change, needs_details and rejected included: a deposit can
 # leave the history queues (submitted on the provider's hosted page, a lost webhook, a crash
@@ -64,7 +66,7 @@ class PollStats:
 
 
 class Poller:
-    """The two polls, each with its own back-off on provider errors."""
+    """The polls (history, detail, blocked), each with its own back-off on provider errors."""
 
     def __init__(
         self,
@@ -112,6 +114,24 @@ class Poller:
     async def poll_detail(self) -> int:
         """Read the detail of every tracked deposit that is not final; returns the count."""
         return await self._guard("detail", self._detail)
+
+    async def poll_blocked(self) -> int:
+        """Read the detail of every deposit blocked less than `blocked_watch_days` ago (support
+        may release it: the tracker then moves it to credited, trigger released)."""
+        return await self._guard("blocked", self._blocked)
+
+    async def _blocked(self) -> int:
+        rows = await self._store.write(blocked_since)
+        horizon = now_ms() - int(self._settings.blocked_watch_days * 86_400_000)
+        attempted = 0
+        for tx, since in rows:
+            if self._stopping:
+                break
+            if since < horizon:
+                continue  # watched long enough: a release now is found by `backfill` or a webhook
+            attempted += 1
+            await self._detail_one(tx)
+        return attempted
 
     async def _history(self) -> int:
         seen = 0
@@ -298,12 +318,13 @@ class Scheduler:
         return fire
 
     def start(self) -> None:
-        """Add both jobs (first run at once) and start."""
+        """Add the polls' jobs (first run at once) and start."""
         self._stopping = False
         now = datetime.now(UTC)
         jobs = (
             ("history", self._poller.poll_history, self._settings.history_interval_s),
             ("detail", self._poller.poll_detail, self._settings.detail_interval_s),
+            ("blocked", self._poller.poll_blocked, self._settings.blocked_interval_s),
         )
         for name, poll, interval_s in jobs:
             self._scheduler.add_job(

@@ -95,6 +95,8 @@ def failing_record_condition(rule: Rule, record: RecordView, trigger: str) -> st
         ("network", cond.network),
         ("status", cond.status),
         ("addressRiskStatus", cond.address_risk_status),
+        ("orderStatus", cond.order_status),
+        ("businessType", cond.business_type),
         ("kind", cond.kind),
     )
     for name, wanted in checks:

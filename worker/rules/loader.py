@@ -38,12 +38,14 @@ from worker.rules.model import (
     RuleSet,
     WalletKey,
 )
-from worker.rules.records import RECORD_CONDITIONS, RECORD_TRIGGERS
+from worker.rules.records import ORDER_TRIGGER, RECORD_CONDITIONS, RECORD_TRIGGERS
 
 TOP_KEYS = ("wallet", "rules", "description")
 RULE_KEYS = ("name", "on", "if", "then")
 # What a rule on a record trigger may do: the record is no deposit to book or submit.
 RECORD_ACTIONS = frozenset({"alert", "ignore"})
+# Record triggers that allow more: an order may also be forwarded (the body is the order record).
+_MORE_RECORD_ACTIONS: dict[str, frozenset[str]] = {ORDER_TRIGGER: frozenset({"forward"})}
 _PROFILE_FILE_KEYS = frozenset({"profiles", "addresses", "wallets"})
 
 
@@ -61,6 +63,7 @@ class _File:
         self.problems = problems
         self.profiles = profiles
         self.specs = specs
+        self.wallet_key: WalletKey | None = None  # set once `wallet:` is read
 
     @property
     def folder(self) -> Path:
@@ -68,7 +71,6 @@ class _File:
 
     def problem_count(self) -> int:
         return len(self.problems)
-        self.wallet_key: WalletKey | None = None  # set once `wallet:` is read
 
     def bad(self, loc: Loc, message: str, *, label: Loc | None = None) -> None:
         self.problems.append(f"{self.src.where(loc)}: {dotted(label or loc)}: {message}")
@@ -133,22 +135,39 @@ class _File:
         if not isinstance(name, str) or not name.strip():
             self.bad((*loc, "name"), "every rule needs a name (a non-empty string)")
         on = self.triggers(item.get("on"), (*loc, "on"), present="on" in item)
+        if ORDER_TRIGGER in on and len(on) > 1:
+            self.bad(
+                (*loc, "on"),
+                f"{ORDER_TRIGGER} is about an order, not a deposit: give it a rule of its own",
+            )
         conditions = self.conditions(item.get("if"), (*loc, "if"), _allowed_conditions(on))
         actions = self.actions(item.get("then"), (*loc, "then"), present="then" in item)
         for spec in [self.specs[n] for n in dict.fromkeys(a.name for a in actions)]:
             if spec.only_on is not None:
                 self.only_on(spec, on, item.get("then"), loc)
-        if on & RECORD_TRIGGERS.keys():
-            wrong = sorted({a.name for a in actions} - RECORD_ACTIONS)
-            if wrong:
-                self.bad(
-                    (*loc, "then"),
-                    f"{', '.join(wrong)} cannot act on a record that belongs to no deposit"
-                    f" ({', '.join(sorted(on & RECORD_TRIGGERS.keys()))}): alert or ignore",
-                )
+        self.record_actions(on, actions, loc)
         if len(self.problems) > before or not isinstance(name, str):
             return None
         return Rule(name, on, conditions, actions, self.src.line(loc))
+
+    def record_actions(self, on: frozenset[str], actions: tuple[Action, ...], loc: Loc) -> None:
+        """A rule on a record trigger: only the actions every one of its record triggers allows
+        (alert and ignore; forward too on order_updated)."""
+        records = on & RECORD_TRIGGERS.keys()
+        if not records:
+            return
+        more = [_MORE_RECORD_ACTIONS.get(t, frozenset()) for t in sorted(records)]
+        allowed = RECORD_ACTIONS | frozenset.intersection(*more)
+        wrong = sorted({a.name for a in actions} - allowed)
+        if not wrong:
+            return
+        what = "an order" if records == {ORDER_TRIGGER} else "a record that belongs to no deposit"
+        names = sorted(allowed)
+        self.bad(
+            (*loc, "then"),
+            f"{', '.join(wrong)} cannot act on {what} ({', '.join(sorted(records))}):"
+            f" {', '.join(names[:-1])} or {names[-1]}",
+        )
 
     def only_on(self, spec: ActionSpec, on: frozenset[str], then: Any, loc: Loc) -> None:
         """An action that runs only on some triggers (`book`: those meaning credited)."""

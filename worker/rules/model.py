@@ -19,6 +19,7 @@ TRIGGERS: tuple[str, ...] = (
     "credited",
     "completed",
     "blocked",
+    "released",
     "failed",
 )
 # Raw eventTypes a rule may name instead of (or besides) a trigger. Only deposit events: address
@@ -29,8 +30,8 @@ EVENT_TYPES: tuple[str, ...] = (
     "DEPOSIT_WHITELIST_CREDITED",
     "DEPOSIT_ORDER_NOTIFICATION",
 )
-# Triggers about records that belong to no wallet (abnormal funds, reconciliation findings):
-# seen only by the "*" rule set; their conditions are the record's own fields.
+# Triggers about records that belong to no wallet (abnormal funds, reconciliation findings,
+# orders): seen only by the "*" rule set; their conditions are the record's own fields.
 RECORD_TRIGGER_NAMES: tuple[str, ...] = tuple(RECORD_TRIGGERS)
 KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS + EVENT_TYPES + RECORD_TRIGGER_NAMES
 
@@ -132,6 +133,8 @@ class Conditions:
     # Record conditions (record triggers only), upper-cased like currency and network.
     status: frozenset[str] | None = None
     address_risk_status: frozenset[str] | None = None
+    order_status: frozenset[str] | None = None
+    business_type: frozenset[str] | None = None
     kind: frozenset[str] | None = None
 
 

@@ -343,6 +343,7 @@ class Runtime:
             backoff_s=self._outbox_backoff_s,
             notify_retry=self._notify_retry,
             on_alert=on_alert,
+            rules=lambda: self.rules,
         )
         return self.outbox
 
@@ -371,6 +372,7 @@ class Runtime:
         store, poll_metrics = self.store, self._poll_metrics
         poll_metrics.interval.labels(poll="history").set(settings.history_interval_s)
         poll_metrics.interval.labels(poll="detail").set(settings.detail_interval_s)
+        poll_metrics.interval.labels(poll="blocked").set(settings.blocked_interval_s)
 
         def on_poll(name: str, outcome: str) -> None:
             poll_metrics.runs.labels(poll=name, outcome=outcome).inc()

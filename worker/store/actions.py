@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlite_utils
@@ -55,6 +55,28 @@ def insert_action(
         ],
     )
     return int(cur.lastrowid or 0)
+
+
+def queue_order_read(
+    db: sqlite_utils.Database, kind: str, record: Mapping[str, Any], *, event_id: str | None
+) -> int:
+    """Queue the `order_updated` action row (an `actions` row about no deposit) that reads the
+    order's detail and lets the rules act; returns its id."""
+    params = {"kind": kind, "orderId": record["orderId"], "record": dict(record)}
+    return insert_action(
+        db,
+        transaction_id=None,
+        event_id=event_id,
+        trigger="order_updated",
+        rule_set=None,
+        rule_set_version=None,
+        rule=None,
+        action="order_updated",
+        params=json.dumps(params, sort_keys=True),
+        idempotency_key=None,
+        status="pending",
+        outcome=None,
+    )
 
 
 def queue_alert(

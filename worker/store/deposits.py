@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlite_utils
 
+from worker.clock import ms_from_iso
 from worker.store.tx import Db
 
 
@@ -54,6 +56,22 @@ def in_states(db: Db, states: Sequence[str]) -> list[str]:
             list(states),
         ).fetchall()
     ]
+
+
+def blocked_since(db: Db) -> list[tuple[str, int]]:
+    """Every blocked deposit and the provider's time (epoch ms) of the fact that blocked it
+    (the deposit's last update when no such time is recorded), oldest first; for the watch on
+    BLOCKED deposits (support may release them)."""
+    conn = db.conn if isinstance(db, sqlite_utils.Database) else db
+    out: list[tuple[str, int]] = []
+    for tx, times, updated_at in conn.execute(
+        "SELECT transaction_id, fact_time, updated_at FROM deposits WHERE state = 'blocked'"
+        " ORDER BY updated_at, transaction_id"
+    ).fetchall():
+        known = json.loads(times) if isinstance(times, str) and times else {}
+        since = known.get("credit_status") if isinstance(known, dict) else None
+        out.append((str(tx), int(since) if since is not None else ms_from_iso(updated_at)))
+    return out
 
 
 def set_field(db: Db, transaction_id: str, name: str, value: Any, now: str) -> None:

@@ -173,11 +173,24 @@ def _migrate_findings_and_abnormal(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migrate_orders(db: sqlite_utils.Database) -> None:
+    # Stable, collection and wallet transfer orders from their webhooks (STABLE_ORDER_UPDATED,
+    # Collect Order Updated, WALLET_TRANSFER_ORDER_UPDATED) and the detail read after each.
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS orders (kind TEXT NOT NULL, order_id TEXT NOT NULL,"
+        " merchant_order_id TEXT, order_status TEXT, business_type TEXT, currency TEXT,"
+        " network TEXT, amount TEXT, record TEXT NOT NULL, read_status TEXT NOT NULL,"
+        " event_id TEXT, created_at TEXT, updated_at TEXT, PRIMARY KEY (kind, order_id))"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS orders_updated ON orders (updated_at)")
+
+
 # Append only.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_v1,
     _migrate_v2,
     _migrate_fixed_field_conflicts,
     _migrate_findings_and_abnormal,
+    _migrate_orders,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -54,6 +54,7 @@ from worker.store.tx import savepoint
 from worker.store.writer import Store
 from worker.track.conflicts import alert_conflict, record_conflicts
 from worker.track.facts import cap_time, fact_from_event
+from worker.track.orders import ORDER_KINDS, apply_order_event
 from worker.track.tracker import Deposit, Fact, Transition, observe
 
 log = get_logger(__name__)
@@ -359,6 +360,9 @@ class Processor:
         if envelope.eventType == EventType.ABNORMAL_FUND_NOTIFICATION.value:
             for hint in self.abnormal_hints:
                 hint()
+            return _Outcome(event, "processed")
+        if envelope.eventType in ORDER_KINDS:
+            apply_order_event(db, envelope)
             return _Outcome(event, "processed")
         received = _ms(event.received_at)
         fact = fact_from_event(envelope, received_at=received)

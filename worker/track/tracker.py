@@ -36,6 +36,7 @@ class Trigger(str, Enum):
     CREDITED = "credited"
     COMPLETED = "completed"
     BLOCKED = "blocked"
+    RELEASED = "released"
     FAILED = "failed"
 
 
@@ -65,6 +66,7 @@ CAUSAL_ORDER = (
     Trigger.NEEDS_DETAILS,
     Trigger.SUBMITTED,
     Trigger.REJECTED,
+    Trigger.RELEASED,
     Trigger.CREDITED,
     Trigger.COMPLETED,
     Trigger.BLOCKED,
@@ -335,7 +337,7 @@ def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transiti
     status = _merge_terminal(deposit.status, fact.status, OrderStatus.PROCESSING)
     if status is not deposit.status:
         changes["status"], times["status"] = status, t
-    credit = _merge_terminal(deposit.credit_status, fact.credit_status, CreditStatus.PENDING)
+    credit = _merge_credit(deposit.credit_status, fact.credit_status)
     if credit is not deposit.credit_status:
         changes["credit_status"], times["credit_status"] = credit, t
 
@@ -348,8 +350,10 @@ def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transiti
         wl, wl_time = _merge_white_list(wl, wl_time, fact.white_list_status, t)
     # Combined reading, last row: SUCCESS means credited and, behind the whitelist, approved.
     final_status = changes.get("status", deposit.status)
+    # A blocked deposit whose order reaches SUCCESS was released (the interface shows no SUCCESS
+    # order that stays BLOCKED), so it reads CREDITED too, whichever fact came first.
     if final_status is OrderStatus.SUCCESS:
-        if changes.get("credit_status", deposit.credit_status) in (None, CreditStatus.PENDING):
+        if changes.get("credit_status", deposit.credit_status) is not CreditStatus.CREDITED:
             changes["credit_status"], times["credit_status"] = CreditStatus.CREDITED, t
         if whitelisted and wl is not WhiteListStatus.APPROVED:
             wl, wl_time = WhiteListStatus.APPROVED, t
@@ -407,6 +411,23 @@ def _merge_terminal(current: _E | None, seen: _E | Unknown, initial: _E) -> _E |
     return current
 
 
+# creditStatus only climbs: PENDING, then BLOCKED or CREDITED, and BLOCKED -> CREDITED when support
+# releases the funds (SPEC section 7: the one move out of blocked). A CREDITED deposit never reads
+# BLOCKED again: a late BLOCKED after the release (or after the credit) changes nothing. Taking the
+# higher rank is order-independent: any arrival order of the same facts ends in the same status.
+_CREDIT_RANK = {CreditStatus.PENDING: 0, CreditStatus.BLOCKED: 1, CreditStatus.CREDITED: 2}
+
+
+def _merge_credit(
+    current: CreditStatus | None, seen: CreditStatus | Unknown
+) -> CreditStatus | None:
+    if seen is UNKNOWN:
+        return current
+    if current is None or _CREDIT_RANK[seen] > _CREDIT_RANK[current]:
+        return seen
+    return current
+
+
 # pending and rejected alternate (resubmission, new rejection): the newer observation wins and,
 # at the same millisecond, the rejection (a review always follows the submission it judges).
 _ROUND_RANK = {WhiteListStatus.PENDING: 0, WhiteListStatus.REJECTED: 1}
@@ -448,6 +469,8 @@ def _transitions(before: Deposit, after: Deposit) -> list[Transition]:
     if after.credit_status is not before.credit_status:
         if after.credit_status is CreditStatus.CREDITED:
             fired.add(Trigger.CREDITED)
+            if before.credit_status is CreditStatus.BLOCKED:
+                fired.add(Trigger.RELEASED)
         elif after.credit_status is CreditStatus.BLOCKED:
             fired.add(Trigger.BLOCKED)
     if after.status is not before.status:

@@ -8,10 +8,10 @@ and `depositd check` reads what it warns about, all from that entry. The order i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from worker.act.kinds import alert, book, forward, ignore, submit
-from worker.act.kinds.base import Kind
+from worker.act.kinds import alert, book, forward, ignore, orders, submit
+from worker.act.kinds.base import Kind, Runner, RunnerDeps
 from worker.rules import ActionSpec
 
 KINDS: Mapping[str, Kind] = {
@@ -19,5 +19,9 @@ KINDS: Mapping[str, Kind] = {
 }
 # What the rule loader accepts: pass to `RuleBook.load(..., specs=SPECS)`.
 SPECS: Mapping[str, ActionSpec] = {name: kind.spec for name, kind in KINDS.items()}
+# Rows no rule names, queued by depositd itself, and the runner the outbox runs them on.
+ROW_RUNNERS: Mapping[str, Callable[[RunnerDeps], Runner]] = {
+    orders.ORDER_ROW: orders.OrderReader.build,
+}
 
-__all__ = ["KINDS", "SPECS", "Kind"]
+__all__ = ["KINDS", "ROW_RUNNERS", "SPECS", "Kind"]

@@ -20,7 +20,7 @@ from worker.config.profiles import ProfileMatch, Profiles
 from worker.logs import LogLine
 from worker.notify.channels import Notifier
 from worker.provider.client import ProviderClient
-from worker.rules import ActionSpec, Intent
+from worker.rules import ActionSpec, Intent, RuleBook
 from worker.store.writer import Store
 from worker.track.tracker import Deposit, Fact
 
@@ -66,6 +66,7 @@ class RunnerDeps:
     observe: Observe
     notify_retry: Mapping[str, Any] | None
     on_alert: Callable[[str, str], None] | None
+    rules: Callable[[], RuleBook] = RuleBook.empty  # the rules in force (order_updated rows)
 
 
 class Runner(Protocol):

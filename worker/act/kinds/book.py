@@ -17,9 +17,10 @@ from worker.track.tracker import Deposit, State
 # The states in which the deposit is credited at this moment: credited, or completed (an order
 # at SUCCESS is credited, whitelisted or not). Booking happens in no other.
 CREDITED_STATES = frozenset({State.CREDITED, State.COMPLETED})
-# The triggers on which the deposit is credited: credited, and completed (an order at SUCCESS is
-# credited, whitelisted or not). Raw eventTypes and the other triggers do not imply it.
-BOOK_TRIGGERS = frozenset({"credited", "completed"})
+# The triggers on which the deposit is credited: credited, completed (an order at SUCCESS is
+# credited, whitelisted or not) and released (a blocked deposit credited after all). Raw
+# eventTypes and the other triggers do not imply it.
+BOOK_TRIGGERS = frozenset({"credited", "completed", "released"})
 
 
 def book(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> bool:

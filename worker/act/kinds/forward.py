@@ -1,8 +1,9 @@
 """`forward`: post the deposit to the URL a rule names, signed with its secret (SPEC 8).
 
-The reactor records the deposit as of the transition (every retry posts the same body);
-`Forwarder` runs the row after the commit; `forward_secret` reads a forward rule's signing
-secret (also used by `depositd check`, which reports one that is missing).
+The reactor records the deposit as of the transition (every retry posts the same body); on
+order_updated the row holds the order record instead (`worker.act.records.fire_record`), which is
+the body then. `Forwarder` runs the row after the commit; `forward_secret` reads a forward rule's
+signing secret (also used by `depositd check`, which reports one that is missing).
 """
 
 from __future__ import annotations
@@ -99,10 +100,14 @@ class Forwarder:
         params: dict[str, Any],
         attempts: int,
     ) -> None:
-        """Post the deposit to the rule's URL; a failure is retried with back-off."""
-        if deposit is None:
+        """Post the deposit (or the record, for order_updated: the order) to the rule's URL; a
+        failure is retried with back-off."""
+        record = params.get("record")
+        if deposit is None and not record:
             await self._rows.finish(action_id, "skipped", "deposit unknown")
             return
+        # A record (no deposit) is alerted about per row; a deposit once per deposit.
+        once_per = None if deposit is not None else f"forward:{action_id}"
         url = str(params["url"])
         secret, problem = forward_secret(params)
         if problem is not None:
@@ -115,12 +120,17 @@ class Forwarder:
                 trigger="forward",
                 detail=f"forward not sent: {problem}; depositd retries with back-off and never "
                 "posts unsigned",
+                once_per=once_per,
             )
             # Not counted against MAX_FORWARD_ATTEMPTS: it goes out once the secret is there
             # (the back-off is capped), alerted once meanwhile.
             await self._rows.later(action_id, attempts, f"{outcome}; retrying", also=also)
             return
-        body = jsonio.dumpb(params.get("deposit") or deposit.as_json())
+        if record:
+            body = jsonio.dumpb(record)
+        else:
+            assert deposit is not None
+            body = jsonio.dumpb(params.get("deposit") or deposit.as_json())
         ok, outcome, redirected = await self._post(url, secret, body)
         if ok:
             await self._rows.finish(action_id, "done", f"forwarded to {url}: {outcome}")
@@ -135,6 +145,7 @@ class Forwarder:
                 "warning",
                 trigger="forward",
                 detail=f"forward to {host_port(url)} failed: {outcome}",
+                once_per=once_per,
             )
         if attempts < MAX_FORWARD_ATTEMPTS:
             await self._rows.later(

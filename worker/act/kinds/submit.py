@@ -17,6 +17,7 @@ import sqlite_utils
 
 from worker import clock
 from worker.act.kinds.base import Kind, Observe, Recording, RunnerDeps
+from worker.act.notfound import Reread, find_in_queues
 from worker.act.rows import (
     ActionRows,
     add_submission,
@@ -62,7 +63,8 @@ class CodeOutcome:
     """What a submission refused with one wallet error code leads to.
 
     `read_result`: done; the deposit's detail is read (`what` the code says, what reading
-    did). `check_gone`: failed; the detail tells whether the deposit is gone or still waiting.
+    did). `check_gone`: failed; the history queues (init, rejected) and the detail tell whether
+    the deposit is gone or still waiting.
     `refused`: failed until the profile changes (warning). `failed`: failed (critical).
     """
 
@@ -380,30 +382,40 @@ class Submitter:
         await self._rows.finish(sub.action_id, "done", f"{out.what}; {read}", key=sub.key)
 
     async def _check_gone(self, sub: _Submission, _: CodeOutcome, code: str, detail: str) -> None:
+        """10000100: re-read the history queues (init, rejected), then the detail; a deposit in
+        neither and unknown to the detail is gone (critical alert). No retry with this key."""
         try:
-            order = await self._refresh(sub.tx)
+            queue = await find_in_queues(
+                self._client,
+                sub.tx,
+                wallet_id=sub.deposit.wallet_id if sub.deposit else None,
+                observe=self._observe,
+            )
+            seen = Reread(queue, await self._refresh(sub.tx))
         except ProviderError as err:
             # Gone or not cannot be told yet: try again later with the same key.
-            outcome = f"{detail}; detail not read ({err.msg}); retrying later"
+            outcome = f"{detail}; queues or detail not read ({err.msg}); retrying later"
             await self._rows.later(sub.action_id, sub.attempts, outcome, key=sub.key)
             return
-        if order is None:
-            also = self._alert(sub, code, "critical", detail)
-            outcome = f"{detail}; deposit gone"
-        elif order.whiteListStatus is WhiteListStatus.INIT:
+        found = f"{detail}; {seen.describe()}"
+        log.warning("submission answered 10000100", transactionId=sub.tx, queue=seen.queue)
+        if seen.gone:
+            also = self._alert(sub, code, "critical", found)
+            outcome = f"{found}; deposit gone"
+        elif seen.waits_for_details:
             # Not found to a submission, yet still waiting for payer details: nothing
             # depositd may do (no retry with this key) moves it on, so a human must know.
             also = self._alert(
                 sub,
                 code,
                 "warning",
-                f"{detail}; the deposit still exists and still waits for payer details;"
+                f"{found}; the deposit still exists and still waits for payer details;"
                 " depositd does not submit again",
             )
-            outcome = f"{detail}; the deposit still exists and still waits for details"
+            outcome = f"{found}; the deposit still exists and still waits for details"
         else:
-            # It moved on (a review under way or done): the tracker follows it from here.
-            also, outcome = None, f"{detail}; the deposit still exists"
+            # It moved on (rejected, a review under way or done): the tracker follows it.
+            also, outcome = None, f"{found}; the deposit still exists"
         await self._rows.finish(sub.action_id, "failed", outcome, key=sub.key, also=also)
 
     async def _profile_refused(
