@@ -1,5 +1,6 @@
-"""Record triggers (abnormal_fund, abnormal_expiring, reconcile_finding): only the "*" rule set
-sees them, their conditions are the record's own fields, a mistake fails with file and line."""
+"""Record triggers (abnormal_fund, abnormal_expiring, reconcile_finding, order_updated): only the
+"*" rule set sees them, their conditions are the record's own fields, a mistake fails with file
+and line."""
 
 from __future__ import annotations
 
@@ -132,3 +133,32 @@ def test_amount_and_kind_conditions_on_a_finding(tmp_path: Path) -> None:
     assert len(rules.evaluate_record(hit, "reconcile_finding")) == 1
     assert rules.evaluate_record(small, "reconcile_finding") == []
     assert rules.evaluate_record(other, "reconcile_finding") == []
+
+
+def test_only_an_order_rule_may_forward_its_record(tmp_path: Path) -> None:
+    """forward is accepted on order_updated (the body is the order) and refused on another
+    record trigger; order_updated beside a deposit trigger is refused with file and line."""
+    forward = "{forward: {url: 'https://books.example/o', secret_env: BOOKS_SECRET}}"
+    book = load(
+        tmp_path,
+        f"""
+        wallet: "*"
+        rules:
+          - {{name: orders, "on": [order_updated], if: {{orderStatus: success}}, then: [{forward}]}}
+        """,
+    )
+    [rule] = book.rulesets[0].rules
+    assert [a.name for a in rule.actions] == ["forward"]
+    assert book.evaluate_record(RecordView({"orderStatus": "success"}), "order_updated")
+    assert not book.evaluate_record(RecordView({"orderStatus": "processing"}), "order_updated")
+    found = problems(
+        tmp_path,
+        f"""
+        wallet: "*"
+        rules:
+          - {{name: abnormal, "on": [abnormal_fund], then: [{forward}]}}
+          - {{name: mixed, "on": [order_updated, credited], then: [alert]}}
+        """,
+    )
+    assert any(":3:" in p and "forward cannot act on a record" in p for p in found), found
+    assert any(":4:" in p and "give it a rule of its own" in p for p in found), found

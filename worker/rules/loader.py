@@ -248,6 +248,8 @@ class _File:
             profile=profile,
             status=self.strings(value, "status", loc, upper=True),
             address_risk_status=self.strings(value, "addressRiskStatus", loc, upper=True),
+            order_status=self.strings(value, "orderStatus", loc, upper=True),
+            business_type=self.strings(value, "businessType", loc, upper=True),
             kind=self.strings(value, "kind", loc, upper=True),
         )
 
