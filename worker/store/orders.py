@@ -76,23 +76,6 @@ def save_order(
     )
 
 
-def set_read_status(db: sqlite_utils.Database, kind: str, order_id: str, status: str) -> None:
-    """Mark the order's detail read `failed` (or any other read status), record unchanged."""
-    db.execute(
-        "UPDATE orders SET read_status = ?, updated_at = ? WHERE kind = ? AND order_id = ?",
-        [status, utc_now(), kind, order_id],
-    )
-
-
-def get_order(db: sqlite_utils.Database, kind: str, order_id: str) -> dict[str, Any] | None:
-    """The order's row (record decoded), or None."""
-    row = db.execute(
-        f"SELECT {', '.join(_COLUMNS)} FROM orders WHERE kind = ? AND order_id = ?",
-        [kind, order_id],
-    ).fetchone()
-    return None if row is None else _row(row)
-
-
 def iter_orders(db: sqlite_utils.Database, *, kind: str | None = None) -> Iterator[dict[str, Any]]:
     """Every order row (record decoded), most recently updated last."""
     sql = f"SELECT {', '.join(_COLUMNS)} FROM orders"
