@@ -115,6 +115,9 @@ class RuleBook:
                     raise ValueError(f"two rule sets for wallet {rs.wallet}")
             elif self._by_name.setdefault(rs.wallet, rs) is not rs:
                 raise ValueError(f"two rule sets for wallet {rs.wallet!r}")
+        self._named: frozenset[str] = frozenset(
+            trigger for rs in self.rulesets for rule in rs.rules for trigger in rule.on
+        )
 
     def __repr__(self) -> str:
         names = ", ".join(f"{rs.name}@{rs.version}" for rs in self.rulesets)
@@ -155,6 +158,10 @@ class RuleBook:
         """One hash over every set's name and version, to notice any change on reload."""
         text = "\n".join(f"{rs.name}:{rs.version}" for rs in self.rulesets)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def names(self, trigger: str) -> bool:
+        """Whether any rule of any set has `trigger` in its `on:` (nothing else can fire)."""
+        return trigger in self._named
 
     def ruleset_for(self, wallet_id: int | None, wallet_name: str | None) -> RuleSet | None:
         """The set for this wallet: exact walletId, then walletName, then "*"."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import time
 from collections import Counter
@@ -42,14 +43,14 @@ from worker.provider.models import (
     WebhookEnvelope,
 )
 from worker.store.addresses import address_status, insert_announced, update_announced
-from worker.store.deposits import get_deposit_row, upsert_deposit_row
+from worker.store.deposits import get_deposit_row, get_deposit_rows, upsert_deposit_row
 from worker.store.events import (
     StoredEvent,
     mark_events,
     oldest_pending_received_at,
     pending_events,
 )
-from worker.store.facts import insert_fact_row, poll_fact_repeats
+from worker.store.facts import fact_text, insert_fact_row, poll_fact_repeats
 from worker.store.tx import savepoint
 from worker.store.writer import Store
 from worker.track.conflicts import alert_conflict, record_conflicts
@@ -99,15 +100,26 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+# Deposits as stored right now, by transactionId (None: no row), read once for a whole batch.
+Known = dict[str, Deposit | None]
+
+
+def _load(db: sqlite_utils.Database, transaction_id: str, known: Known | None) -> Deposit | None:
+    if known is not None and transaction_id in known:
+        return known[transaction_id]
+    row = get_deposit_row(db, transaction_id)
+    return Deposit.from_row(row) if row is not None else None
+
+
 def apply_fact(
-    db: sqlite_utils.Database, fact: Fact, reactor: Reactor | None
+    db: sqlite_utils.Database, fact: Fact, reactor: Reactor | None, known: Known | None = None
 ) -> tuple[Deposit, list[Transition], list[LogLine]]:
     """Load, observe, store the deposit and the fact, and react; call inside a transaction.
 
-    Returns the deposit, its transitions and the reactor's lines to log after the commit.
+    `known`: deposits already read in this transaction (kept up to date here). Returns the
+    deposit, its transitions and the reactor's lines to log after the commit.
     """
-    row = get_deposit_row(db, fact.transaction_id)
-    before = Deposit.from_row(row) if row is not None else None
+    before = _load(db, fact.transaction_id, known)
     if before is not None:
         for name in record_conflicts(db, before, fact):
             alert_conflict(db, before, fact, name)
@@ -115,7 +127,7 @@ def apply_fact(
     changed = before is None or after != before
     if changed:
         upsert_deposit_row(db, after.to_row())
-    stated = fact.to_json()
+    stated = fact_text(fact.to_json())
     # A poll repeating what it already said since the deposit last changed is not stored again
     # (every poll would add a row that changes nothing); a fact that changes something always is.
     if changed or fact.source != "poll" or not poll_fact_repeats(db, fact.transaction_id, stated):
@@ -129,6 +141,8 @@ def apply_fact(
             changed=changed,
         )
     lines = reactor.react(db, after, transitions, fact) if reactor is not None else None
+    if known is not None:
+        known[fact.transaction_id] = after
     return after, transitions, lines or []
 
 
@@ -171,6 +185,19 @@ def apply_address_update(db: sqlite_utils.Database, data: AddressUpdatedData) ->
         fail_message=data.failMessage,
         now=now,
     )
+
+
+def _prefetch(db: sqlite_utils.Database, events: list[StoredEvent]) -> Known:
+    """The stored deposits of a batch's events, read at once (None for each id without a row)."""
+    ids = [e.transaction_id for e in events if e.transaction_id]
+    rows = get_deposit_rows(db, ids)
+    return {tx: Deposit.from_row(rows[tx]) if tx in rows else None for tx in ids}
+
+
+def _debug_enabled(logger: Any) -> bool:
+    """Whether the logger writes debug lines (then per-event lines are built at all)."""
+    enabled = getattr(logger, "is_enabled_for", None)
+    return True if enabled is None else bool(enabled(logging.DEBUG))
 
 
 class Processor:
@@ -327,18 +354,20 @@ class Processor:
             return []
         deadline = started + budget
         conn = db.conn
+        known = _prefetch(db, events)
         outcomes: list[_Outcome] = []
         for event in events:
             if len(outcomes) >= floor and time.perf_counter() > deadline:
                 break
             try:
                 with savepoint(conn, "event"):
-                    outcome = self._apply_event(db, event, reactor)
+                    outcome = self._apply_event(db, event, reactor, known)
             except sqlite3.OperationalError:
                 raise  # the store itself is failing: give the whole batch back
             except Exception as exc:
                 if not conn.in_transaction:
                     raise
+                known.clear()  # its writes are undone: read the rows again
                 outcome = _Outcome(event, "failed", error=_describe(exc))
             outcomes.append(outcome)
         mark_events(db, [(o.event.seq, o.status, o.error) for o in outcomes])
@@ -348,7 +377,11 @@ class Processor:
         return outcomes
 
     def _apply_event(
-        self, db: sqlite_utils.Database, event: StoredEvent, reactor: Reactor | None
+        self,
+        db: sqlite_utils.Database,
+        event: StoredEvent,
+        reactor: Reactor | None,
+        known: Known | None = None,
     ) -> _Outcome:
         envelope = WebhookEnvelope.model_validate(jsonio.loads(event.body))
         if envelope.eventType == EventType.WALLET_ADDRESS_UPDATED.value:
@@ -360,34 +393,52 @@ class Processor:
             return _Outcome(event, "ignored")
         if received is not None:
             fact = cap_time(fact, received, self.future_tolerance_s)
-        _, transitions, lines = apply_fact(db, fact, reactor)
+        _, transitions, lines = apply_fact(db, fact, reactor, known)
         return _Outcome(event, "processed", transitions, lines=lines)
 
     def _report(self, outcomes: list[_Outcome]) -> None:
-        """One log line per event (eventId, eventType, transactionId, outcome), counters."""
+        """One summary line per batch at info; at debug, a line per event (eventId, eventType,
+        transactionId, outcome) and the reactor's lines; a failed event always has its own
+        warning. Counters."""
         if not outcomes:
             return
         logger = log.bind()  # resolve the lazy logger once per batch, not per line
+        detail = _debug_enabled(logger)
         counts: Counter[tuple[str, str]] = Counter()
+        statuses: Counter[str] = Counter()
+        triggers: Counter[str] = Counter()
+        reactions: Counter[str] = Counter()
         for outcome in outcomes:
-            for message, extra in outcome.lines:
-                logger.info(message, **extra)
             event = outcome.event
-            fields: dict[str, Any] = {
-                "eventId": event.event_id,
-                "eventType": event.event_type,
-                "transactionId": event.transaction_id,
-                "outcome": outcome.status,
-            }
-            if outcome.transitions:
-                fields["triggers"] = [t.key for t in outcome.transitions]
-                for t in outcome.transitions:
-                    self._count_transition(t)
-            if outcome.error:
-                logger.warning("event failed", error=outcome.error, **fields)
-            else:
-                logger.info("event", **fields)
+            for message, extra in outcome.lines:
+                reactions[message] += 1
+                if detail:
+                    logger.debug(message, **extra)
+            for t in outcome.transitions:
+                triggers[t.trigger.value] += 1
+                self._count_transition(t)
+            if outcome.error or detail:
+                fields: dict[str, Any] = {
+                    "eventId": event.event_id,
+                    "eventType": event.event_type,
+                    "transactionId": event.transaction_id,
+                    "outcome": outcome.status,
+                }
+                if outcome.transitions:
+                    fields["triggers"] = [t.key for t in outcome.transitions]
+                if outcome.error:
+                    logger.warning("event failed", error=outcome.error, **fields)
+                else:
+                    logger.debug("event", **fields)
+            statuses[outcome.status] += 1
             counts[event_type_label(event.event_type), outcome.status] += 1
+        logger.info(
+            "events applied",
+            events=len(outcomes),
+            outcomes=dict(statuses),
+            triggers=dict(triggers),
+            reactions=dict(reactions),
+        )
         if self.metrics is not None:
             for (label, status), n in counts.items():
                 self.metrics.events_processed.labels(event_type=label, outcome=status).inc(n)
