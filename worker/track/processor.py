@@ -7,8 +7,8 @@ the moment, and an event that raises is rolled back alone and marked failed. Pol
 path through `observe_fact`.
 
 Batches run on the event loop (`Store.write_inline`), so they take turns with request handling
-and webhook commits. How long a turn lasts is the processor's share: a full `batch_time_s` when
-no delivery arrived for a while; while deliveries arrive, one turn per 25 ms at most, of
+and webhook commits. How long a turn lasts is the processor's share: `drain_time_s` when no
+delivery arrived for a while (a backlog is worked off in long turns, few commits); while deliveries arrive, one turn per 25 ms at most, of
 `busy_share` of the time since its previous turn, so a burst is taken in at nearly full speed
 and worked off afterwards; once the lag (age of the oldest pending event) passes
 `lag_target_s`, turns follow each other without a pause and take at least twice as many events
@@ -210,8 +210,9 @@ class Processor:
         reactor: Reactor | None = None,
         metrics: Metrics | None = None,
         sweep_interval_s: float = 5.0,
-        batch_size: int = 200,
+        batch_size: int = 1000,
         batch_time_s: float = 0.008,
+        drain_time_s: float = 0.04,
         busy_share: float = 0.15,
         lag_target_s: float = 5.0,
         future_tolerance_s: float = 300.0,
@@ -226,6 +227,10 @@ class Processor:
         self.batch_size = batch_size
         # A batch holds the event loop: these bound how long requests wait behind it.
         self.batch_time_s = batch_time_s
+        # With no delivery for a while (working off a backlog), turns are longer: each commit
+        # (an fsync, and every page the turn changed written to the log) then serves more
+        # events. A delivery arriving meanwhile waits for the turn at most this long.
+        self.drain_time_s = drain_time_s
         self.busy_share = busy_share
         self.lag_target_s = lag_target_s
         self._event_cost_s = 0.0001  # running estimate, sizes the pending query
@@ -334,7 +339,7 @@ class Processor:
         """This batch's time budget, and how many events it handles whatever the time."""
         if time.monotonic() - self._arrived_at > _QUIET_S:
             self._behind = False
-            return self.batch_time_s, 1
+            return self.drain_time_s, 1
         received = _ms(oldest_pending_received_at(db))
         lag_s = time.time() - received / 1000 if received is not None else 0.0
         budget = min(self.batch_time_s, self.busy_share * (now - self._last_turn))
