@@ -53,7 +53,7 @@ from worker.store.events import (
 from worker.store.facts import fact_text, insert_fact_row, poll_fact_repeats
 from worker.store.tx import savepoint
 from worker.store.writer import Store
-from worker.track.conflicts import alert_conflict, record_conflicts
+from worker.track.conflicts import alert_conflict, reacting, record_conflicts
 from worker.track.facts import cap_time, fact_from_event
 from worker.track.tracker import Deposit, Fact, Transition, observe
 
@@ -140,7 +140,10 @@ def apply_fact(
             fact=stated,
             changed=changed,
         )
-    lines = reactor.react(db, after, transitions, fact) if reactor is not None else None
+    lines = None
+    if reactor is not None:
+        with reacting(fact.transaction_id, created=before is None):
+            lines = reactor.react(db, after, transitions, fact)
     if known is not None:
         known[fact.transaction_id] = after
     return after, transitions, lines or []

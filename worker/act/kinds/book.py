@@ -12,7 +12,7 @@ from worker.act.rows import enqueue_alert
 from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
 from worker.store import ledger
-from worker.track.conflicts import WIRE_NAMES, open_conflicts
+from worker.track.conflicts import WIRE_NAMES, held_by
 from worker.track.tracker import Deposit, State
 
 # The states in which the deposit is credited at this moment: credited, or completed (an order
@@ -74,7 +74,7 @@ def _refusal(
     tx = deposit.transaction_id
     if deposit.state not in CREDITED_STATES:
         return "skipped", f"not booked: the deposit is {deposit.state.value}, not credited", None
-    held = open_conflicts(db, tx)
+    held = held_by(db, tx)
     if held:
         names = ", ".join(sorted({WIRE_NAMES[c["field"]] for c in held}))
         return (
