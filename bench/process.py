@@ -47,7 +47,8 @@ async def one_round(tmp: Path, count: int, start: int, profile: cProfile.Profile
         for n in range(start, start + count):
             body = event(f"ev-{n}", n)
             tx = f"bench-tx-{n}"
-            rows.append(event_row(f"ev-{n}", "DEPOSIT_ORDER_NOTIFICATION", tx, tx, body, {}, utc_now()))
+            kind = "DEPOSIT_ORDER_NOTIFICATION"
+            rows.append(event_row(f"ev-{n}", kind, tx, tx, body, {}, utc_now()))
         for i in range(0, len(rows), 500):
             await asyncio.gather(*(store.queue_event(r) for r in rows[i : i + 500]))
         processor = Processor(store, reactor=RuleReactor(lambda: book, lambda: profiles))
@@ -76,7 +77,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         (tmp / "rules").mkdir()
-        (tmp / "rules" / "default.yaml").write_bytes((rl.ROOT / "rules" / "default.yaml").read_bytes())
+        shipped = (rl.ROOT / "rules" / "default.yaml").read_bytes()
+        (tmp / "rules" / "default.yaml").write_bytes(shipped)
         (tmp / "rules" / "wallet-1001.yaml").write_text(rl.WALLET_RULES)
         (tmp / "profiles.yaml").write_text(rl.PROFILES)
         costs = []
@@ -87,7 +89,8 @@ def main() -> None:
             if prof is not None:
                 prof.dump_stats(args.profile)
         costs.sort()
-        print(f"median: {costs[len(costs) // 2]:.0f} us CPU per event ({args.count} events a round)")
+        median = costs[len(costs) // 2]
+        print(f"median: {median:.0f} us CPU per event ({args.count} events a round)")
 
 
 if __name__ == "__main__":

@@ -113,9 +113,13 @@ def submission_key_used(db: sqlite_utils.Database, transaction_id: str, key: str
 
 def acted_on_event(db: sqlite_utils.Database, event_id: str, event_type: str) -> bool:
     """Did rules already run on this stored event's raw eventType (a row has it as trigger)?"""
-    row = conn_of(db).execute(
-        "SELECT 1 FROM actions WHERE event_id=? AND trigger=? LIMIT 1", (event_id, event_type)
-    ).fetchone()
+    row = (
+        conn_of(db)
+        .execute(
+            "SELECT 1 FROM actions WHERE event_id=? AND trigger=? LIMIT 1", (event_id, event_type)
+        )
+        .fetchone()
+    )
     return row is not None
 
 

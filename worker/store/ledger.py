@@ -24,10 +24,14 @@ def booked_under_other_id(
     db: sqlite_utils.Database, tx_hash: str, transaction_id: str
 ) -> str | None:
     """The transactionId another ledger row with this txHash is booked under, if any."""
-    other = conn_of(db).execute(
-        "SELECT transaction_id FROM ledger WHERE tx_hash=? AND transaction_id<>? LIMIT 1",
-        (tx_hash, transaction_id),
-    ).fetchone()
+    other = (
+        conn_of(db)
+        .execute(
+            "SELECT transaction_id FROM ledger WHERE tx_hash=? AND transaction_id<>? LIMIT 1",
+            (tx_hash, transaction_id),
+        )
+        .fetchone()
+    )
     return None if other is None else str(other[0])
 
 

@@ -8,12 +8,12 @@ path through `observe_fact`.
 
 Batches run on the event loop (`Store.write_inline`), so they take turns with request handling
 and webhook commits. How long a turn lasts is the processor's share: `drain_time_s` when no
-delivery arrived for a while (a backlog is worked off in long turns, few commits); while deliveries arrive, one turn per 25 ms at most, of
-`busy_share` of the time since its previous turn, so a burst is taken in at nearly full speed
-and worked off afterwards; once the lag (age of the oldest pending event) passes
-`lag_target_s`, turns follow each other without a pause and take at least twice as many events
-as arrived meanwhile, so under sustained overload ingestion slows down to what processing can
-follow and the lag stays bounded.
+delivery arrived for a while (a backlog is worked off in long turns, so few commits); while
+deliveries arrive, one turn per 25 ms at most, of `busy_share` of the time since its previous
+turn, so a burst is taken in at nearly full speed and worked off afterwards; once the lag
+(age of the oldest pending event) passes `lag_target_s`, turns follow each other without a
+pause and take at least twice as many events as arrived meanwhile, so under sustained overload
+ingestion slows down to what processing can follow and the lag stays bounded.
 """
 
 from __future__ import annotations
