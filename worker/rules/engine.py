@@ -178,6 +178,8 @@ class RuleBook:
             return []
         intents: list[Intent] = []
         for rule in ruleset.rules:
+            if trigger not in rule.on:
+                continue  # the common case, decided without building the reason
             if failing_condition(rule, deposit, trigger, profile_found=profile_found) is None:
                 found, stop = _intents(ruleset, rule, trigger)
                 intents.extend(found)
