@@ -5,6 +5,7 @@ Every clock read and every conversion between the two lives here.
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -30,8 +31,15 @@ def now_ms() -> int:
 
 def iso_from_ms(ms: int) -> str:
     """Epoch milliseconds as ISO 8601 UTC, 'YYYY-MM-DDTHH:MM:SS.sssZ'."""
-    moment = _EPOCH + timedelta(milliseconds=ms)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    whole, milli = divmod(ms, 1000)
+    return f"{_iso_second(whole)}.{milli:03d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso_second(whole: int) -> str:
+    """A whole second as 'YYYY-MM-DDTHH:MM:SS' (runs a few times per event: cached)."""
+    moment = datetime(1970, 1, 1) + timedelta(seconds=whole)
+    return moment.isoformat(timespec="seconds")
 
 
 def ms_from_iso(text: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import random
 import sqlite3
@@ -18,7 +19,7 @@ from structlog.testing import capture_logs
 
 from worker.clock import utc_now
 from worker.errors import StorageError
-from worker.logs import LogLine
+from worker.logs import LogLine, configure
 from worker.provider.jsonio import dumpb
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
 from worker.store.writer import Store, event_row
@@ -392,6 +393,20 @@ async def test_one_log_line_per_event_without_payer_data(store: Store) -> None:
     for entry in lines:
         assert entry["eventType"] and entry["transactionId"] == "tx-l"
         assert FROM not in str(entry) and "12.5" not in str(entry)
+
+
+async def test_info_level_logs_one_summary_line_per_batch(store: Store) -> None:
+    """At info, a batch writes one summary line (events, outcomes, triggers), no line per event."""
+    events = lifecycle("tx-sum")[:2]
+    for ev in events:
+        await deliver(store, ev)
+    out = io.StringIO()
+    configure("json", "info", stream=out)
+    assert await Processor(store).run_until_idle() == 2
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [line["event"] for line in lines] == ["events applied"]
+    assert lines[0]["events"] == 2 and lines[0]["outcomes"] == {"processed": 2}
+    assert lines[0]["triggers"] == {"needs_details": 1, "rejected": 1}
 
 
 async def test_background_loop_wakes_and_stops(store: Store) -> None:

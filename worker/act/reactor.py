@@ -44,6 +44,7 @@ class RuleReactor:
         if (
             fact.event_type
             and fact.event_id
+            and rulebook.names(fact.event_type)
             and not acted_on_event(db, fact.event_id, fact.event_type)
         ):
             # Raw eventType rules run once per stored event: a replay does not repeat them.

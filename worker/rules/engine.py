@@ -149,6 +149,9 @@ class RuleBook:
                     raise ValueError(f"two rule sets for wallet {rs.wallet}")
             elif self._by_name.setdefault(rs.wallet, rs) is not rs:
                 raise ValueError(f"two rule sets for wallet {rs.wallet!r}")
+        self._named: frozenset[str] = frozenset(
+            trigger for rs in self.rulesets for rule in rs.rules for trigger in rule.on
+        )
 
     def __repr__(self) -> str:
         names = ", ".join(f"{rs.name}@{rs.version}" for rs in self.rulesets)
@@ -190,6 +193,10 @@ class RuleBook:
         text = "\n".join(f"{rs.name}:{rs.version}" for rs in self.rulesets)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
+    def names(self, trigger: str) -> bool:
+        """Whether any rule of any set has `trigger` in its `on:` (nothing else can fire)."""
+        return trigger in self._named
+
     def ruleset_for(self, wallet_id: int | None, wallet_name: str | None) -> RuleSet | None:
         """The set for this wallet: exact walletId, then walletName, then "*"."""
         if wallet_id is not None and wallet_id in self._by_id:
@@ -205,6 +212,8 @@ class RuleBook:
             return []
         intents: list[Intent] = []
         for rule in ruleset.rules:
+            if trigger not in rule.on:
+                continue  # the common case, decided without building the reason
             if failing_condition(rule, deposit, trigger, profile_found=profile_found) is None:
                 found, stop = _intents(ruleset, rule, trigger)
                 intents.extend(found)

@@ -13,7 +13,7 @@ from typing import Any
 import sqlite_utils
 
 from worker.clock import utc_now
-from worker.store.tx import Db
+from worker.store.tx import Db, conn_of
 
 
 def insert_action(
@@ -33,7 +33,7 @@ def insert_action(
 ) -> int:
     """Insert one action row (`params` as JSON text), due now; returns its id."""
     now = utc_now()
-    cur = db.execute(
+    cur = conn_of(db).execute(
         "INSERT INTO actions (transaction_id, event_id, trigger, rule_set, rule_set_version, rule,"
         " action, params, idempotency_key, status, attempts, next_attempt_at, outcome,"
         " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)",
@@ -135,9 +135,13 @@ def submission_key_used(db: sqlite_utils.Database, transaction_id: str, key: str
 
 def acted_on_event(db: sqlite_utils.Database, event_id: str, event_type: str) -> bool:
     """Did rules already run on this stored event's raw eventType (a row has it as trigger)?"""
-    row = db.execute(
-        "SELECT 1 FROM actions WHERE event_id=? AND trigger=? LIMIT 1", [event_id, event_type]
-    ).fetchone()
+    row = (
+        conn_of(db)
+        .execute(
+            "SELECT 1 FROM actions WHERE event_id=? AND trigger=? LIMIT 1", (event_id, event_type)
+        )
+        .fetchone()
+    )
     return row is not None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.store.database import has_table
-from worker.store.tx import Db
+from worker.store.tx import Db, conn_of
 
 
 def is_recorded(db: Db, transaction_id: str, field: str, value: str) -> bool:
@@ -49,11 +49,15 @@ def insert_conflict(
 
 def open_conflicts(db: Db, transaction_id: str) -> list[dict[str, Any]]:
     """The undecided conflicts of one deposit, oldest first."""
-    rows = db.execute(
-        "SELECT field, fixed_value, seen_value, source, event_id, created_at FROM conflicts"
-        " WHERE transaction_id=? AND decided_at IS NULL ORDER BY id",
-        [transaction_id],
-    ).fetchall()
+    rows = (
+        conn_of(db)
+        .execute(
+            "SELECT field, fixed_value, seen_value, source, event_id, created_at FROM conflicts"
+            " WHERE transaction_id=? AND decided_at IS NULL ORDER BY id",
+            (transaction_id,),
+        )
+        .fetchall()
+    )
     keys = ("field", "fixed_value", "seen_value", "source", "event_id", "created_at")
     return [dict(zip(keys, row, strict=True)) for row in rows]
 

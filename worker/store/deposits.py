@@ -23,6 +23,24 @@ def get_deposit_row(db: Db, transaction_id: str) -> dict[str, Any] | None:
     return None if row is None else _as_dict(row)
 
 
+def get_deposit_rows(db: Db, transaction_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The `deposits` rows of many transactions at once, by transactionId (missing: absent)."""
+    conn = db.conn if isinstance(db, sqlite_utils.Database) else db
+    ids = list(dict.fromkeys(transaction_ids))
+    found: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[start : start + _IN_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        for row in conn.execute(
+            f"SELECT * FROM deposits WHERE transaction_id IN ({marks})", chunk
+        ).fetchall():
+            found[row["transaction_id"]] = _as_dict(row)
+    return found
+
+
+_IN_CHUNK = 500  # ids per IN list (well under SQLite's limit on bound values)
+
+
 def upsert_deposit_row(db: sqlite_utils.Database, row: Mapping[str, Any]) -> None:
     """Insert or update a `deposits` row (keyed by transaction_id)."""
     columns = tuple(row)

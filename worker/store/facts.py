@@ -10,7 +10,7 @@ from typing import Any
 import sqlite_utils
 
 from worker.clock import utc_now
-from worker.store.tx import Db
+from worker.store.tx import Db, conn_of
 
 
 def insert_fact_row(
@@ -20,11 +20,12 @@ def insert_fact_row(
     source: str,
     event_id: str | None,
     observed_at: int | None,
-    fact: Mapping[str, Any],
+    fact: Mapping[str, Any] | str,
     changed: bool,
 ) -> int:
-    """Record one fact, applied or not; returns its id."""
-    cur = db.execute(
+    """Record one fact, applied or not (`fact` as a dict, or as `fact_text` made it); returns
+    its id."""
+    cur = conn_of(db).execute(
         "INSERT INTO facts (transaction_id, source, event_id, observed_at, fact, changed,"
         " recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
@@ -32,7 +33,7 @@ def insert_fact_row(
             source,
             event_id,
             observed_at,
-            json.dumps(fact, sort_keys=True),
+            fact if isinstance(fact, str) else fact_text(fact),
             int(changed),
             utc_now(),
         ],
@@ -40,8 +41,13 @@ def insert_fact_row(
     return int(cur.lastrowid or 0)
 
 
+def fact_text(fact: Mapping[str, Any]) -> str:
+    """A fact as the `facts` table stores it (JSON, sorted keys)."""
+    return json.dumps(fact, sort_keys=True)
+
+
 def poll_fact_repeats(
-    db: sqlite_utils.Database, transaction_id: str, fact: Mapping[str, Any]
+    db: sqlite_utils.Database, transaction_id: str, fact: Mapping[str, Any] | str
 ) -> bool:
     """Whether a poll fact saying exactly `fact` is recorded for the deposit since (and with) the
     last fact that changed it (history and detail polls alternate, each repeating itself)."""
@@ -49,7 +55,7 @@ def poll_fact_repeats(
         "SELECT 1 FROM facts WHERE transaction_id = ? AND source = 'poll' AND fact = ?"
         " AND id >= (SELECT COALESCE(MAX(id), 0) FROM facts"
         " WHERE transaction_id = ? AND changed = 1) LIMIT 1",
-        (transaction_id, json.dumps(fact, sort_keys=True), transaction_id),
+        (transaction_id, fact if isinstance(fact, str) else fact_text(fact), transaction_id),
     ).fetchone()
     return row is not None
 

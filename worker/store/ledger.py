@@ -11,12 +11,12 @@ from typing import Any
 import sqlite_utils
 
 from worker.clock import utc_now
-from worker.store.tx import Db
+from worker.store.tx import Db, conn_of
 
 
 def is_booked(db: sqlite_utils.Database, transaction_id: str) -> bool:
     """Does the ledger hold the deposit?"""
-    found = db.execute("SELECT 1 FROM ledger WHERE transaction_id=?", [transaction_id])
+    found = conn_of(db).execute("SELECT 1 FROM ledger WHERE transaction_id=?", (transaction_id,))
     return found.fetchone() is not None
 
 
@@ -24,10 +24,14 @@ def booked_under_other_id(
     db: sqlite_utils.Database, tx_hash: str, transaction_id: str
 ) -> str | None:
     """The transactionId another ledger row with this txHash is booked under, if any."""
-    other = db.execute(
-        "SELECT transaction_id FROM ledger WHERE tx_hash=? AND transaction_id<>? LIMIT 1",
-        [tx_hash, transaction_id],
-    ).fetchone()
+    other = (
+        conn_of(db)
+        .execute(
+            "SELECT transaction_id FROM ledger WHERE tx_hash=? AND transaction_id<>? LIMIT 1",
+            (tx_hash, transaction_id),
+        )
+        .fetchone()
+    )
     return None if other is None else str(other[0])
 
 
@@ -45,7 +49,7 @@ def insert_booking(
     trigger: str,
 ) -> bool:
     """Write the deposit's ledger row unless it exists; False when it was already booked."""
-    cur = db.execute(
+    cur = conn_of(db).execute(
         "INSERT OR IGNORE INTO ledger (transaction_id, wallet_id, wallet_name, currency, network,"
         " amount, from_address, tx_hash, booked_at, trigger) VALUES (?,?,?,?,?,?,?,?,?,?)",
         [

@@ -13,6 +13,12 @@ import sqlite_utils
 Db: TypeAlias = sqlite_utils.Database | sqlite3.Connection
 
 
+def conn_of(db: Db) -> sqlite3.Connection:
+    """The sqlite3 connection itself: statements on the processor's path skip sqlite-utils'
+    `execute` wrapper (they always run inside the caller's transaction)."""
+    return db.conn if isinstance(db, sqlite_utils.Database) else db
+
+
 @contextmanager
 def savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
     """Run the block under a savepoint of the open transaction: if it raises, its writes are

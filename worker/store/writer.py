@@ -84,6 +84,7 @@ def connect(path: Path, *, synchronous: str = "FULL", readonly: bool = False) ->
     if not readonly:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("PRAGMA temp_store = MEMORY")
     return conn
 
 

@@ -10,6 +10,9 @@ with the decided value.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from decimal import Decimal
 from typing import Any
 
@@ -29,6 +32,28 @@ from worker.store.conflicts import (
 from worker.store.conflicts import open_conflicts as open_conflicts
 from worker.store.deposits import set_field
 from worker.track.tracker import FIXED_FIELDS, Deposit, Fact, conflicts
+
+# The deposit the fact being reacted to has just created (no conflict can be recorded for it).
+_CREATED: ContextVar[str | None] = ContextVar("created_deposit", default=None)
+
+
+@contextmanager
+def reacting(transaction_id: str, *, created: bool) -> Iterator[None]:
+    """The block reacts to a fact about this deposit; `created`: the fact created it."""
+    token = _CREATED.set(transaction_id if created else None)
+    try:
+        yield
+    finally:
+        _CREATED.reset(token)
+
+
+def held_by(db: sqlite_utils.Database, transaction_id: str) -> list[dict[str, Any]]:
+    """The undecided conflicts of a deposit; none, without a query, for a deposit the fact
+    being reacted to has just created (conflicts are recorded only against a stored deposit)."""
+    if _CREATED.get() == transaction_id:
+        return []
+    return open_conflicts(db, transaction_id)
+
 
 # The options of `depositd resolve --set`: the wire names of the fixed fields.
 WIRE_NAMES = {

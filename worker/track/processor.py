@@ -7,19 +7,20 @@ the moment, and an event that raises is rolled back alone and marked failed. Pol
 path through `observe_fact`.
 
 Batches run on the event loop (`Store.write_inline`), so they take turns with request handling
-and webhook commits. How long a turn lasts is the processor's share: a full `batch_time_s` when
-no delivery arrived for a while; while deliveries arrive, one turn per 25 ms at most, of
-`busy_share` of the time since its previous turn, so a burst is taken in at nearly full speed
-and worked off afterwards; once the lag (age of the oldest pending event) passes
-`lag_target_s`, turns follow each other without a pause and take at least twice as many events
-as arrived meanwhile, so under sustained overload ingestion slows down to what processing can
-follow and the lag stays bounded.
+and webhook commits. How long a turn lasts is the processor's share: `drain_time_s` when no
+delivery arrived for a while (a backlog is worked off in long turns, so few commits); while
+deliveries arrive, one turn per 25 ms at most, of `busy_share` of the time since its previous
+turn, so a burst is taken in at nearly full speed and worked off afterwards; once the lag
+(age of the oldest pending event) passes `lag_target_s`, turns follow each other without a
+pause and take at least twice as many events as arrived meanwhile, so under sustained overload
+ingestion slows down to what processing can follow and the lag stays bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import time
 from collections import Counter
@@ -42,17 +43,17 @@ from worker.provider.models import (
     WebhookEnvelope,
 )
 from worker.store.addresses import address_status, insert_announced, update_announced
-from worker.store.deposits import get_deposit_row, upsert_deposit_row
+from worker.store.deposits import get_deposit_row, get_deposit_rows, upsert_deposit_row
 from worker.store.events import (
     StoredEvent,
     mark_events,
     oldest_pending_received_at,
     pending_events,
 )
-from worker.store.facts import insert_fact_row, poll_fact_repeats
+from worker.store.facts import fact_text, insert_fact_row, poll_fact_repeats
 from worker.store.tx import savepoint
 from worker.store.writer import Store
-from worker.track.conflicts import alert_conflict, record_conflicts
+from worker.track.conflicts import alert_conflict, reacting, record_conflicts
 from worker.track.facts import cap_time, fact_from_event
 from worker.track.orders import ORDER_KINDS, apply_order_event
 from worker.track.tracker import Deposit, Fact, Transition, observe
@@ -100,15 +101,26 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+# Deposits as stored right now, by transactionId (None: no row), read once for a whole batch.
+Known = dict[str, Deposit | None]
+
+
+def _load(db: sqlite_utils.Database, transaction_id: str, known: Known | None) -> Deposit | None:
+    if known is not None and transaction_id in known:
+        return known[transaction_id]
+    row = get_deposit_row(db, transaction_id)
+    return Deposit.from_row(row) if row is not None else None
+
+
 def apply_fact(
-    db: sqlite_utils.Database, fact: Fact, reactor: Reactor | None
+    db: sqlite_utils.Database, fact: Fact, reactor: Reactor | None, known: Known | None = None
 ) -> tuple[Deposit, list[Transition], list[LogLine]]:
     """Load, observe, store the deposit and the fact, and react; call inside a transaction.
 
-    Returns the deposit, its transitions and the reactor's lines to log after the commit.
+    `known`: deposits already read in this transaction (kept up to date here). Returns the
+    deposit, its transitions and the reactor's lines to log after the commit.
     """
-    row = get_deposit_row(db, fact.transaction_id)
-    before = Deposit.from_row(row) if row is not None else None
+    before = _load(db, fact.transaction_id, known)
     if before is not None:
         for name in record_conflicts(db, before, fact):
             alert_conflict(db, before, fact, name)
@@ -116,7 +128,7 @@ def apply_fact(
     changed = before is None or after != before
     if changed:
         upsert_deposit_row(db, after.to_row())
-    stated = fact.to_json()
+    stated = fact_text(fact.to_json())
     # A poll repeating what it already said since the deposit last changed is not stored again
     # (every poll would add a row that changes nothing); a fact that changes something always is.
     if changed or fact.source != "poll" or not poll_fact_repeats(db, fact.transaction_id, stated):
@@ -129,7 +141,12 @@ def apply_fact(
             fact=stated,
             changed=changed,
         )
-    lines = reactor.react(db, after, transitions, fact) if reactor is not None else None
+    lines = None
+    if reactor is not None:
+        with reacting(fact.transaction_id, created=before is None):
+            lines = reactor.react(db, after, transitions, fact)
+    if known is not None:
+        known[fact.transaction_id] = after
     return after, transitions, lines or []
 
 
@@ -174,6 +191,19 @@ def apply_address_update(db: sqlite_utils.Database, data: AddressUpdatedData) ->
     )
 
 
+def _prefetch(db: sqlite_utils.Database, events: list[StoredEvent]) -> Known:
+    """The stored deposits of a batch's events, read at once (None for each id without a row)."""
+    ids = [e.transaction_id for e in events if e.transaction_id]
+    rows = get_deposit_rows(db, ids)
+    return {tx: Deposit.from_row(rows[tx]) if tx in rows else None for tx in ids}
+
+
+def _debug_enabled(logger: Any) -> bool:
+    """Whether the logger writes debug lines (then per-event lines are built at all)."""
+    enabled = getattr(logger, "is_enabled_for", None)
+    return True if enabled is None else bool(enabled(logging.DEBUG))
+
+
 class Processor:
     """Applies stored events in receive order; woken by ingress, plus a periodic sweep."""
 
@@ -184,8 +214,9 @@ class Processor:
         reactor: Reactor | None = None,
         metrics: Metrics | None = None,
         sweep_interval_s: float = 5.0,
-        batch_size: int = 200,
+        batch_size: int = 1000,
         batch_time_s: float = 0.008,
+        drain_time_s: float = 0.04,
         busy_share: float = 0.15,
         lag_target_s: float = 5.0,
         future_tolerance_s: float = 300.0,
@@ -202,6 +233,10 @@ class Processor:
         self.batch_size = batch_size
         # A batch holds the event loop: these bound how long requests wait behind it.
         self.batch_time_s = batch_time_s
+        # With no delivery for a while (working off a backlog), turns are longer: each commit
+        # (an fsync, and every page the turn changed written to the log) then serves more
+        # events. A delivery arriving meanwhile waits for the turn at most this long.
+        self.drain_time_s = drain_time_s
         self.busy_share = busy_share
         self.lag_target_s = lag_target_s
         self._event_cost_s = 0.0001  # running estimate, sizes the pending query
@@ -310,7 +345,7 @@ class Processor:
         """This batch's time budget, and how many events it handles whatever the time."""
         if time.monotonic() - self._arrived_at > _QUIET_S:
             self._behind = False
-            return self.batch_time_s, 1
+            return self.drain_time_s, 1
         received = _ms(oldest_pending_received_at(db))
         lag_s = time.time() - received / 1000 if received is not None else 0.0
         budget = min(self.batch_time_s, self.busy_share * (now - self._last_turn))
@@ -330,18 +365,20 @@ class Processor:
             return []
         deadline = started + budget
         conn = db.conn
+        known = _prefetch(db, events)
         outcomes: list[_Outcome] = []
         for event in events:
             if len(outcomes) >= floor and time.perf_counter() > deadline:
                 break
             try:
                 with savepoint(conn, "event"):
-                    outcome = self._apply_event(db, event, reactor)
+                    outcome = self._apply_event(db, event, reactor, known)
             except sqlite3.OperationalError:
                 raise  # the store itself is failing: give the whole batch back
             except Exception as exc:
                 if not conn.in_transaction:
                     raise
+                known.clear()  # its writes are undone: read the rows again
                 outcome = _Outcome(event, "failed", error=_describe(exc))
             outcomes.append(outcome)
         mark_events(db, [(o.event.seq, o.status, o.error) for o in outcomes])
@@ -351,7 +388,11 @@ class Processor:
         return outcomes
 
     def _apply_event(
-        self, db: sqlite_utils.Database, event: StoredEvent, reactor: Reactor | None
+        self,
+        db: sqlite_utils.Database,
+        event: StoredEvent,
+        reactor: Reactor | None,
+        known: Known | None = None,
     ) -> _Outcome:
         envelope = WebhookEnvelope.model_validate(jsonio.loads(event.body))
         if envelope.eventType == EventType.WALLET_ADDRESS_UPDATED.value:
@@ -370,34 +411,52 @@ class Processor:
             return _Outcome(event, "ignored")
         if received is not None:
             fact = cap_time(fact, received, self.future_tolerance_s)
-        _, transitions, lines = apply_fact(db, fact, reactor)
+        _, transitions, lines = apply_fact(db, fact, reactor, known)
         return _Outcome(event, "processed", transitions, lines=lines)
 
     def _report(self, outcomes: list[_Outcome]) -> None:
-        """One log line per event (eventId, eventType, transactionId, outcome), counters."""
+        """One summary line per batch at info; at debug, a line per event (eventId, eventType,
+        transactionId, outcome) and the reactor's lines; a failed event always has its own
+        warning. Counters."""
         if not outcomes:
             return
         logger = log.bind()  # resolve the lazy logger once per batch, not per line
+        detail = _debug_enabled(logger)
         counts: Counter[tuple[str, str]] = Counter()
+        statuses: Counter[str] = Counter()
+        triggers: Counter[str] = Counter()
+        reactions: Counter[str] = Counter()
         for outcome in outcomes:
-            for message, extra in outcome.lines:
-                logger.info(message, **extra)
             event = outcome.event
-            fields: dict[str, Any] = {
-                "eventId": event.event_id,
-                "eventType": event.event_type,
-                "transactionId": event.transaction_id,
-                "outcome": outcome.status,
-            }
-            if outcome.transitions:
-                fields["triggers"] = [t.key for t in outcome.transitions]
-                for t in outcome.transitions:
-                    self._count_transition(t)
-            if outcome.error:
-                logger.warning("event failed", error=outcome.error, **fields)
-            else:
-                logger.info("event", **fields)
+            for message, extra in outcome.lines:
+                reactions[message] += 1
+                if detail:
+                    logger.debug(message, **extra)
+            for t in outcome.transitions:
+                triggers[t.trigger.value] += 1
+                self._count_transition(t)
+            if outcome.error or detail:
+                fields: dict[str, Any] = {
+                    "eventId": event.event_id,
+                    "eventType": event.event_type,
+                    "transactionId": event.transaction_id,
+                    "outcome": outcome.status,
+                }
+                if outcome.transitions:
+                    fields["triggers"] = [t.key for t in outcome.transitions]
+                if outcome.error:
+                    logger.warning("event failed", error=outcome.error, **fields)
+                else:
+                    logger.debug("event", **fields)
+            statuses[outcome.status] += 1
             counts[event_type_label(event.event_type), outcome.status] += 1
+        logger.info(
+            "events applied",
+            events=len(outcomes),
+            outcomes=dict(statuses),
+            triggers=dict(triggers),
+            reactions=dict(reactions),
+        )
         if self.metrics is not None:
             for (label, status), n in counts.items():
                 self.metrics.events_processed.labels(event_type=label, outcome=status).inc(n)

@@ -9,9 +9,10 @@ import sqlite_utils
 
 from worker.act.kinds.base import Kind, Recording
 from worker.act.rows import enqueue_alert
+from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
 from worker.store import ledger
-from worker.track.conflicts import WIRE_NAMES, open_conflicts
+from worker.track.conflicts import WIRE_NAMES, held_by
 from worker.track.tracker import Deposit, State
 
 # The states in which the deposit is credited at this moment: credited, or completed (an order
@@ -32,11 +33,15 @@ def book(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> bool:
         wallet_name=deposit.wallet_name,
         currency=deposit.currency,
         network=deposit.network,
-        amount=deposit.as_json()["amount"],
+        amount=_amount(deposit),
         from_address=deposit.from_address,
         tx_hash=deposit.tx_hash,
         trigger=trigger,
     )
+
+
+def _amount(deposit: Deposit) -> str | None:
+    return None if deposit.amount is None else decimal_str(deposit.amount)
 
 
 def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> tuple[str, str]:
@@ -44,17 +49,40 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
 
     Whatever trigger a rule names, a deposit is booked only while credited, never while a fixed
     field is in conflict (`worker.track.conflicts`), and never when its txHash is already booked
-    under another transactionId (that one alerts, critical).
+    under another transactionId (that one alerts, critical). A deposit already booked says so
+    whatever else holds now (the ledger is read only when booking is refused: otherwise the
+    INSERT OR IGNORE itself says whether the row was new).
     """
+    refused = _refusal(db, deposit, trigger)
+    if refused is not None:
+        if ledger.is_booked(db, deposit.transaction_id):
+            return "done", "already booked"
+        status, outcome, alert = refused
+        if alert is not None:
+            enqueue_alert(
+                db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=alert
+            )
+        return status, outcome
+    booked = book(db, deposit, trigger)
+    return "done", "booked" if booked else "already booked"
+
+
+def _refusal(
+    db: sqlite_utils.Database, deposit: Deposit, trigger: str
+) -> tuple[str, str, str | None] | None:
+    """Why the deposit may not be booked now: (status, outcome, critical alert detail or None);
+    None when it may be."""
     tx = deposit.transaction_id
-    if ledger.is_booked(db, tx):
-        return "done", "already booked"
     if deposit.state not in CREDITED_STATES:
-        return "skipped", f"not booked: the deposit is {deposit.state.value}, not credited"
-    held = open_conflicts(db, tx)
+        return "skipped", f"not booked: the deposit is {deposit.state.value}, not credited", None
+    held = held_by(db, tx)
     if held:
         names = ", ".join(sorted({WIRE_NAMES[c["field"]] for c in held}))
-        return "skipped", f"held: {names} in conflict; waiting for a decision (depositd resolve)"
+        return (
+            "skipped",
+            f"held: {names} in conflict; waiting for a decision (depositd resolve)",
+            None,
+        )
     if deposit.tx_hash:
         other = ledger.booked_under_other_id(db, deposit.tx_hash, tx)
         if other is not None:
@@ -62,12 +90,8 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
                 f"txHash {deposit.tx_hash} is already booked for {other}; "
                 f"{tx} is not booked (a deposit booked twice?)"
             )
-            enqueue_alert(
-                db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=detail
-            )
-            return "skipped", f"refused: txHash already booked for {other}"
-    booked = book(db, deposit, trigger)
-    return "done", "booked" if booked else "already booked"
+            return "skipped", f"refused: txHash already booked for {other}", detail
+    return None
 
 
 def record(rec: Recording) -> None:
@@ -77,7 +101,7 @@ def record(rec: Recording) -> None:
     rec.add(params={}, status=status, outcome=outcome)
     fields = {
         "transactionId": deposit.transaction_id,
-        "amount": deposit.as_json()["amount"],
+        "amount": _amount(deposit),
         "currency": deposit.currency,
     }
     if status == "done":
