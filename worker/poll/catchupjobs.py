@@ -15,16 +15,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
-from worker.aio import finish_or_cancel
 from worker.clock import iso_from_ms, now_ms
 from worker.config.settings import SchedulerSettings
 from worker.logs import get_logger
 from worker.poll.catchup import HistoryReader, ReadStats, covered_until
+from worker.poll.jobs import IntervalAndDaily
 from worker.store.writer import Store
 
 log = get_logger(__name__)
@@ -41,7 +39,7 @@ def previous_day(now: int) -> tuple[int, int]:
     return end - DAY_MS, end
 
 
-class CatchUp:
+class CatchUp(IntervalAndDaily):
     """The catch-up and sweep jobs of one serve."""
 
     def __init__(
@@ -53,16 +51,14 @@ class CatchUp:
         on_done: Callable[[str, ReadStats], None] | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
+        super().__init__(("catchup", settings.catchup_interval_s), ("sweep", settings.sweep_at))
         self._reader = reader
         self._store = store
         self._settings = settings
         self._on_done = on_done
         self._clock = clock
-        self._scheduler = AsyncIOScheduler(timezone="UTC")
         self._lock = asyncio.Lock()
-        self._running: dict[str, asyncio.Task[ReadStats | None]] = {}
         self._out_of_contact = False
-        self._stopping = False
         self.last: ReadStats | None = None  # the last catch-up's figures
         self.last_at: float | None = None  # and when it ended (Unix time)
 
@@ -76,15 +72,13 @@ class CatchUp:
             self._out_of_contact = False
             self.fire("catchup")
 
-    def fire(self, name: str) -> None:
-        """Start the job `name` ("catchup" or "sweep") now unless it runs already."""
-        if self._stopping:
-            return
-        task = self._running.get(name)
-        if task is not None and not task.done():
-            return
-        job = self.catch_up if name == "catchup" else self.sweep
-        self._running[name] = asyncio.get_running_loop().create_task(job(), name=name)
+    def coroutine(self, name: str) -> Coroutine[Any, Any, ReadStats | None]:
+        """The run of "catchup" or "sweep"."""
+        return self.catch_up() if name == "catchup" else self.sweep()
+
+    def halt(self) -> None:
+        """A read in flight ends after its page in hand."""
+        self._reader.stop()
 
     async def catch_up(self) -> ReadStats | None:
         """From the mark minus the margin (first time: now minus the lookback) to now."""
@@ -133,45 +127,3 @@ class CatchUp:
         if self._on_done is not None:
             self._on_done(name, stats)
         return stats
-
-    def _job(self, name: str) -> Callable[[], Coroutine[Any, Any, None]]:
-        async def fire() -> None:  # a coroutine: APScheduler runs plain functions in threads
-            self.fire(name)
-
-        return fire
-
-    def start(self) -> None:
-        """Catch up now, then every interval; sweep daily."""
-        self._stopping = False
-        hour, minute = (int(x) for x in self._settings.sweep_at.split(":"))
-        self._scheduler.add_job(
-            self._job("catchup"),
-            "interval",
-            seconds=self._settings.catchup_interval_s,
-            next_run_time=datetime.now(UTC),
-            max_instances=1,
-            coalesce=True,
-            id="catchup",
-        )
-        self._scheduler.add_job(
-            self._job("sweep"),
-            "cron",
-            hour=hour,
-            minute=minute,
-            max_instances=1,
-            coalesce=True,
-            misfire_grace_time=int(timedelta(hours=1).total_seconds()),
-            id="sweep",
-        )
-        self._scheduler.start()
-
-    async def stop(self, grace_s: float | None = None) -> None:
-        """Stop scheduling; a read in flight ends after its page (cancelled after `grace_s`)."""
-        self._stopping = True
-        self._reader.stop()
-        if self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
-            await asyncio.sleep(0)
-        pending = [t for t in self._running.values() if not t.done()]
-        if pending:
-            await finish_or_cancel(pending, grace_s)

@@ -9,18 +9,17 @@ import asyncio
 import datetime as dt
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from worker.aio import finish_or_cancel
 from worker.config.settings import SchedulerSettings
 from worker.errors import ProviderAuthError, ProviderError
 from worker.logs import get_logger
 from worker.poll.abnormal import AbnormalPoll
+from worker.poll.jobs import IntervalAndDaily
 from worker.poll.reconcile import KINDS, Reconciler, RunResult
 from worker.store import abnormal as abnormal_store
 from worker.store import findings as findings_store
@@ -105,7 +104,7 @@ def yesterday(now: datetime | None = None) -> dt.date:
     return ((now or datetime.now(UTC)).astimezone(UTC) - timedelta(days=1)).date()
 
 
-class MoneyJobs:
+class MoneyJobs(IntervalAndDaily):
     """APScheduler jobs for the abnormal-fund poll and the daily reconciliation."""
 
     def __init__(
@@ -120,6 +119,9 @@ class MoneyJobs:
         backoff_s: float = 1.0,
         backoff_max_s: float = 600.0,
     ) -> None:
+        super().__init__(
+            ("abnormal", settings.abnormal_interval_s), ("reconcile", settings.reconcile_at)
+        )
         self._poll = poll
         self._reconciler = reconciler
         self._store = store
@@ -130,9 +132,6 @@ class MoneyJobs:
         self.backoff_max_s = backoff_max_s
         self._failures = 0
         self._not_before = 0.0
-        self._scheduler = AsyncIOScheduler(timezone="UTC")
-        self._running: dict[str, asyncio.Task[Any]] = {}
-        self._stopping = False
         self.last_abnormal_ok: float | None = None
         self.reconcile_retry_s = RECONCILE_RETRY_S
 
@@ -140,15 +139,14 @@ class MoneyJobs:
         """An ABNORMAL_FUND_NOTIFICATION arrived: poll now (unless backing off or running)."""
         self.fire("abnormal")
 
-    def fire(self, name: str) -> None:
-        """Start `abnormal` or `reconcile` now unless it runs already."""
-        if self._stopping:
-            return
-        task = self._running.get(name)
-        if task is not None and not task.done():
-            return
-        job = self.poll_abnormal() if name == "abnormal" else self.daily_reconcile(yesterday())
-        self._running[name] = asyncio.get_running_loop().create_task(job, name=name)
+    def coroutine(self, name: str) -> Coroutine[Any, Any, Any]:
+        """The run of "abnormal" or "reconcile" (yesterday, UTC)."""
+        return self.poll_abnormal() if name == "abnormal" else self.daily_reconcile(yesterday())
+
+    def halt(self) -> None:
+        """A poll in flight ends after its record; a reconciliation is cancelled after the
+        grace (it records nothing until its one write, and the next run reads again)."""
+        self._poll.stop()
 
     async def daily_reconcile(self, day: dt.date) -> None:
         """The daily job: reconcile `day`; a failed run (the provider down) is tried again
@@ -222,49 +220,6 @@ class MoneyJobs:
             await self._metrics.refresh(self._store)
         except Exception as exc:
             log.warning("metrics refresh failed", error=str(exc))
-
-    def _job(self, name: str) -> Callable[[], Any]:
-        async def fire() -> None:  # a coroutine: APScheduler runs plain functions in threads
-            self.fire(name)
-
-        return fire
-
-    def start(self) -> None:
-        """Poll abnormal funds now and every interval; reconcile daily."""
-        self._stopping = False
-        hour, minute = (int(x) for x in self._settings.reconcile_at.split(":"))
-        self._scheduler.add_job(
-            self._job("abnormal"),
-            "interval",
-            seconds=self._settings.abnormal_interval_s,
-            next_run_time=datetime.now(UTC),
-            max_instances=1,
-            coalesce=True,
-            id="abnormal",
-        )
-        self._scheduler.add_job(
-            self._job("reconcile"),
-            "cron",
-            hour=hour,
-            minute=minute,
-            max_instances=1,
-            coalesce=True,
-            misfire_grace_time=3600,
-            id="reconcile",
-        )
-        self._scheduler.start()
-
-    async def stop(self, grace_s: float | None = None) -> None:
-        """Stop scheduling; a poll in flight ends after its record, a run is cancelled after
-        `grace_s` (it records nothing until its one write, and the next run reads again)."""
-        self._stopping = True
-        self._poll.stop()
-        if self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
-            await asyncio.sleep(0)
-        pending = [t for t in self._running.values() if not t.done()]
-        if pending:
-            await finish_or_cancel(pending, grace_s)
 
 
 def money_jobs(

@@ -1,0 +1,87 @@
+"""Two jobs of `serve` on one APScheduler: one every interval (its first run at start), one daily
+at `HH:MM` UTC; each runs at most once at a time, and a stop waits for what runs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from worker.aio import finish_or_cancel
+
+# A daily job the service missed (down at that minute) still runs within this much after.
+DAILY_MISFIRE_GRACE_S = int(timedelta(hours=1).total_seconds())
+
+
+class IntervalAndDaily:
+    """Runs `coroutine(name)` for the interval job and the daily job (subclasses say which)."""
+
+    def __init__(self, interval: tuple[str, float], daily: tuple[str, str]) -> None:
+        self._interval_name, self._interval_s = interval
+        self._daily_name, self._daily_at = daily
+        self._scheduler = AsyncIOScheduler(timezone="UTC")
+        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._stopping = False
+
+    def coroutine(self, name: str) -> Coroutine[Any, Any, Any]:
+        """The run of the job `name`."""
+        raise NotImplementedError
+
+    def halt(self) -> None:
+        """Ask a run in flight to end at its next safe point (at stop)."""
+
+    def fire(self, name: str) -> None:
+        """Start the job `name` now unless it runs already (or the jobs are stopping)."""
+        if self._stopping:
+            return
+        task = self._running.get(name)
+        if task is not None and not task.done():
+            return
+        coroutine = self.coroutine(name)
+        self._running[name] = asyncio.get_running_loop().create_task(coroutine, name=name)
+
+    def _job(self, name: str) -> Callable[[], Coroutine[Any, Any, None]]:
+        async def fire() -> None:  # a coroutine: APScheduler runs plain functions in threads
+            self.fire(name)
+
+        return fire
+
+    def start(self) -> None:
+        """The interval job now and every interval; the daily job at its minute."""
+        self._stopping = False
+        hour, minute = (int(x) for x in self._daily_at.split(":"))
+        self._scheduler.add_job(
+            self._job(self._interval_name),
+            "interval",
+            seconds=self._interval_s,
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
+            id=self._interval_name,
+        )
+        self._scheduler.add_job(
+            self._job(self._daily_name),
+            "cron",
+            hour=hour,
+            minute=minute,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=DAILY_MISFIRE_GRACE_S,
+            id=self._daily_name,
+        )
+        self._scheduler.start()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop scheduling; a run in flight ends at its next safe point (`halt`), and is
+        cancelled after `grace_s`."""
+        self._stopping = True
+        self.halt()
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+            await asyncio.sleep(0)
+        pending = [t for t in self._running.values() if not t.done()]
+        if pending:
+            await finish_or_cancel(pending, grace_s)
