@@ -534,3 +534,12 @@ async def test_alert_that_cannot_be_queued_does_not_kill_the_poll(env: Env) -> N
         ]
     )
     assert queued == [("system", "poll_failing:detail")], "queued on the retry, and once"
+
+
+def test_poll_backoff_stays_bounded_after_days_of_failures() -> None:
+    """A provider down for days (thousands of failed polls in a row) keeps the back-off within
+    its bound instead of overflowing the doubling."""
+    from worker.poll.jobs import poll_backoff
+
+    assert 300.0 <= poll_backoff(5000, 1.0, 600.0) <= 600.0
+    assert 1.0 <= poll_backoff(1, 1.0, 600.0) <= 2.0

@@ -4,16 +4,25 @@ at `HH:MM` UTC; each runs at most once at a time, and a stop waits for what runs
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from worker.act.rows import backoff
 from worker.aio import finish_or_cancel
 
 # A daily job the service missed (down at that minute) still runs within this much after.
 DAILY_MISFIRE_GRACE_S = int(timedelta(hours=1).total_seconds())
+
+
+def poll_backoff(failures: int, base_s: float, max_s: float) -> float:
+    """How long a poll waits after `failures` failures in a row: doubling from twice `base_s`,
+    at most `max_s`, with jitter (half to all of it) so that several instances do not retry in
+    step; the exponent is capped, so a provider down for days cannot overflow it."""
+    return backoff(failures + 1, base_s, max_s) * (0.5 + random.random() / 2)
 
 
 class IntervalAndDaily:

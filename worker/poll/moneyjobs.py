@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
@@ -19,7 +18,7 @@ from worker.config.settings import SchedulerSettings
 from worker.errors import ProviderAuthError, ProviderError
 from worker.logs import get_logger
 from worker.poll.abnormal import AbnormalPoll
-from worker.poll.jobs import IntervalAndDaily
+from worker.poll.jobs import IntervalAndDaily, poll_backoff
 from worker.poll.reconcile import KINDS, Reconciler, RunResult
 from worker.store import abnormal as abnormal_store
 from worker.store import findings as findings_store
@@ -182,8 +181,7 @@ class MoneyJobs(IntervalAndDaily):
     async def _poll_failed(self, exc: Exception) -> None:
         self._failures += 1
         kind = "auth" if isinstance(exc, ProviderAuthError) else "error"
-        delay = min(self.backoff_max_s, self.backoff_s * 2.0**self._failures)
-        delay *= 0.5 + random.random() / 2
+        delay = poll_backoff(self._failures, self.backoff_s, self.backoff_max_s)
         self._not_before = time.monotonic() + delay
         self._metrics.abnormal_polls.labels(outcome=kind).inc()
         line = log.warning if isinstance(exc, ProviderError) else log.exception

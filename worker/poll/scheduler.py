@@ -8,7 +8,6 @@ its webhook had come. Transaction detail is the only place `creditStatus` BLOCKE
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
@@ -30,6 +29,7 @@ from worker.errors import (
     ProviderUnavailable,
 )
 from worker.logs import get_logger
+from worker.poll.jobs import poll_backoff
 from worker.provider.client import ProviderClient
 from worker.store.deposits import blocked_since, in_states, is_tracked
 from worker.store.writer import Store
@@ -253,9 +253,7 @@ class Poller:
     async def _failed(self, name: str, kind: str, error: str) -> None:
         failures = self.stats.failures.get(name, 0) + 1
         self.stats.failures[name] = failures
-        delay = min(self.backoff_max_s, self.backoff_s * 2.0**failures) * (
-            0.5 + random.random() / 2
-        )
+        delay = poll_backoff(failures, self.backoff_s, self.backoff_max_s)
         self._not_before[name] = time.monotonic() + delay
         log.warning(
             "poll failed; backing off",
