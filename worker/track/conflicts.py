@@ -25,11 +25,9 @@ from worker.store.conflicts import (
     has_conflict,
     insert_conflict,
     is_recorded,
+    open_conflicts,
     record_decision,
 )
-
-# Re-exported for worker.act.reactor until it imports it from worker.store.conflicts.
-from worker.store.conflicts import open_conflicts as open_conflicts
 from worker.store.deposits import set_field
 from worker.track.tracker import FIXED_FIELDS, Deposit, Fact, conflicts
 
