@@ -29,7 +29,7 @@ STAGES: list[tuple[str, ...]] = [
     ("worker.rules",),  # 4 pure: foundation only (see RULES_MAY_IMPORT)
     ("worker.act",),  # 5
     ("worker.poll",),  # 6
-    ("worker.service",),  # 7
+    ("worker.service", "worker.console"),  # 7
     ("worker.commands",),  # 8
     ("worker.dev",),  # 9
     # 10 the top of the program: the command line imports every command, dev ones included

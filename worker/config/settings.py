@@ -214,6 +214,48 @@ class NotifySettings(Section):
     email: EmailSettings | None = None
 
 
+class ConsoleSettings(Section):
+    """The operator console (worker.console); absent: none."""
+
+    listen: str = "127.0.0.1:8081"
+    # The login token, read from this file at every login (a rotated token needs no restart).
+    token_file: Path
+    # Where the provider's hosted deposit Travel Rule page lives (its origin is the only one
+    # the console frames and takes messages from); None: no embedded page.
+    hosted_url: str | None = None
+    # Plain http:// to a hosted page off this machine is refused unless this says it is meant.
+    allow_insecure_http: bool = False
+    session_ttl_s: float = Field(8 * 3600, ge=60)
+    dark_mode: bool = False
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:8081")
+        return value
+
+    @field_validator("hosted_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @property
+    def host(self) -> str:
+        """Listen host."""
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        """Listen port."""
+        return int(self.listen.rpartition(":")[2])
+
+
 class LogSettings(Section):
     """Logging; format defaults to json under systemd (no TTY), console otherwise."""
 
@@ -231,12 +273,18 @@ class Settings(Section):
     rules: Path | None = None
     profiles: Path | None = None
     notify: NotifySettings = NotifySettings()
+    console: ConsoleSettings | None = None
     log: LogSettings = LogSettings()
     config_path: Path | None = Field(default=None, exclude=True)
 
 
 # Keys that name a path, resolved against the config folder.
-_PATH_KEYS: tuple[Loc, ...] = (("storage", "path"), ("rules",), ("profiles",))
+_PATH_KEYS: tuple[Loc, ...] = (
+    ("storage", "path"),
+    ("rules",),
+    ("profiles",),
+    ("console", "token_file"),
+)
 
 # Where `<key>_file` reads `<key>` from a file. Only keys the section has: a typo such as
 # `api_secrte_file` stays as written and is reported as an unknown key on its own line.
@@ -247,6 +295,7 @@ _SECTIONS: dict[Loc, type[Section]] = {
     ("scheduler",): SchedulerSettings,
     ("notify", "slack"): SlackSettings,
     ("notify", "email"): EmailSettings,
+    ("console",): ConsoleSettings,
     ("log",): LogSettings,
 }
 

@@ -120,6 +120,10 @@ class Poller:
         may release it: the tracker then moves it to credited, trigger released)."""
         return await self._guard("blocked", self._blocked)
 
+    async def read_detail(self, transaction_id: str) -> None:
+        """Read and apply one deposit's detail now (an operator asked; the hosted page closed)."""
+        await self._detail_one(transaction_id)
+
     async def _blocked(self) -> int:
         rows = await self._store.write(blocked_since)
         horizon = now_ms() - int(self._settings.blocked_watch_days * 86_400_000)

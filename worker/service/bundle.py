@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from worker.act.kinds import KINDS, SPECS, Kind
 from worker.config.profiles import Profiles
-from worker.config.settings import Settings
+from worker.config.settings import Settings, read_secret_file
 from worker.errors import ConfigError
 from worker.rules import Action, Rule, RuleBook, RuleSet
 from worker.urls import plain_http_problem
@@ -63,6 +64,9 @@ def load_bundle(settings: Settings) -> Bundle:
     http_warnings, http_problems = plain_http(settings, rules)
     warnings += http_warnings
     problems += http_problems
+    console_warnings, console_problems = console_checks(settings)
+    warnings += console_warnings
+    problems += console_problems
     if problems:
         raise ConfigError(problems)
     return Bundle(rules, profiles, warnings)
@@ -98,6 +102,41 @@ def plain_http(settings: Settings, rules: RuleBook) -> tuple[list[str], list[str
             warnings.append(f"{where}: {warning}")
         if problem is not None:
             problems.append(f"{where}: {problem}")
+    return warnings, problems
+
+
+def console_checks(settings: Settings) -> tuple[list[str], list[str]]:
+    """(warnings, problems) of the console block: a token file that cannot be read or is empty
+    is a problem, one others may read a warning; plain http:// to a hosted page off this
+    machine a problem unless `console.allow_insecure_http`."""
+    console = settings.console
+    if console is None:
+        return [], []
+    where = f"{settings.config_path}: console"
+    warnings: list[str] = []
+    problems: list[str] = []
+    path = console.token_file
+    try:
+        token = read_secret_file(path)
+        mode = path.stat().st_mode
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"{where}.token_file: cannot read {path}: {type(exc).__name__}")
+    else:
+        if not token:
+            problems.append(f"{where}.token_file: {path} is empty")
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            warnings.append(
+                f"{where}.token_file: {path} can be read by group or others"
+                f" (mode {stat.S_IMODE(mode):o}); chmod 600 it"
+            )
+    if console.hosted_url is not None:
+        warning, problem = plain_http_problem(
+            console.hosted_url,
+            allowed=console.allow_insecure_http,
+            key="console.allow_insecure_http",
+        )
+        warnings += [f"{where}.hosted_url: {warning}"] if warning else []
+        problems += [f"{where}.hosted_url: {problem}"] if problem else []
     return warnings, problems
 
 

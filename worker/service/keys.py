@@ -22,3 +22,5 @@ READY_CHECKS_KEY: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
 LIMITS_KEY = web.AppKey("limits", Limits)
 # Checks the systemd watchdog pings depend on besides the event loop (the ingress process).
 LIVENESS_KEY: web.AppKey[list[Callable[[], bool]]] = web.AppKey("liveness")
+# The operator console's app (`console.listen`), when configured; `serve` runs it beside the rest.
+CONSOLE_APP_KEY = web.AppKey("console_app", web.Application)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import signal
 from collections.abc import Callable, Coroutine, Mapping
@@ -35,6 +36,7 @@ from worker.notify.channels import Notifier, notifiers_from_settings
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
 from worker.poll.catchupjobs import CatchUp
 from worker.poll.moneyjobs import MoneyJobs, money_jobs
+from worker.poll.reconcile import Reconciler
 from worker.poll.scheduler import Observe, Poller, Scheduler
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
@@ -408,6 +410,36 @@ class Runtime:
         )
         abnormal_hints.append(self.money.hint)
         self.money.start()
+
+    # --- what the operator console asks for (worker.console.app.Operations) ---
+
+    async def read_detail(self, transaction_id: str) -> None:
+        """Read one deposit's detail now and feed it to the tracker, as the detail poll does."""
+        if self.poller is None:
+            raise ProviderError("the provider is not polled here (scheduler.enabled: false)")
+        await self.poller.read_detail(transaction_id)
+
+    async def reconcile(self, day: dt.date) -> str:
+        """Reconcile one day again now, as `depositd reconcile --date` does; the outcome."""
+        assert self.client is not None and self.store is not None
+        wake = self.outbox.wake if self.outbox is not None else None
+        reconciler = Reconciler(self.client, self.store, lambda: self.rules, after_commit=wake)
+        result = await reconciler.run(day)
+        if result.outcome == "failed":
+            return f"failed: {result.error}"
+        return f"{result.outcome} ({len(result.findings)} finding(s))"
+
+    async def travel_rule_link(self, wallet_id: int, transaction_id: str, lng: str) -> str:
+        """A fresh URL of the provider's hosted Travel Rule page, deep-linked to one deposit."""
+        if self.client is None:
+            raise ProviderError("the provider client is not running")
+        link = await self.client.travel_rule_link(wallet_id, transaction_id=transaction_id, lng=lng)
+        return link.url
+
+    def wake(self) -> None:
+        """Rows set back to pending: run them now rather than at the next sweep."""
+        if self.outbox is not None:
+            self.outbox.wake()
 
     def listen_for_reload(self) -> None:
         """SIGHUP reloads rules and profiles."""

@@ -18,12 +18,13 @@ from aiohttp import web
 
 from worker.aio import first_done
 from worker.config.settings import Settings, load_settings
+from worker.console.app import run_console
 from worker.ingest import process as front
 from worker.ingest.endpoint import healthz
 from worker.ingest.limits import GuardedSite, Limits, track_requests
 from worker.ingest.link import CoreSide
 from worker.logs import configure, get_logger
-from worker.service.keys import INGRESS_KEY, LIMITS_KEY, LIVENESS_KEY
+from worker.service.keys import CONSOLE_APP_KEY, INGRESS_KEY, LIMITS_KEY, LIVENESS_KEY
 from worker.service.lock import serve_lock
 from worker.service.setup import build_service
 from worker.service.systemd import SystemdNotifier
@@ -76,6 +77,10 @@ async def _serve(
                 await GuardedSite(runner, listener, app[LIMITS_KEY]).start()
             if settings.webhook.ops_listen is not None:
                 await stack.enter_async_context(_ops_listener(settings, app))
+            if settings.console is not None and CONSOLE_APP_KEY in app:
+                await stack.enter_async_context(
+                    run_console(app[CONSOLE_APP_KEY], settings.console.host, settings.console.port)
+                )
             log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
             notifier.ready()
             if ingress is None:

@@ -6,6 +6,7 @@
     act      rules and profiles (the reactor), the provider client, the outbox runner
     poll     the scheduler's polls and the catch-up jobs
     service  SIGHUP reload and the systemd watchdog
+    console  the operator console (`console.listen`), on the same store and runtime
 
 Nothing else reads configuration globally. `build_app` is the core (store, ingest, track);
 `build_service` adds the stages that act, from a `Runtime`.
@@ -20,12 +21,14 @@ from aiohttp import web
 
 from worker.clock import utc_now
 from worker.config.settings import Settings
+from worker.console.app import build_console
 from worker.errors import StorageError
 from worker.ingest.endpoint import Ingress, ReadyCheck
 from worker.ingest.limits import Limits, track_requests
 from worker.logs import get_logger
 from worker.metrics import Metrics
 from worker.service.keys import (
+    CONSOLE_APP_KEY,
     INGRESS_KEY,
     LIMITS_KEY,
     LIVENESS_KEY,
@@ -61,6 +64,12 @@ def build_service(
         ready_checks=[runtime.scheduler_running],
         sweep_interval_s=sweep_interval_s,
     )
+    if settings.console is not None:
+        # console: the operator's pages, on the same store and runtime (served by `serve`)
+        processor = app[PROCESSOR_KEY]
+        app[CONSOLE_APP_KEY] = build_console(
+            settings.console, app[STORE_KEY], runtime, processor.wake
+        )
     return app, runtime
 
 

@@ -304,6 +304,37 @@ def requeue_failed_actions(conn: sqlite3.Connection, now: str) -> int:
     )
 
 
+def requeue_action(db: Db, action_id: int, now: str) -> bool:
+    """One failed action back to pending, due `now` (same idempotency key, as `retry-failed`);
+    False when it is not failed or is a submission refused for its profile."""
+    return (
+        db.execute(
+            "UPDATE actions SET status='pending', next_attempt_at=?, updated_at=?"
+            " WHERE id=? AND status='failed'"
+            " AND NOT (action='submit_profile' AND outcome LIKE 'profile %')",
+            [now, now, action_id],
+        ).rowcount
+        == 1
+    )
+
+
+def get_action(db: Db, action_id: int) -> dict[str, Any] | None:
+    """One action row by id."""
+    row = db.execute("SELECT * FROM actions WHERE id=?", [action_id]).fetchone()
+    return None if row is None else dict(row)
+
+
+def failed_alert_actions(db: Db, transaction_id: str, condition: str) -> list[int]:
+    """The ids of the failed alert actions of one deposit (or "-") and condition."""
+    tx = None if transaction_id == "-" else transaction_id
+    rows = db.execute(
+        "SELECT id FROM actions WHERE action='alert' AND status='failed'"
+        " AND transaction_id IS ? AND json_extract(params, '$.condition')=?",
+        [tx, condition],
+    )
+    return [int(r[0]) for r in rows]
+
+
 def count_open(db: Db) -> int:
     """How many actions are pending or running."""
     row = db.execute(

@@ -58,6 +58,26 @@ def requeue_failed_alerts(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE alerts SET status='pending' WHERE status='failed'")
 
 
+def get_alert(db: Db, alert_id: int) -> dict[str, Any] | None:
+    """One alert row (one channel) by id."""
+    row = db.execute("SELECT * FROM alerts WHERE id=?", [alert_id]).fetchone()
+    return None if row is None else dict(row)
+
+
+def requeue_alert(db: Db, alert_id: int) -> bool:
+    """One failed alert row back to pending; False when it is not failed."""
+    cur = db.execute(
+        "UPDATE alerts SET status='pending' WHERE id=? AND status='failed'", [alert_id]
+    )
+    return cur.rowcount == 1
+
+
+def alerts_of(db: Db, transaction_id: str) -> list[dict[str, Any]]:
+    """Every channel's alert row of one deposit, in id order."""
+    rows = db.execute("SELECT * FROM alerts WHERE transaction_id=? ORDER BY id", [transaction_id])
+    return [dict(r) for r in rows]
+
+
 def count_failed(db: Db) -> int:
     """How many alerts could not be sent."""
     return int(db.execute("SELECT COUNT(*) FROM alerts WHERE status='failed'").fetchone()[0])

@@ -126,6 +126,27 @@ def list_deposits(conn: sqlite3.Connection, state: str | None = None) -> list[An
     return conn.execute(query + " ORDER BY created_at, transaction_id", params).fetchall()
 
 
+def waiting_on_human(db: Db, *, limit: int = 200) -> list[dict[str, Any]]:
+    """Deposits waiting on a person (details needed, rejected, blocked, failed), oldest change
+    first."""
+    rows = db.execute(
+        "SELECT * FROM deposits WHERE state IN ('needs_details','rejected','blocked','failed')"
+        " ORDER BY updated_at, transaction_id LIMIT ?",
+        [limit],
+    )
+    return [dict(r) for r in rows]
+
+
+def page_deposits(db: Db, state: str | None, *, limit: int, offset: int) -> list[dict[str, Any]]:
+    """One page of deposits (of one state when given), latest change first."""
+    where, params = ("WHERE state = ?", [state]) if state else ("", [])
+    rows = db.execute(
+        f"SELECT * FROM deposits {where} ORDER BY updated_at DESC, transaction_id LIMIT ? OFFSET ?",
+        [*params, limit, offset],
+    )
+    return [dict(r) for r in rows]
+
+
 def snapshot(db: Db) -> tuple[Any, ...]:
     """Figures that change whenever a deposit does."""
     return tuple(db.execute("SELECT COUNT(*), MAX(updated_at) FROM deposits").fetchone())

@@ -158,6 +158,31 @@ def requeue_failed_events(conn: sqlite3.Connection) -> int:
     )
 
 
+def page_events(
+    db: Db, *, status: str | None, event_type: str | None, limit: int, offset: int
+) -> list[dict[str, Any]]:
+    """One page of stored events (without the body), newest first, filtered when given."""
+    where: list[str] = []
+    params: list[Any] = []
+    if status:
+        where.append("status = ?")
+        params.append(status)
+    if event_type:
+        where.append("event_type = ?")
+        params.append(event_type)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    rows = db.execute(
+        f"{_LISTED_COLUMNS}{clause} ORDER BY seq DESC LIMIT ? OFFSET ?", [*params, limit, offset]
+    )
+    return [dict(r) for r in rows]
+
+
+def get_event(db: Db, event_id: str) -> dict[str, Any] | None:
+    """One stored event (without the body) by its eventId."""
+    row = db.execute(f"{_LISTED_COLUMNS} WHERE event_id = ?", [event_id]).fetchone()
+    return None if row is None else dict(row)
+
+
 def stored_body(conn: sqlite3.Connection, event_id: str) -> bytes | str | None:
     """The raw body of a stored event as stored (bytes; text when written as text), or None."""
     row = conn.execute("SELECT body FROM events WHERE event_id = ?", [event_id]).fetchone()

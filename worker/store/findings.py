@@ -167,6 +167,18 @@ def open_counts_by_kind(db: sqlite_utils.Database) -> dict[str, int]:
     return {str(r[0]): int(r[1]) for r in rows}
 
 
+def page_findings(
+    db: sqlite_utils.Database, *, open_only: bool, limit: int, offset: int
+) -> list[dict[str, Any]]:
+    """One page of findings, latest day first; only the open ones (neither resolved nor
+    acknowledged) when asked."""
+    where = " WHERE resolved_at IS NULL AND acknowledged_at IS NULL" if open_only else ""
+    rows = db.execute(
+        f"SELECT * FROM findings{where} ORDER BY day DESC, id LIMIT ? OFFSET ?", [limit, offset]
+    )
+    return [dict(r) for r in rows]
+
+
 def get_finding(db: sqlite_utils.Database, finding_id: int) -> dict[str, Any] | None:
     """One finding by id."""
     row = db.execute("SELECT * FROM findings WHERE id=?", [finding_id]).fetchone()

@@ -86,6 +86,16 @@ def all_booked(db: Db) -> list[dict[str, Any]]:
     return [dict(r) for r in db.execute("SELECT * FROM ledger ORDER BY booked_at, rowid")]
 
 
+def booked_on_day(db: Db, day: str, *, limit: int, offset: int) -> list[dict[str, Any]]:
+    """One page of the deposits booked on a UTC day (YYYY-MM-DD), in booking order."""
+    rows = db.execute(
+        "SELECT * FROM ledger WHERE substr(booked_at, 1, 10) = ? ORDER BY booked_at,"
+        " transaction_id LIMIT ? OFFSET ?",
+        [day, limit, offset],
+    )
+    return [dict(r) for r in rows]
+
+
 def count_booked(db: Db) -> int:
     """How many deposits are booked."""
     return int(db.execute("SELECT COUNT(*) FROM ledger").fetchone()[0])

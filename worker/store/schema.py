@@ -185,6 +185,17 @@ def _migrate_orders(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS orders_updated ON orders (updated_at)")
 
 
+def _migrate_operator_actions(db: sqlite_utils.Database) -> None:
+    # What operators did in the console (retries, re-runs, acknowledgements, detail reads),
+    # each with its time and the note typed.
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS operator_actions (id INTEGER PRIMARY KEY, at TEXT NOT NULL,"
+        " kind TEXT NOT NULL, subject TEXT NOT NULL, note TEXT NOT NULL DEFAULT '',"
+        " outcome TEXT NOT NULL, remote TEXT)"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS operator_actions_subject ON operator_actions (subject)")
+
+
 # Append only.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_v1,
@@ -192,5 +203,6 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_fixed_field_conflicts,
     _migrate_findings_and_abnormal,
     _migrate_orders,
+    _migrate_operator_actions,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,197 @@
+"""Who may use the console: the login token, sessions, CSRF tokens, the login throttle and the
+headers every answer carries.
+
+Sessions live in memory (a restart means logging in again). The token is read from
+`console.token_file` at every login, so a rotated token needs no restart.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+SESSION_COOKIE = "depositd_console"
+LOGIN_COOKIE = "depositd_login"  # the login form's CSRF value (double submit, before a session)
+FREE_FAILURES = 5  # wrong tokens from one address before each further try waits
+MAX_WAIT_S = 300.0
+OPEN_PATHS = ("/login", "/static/")
+
+
+@dataclass
+class Session:
+    """One logged-in browser."""
+
+    csrf: str
+    expires: float
+    operator: str
+
+
+@dataclass
+class _Failures:
+    count: int = 0
+    not_before: float = 0.0
+
+
+@dataclass
+class Sessions:
+    """The sessions of this process, by id, each expiring `ttl_s` after login."""
+
+    ttl_s: float
+    clock: Callable[[], float] = time.monotonic
+    _by_id: dict[str, Session] = field(default_factory=dict)
+
+    def create(self, operator: str) -> tuple[str, Session]:
+        """A new session: its id (the cookie value) and the session."""
+        self._drop_expired()
+        sid = secrets.token_urlsafe(32)
+        session = Session(secrets.token_urlsafe(32), self.clock() + self.ttl_s, operator)
+        self._by_id[sid] = session
+        return sid, session
+
+    def get(self, sid: str | None) -> Session | None:
+        """The live session of a cookie value, or None."""
+        session = self._by_id.get(sid or "")
+        if session is None:
+            return None
+        if session.expires <= self.clock():
+            del self._by_id[sid or ""]
+            return None
+        return session
+
+    def end(self, sid: str | None) -> None:
+        """Forget one session (logout)."""
+        self._by_id.pop(sid or "", None)
+
+    def _drop_expired(self) -> None:
+        now = self.clock()
+        for sid in [s for s, v in self._by_id.items() if v.expires <= now]:
+            del self._by_id[sid]
+
+
+@dataclass
+class Throttle:
+    """Wrong tokens per remote address: after `FREE_FAILURES`, each try waits longer."""
+
+    clock: Callable[[], float] = time.monotonic
+    _by_address: dict[str, _Failures] = field(default_factory=dict)
+
+    def wait_s(self, address: str) -> float:
+        """Seconds this address must still wait before its next try (0: may try now)."""
+        failures = self._by_address.get(address)
+        return 0.0 if failures is None else max(0.0, failures.not_before - self.clock())
+
+    def failed(self, address: str) -> None:
+        """One wrong token from `address`."""
+        failures = self._by_address.setdefault(address, _Failures())
+        failures.count += 1
+        over = failures.count - FREE_FAILURES
+        if over >= 0:
+            failures.not_before = self.clock() + min(MAX_WAIT_S, 2.0**over)
+
+    def succeeded(self, address: str) -> None:
+        """A right token: the address starts afresh."""
+        self._by_address.pop(address, None)
+
+
+def token_matches(given: str, token_file: Path) -> bool:
+    """Whether `given` is the token in `token_file`, compared in constant time; OSError when
+    the file cannot be read."""
+    expected = token_file.read_bytes().decode("utf-8").strip()
+    if not expected:
+        raise OSError(f"{token_file} is empty")
+    return hmac.compare_digest(given.strip().encode(), expected.encode())
+
+
+def csrf_ok(given: str | None, expected: str) -> bool:
+    """Whether a submitted CSRF token is the session's, compared in constant time."""
+    return bool(given) and hmac.compare_digest(str(given).encode(), expected.encode())
+
+
+def origin_of(url: str) -> str:
+    """scheme://host[:port] of a URL."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def security_headers(hosted_origin: str | None) -> dict[str, str]:
+    """The headers of every console answer: a strict CSP framing only the hosted page's origin,
+    no framing of the console itself, no referrer, no sniffing, no caching."""
+    frames = hosted_origin or "'none'"
+    csp = (
+        "default-src 'self'; "
+        f"frame-src {frames}; "
+        "script-src 'self'; style-src 'self'; img-src 'self'; "
+        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'; object-src 'none'"
+    )
+    return {
+        "Content-Security-Policy": csp,
+        "X-Frame-Options": "DENY",
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-store",
+    }
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+SESSION_KEY = "console_session"  # request key: the Session of a logged-in request
+
+
+def guard(
+    sessions: Sessions, headers: dict[str, str]
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Middleware: headers on every answer; a session for every path but the login and the
+    static files (GET: redirected to /login; else 403); a valid CSRF token on every POST."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await _guarded(request, handler, sessions)
+        except web.HTTPException as exc:
+            exc.headers.update(headers)
+            raise
+        response.headers.update(headers)
+        return response
+
+    return middleware
+
+
+async def _guarded(
+    request: web.Request, handler: Handler, sessions: Sessions
+) -> web.StreamResponse:
+    if request.path == "/login" or request.path.startswith("/static/"):
+        return await handler(request)
+    session = sessions.get(request.cookies.get(SESSION_COOKIE))
+    if session is None:
+        if request.method == "GET":
+            raise web.HTTPSeeOther("/login")
+        raise web.HTTPForbidden(text="not logged in")
+    if request.method != "GET":
+        form = await request.post()
+        given = request.headers.get("X-CSRF-Token") or form.get("csrf")
+        if not isinstance(given, str) or not csrf_ok(given, session.csrf):
+            raise web.HTTPForbidden(text="missing or wrong CSRF token")
+    request[SESSION_KEY] = session
+    return await handler(request)
+
+
+def set_session_cookie(
+    response: web.StreamResponse, request: web.Request, sid: str, ttl_s: float
+) -> None:
+    """The session cookie: HttpOnly, SameSite=Strict, Path=/, Secure when the console is
+    reached over https (through an SSH tunnel it is plain http on loopback)."""
+    response.set_cookie(
+        SESSION_COOKIE,
+        sid,
+        max_age=int(ttl_s),
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+    )

@@ -1,0 +1,228 @@
+"""The console's pages (GET) and its login: server-rendered, nothing changes on a GET."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import aiohttp_jinja2
+from aiohttp import web
+
+from worker.console import queries
+from worker.console.auth import (
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    csrf_ok,
+    origin_of,
+    set_session_cookie,
+    token_matches,
+)
+from worker.console.state import CONSOLE
+from worker.errors import ProviderError
+from worker.logs import get_logger
+from worker.track.tracker import State
+
+log = get_logger(__name__)
+
+# States in which the hosted Travel Rule page can take the payer's details.
+HOSTED_STATES = ("needs_details", "rejected")
+
+
+def add_routes(app: web.Application) -> None:
+    """The GET pages and the login."""
+    app.router.add_get("/login", login_form)
+    app.router.add_post("/login", login)
+    app.router.add_get("/", overview)
+    app.router.add_get("/deposits", deposit_list)
+    app.router.add_get("/deposits/{tx}", deposit_timeline)
+    app.router.add_get("/deposits/{tx}/travel-rule", travel_rule)
+    app.router.add_get("/events", event_list)
+    app.router.add_get("/ledger", ledger_list)
+    app.router.add_get("/findings", finding_list)
+
+
+def _remote(request: web.Request) -> str:
+    return request.remote or "-"
+
+
+async def login_form(request: web.Request, *, error: str = "", status: int = 200) -> web.Response:
+    """The login form; its CSRF value is a cookie of its own (there is no session yet)."""
+    nonce = secrets.token_urlsafe(24)
+    response = aiohttp_jinja2.render_template(
+        "login.html", request, {"error": error, "login_csrf": nonce}, status=status
+    )
+    response.set_cookie(
+        LOGIN_COOKIE, nonce, path="/login", httponly=True, samesite="Strict", secure=request.secure
+    )
+    return response
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    """Check the token (constant time, throttled per address); a session on success."""
+    console = request.app[CONSOLE]
+    form = await request.post()
+    nonce = request.cookies.get(LOGIN_COOKIE, "")
+    if not nonce or not csrf_ok(str(form.get("csrf", "")), nonce):
+        raise web.HTTPForbidden(text="missing or wrong CSRF token")
+    address = _remote(request)
+    wait = console.throttle.wait_s(address)
+    if wait > 0:
+        response = await login_form(
+            request, error=f"Too many wrong tokens: try again in {wait:.0f} s.", status=429
+        )
+        response.headers["Retry-After"] = str(max(1, round(wait)))
+        return response
+    try:
+        right = token_matches(str(form.get("token", "")), console.settings.token_file)
+    except (OSError, UnicodeDecodeError) as exc:
+        log.error("console token file unreadable", error=type(exc).__name__)
+        return await login_form(request, error="The console token cannot be read.", status=503)
+    if not right:
+        console.throttle.failed(address)
+        log.warning("console login refused", remote=address)
+        return await login_form(request, error="Wrong token.", status=401)
+    console.throttle.succeeded(address)
+    operator = str(form.get("operator", "")).strip()[:40] or "console"
+    sid, _ = console.sessions.create(operator)
+    log.info("console login", remote=address, operator=operator)
+    response = web.HTTPSeeOther("/")
+    set_session_cookie(response, request, sid, console.settings.session_ttl_s)
+    response.del_cookie(LOGIN_COOKIE, path="/login")
+    return response
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    """End the session (a POST with the CSRF token, like every change)."""
+    request.app[CONSOLE].sessions.end(request.cookies.get(SESSION_COOKIE))
+    response = web.HTTPSeeOther("/login")
+    response.del_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+def _page(request: web.Request) -> int:
+    try:
+        return max(1, int(request.query.get("page", "1")))
+    except ValueError:
+        return 1
+
+
+def _paged(rows: list[dict[str, Any]], request: web.Request, page: int) -> dict[str, Any]:
+    """A page of rows (one more was read: is there a next page?) with links both ways."""
+    more = len(rows) > queries.PAGE_SIZE
+    args = {k: v for k, v in request.query.items() if k != "page" and v}
+
+    def link(n: int) -> str:
+        return f"{request.path}?{urlencode({**args, 'page': n})}"
+
+    return {
+        "rows": rows[: queries.PAGE_SIZE],
+        "page": page,
+        "prev": link(page - 1) if page > 1 else None,
+        "next": link(page + 1) if more else None,
+    }
+
+
+@aiohttp_jinja2.template("overview.html")
+async def overview(request: web.Request) -> dict[str, Any]:
+    """What waits on a person, what failed, polls and the last reconciliation."""
+    return await request.app[CONSOLE].store.read(queries.overview)
+
+
+@aiohttp_jinja2.template("deposit.html")
+async def deposit_timeline(request: web.Request) -> dict[str, Any]:
+    """One deposit's timeline."""
+    tx = request.match_info["tx"]
+    data = await request.app[CONSOLE].store.read(lambda db: queries.timeline(db, tx))
+    if data is None:
+        raise web.HTTPNotFound(text=f"no deposit {tx}")
+    data["hosted"] = bool(request.app[CONSOLE].hosted_origin) and (
+        data["deposit"]["state"] in HOSTED_STATES
+    )
+    return data
+
+
+@aiohttp_jinja2.template("deposits.html")
+async def deposit_list(request: web.Request) -> dict[str, Any]:
+    """Deposits, of one state when asked, latest change first."""
+    state = request.query.get("state") or None
+    if state is not None and state not in {s.value for s in State}:
+        raise web.HTTPBadRequest(text=f"unknown state {state!r}")
+    page = _page(request)
+    rows = await request.app[CONSOLE].store.read(lambda db: queries.deposit_page(db, state, page))
+    return {**_paged(rows, request, page), "state": state, "states": [s.value for s in State]}
+
+
+@aiohttp_jinja2.template("events.html")
+async def event_list(request: web.Request) -> dict[str, Any]:
+    """Stored events (never a body), newest first, by status and type."""
+    status = request.query.get("status") or None
+    event_type = request.query.get("type") or None
+    page = _page(request)
+    rows = await request.app[CONSOLE].store.read(
+        lambda db: queries.event_page(db, status, event_type, page)
+    )
+    return {**_paged(rows, request, page), "status": status, "type": event_type}
+
+
+@aiohttp_jinja2.template("ledger.html")
+async def ledger_list(request: web.Request) -> dict[str, Any]:
+    """One UTC day of the ledger (today by default)."""
+    day = request.query.get("day") or dt.datetime.now(dt.UTC).date().isoformat()
+    try:
+        dt.date.fromisoformat(day)
+    except ValueError:
+        raise web.HTTPBadRequest(text="day must be YYYY-MM-DD") from None
+    page = _page(request)
+    rows = await request.app[CONSOLE].store.read(lambda db: queries.ledger_page(db, day, page))
+    return {**_paged(rows, request, page), "day": day}
+
+
+@aiohttp_jinja2.template("findings.html")
+async def finding_list(request: web.Request) -> dict[str, Any]:
+    """Reconciliation findings, the open ones by default."""
+    open_only = request.query.get("all") != "1"
+    page = _page(request)
+    rows = await request.app[CONSOLE].store.read(
+        lambda db: queries.finding_page(db, open_only, page)
+    )
+    return {**_paged(rows, request, page), "open_only": open_only}
+
+
+async def travel_rule(request: web.Request) -> web.Response:
+    """The provider's hosted Travel Rule page for one deposit, in an iframe."""
+    console = request.app[CONSOLE]
+    tx = request.match_info["tx"]
+    data = await console.store.read(lambda db: queries.timeline(db, tx))
+    if data is None:
+        raise web.HTTPNotFound(text=f"no deposit {tx}")
+    deposit = data["deposit"]
+    context: dict[str, Any] = {"deposit": deposit, "url": None, "error": None}
+    if console.hosted_origin is None:
+        context["error"] = "console.hosted_url is not set: the hosted page cannot be shown."
+    elif deposit["walletId"] is None:
+        context["error"] = "The deposit's wallet is not known yet."
+    else:
+        try:
+            url = await console.ops.travel_rule_link(int(deposit["walletId"]), tx, "en")
+        except ProviderError as exc:
+            context["error"] = f"The provider gave no link: {exc}"
+        else:
+            if origin_of(url) != console.hosted_origin:
+                context["error"] = (
+                    f"The provider's link is on {origin_of(url)}, not on console.hosted_url"
+                    f" ({console.hosted_origin}): it is not shown."
+                )
+            else:
+                context["url"] = _deep_link(url, tx, console.settings.dark_mode)
+    context["origin"] = console.hosted_origin or ""
+    return aiohttp_jinja2.render_template("travel_rule.html", request, context)
+
+
+def _deep_link(url: str, tx: str, dark: bool) -> str:
+    """The link with the deposit's transactionId (skip the list) and darkMode."""
+    parts = urlsplit(url)
+    extra = urlencode({"transactionId": tx, "darkMode": "true" if dark else "false"})
+    query = f"{parts.query}&{extra}" if parts.query else extra
+    return parts._replace(query=query).geturl()

@@ -1,0 +1,168 @@
+"""What each console page shows, read from the store in one read job per page.
+
+Everything `depositd status`, `deposits`, `events --failed`, `ledger`, `reconcile` and
+`abnormal` show, nothing they hide: no event body, no action parameters (a submission's carry
+the payer's details), profiles by name only.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlite_utils
+
+from worker.clock import ms_from_iso
+from worker.store import abnormal, actions, alerts, deposits, events, facts, findings, ledger
+from worker.store import operator as operator_store
+from worker.store.meta import all_meta
+from worker.store.tx import conn_of
+from worker.track.tracker import Deposit
+
+PAGE_SIZE = 50
+WAITING_REASONS = {
+    "needs_details": "payer details needed",
+    "rejected": "details rejected",
+    "blocked": "blocked by the provider",
+    "failed": "failed at the provider",
+}
+POLLS = ("history", "detail", "blocked")
+
+
+def deposit_view(row: dict[str, Any]) -> dict[str, Any]:
+    """A deposit row as the console shows it (the `deposits --json` object)."""
+    return Deposit.from_row(row).as_json()
+
+
+def overview(db: sqlite_utils.Database) -> dict[str, Any]:
+    """The overview: what waits on a person, what failed, what the polls and the last
+    reconciliation did."""
+    conn = conn_of(db)
+    waiting = [deposit_view(r) for r in deposits.waiting_on_human(db)]
+    by_reason: dict[str, list[dict[str, Any]]] = {reason: [] for reason in WAITING_REASONS}
+    for deposit in waiting:
+        by_reason[deposit["state"]].append(deposit)
+    meta = all_meta(conn)
+    return {
+        "waiting": {k: v for k, v in by_reason.items() if v},
+        "reasons": WAITING_REASONS,
+        "failed_actions": [dict(r) for r in actions.failed_with_events(conn)],
+        "failed_events": events.page_events(
+            db, status="failed", event_type=None, limit=PAGE_SIZE, offset=0
+        ),
+        "failed_alerts": [dict(r) for r in alerts.failed_alerts(conn)],
+        "findings": findings.open_findings(db, limit=PAGE_SIZE),
+        "abnormal": [r for r in abnormal.list_abnormal(db, limit=PAGE_SIZE)],
+        "polls": {name: meta.get(f"last_{name}_poll_ok") for name in POLLS},
+        "last_webhook": meta.get("last_webhook_at"),
+        "reconciliation": findings.last_run(db),
+        "by_state": deposits.deposits_by_state(db),
+        "operator": operator_store.recent(db, limit=20),
+    }
+
+
+def timeline(db: sqlite_utils.Database, tx: str) -> dict[str, Any] | None:
+    """One deposit's timeline: facts with their source, actions, alerts by channel, events and
+    what operators did; None when no such deposit is tracked."""
+    row = deposits.get_deposit_row(db, tx)
+    if row is None:
+        return None
+    fact_rows = []
+    for f in facts.facts_of(db, tx):
+        fact = json.loads(f["fact"] or "{}")
+        fact_rows.append(
+            {
+                "recorded_at": f["recorded_at"],
+                "source": f["source"],
+                "event_id": f["event_id"],
+                "changed": bool(f["changed"]),
+                "status": fact.get("status"),
+                "white_list_status": fact.get("white_list_status"),
+                "credit_status": fact.get("credit_status"),
+            }
+        )
+    return {
+        "deposit": deposit_view(row),
+        "facts": fact_rows,
+        "actions": [_action(a) for a in actions.actions_of(db, tx)],
+        "alerts": alerts.alerts_of(db, tx),
+        "events": events.events_of(db, tx),
+        "operator": operator_store.recent(db, subject=tx),
+    }
+
+
+def _action(row: Any) -> dict[str, Any]:
+    # Never the params: a submission's hold the payer's details (its profile is named instead).
+    params = json.loads(row["params"] or "{}")
+    keys = ("id", "created_at", "updated_at", "trigger", "rule_set", "rule_set_version")
+    out = {k: row[k] for k in keys}
+    out.update(
+        rule=row["rule"],
+        action=row["action"],
+        status=row["status"],
+        attempts=row["attempts"],
+        outcome=row["outcome"],
+        event_id=row["event_id"],
+        profile=params.get("profile") if isinstance(params, dict) else None,
+        condition=params.get("condition") if isinstance(params, dict) else None,
+    )
+    return out
+
+
+def deposit_page(db: sqlite_utils.Database, state: str | None, page: int) -> list[dict[str, Any]]:
+    """One page of deposits (of one state when given)."""
+    rows = deposits.page_deposits(db, state, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
+    return [deposit_view(r) for r in rows]
+
+
+def event_page(
+    db: sqlite_utils.Database, status: str | None, event_type: str | None, page: int
+) -> list[dict[str, Any]]:
+    """One page of stored events (never a body)."""
+    return events.page_events(
+        db,
+        status=status,
+        event_type=event_type,
+        limit=PAGE_SIZE + 1,
+        offset=(page - 1) * PAGE_SIZE,
+    )
+
+
+def ledger_page(db: sqlite_utils.Database, day: str, page: int) -> list[dict[str, Any]]:
+    """One page of one day's bookings."""
+    return ledger.booked_on_day(db, day, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
+
+
+def finding_page(db: sqlite_utils.Database, open_only: bool, page: int) -> list[dict[str, Any]]:
+    """One page of reconciliation findings."""
+    return findings.page_findings(
+        db, open_only=open_only, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE
+    )
+
+
+def age(iso: str | None, now: datetime | None = None) -> str:
+    """How long ago an ISO time was, in the largest whole unit ("3 min ago")."""
+    if not iso:
+        return ""
+    try:
+        then_ms = ms_from_iso(iso)
+    except ValueError:
+        return ""
+    now_ms = int((now or datetime.now(UTC)).timestamp() * 1000)
+    seconds = max(0, (now_ms - then_ms) // 1000)
+    for unit, size in (("d", 86_400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return f"{seconds} s ago"
+
+
+def utc(iso: str | None) -> str:
+    """An ISO time as 'YYYY-MM-DD HH:MM:SS UTC'."""
+    if not iso:
+        return "-"
+    try:
+        moment = datetime.fromtimestamp(ms_from_iso(iso) / 1000, UTC)
+    except ValueError:
+        return str(iso)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")

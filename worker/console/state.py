@@ -1,0 +1,51 @@
+"""The console's shared objects and what it needs from the running service."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Protocol
+
+from aiohttp import web
+
+from worker.config.settings import ConsoleSettings
+from worker.console.auth import Sessions, Throttle, origin_of
+from worker.store.writer import Store
+
+
+class Operations(Protocol):
+    """What the console asks of the running service (`worker.service.runtime.Runtime`)."""
+
+    async def read_detail(self, transaction_id: str) -> None:
+        """Read one deposit's detail now and feed it to the tracker."""
+
+    async def reconcile(self, day: dt.date) -> str:
+        """Reconcile one day now; a short outcome."""
+
+    async def travel_rule_link(self, wallet_id: int, transaction_id: str, lng: str) -> str:
+        """A fresh URL of the hosted Travel Rule page for one deposit."""
+
+    def wake(self) -> None:
+        """Rows were set back to pending: run them now."""
+
+
+class Console:
+    """The console's shared objects, held by its app under `CONSOLE`."""
+
+    def __init__(
+        self,
+        settings: ConsoleSettings,
+        store: Store,
+        ops: Operations,
+        wake_processor: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.ops = ops
+        self.wake_processor = wake_processor
+        self.sessions = Sessions(settings.session_ttl_s)
+        self.throttle = Throttle()
+        self.hosted_origin = origin_of(settings.hosted_url) if settings.hosted_url else None
+
+
+CONSOLE = web.AppKey("console", Console)

@@ -1,0 +1,42 @@
+// The hosted Travel Rule page in its iframe: on its close message, read the deposit's detail at
+// once and show the new state. Only a message from the frame itself, from the hosted page's
+// origin, of the documented type and source counts.
+"use strict";
+(function () {
+  const box = document.getElementById("hosted");
+  const frame = document.getElementById("hosted-frame");
+  if (!box || !frame) return;
+  const origin = box.dataset.origin;
+  let busy = false;
+
+  async function refresh() {
+    if (busy) return;
+    busy = true;
+    const body = new URLSearchParams({ csrf: box.dataset.csrf, note: "hosted page closed" });
+    try {
+      const answer = await fetch(box.dataset.refresh, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { Accept: "application/json", "X-CSRF-Token": box.dataset.csrf },
+        body: body,
+      });
+      if (!answer.ok) throw new Error("HTTP " + answer.status);
+      const data = await answer.json();
+      const state = document.getElementById("state");
+      state.textContent = data.state;
+      state.dataset.state = data.state;
+      document.getElementById("wls").textContent = data.whiteListStatus || "-";
+      document.getElementById("closed").hidden = false;
+    } finally {
+      busy = false;
+    }
+  }
+
+  window.addEventListener("message", function (event) {
+    if (event.origin !== origin || event.source !== frame.contentWindow) return;
+    const data = event.data;
+    if (!data || typeof data !== "object") return;
+    if (data.type !== "DEPOSIT_TRAVEL_RULE_CLOSED" || data.source !== "deposit-travel-rule") return;
+    refresh();
+  });
+})();

@@ -1,0 +1,33 @@
+"""The operator_actions table (what operators did in the console): every statement on it.
+
+Each function runs inside the caller's transaction (`Store.write` jobs) or on a reader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.clock import utc_now
+from worker.store.tx import Db
+
+
+def record(db: Db, kind: str, subject: str, *, note: str, outcome: str, remote: str | None) -> int:
+    """Record one operator action with its time and note; its id."""
+    cur = db.execute(
+        "INSERT INTO operator_actions (at, kind, subject, note, outcome, remote)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        [utc_now(), kind, subject, note, outcome, remote],
+    )
+    return int(cur.lastrowid or 0)
+
+
+def recent(db: Db, *, subject: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """The latest operator actions, newest first, about one subject when given."""
+    if subject is None:
+        rows = db.execute("SELECT * FROM operator_actions ORDER BY id DESC LIMIT ?", [limit])
+    else:
+        rows = db.execute(
+            "SELECT * FROM operator_actions WHERE subject=? ORDER BY id DESC LIMIT ?",
+            [subject, limit],
+        )
+    return [dict(r) for r in rows]
