@@ -30,6 +30,13 @@
     if (field) {
       field.value = on ? "true" : "false";
     }
+    // The list's links carry the mode to the form.
+    var links = document.querySelectorAll("a.deposit-link");
+    for (var i = 0; i < links.length; i += 1) {
+      var target = new URL(links[i].href);
+      target.searchParams.set("darkMode", on ? "true" : "false");
+      links[i].href = target.toString();
+    }
   }
 
   window.addEventListener("message", function (event) {
