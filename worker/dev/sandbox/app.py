@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from decimal import Decimal
@@ -18,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from worker.dev.sandbox import control, money_api, orders, partner
+from worker.dev.sandbox import control, hosted, idempotency, money_api, orders, partner
 from worker.dev.sandbox.config import SandboxConfig
 from worker.dev.sandbox.envelopes import (
     MissingInput,
@@ -29,11 +28,9 @@ from worker.dev.sandbox.envelopes import (
 )
 from worker.dev.sandbox.envelopes import trace_id as _trace_id
 from worker.dev.sandbox.handle import SANDBOX_KEY, Sandbox
-from worker.dev.sandbox.state import BAD_VALUE, DUPLICATE
+from worker.dev.sandbox.state import BAD_VALUE
 from worker.errors import WalletCodeError
-from worker.provider import jsonio
 from worker.provider.models import AddressStatus, WhiteListStatus
-from worker.provider.payer import content_hash
 from worker.provider.signing import SignatureError, verify
 
 __all__ = ["ENDPOINTS_KEY", "ROUTES", "SANDBOX_KEY", "Sandbox", "SandboxConfig", "create_app"]
@@ -99,45 +96,16 @@ def _page(request: web.Request, rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _fingerprint(request: web.Request, raw: bytes) -> str:
-    try:
-        parsed = jsonio.loads(raw) if raw else {}
-        body_hash = (
-            content_hash(parsed) if isinstance(parsed, dict) else hashlib.sha256(raw).hexdigest()
-        )
-    except ValueError:
-        body_hash = hashlib.sha256(raw).hexdigest()
-    return hashlib.sha256(f"{request.method} {request.path}\n{body_hash}".encode()).hexdigest()
-
-
-def _body_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = jsonio.loads(raw) if raw else {}
-    except ValueError:
-        raise WalletCodeError(BAD_VALUE, "body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise WalletCodeError(BAD_VALUE, "body must be a JSON object")
-    return body
-
-
 async def _idempotent(request: web.Request, op: Callable[[dict[str, Any]], Any]) -> web.Response:
     """Run a write once per Idempotency-Key; replay the first answer for the same request."""
-    sandbox = request.app[SANDBOX_KEY]
     key = request.headers.get("Idempotency-Key")
     if not key:
         raise MissingInput("Idempotency-Key header is required for this write")
     raw = await request.read()
-    fingerprint = _fingerprint(request, raw)
-    stored = sandbox.idempotency.get(key)
-    if stored is not None:
-        if stored["fingerprint"] != fingerprint:
-            raise WalletCodeError(
-                DUPLICATE, "duplicate request: Idempotency-Key already used for a different request"
-            )
-        return respond(stored["answer"])
-    answer = ok_envelope(op(_body_object(raw)))
-    sandbox.idempotency[key] = {"fingerprint": fingerprint, "answer": answer}
-    sandbox.persist()
+    print_ = idempotency.fingerprint(request.method, request.path, raw)
+    answer, _ran = idempotency.run_once(
+        request.app[SANDBOX_KEY], key, print_, lambda: op(idempotency.body_object(raw))
+    )
     return respond(answer)
 
 
@@ -302,7 +270,8 @@ ROUTES: list[tuple[str, str, str, Handler]] = [
 @web.middleware
 async def provider_edge(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Authenticate, apply injected faults, and turn wallet codes into the failure envelope."""
-    if request.path.startswith(control.PREFIX):
+    if request.path.startswith((control.PREFIX, hosted.PREFIX)):
+        # The control API is unsigned; the hosted page authenticates with its URL token.
         return await handler(request)
     sandbox = request.app[SANDBOX_KEY]
     cfg = sandbox.cfg
@@ -369,6 +338,7 @@ def create_app(cfg: SandboxConfig, *, clock: Callable[[], int] | None = None) ->
         endpoints[handler] = name
     app[ENDPOINTS_KEY] = endpoints
     control.add_routes(app)
+    hosted.add_routes(app)
     money_api.add_control_routes(app)
     orders.add_control_routes(app)
     app.cleanup_ctx.append(_lifecycle)
