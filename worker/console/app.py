@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp_jinja2
 import jinja2
@@ -18,7 +17,7 @@ from aiohttp import web
 
 from worker.config.settings import ConsoleSettings
 from worker.console import actions, pages
-from worker.console.auth import SESSION_KEY, guard, security_headers
+from worker.console.auth import guard, security_headers
 from worker.console.queries import age, utc
 from worker.console.state import CONSOLE, Console, Operations
 from worker.logs import get_logger
@@ -47,7 +46,6 @@ def build_console(
         loader=jinja2.PackageLoader("worker.console", "templates"),
         autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
         undefined=jinja2.StrictUndefined,
-        context_processors=[_context],
     )
     env.filters["utc"] = utc
     env.filters["age"] = age
@@ -55,16 +53,6 @@ def build_console(
     actions.add_routes(app)
     app.router.add_static("/static/", STATIC, append_version=True)
     return app
-
-
-async def _context(request: web.Request) -> dict[str, Any]:
-    session = request.get(SESSION_KEY)
-    console = request.app[CONSOLE]
-    return {
-        "session": session,
-        "csrf": session.csrf if session else "",
-        "dark": console.settings.dark_mode,
-    }
 
 
 @contextlib.asynccontextmanager

@@ -140,7 +140,7 @@ def security_headers(hosted_origin: str | None) -> dict[str, str]:
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-SESSION_KEY = "console_session"  # request key: the Session of a logged-in request
+SESSION_KEY = web.RequestKey("console_session", Session)  # the session of a logged-in request
 
 
 def guard(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -14,6 +16,7 @@ from worker.console import queries
 from worker.console.auth import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
+    SESSION_KEY,
     csrf_ok,
     origin_of,
     set_session_cookie,
@@ -26,6 +29,7 @@ from worker.track.tracker import State
 
 log = get_logger(__name__)
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
 # States in which the hosted Travel Rule page can take the payer's details.
 HOSTED_STATES = ("needs_details", "rejected")
 
@@ -43,16 +47,48 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/findings", finding_list)
 
 
+def render(
+    template: str, request: web.Request, context: dict[str, Any], *, status: int = 200
+) -> web.Response:
+    """A page, with what every page shows: the session (when logged in), its CSRF token and the
+    colour scheme."""
+    session = request.get(SESSION_KEY)
+    console = request.app[CONSOLE]
+    common = {
+        "session": session,
+        "csrf": session.csrf if session else "",
+        "dark": console.settings.dark_mode,
+    }
+    return aiohttp_jinja2.render_template(template, request, {**common, **context}, status=status)
+
+
+def page(
+    template: str,
+) -> Callable[[Callable[[web.Request], Awaitable[dict[str, Any]]]], Handler]:
+    """A GET handler that returns its template's context, rendered with `render`."""
+
+    def wrap(fn: Callable[[web.Request], Awaitable[dict[str, Any]]]) -> Handler:
+        @functools.wraps(fn)
+        async def handler(request: web.Request) -> web.Response:
+            return render(template, request, await fn(request))
+
+        return handler
+
+    return wrap
+
+
 def _remote(request: web.Request) -> str:
     return request.remote or "-"
 
 
 async def login_form(request: web.Request, *, error: str = "", status: int = 200) -> web.Response:
     """The login form; its CSRF value is a cookie of its own (there is no session yet)."""
-    nonce = secrets.token_urlsafe(24)
-    response = aiohttp_jinja2.render_template(
-        "login.html", request, {"error": error, "login_csrf": nonce}, status=status
-    )
+    # The browser's value is kept: a second tab (or a favicon request sent to the login) must
+    # not invalidate the form already shown.
+    nonce = request.cookies.get(LOGIN_COOKIE) or ""
+    if len(nonce) < 32:
+        nonce = secrets.token_urlsafe(24)
+    response = render("login.html", request, {"error": error, "login_csrf": nonce}, status=status)
     response.set_cookie(
         LOGIN_COOKIE, nonce, path="/login", httponly=True, samesite="Strict", secure=request.secure
     )
@@ -87,7 +123,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     operator = str(form.get("operator", "")).strip()[:40] or "console"
     sid, _ = console.sessions.create(operator)
     log.info("console login", remote=address, operator=operator)
-    response = web.HTTPSeeOther("/")
+    response = web.Response(status=303, headers={"Location": "/"})
     set_session_cookie(response, request, sid, console.settings.session_ttl_s)
     response.del_cookie(LOGIN_COOKIE, path="/login")
     return response
@@ -96,7 +132,7 @@ async def login(request: web.Request) -> web.StreamResponse:
 async def logout(request: web.Request) -> web.StreamResponse:
     """End the session (a POST with the CSRF token, like every change)."""
     request.app[CONSOLE].sessions.end(request.cookies.get(SESSION_COOKIE))
-    response = web.HTTPSeeOther("/login")
+    response = web.Response(status=303, headers={"Location": "/login"})
     response.del_cookie(SESSION_COOKIE, path="/")
     return response
 
@@ -124,13 +160,13 @@ def _paged(rows: list[dict[str, Any]], request: web.Request, page: int) -> dict[
     }
 
 
-@aiohttp_jinja2.template("overview.html")
+@page("overview.html")
 async def overview(request: web.Request) -> dict[str, Any]:
     """What waits on a person, what failed, polls and the last reconciliation."""
     return await request.app[CONSOLE].store.read(queries.overview)
 
 
-@aiohttp_jinja2.template("deposit.html")
+@page("deposit.html")
 async def deposit_timeline(request: web.Request) -> dict[str, Any]:
     """One deposit's timeline."""
     tx = request.match_info["tx"]
@@ -143,7 +179,7 @@ async def deposit_timeline(request: web.Request) -> dict[str, Any]:
     return data
 
 
-@aiohttp_jinja2.template("deposits.html")
+@page("deposits.html")
 async def deposit_list(request: web.Request) -> dict[str, Any]:
     """Deposits, of one state when asked, latest change first."""
     state = request.query.get("state") or None
@@ -154,7 +190,7 @@ async def deposit_list(request: web.Request) -> dict[str, Any]:
     return {**_paged(rows, request, page), "state": state, "states": [s.value for s in State]}
 
 
-@aiohttp_jinja2.template("events.html")
+@page("events.html")
 async def event_list(request: web.Request) -> dict[str, Any]:
     """Stored events (never a body), newest first, by status and type."""
     status = request.query.get("status") or None
@@ -166,7 +202,7 @@ async def event_list(request: web.Request) -> dict[str, Any]:
     return {**_paged(rows, request, page), "status": status, "type": event_type}
 
 
-@aiohttp_jinja2.template("ledger.html")
+@page("ledger.html")
 async def ledger_list(request: web.Request) -> dict[str, Any]:
     """One UTC day of the ledger (today by default)."""
     day = request.query.get("day") or dt.datetime.now(dt.UTC).date().isoformat()
@@ -179,7 +215,7 @@ async def ledger_list(request: web.Request) -> dict[str, Any]:
     return {**_paged(rows, request, page), "day": day}
 
 
-@aiohttp_jinja2.template("findings.html")
+@page("findings.html")
 async def finding_list(request: web.Request) -> dict[str, Any]:
     """Reconciliation findings, the open ones by default."""
     open_only = request.query.get("all") != "1"
@@ -217,7 +253,7 @@ async def travel_rule(request: web.Request) -> web.Response:
             else:
                 context["url"] = _deep_link(url, tx, console.settings.dark_mode)
     context["origin"] = console.hosted_origin or ""
-    return aiohttp_jinja2.render_template("travel_rule.html", request, context)
+    return render("travel_rule.html", request, context)
 
 
 def _deep_link(url: str, tx: str, dark: bool) -> str:

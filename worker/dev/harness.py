@@ -11,6 +11,7 @@ commands can run against a live stack: `python -m worker ledger --config <config
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email
 import email.policy
 import inspect
@@ -33,9 +34,10 @@ from worker.act.outbox import Outbox
 from worker.clock import utc_now
 from worker.config.settings import Settings, load_settings
 from worker.config.shipped import shipped_rules
+from worker.console.app import run_console
 from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, WalletSpec, create_app
 from worker.dev.sandbox.config import default_wallets
-from worker.service.keys import PROCESSOR_KEY, STORE_KEY
+from worker.service.keys import CONSOLE_APP_KEY, PROCESSOR_KEY, STORE_KEY
 from worker.service.runtime import Runtime
 from worker.service.setup import build_service
 from worker.store import actions, addresses, alerts, deposits, events, facts, ledger
@@ -110,6 +112,7 @@ class Stack:
         auto_collection: dict[int, bool] | None = None,
         outbox_backoff_s: float = 0.05,
         provider_clock_offset_ms: int = 0,
+        console: bool = False,
     ) -> None:
         self.workdir = Path(workdir)
         self.rules_source = rules
@@ -136,6 +139,16 @@ class Stack:
 
         self.emails: list[EmailMessage] = []
         self.slack: list[dict[str, Any]] = []
+        # The Slack endpoint answers with this status (a test sets 500 to make alerts fail).
+        self.slack_status = 200
+
+        # The operator console (worker.console), when asked for: its URL and login token.
+        self.console = console
+        self.console_url = ""
+        self.console_token = secrets.token_urlsafe(24)
+        self.console_token_path = self.workdir / "console_token"
+        self._console_port = 0
+        self._console_stack: contextlib.AsyncExitStack | None = None
 
         self.sandbox_url = ""
         self.worker_url = ""
@@ -245,6 +258,11 @@ class Stack:
     ) -> None:
         self._worker_port = _port(worker_sock)
         sandbox_port = _port(sandbox_sock)
+        if self.console:
+            self._console_port = _free_port()
+            self.console_url = f"http://127.0.0.1:{self._console_port}"
+            self.console_token_path.write_text(self.console_token + "\n", encoding="utf-8")
+            self.console_token_path.chmod(0o600)
         self.worker_url = f"http://127.0.0.1:{self._worker_port}"
         self.webhook_url = self.worker_url + WEBHOOK_PATH
         self.sandbox_url = f"http://127.0.0.1:{sandbox_port}"
@@ -311,8 +329,17 @@ class Stack:
         await runner.setup()
         await web.SockSite(runner, sock).start()
         self._owned.append(sock)
+        if self.console and self.settings.console is not None:
+            stack = contextlib.AsyncExitStack()
+            await stack.enter_async_context(
+                run_console(app[CONSOLE_APP_KEY], "127.0.0.1", self._console_port)
+            )
+            self._console_stack = stack
 
     async def _stop_worker(self) -> None:
+        if self._console_stack is not None:
+            stack, self._console_stack = self._console_stack, None
+            await stack.aclose()
         if self._worker_runner is not None:
             runner, self._worker_runner = self._worker_runner, None
             await runner.cleanup()
@@ -321,6 +348,8 @@ class Stack:
 
     async def _start_sinks(self) -> None:
         async def receive(request: web.Request) -> web.Response:
+            if self.slack_status != 200:
+                return web.Response(status=self.slack_status, text="down")
             self.slack.append(await request.json())
             return web.Response(text="ok")
 
@@ -371,6 +400,12 @@ class Stack:
             "profiles": str(self.profiles_path),
             "log": {"level": "warning"},
         }
+        if self.console:
+            config["console"] = {
+                "listen": f"127.0.0.1:{self._console_port}",
+                "token_file": str(self.console_token_path),
+                "hosted_url": f"{self.sandbox_url}/hosted",
+            }
         if self.notify:
             config["notify"] = {
                 "slack": {"webhook_url": self.slack_url},

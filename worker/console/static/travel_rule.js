@@ -1,6 +1,8 @@
 // The hosted Travel Rule page in its iframe: on its close message, read the deposit's detail at
-// once and show the new state. Only a message from the frame itself, from the hosted page's
-// origin, of the documented type and source counts.
+// once and show the new state. Only a message from the frame itself (event.source), of the
+// documented type and source, counts. Its origin is the hosted page's, or "null": the frame is
+// sandboxed without allow-same-origin, which gives it an opaque origin, and the console's CSP
+// (frame-src) lets that frame load nothing but the hosted page's origin.
 "use strict";
 (function () {
   const box = document.getElementById("hosted");
@@ -33,7 +35,8 @@
   }
 
   window.addEventListener("message", function (event) {
-    if (event.origin !== origin || event.source !== frame.contentWindow) return;
+    if (event.source !== frame.contentWindow) return;
+    if (event.origin !== origin && event.origin !== "null") return;
     const data = event.data;
     if (!data || typeof data !== "object") return;
     if (data.type !== "DEPOSIT_TRAVEL_RULE_CLOSED" || data.source !== "deposit-travel-rule") return;

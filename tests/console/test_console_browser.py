@@ -1,0 +1,229 @@
+"""The operator console in a real headless Chromium against a real stack (sandbox, worker with
+its console, Slack endpoint, SMTP server), including the provider's hosted Travel Rule page
+embedded in its iframe."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from livestack import LiveStack, log_in, submit
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.ui import WebDriverWait
+
+from worker.store import operator as operator_store
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_PROFILE_SOURCE = "TConsoleNoProfile000000000000001"  # wallet 1001 has no fallback profile
+PAYER = {
+    "firstName": "Ottoline",
+    "lastName": "Brackenbury-Vesk",
+    "birthday": "1979-03-14",
+    "residentialAddress": "12 Vesk Mews, Leeds",
+}
+PAGES = ("/", "/deposits", "/events", "/ledger", "/findings", "/findings?all=1")
+
+
+def _wait(driver: webdriver.Chrome, timeout: float = 15) -> WebDriverWait[webdriver.Chrome]:
+    return WebDriverWait(driver, timeout)
+
+
+def _waiting_deposit(live: LiveStack, source: str = NO_PROFILE_SOURCE) -> str:
+    """A deposit from an address no profile covers, once the worker tracks it as needing
+    details and its alert went out."""
+    stack = live.stack
+    order = live.call(lambda: stack.sandbox.inject_deposit(1001, "USDT", "TRON", "75.00", source))
+    tx = str(order["transactionId"])
+
+    async def waiting() -> bool:
+        deposit = await stack.deposit(tx)
+        return deposit is not None and deposit.state.value == "needs_details"
+
+    live.until(waiting, "the deposit to need details")
+    return tx
+
+
+def _status(url: str, data: bytes | None = None, cookie: str = "") -> int:
+    request = urllib.request.Request(url, data=data, headers={"Cookie": cookie})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def _screenshot(driver: webdriver.Chrome, name: str) -> None:
+    """Write docs/<name> when DEPOSITD_SCREENSHOTS is set (`make screenshots`)."""
+    if os.environ.get("DEPOSITD_SCREENSHOTS"):
+        driver.save_screenshot(str(ROOT / "docs" / name))
+
+
+def test_login_is_required_and_a_wrong_token_is_refused(
+    live: LiveStack, browser: webdriver.Chrome
+) -> None:
+    """Every page sends a stranger to the login form; a wrong token is refused there."""
+    browser.get(live.stack.console_url + "/")
+    assert browser.current_url.endswith("/login")
+    log_in(browser, live, token="not-the-token")
+    assert browser.current_url.endswith("/login")
+    assert "Wrong token" in browser.find_element(By.CSS_SELECTOR, ".error").text
+    assert not browser.get_cookie("depositd_console")
+    log_in(browser, live)
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Overview"
+    cookie = browser.get_cookie("depositd_console")
+    assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+
+def test_overview_lists_a_deposit_waiting_for_a_profile_and_its_timeline(
+    live: LiveStack, browser: webdriver.Chrome
+) -> None:
+    """A deposit no profile covers is on the overview under "payer details needed"; its
+    timeline shows the facts with their source and the alert by channel."""
+    tx = _waiting_deposit(live, "TConsoleNoProfile000000000000002")
+    live.wait(lambda: bool(live.stack.slack_for(tx, "needs_details")), "the alert")
+    log_in(browser, live)
+    section = browser.find_element(By.ID, "waiting")
+    assert "payer details needed" in section.text and tx in section.text
+    _screenshot(browser, "console-overview.png")
+    section.find_element(By.LINK_TEXT, tx).click()
+    assert tx in browser.find_element(By.TAG_NAME, "h1").text
+    assert browser.find_element(By.ID, "state").text == "needs_details"
+    facts = browser.find_element(By.ID, "facts").text
+    assert "webhook" in facts or "poll" in facts
+    alerts = browser.find_element(By.ID, "alerts").text
+    assert "needs_details" in alerts and "slack" in alerts and "email" in alerts
+
+
+def test_retry_of_a_failed_alert_reaches_slack_once(
+    live: LiveStack, browser: webdriver.Chrome
+) -> None:
+    """An alert Slack refused is listed as failed; Retry sends it to Slack once (e-mail, which
+    took it, is not sent it again), and the retry is recorded with its note."""
+    stack = live.stack
+    stack.slack_status = 500
+    try:
+        tx = _waiting_deposit(live, "TConsoleNoProfile000000000000003")
+
+        async def failed() -> bool:
+            return any(
+                a["action"] == "alert" and a["status"] == "failed" for a in await stack.actions(tx)
+            )
+
+        live.until(failed, "the alert to fail")
+    finally:
+        stack.slack_status = 200
+    mails = len(stack.emails_for(tx, "needs_details"))
+    log_in(browser, live)
+    row = next(
+        r
+        for r in browser.find_elements(By.CSS_SELECTOR, "tr.failed-alert")
+        if tx in r.text and r.get_attribute("data-channel") == "slack"
+    )
+    row.find_element(By.NAME, "note").send_keys("Slack is back")
+    submit(browser, row.find_element(By.CSS_SELECTOR, "button"))
+    live.wait(lambda: bool(stack.slack_for(tx, "needs_details")), "the Slack alert")
+    live.run(stack.settle())
+    assert len(stack.slack_for(tx, "needs_details")) == 1
+    assert len(stack.emails_for(tx, "needs_details")) == mails
+    done = live.run(stack.store.read(lambda db: operator_store.recent(db)))
+    assert any(d["kind"] == "retry_alert" and d["note"] == "Slack is back" for d in done)
+
+
+def test_acknowledging_a_finding(live: LiveStack, browser: webdriver.Chrome) -> None:
+    """A day reconciled again from the console shows its finding; acknowledging it with a note
+    takes it off the open list and records who and why."""
+    day = (dt.datetime.now(dt.UTC) - dt.timedelta(days=1)).date().isoformat()
+    spec: dict[str, Any] = {
+        "kind": "extra",
+        "date": day,
+        "asset": "USDT",
+        "network": "TRON",
+        "amount": "42.000001",
+        "txHash": "0xconsolenotbooked",
+    }
+    live.call(lambda: live.stack.sandbox.add_discrepancy(spec))
+    log_in(browser, live)
+    form = browser.find_element(By.CSS_SELECTOR, "form[action='/reconcile']")
+    browser.execute_script(
+        "arguments[0].value = arguments[1]", form.find_element(By.NAME, "day"), day
+    )
+    form.find_element(By.NAME, "note").send_keys("again after the report was fixed")
+    submit(browser, form.find_element(By.CSS_SELECTOR, "button"))
+    rows = browser.find_elements(By.CSS_SELECTOR, "#findings tr.finding")
+    assert len(rows) == 1 and "42.000001" in rows[0].text
+    rows[0].find_element(By.NAME, "note").send_keys("booked by hand, ticket 77")
+    submit(browser, rows[0].find_element(By.CSS_SELECTOR, "button"))
+    assert not browser.find_elements(By.CSS_SELECTOR, "#findings tr.finding")
+    browser.get(live.stack.console_url + "/findings?all=1")
+    text = browser.find_element(By.CSS_SELECTOR, "tr.finding").text
+    assert "ana" in text and "booked by hand, ticket 77" in text
+
+
+def test_hosted_page_embedded_filled_in_and_closed(
+    live: LiveStack, browser: webdriver.Chrome
+) -> None:
+    """The provider's hosted page opens in the iframe on the deposit's form; the payer details
+    typed there are submitted, the close message makes the console read the detail at once,
+    and the deposit shows as submitted. No payer value ever reaches a console page."""
+    stack = live.stack
+    tx = _waiting_deposit(live, "TConsoleNoProfile000000000000004")
+    log_in(browser, live)
+    browser.get(f"{stack.console_url}/deposits/{tx}")
+    browser.find_element(By.ID, "fill-in").click()
+    frame = browser.find_element(By.ID, "hosted-frame")
+    assert frame.get_attribute("allow") == "clipboard-write"
+    assert "allow-same-origin" not in (frame.get_attribute("sandbox") or "")
+    src = frame.get_attribute("src") or ""
+    assert src.startswith(stack.sandbox_url + "/hosted/") and f"transactionId={tx}" in src
+    assert "darkMode=false" in src
+    browser.switch_to.frame(frame)
+    _wait(browser).until(ec.presence_of_element_located((By.ID, "payer-form")))
+    Select(browser.find_element(By.ID, "field-correspondentType")).select_by_value("INDIVIDUAL")
+    Select(browser.find_element(By.ID, "field-countryCode")).select_by_value("GB")
+    Select(browser.find_element(By.ID, "field-walletType")).select_by_value("SELF_HOSTED")
+    for name, value in PAYER.items():
+        field = browser.find_element(By.ID, f"field-{name}")
+        if field.get_attribute("type") == "date":  # typed keys follow the locale's order
+            browser.execute_script("arguments[0].value = arguments[1]", field, value)
+        else:
+            field.send_keys(value)
+    browser.switch_to.default_content()
+    _screenshot(browser, "console-travel-rule.png")
+    browser.switch_to.frame(frame)
+    browser.find_element(By.ID, "submit-button").click()
+    _wait(browser).until(ec.presence_of_element_located((By.ID, "submission-confirmation")))
+    browser.switch_to.default_content()
+    _wait(browser).until(ec.visibility_of_element_located((By.ID, "closed")))
+    assert browser.find_element(By.ID, "state").text == "submitted"
+    assert browser.find_element(By.ID, "wls").text == "pending"
+    deposit = live.run(stack.deposit(tx))
+    assert deposit is not None and deposit.state.value == "submitted"
+    done = live.run(stack.store.read(lambda db: operator_store.recent(db, subject=tx)))
+    assert [d["kind"] for d in done] == ["read_detail"]
+    for path in (*PAGES, f"/deposits/{tx}", f"/ledger?day={dt.date.today()}"):
+        browser.get(stack.console_url + path)
+        html = browser.page_source
+        assert all(value not in html for value in PAYER.values()), path
+
+
+def test_a_post_without_csrf_token_is_refused(live: LiveStack, browser: webdriver.Chrome) -> None:
+    """A POST with the session cookie but no CSRF token is 403, as is one without a session."""
+    log_in(browser, live)
+    cookie = browser.get_cookie("depositd_console")
+    assert cookie is not None
+    url = live.stack.console_url + "/reconcile"
+    body = b"day=2026-01-01&note=x"
+    assert _status(url, body, cookie=f"depositd_console={cookie['value']}") == 403
+    assert _status(url, body + b"&csrf=forged", cookie=f"depositd_console={cookie['value']}") == 403
+    assert _status(url, body) == 403
+    done = live.run(
+        live.stack.store.read(lambda db: operator_store.recent(db, subject="day#2026-01-01"))
+    )
+    assert done == []
