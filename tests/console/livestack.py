@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from worker.dev.harness import Stack
@@ -83,12 +83,22 @@ def log_in(driver: webdriver.Chrome, live: LiveStack, token: str | None = None) 
     driver.get(live.stack.console_url + "/login")
     driver.find_element(By.NAME, "token").send_keys(token or live.stack.console_token)
     driver.find_element(By.NAME, "operator").send_keys("ana")
-    button = driver.find_element(By.CSS_SELECTOR, "form button[type=submit]")
-    button.click()
-    WebDriverWait(driver, 10).until(ec.staleness_of(button))
+    submit(driver, driver.find_element(By.CSS_SELECTOR, "form button[type=submit]"))
 
 
 def submit(driver: webdriver.Chrome, button: WebElement) -> None:
     """Click a form's button and wait until the page it leads to replaced this one."""
+    driver.execute_script("window.consoleTestMarker = true")
     button.click()
-    WebDriverWait(driver, 15).until(ec.staleness_of(button))
+
+    def replaced(d: webdriver.Chrome) -> bool:
+        try:
+            return bool(
+                d.execute_script(
+                    "return !window.consoleTestMarker && document.readyState === 'complete'"
+                )
+            )
+        except WebDriverException:  # between two pages
+            return False
+
+    WebDriverWait(driver, 15).until(replaced)
