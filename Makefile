@@ -13,7 +13,7 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-.PHONY: setup demo test lint lock tools
+.PHONY: setup demo test lint lock tools screenshots
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -26,9 +26,20 @@ tools:
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -q --no-install-recommends prometheus; } || { \
 	    echo "promtool missing: run apt-get install -y prometheus (as root)" >&2; exit 1; }
+	@# The console's browser tests drive the distribution's headless Chromium (Selenium).
+	@{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || { \
+	    command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q --no-install-recommends chromium chromium-driver; } || { \
+	    echo "chromium missing: run apt-get install -y chromium chromium-driver (as root)" >&2; \
+	    exit 1; }
 
 test: $(STAMP) tools
 	$(BIN)/pytest -q
+
+# The console's screenshots in docs/, taken by its browser tests.
+screenshots: $(STAMP) tools
+	DEPOSITD_SCREENSHOTS=1 $(BIN)/pytest -q -p no:randomly tests/console/test_console_browser.py
 
 lint: $(STAMP)
 	$(BIN)/python requirements/check.py

@@ -154,6 +154,14 @@ first_install=0
 if [[ ! -d $ETC/rules ]]; then first_install=1; fi
 install -d -m 0755 "$ETC/rules"
 install -d -m 0700 "$ETC/credentials"
+# The operator console's login token: random, created once, never printed (cat it as root).
+if [[ ! -s $ETC/credentials/console_token ]]; then
+    (
+        umask 077
+        head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$ETC/credentials/console_token"
+    )
+    log "created $ETC/credentials/console_token (the console's login token)"
+fi
 install_new "$SHARE/depositd.example.yaml" "$ETC/depositd.yaml"
 if [[ ! -e $ETC/depositd.env ]]; then
     (

@@ -26,7 +26,13 @@ UNIT = DEPLOY / "depositd.service"
 EXAMPLE = DEPLOY / "depositd.example.yaml"
 INSTALL = DEPLOY / "install.sh"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
-CREDENTIALS = ("api_secret", "webhook_secret", "slack_webhook_url", "smtp_password")
+CREDENTIALS = (
+    "api_secret",
+    "webhook_secret",
+    "console_token",
+    "slack_webhook_url",
+    "smtp_password",
+)
 
 needs_systemd_analyze = pytest.mark.skipif(
     SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed on this machine"
@@ -149,6 +155,7 @@ def test_unit_settings() -> None:
     assert loaded == {
         "api_secret": "/etc/depositd/credentials/api_secret",
         "webhook_secret": "/etc/depositd/credentials/webhook_secret",
+        "console_token": "/etc/depositd/credentials/console_token",
     }
     assert unit["Install"]["WantedBy"] == ["multi-user.target"]
 
@@ -323,7 +330,11 @@ def test_install_puts_files_in_place(installed: Installed) -> None:
     assert {p.name for p in (etc / "examples").iterdir()} == examples
     assert (share / "doc/deploy.md").is_file()
     assert (share / "depositd.example.yaml").read_text() == EXAMPLE.read_text()
-    assert list((etc / "credentials").iterdir()) == []
+    # Only the console's login token is made here: random, readable by root alone.
+    assert [p.name for p in (etc / "credentials").iterdir()] == ["console_token"]
+    token = (etc / "credentials/console_token").read_text()
+    assert re.fullmatch(r"[0-9a-f]{64}", token)
+    assert (etc / "credentials/console_token").stat().st_mode & 0o077 == 0
     modes = {
         "etc/depositd": 0o750,
         "etc/depositd/credentials": 0o700,
@@ -526,7 +537,7 @@ def test_depositctl_loads_what_the_unit_loads(installed: Installed, tmp_path: Pa
     )
     loaded = sorted(a.split("=", 1)[1].split(":")[0] for a in proc.stdout.splitlines()
                     if a.startswith("LoadCredential="))  # fmt: skip
-    assert loaded == ["api_secret", "smtp_password", "webhook_secret"]
+    assert loaded == ["api_secret", "console_token", "smtp_password", "webhook_secret"]
     assert proc.stdout.splitlines()[-2:] == [f"{PREFIX}/venv/bin/depositd", "check"]
 
 
