@@ -28,7 +28,7 @@ PAYER = {
     "birthday": "1979-03-14",
     "residentialAddress": "12 Vesk Mews, Leeds",
 }
-PAGES = ("/", "/deposits", "/events", "/ledger", "/findings", "/findings?all=1")
+PAGES = ("/", "/deposits", "/events", "/ledger", "/findings", "/findings?all=1", "/addresses")
 
 
 def _wait(driver: webdriver.Chrome, timeout: float = 15) -> WebDriverWait[webdriver.Chrome]:
@@ -183,6 +183,11 @@ def test_hosted_page_embedded_filled_in_and_closed(
     src = frame.get_attribute("src") or ""
     assert src.startswith(stack.sandbox_url + "/hosted/") and f"transactionId={tx}" in src
     assert "darkMode=false" in src
+    # A close message that does not come from the frame is ignored.
+    browser.execute_script(
+        "window.postMessage({type: arguments[0], source: 'deposit-travel-rule'}, '*')",
+        "DEPOSIT_TRAVEL_RULE_CLOSED",
+    )
     browser.switch_to.frame(frame)
     _wait(browser).until(ec.presence_of_element_located((By.ID, "payer-form")))
     Select(browser.find_element(By.ID, "field-correspondentType")).select_by_value("INDIVIDUAL")

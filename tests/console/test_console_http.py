@@ -12,7 +12,7 @@ from worker.console.auth import FREE_FAILURES, Sessions
 from worker.dev.harness import Stack
 
 MakeStack = Callable[..., Awaitable[Stack]]
-PAGES = ("/", "/deposits", "/events", "/ledger", "/findings")
+PAGES = ("/", "/deposits", "/events", "/ledger", "/findings", "/addresses")
 
 
 def _client() -> aiohttp.ClientSession:

@@ -45,6 +45,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/events", event_list)
     app.router.add_get("/ledger", ledger_list)
     app.router.add_get("/findings", finding_list)
+    app.router.add_get("/addresses", address_list)
 
 
 def render(
@@ -224,6 +225,12 @@ async def finding_list(request: web.Request) -> dict[str, Any]:
         lambda db: queries.finding_page(db, open_only, page)
     )
     return {**_paged(rows, request, page), "open_only": open_only}
+
+
+@page("addresses.html")
+async def address_list(request: web.Request) -> dict[str, Any]:
+    """The registered source addresses and their status."""
+    return {"rows": await request.app[CONSOLE].store.read(queries.address_list)}
 
 
 async def travel_rule(request: web.Request) -> web.Response:

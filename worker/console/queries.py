@@ -14,7 +14,18 @@ from typing import Any
 import sqlite_utils
 
 from worker.clock import ms_from_iso
-from worker.store import abnormal, actions, alerts, deposits, events, facts, findings, ledger
+from worker.store import (
+    abnormal,
+    actions,
+    addresses,
+    alerts,
+    conflicts,
+    deposits,
+    events,
+    facts,
+    findings,
+    ledger,
+)
 from worker.store import operator as operator_store
 from worker.store.meta import all_meta
 from worker.store.tx import conn_of
@@ -58,6 +69,15 @@ def overview(db: sqlite_utils.Database) -> dict[str, Any]:
         "last_webhook": meta.get("last_webhook_at"),
         "reconciliation": findings.last_run(db),
         "by_state": deposits.deposits_by_state(db),
+        "queues": {
+            "pending events": events.count_pending(db),
+            "failed events": events.count_failed(db),
+            "open actions": actions.count_open(db),
+            "failed actions": actions.count_failed(db),
+            "failed alerts": alerts.count_failed(db),
+            "held by a conflict (depositd resolve)": conflicts.count_held_deposits(db),
+            "booked": ledger.count_booked(db),
+        },
         "operator": operator_store.recent(db, limit=20),
     }
 
@@ -139,6 +159,15 @@ def finding_page(db: sqlite_utils.Database, open_only: bool, page: int) -> list[
     return findings.page_findings(
         db, open_only=open_only, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE
     )
+
+
+def address_list(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+    """The registered source addresses (`depositd addresses`), the profile by name."""
+    keys = ("id", "wallet_id", "wallet_address", "network", "memo", "status", "fail_message")
+    return [
+        {**{k: r[k] for k in keys}, "profile": r["profile"], "updated_at": r["updated_at"]}
+        for r in addresses.list_addresses(conn_of(db))
+    ]
 
 
 def age(iso: str | None, now: datetime | None = None) -> str:
