@@ -211,7 +211,7 @@ def test_hosted_page_embedded_filled_in_and_closed(
     deposit = live.run(stack.deposit(tx))
     assert deposit is not None and deposit.state.value == "submitted"
     done = live.run(stack.store.read(lambda db: operator_store.recent(db, subject=tx)))
-    assert [d["kind"] for d in done] == ["read_detail"]
+    assert [(d["kind"], d["outcome"]) for d in done] == [("read_detail", "detail read")]
     for path in (*PAGES, f"/deposits/{tx}", f"/ledger?day={dt.date.today()}"):
         browser.get(stack.console_url + path)
         html = browser.page_source

@@ -185,8 +185,8 @@ async def refresh(request: web.Request) -> web.StreamResponse:
     if await console.store.read(lambda db: deposit_store.get_deposit_row(db, tx)) is None:
         raise web.HTTPNotFound(text=f"no deposit {tx}")
     try:
-        await console.ops.read_detail(tx)
-        outcome = "detail read"
+        read = await console.ops.read_detail(tx)
+        outcome = "detail read" if read else "failed: the detail could not be read (see the log)"
     except ProviderError as exc:
         outcome = f"failed: {exc}"
     await _record(request, "read_detail", tx, note, outcome)

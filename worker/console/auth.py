@@ -169,10 +169,10 @@ async def _guarded(
         return await handler(request)
     session = sessions.get(request.cookies.get(SESSION_COOKIE))
     if session is None:
-        if request.method == "GET":
+        if request.method in ("GET", "HEAD"):
             raise web.HTTPSeeOther("/login")
         raise web.HTTPForbidden(text="not logged in")
-    if request.method != "GET":
+    if request.method not in ("GET", "HEAD"):
         form = await request.post()
         given = request.headers.get("X-CSRF-Token") or form.get("csrf")
         if not isinstance(given, str) or not csrf_ok(given, session.csrf):

@@ -16,8 +16,8 @@ from worker.store.writer import Store
 class Operations(Protocol):
     """What the console asks of the running service (`worker.service.runtime.Runtime`)."""
 
-    async def read_detail(self, transaction_id: str) -> None:
-        """Read one deposit's detail now and feed it to the tracker."""
+    async def read_detail(self, transaction_id: str) -> bool:
+        """Read one deposit's detail now and feed it to the tracker; False when it failed."""
 
     async def reconcile(self, day: dt.date) -> str:
         """Reconcile one day now; a short outcome."""

@@ -120,9 +120,10 @@ class Poller:
         may release it: the tracker then moves it to credited, trigger released)."""
         return await self._guard("blocked", self._blocked)
 
-    async def read_detail(self, transaction_id: str) -> None:
-        """Read and apply one deposit's detail now (an operator asked; the hosted page closed)."""
-        await self._detail_one(transaction_id)
+    async def read_detail(self, transaction_id: str) -> bool:
+        """Read and apply one deposit's detail now (an operator asked; the hosted page closed);
+        False when it could not be read or applied (logged and counted as the poll's)."""
+        return await self._detail_one(transaction_id)
 
     async def _blocked(self) -> int:
         rows = await self._store.write(blocked_since)
@@ -175,8 +176,9 @@ class Poller:
             await self._detail_one(tx)
         return attempted
 
-    async def _detail_one(self, tx: str) -> None:
-        """Read and apply one deposit's detail; raises only what ends the whole run."""
+    async def _detail_one(self, tx: str) -> bool:
+        """Read and apply one deposit's detail (False: it failed, logged and counted); raises
+        only what ends the whole run."""
         try:
             order = await self._client.transaction_detail(tx)
         except PROVIDER_WIDE:
@@ -186,23 +188,24 @@ class Poller:
                 self._detail_failing.pop(tx, None)
                 log.warning("deposit not found by detail poll", transactionId=tx)
                 await self._store.write(partial(alert_gone, transaction_id=tx))
-                return
+                return False
             await self._deposit_failed(tx, str(exc))
-            return
+            return False
         except ProviderAnswerMismatch as exc:
             # A protocol error, not this deposit's state: nothing is recorded, a human is told.
             await self._store.write(partial(alert_mismatch, transaction_id=tx, detail=str(exc)))
             await self._deposit_failed(tx, str(exc))
-            return
+            return False
         except ProviderError as exc:  # an answer that is no readable record of this deposit
             await self._deposit_failed(tx, str(exc))
-            return
+            return False
         try:
             await self._observe(fact_from_order(order, source="poll"))
         except Exception as exc:
             await self._deposit_failed(tx, f"{type(exc).__name__}: {exc}", trace=True)
-            return
+            return False
         self._detail_failing.pop(tx, None)
+        return True
 
     async def _deposit_failed(self, tx: str, error: str, *, trace: bool = False) -> None:
         """Log and count one deposit's failure; alert once when it keeps failing run after run."""

@@ -413,11 +413,12 @@ class Runtime:
 
     # --- what the operator console asks for (worker.console.app.Operations) ---
 
-    async def read_detail(self, transaction_id: str) -> None:
-        """Read one deposit's detail now and feed it to the tracker, as the detail poll does."""
+    async def read_detail(self, transaction_id: str) -> bool:
+        """Read one deposit's detail now and feed it to the tracker, as the detail poll does;
+        False when it failed (the log says why)."""
         if self.poller is None:
             raise ProviderError("the provider is not polled here (scheduler.enabled: false)")
-        await self.poller.read_detail(transaction_id)
+        return await self.poller.read_detail(transaction_id)
 
     async def reconcile(self, day: dt.date) -> str:
         """Reconcile one day again now, as `depositd reconcile --date` does; the outcome."""
