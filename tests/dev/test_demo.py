@@ -67,13 +67,13 @@ def test_demo_runs_every_scenario_ok(tmp_path: Path) -> None:
     log_lines = log_text.splitlines()
     assert all(line.startswith("{") for line in log_lines), log_lines[:5]
     assert "apscheduler" not in log_text.lower()
-    # What the demo printed is what the database holds: five scenarios end booked (the released
-    # BLOCKED deposit among them).
+    # What the demo printed is what the database holds: six scenarios end booked (the released
+    # BLOCKED deposit and the one filled in on the hosted page among them).
     ledger = _depositd("ledger", "--json", "--config", str(kept / "depositd.yaml"), timeout=30)
     assert ledger.returncode == 0, ledger.stderr
     booked = [json.loads(line) for line in ledger.stdout.splitlines() if line.strip()]
-    assert len(booked) == 5
-    assert len({b["transactionId"] for b in booked}) == 5
+    assert len(booked) == 6
+    assert len({b["transactionId"] for b in booked}) == 6
 
 
 def test_demo_refuses_a_folder_with_a_previous_database(tmp_path: Path) -> None:

@@ -335,3 +335,12 @@ async def test_page_script_posts_the_close_message(env: Env) -> None:
             assert css.status == 200 and css.content_type == "text/css"
     async with env.session.get(resp.url.join(URL("../static/nope.js"))) as missing:
         assert missing.status == 404
+
+
+async def test_form_for_another_wallets_deposit_is_refused(env: Env) -> None:
+    """A form posted with a token of one wallet cannot submit for another wallet's deposit."""
+    mine, theirs = env.deposit(), env.deposit(wallet_id=1002)
+    url, page = await open_form(env, mine)
+    status, refused = await env.post(url, {**filled(page, ENTITY_PAYER), "transactionId": theirs})
+    assert status == 404 and "submission-confirmation" not in refused.ids
+    assert await env.status_of(theirs) is WhiteListStatus.INIT

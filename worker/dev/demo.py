@@ -27,7 +27,7 @@ from typing import TextIO
 
 import yaml
 
-from worker.dev import demo_money
+from worker.dev import demo_hosted, demo_money
 from worker.dev.demokit import Checks, Demo, Result
 from worker.dev.harness import Stack
 from worker.errors import ConfigError
@@ -282,6 +282,9 @@ class Scenario:
 SCENARIOS = (
     Scenario("unknown address, stored profile", "auto-submit, approve, book once", known_profile),
     Scenario("no profile", "warning alert, nothing submitted", no_profile),
+    Scenario(
+        "details on the hosted page", "pending, approved, booked once", demo_hosted.hosted_page
+    ),
     Scenario(
         "rejected, profile corrected",
         "rejected alert, resubmit with new key, booked",

@@ -16,6 +16,7 @@ import secrets
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -151,7 +152,7 @@ def _refused(request: web.Request, lng: str, dark: bool, exc: PageRefused) -> we
 
 
 def _form_page(
-    request: web.Request, sb: Sandbox, lng: str, order: Order, st: ui.FormState, status: int
+    request: web.Request, lng: str, order: Order, st: ui.FormState, status: int
 ) -> web.Response:
     body = ui.deposit_summary(order) + "\n" + ui.payer_form(st)
     return _html(request, ui.document(lng, st.dark, "form", body), status)
@@ -175,13 +176,14 @@ async def page(request: web.Request) -> web.Response:
         wallet_id = int(grant["walletId"])
         tx_id = _scope(grant, q.get("transactionId") or None)
         if tx_id is None:
-            link = f"token={token}" + (f"&darkMode={q['darkMode']}" if "darkMode" in q else "")
+            keep = {"token": token, **({"darkMode": q["darkMode"]} if "darkMode" in q else {})}
+            link = urlencode(keep)
             body = ui.deposit_list(_queue(sb, wallet_id), link)
             return _html(request, ui.document(lng, dark, "list", body))
         order = _awaiting(sb, wallet_id, tx_id)
     except PageRefused as exc:
         return _refused(request, lng, dark, exc)
-    return _form_page(request, sb, lng, order, _new_state(token, order, dark, sb, values={}), 200)
+    return _form_page(request, lng, order, _new_state(token, order, dark, sb, values={}), 200)
 
 
 def payer_body(form: Mapping[str, str]) -> dict[str, str]:
@@ -236,7 +238,7 @@ async def submit(request: web.Request) -> web.Response:
             error_message=exc.msg,
             error_fields=fields_named(exc.msg, body) or [],
         )
-        return _form_page(request, sb, lng, order, st, 422)
+        return _form_page(request, lng, order, st, 422)
     data = answer["data"]
     done = ui.confirmation(str(data["transactionId"]), data.get("whiteListStatus"))
     return _html(request, ui.document(lng, dark, "submitted", done))
