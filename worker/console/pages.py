@@ -258,12 +258,12 @@ async def travel_rule(request: web.Request) -> web.Response:
                     f" ({console.hosted_origin}): it is not shown."
                 )
             else:
-                context["url"] = _deep_link(url, tx, console.settings.dark_mode)
+                context["url"] = deep_link(url, tx, console.settings.dark_mode)
     context["origin"] = console.hosted_origin or ""
     return render("travel_rule.html", request, context)
 
 
-def _deep_link(url: str, tx: str, dark: bool) -> str:
+def deep_link(url: str, tx: str, dark: bool) -> str:
     """The link with the deposit's transactionId (skip the list) and darkMode."""
     parts = urlsplit(url)
     extra = urlencode({"transactionId": tx, "darkMode": "true" if dark else "false"})

@@ -1,0 +1,66 @@
+"""`depositd serve` with a console block serves the console on `console.listen`, beside the
+webhook port, until it stops; the hosted page's link gets the deposit and darkMode."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import aiohttp
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
+
+from worker.console.pages import deep_link
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_serve_serves_the_console_until_it_stops(tmp_path: Path, provider_url: str) -> None:
+    """The console's login page answers on console.listen while serve runs; after SIGTERM the
+    port is closed and serve exits 0."""
+    port, console_port = free_port(), free_port()
+    token = tmp_path / "console_token"
+    token.write_text("a-console-token\n")
+    token.chmod(0o600)
+    config = tmp_path / "depositd.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "provider": {
+                    "base_url": provider_url,
+                    "api_key": PROVIDER_KEY,
+                    "api_secret": PROVIDER_SECRET,
+                },
+                "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
+                "storage": {"path": str(tmp_path / "depositd.db")},
+                "scheduler": {"enabled": False},
+                "rules": str(ROOT / "rules"),
+                "profiles": str(ROOT / "rules" / "profiles.yaml"),
+                "console": {
+                    "listen": f"127.0.0.1:{console_port}",
+                    "token_file": "console_token",
+                    "hosted_url": f"{provider_url}/hosted",
+                },
+            }
+        )
+    )
+    serve = ServeProcess(config, port, tmp_path / "serve.log")
+    async with serve, aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{console_port}/") as answer:
+            assert answer.status == 200 and answer.url.path == "/login"
+            assert "depositd console" in await answer.text()
+        assert await serve.signal(signal.SIGTERM) == 0
+        try:
+            async with session.get(f"http://127.0.0.1:{console_port}/login") as answer:
+                raise AssertionError(f"still answering: {answer.status}")
+        except aiohttp.ClientConnectionError:
+            pass
+
+
+def test_the_hosted_link_gets_the_deposit_and_dark_mode() -> None:
+    """The link keeps its token and gains transactionId (deep link) and darkMode."""
+    url = "https://hosted.example/en/deposit-travel-rule?token=t0k"
+    assert deep_link(url, "T1", True) == (
+        "https://hosted.example/en/deposit-travel-rule?token=t0k&transactionId=T1&darkMode=true"
+    )
+    assert deep_link(url, "T1", False).endswith("&darkMode=false")
