@@ -91,7 +91,6 @@ def test_overview_lists_a_deposit_waiting_for_a_profile_and_its_timeline(
     log_in(browser, live)
     section = browser.find_element(By.ID, "waiting")
     assert "payer details needed" in section.text and tx in section.text
-    _screenshot(browser, "console-overview.png")
     section.find_element(By.LINK_TEXT, tx).click()
     assert tx in browser.find_element(By.TAG_NAME, "h1").text
     assert browser.find_element(By.ID, "state").text == "needs_details"
@@ -158,6 +157,7 @@ def test_acknowledging_a_finding(live: LiveStack, browser: webdriver.Chrome) -> 
     submit(browser, form.find_element(By.CSS_SELECTOR, "button"))
     rows = browser.find_elements(By.CSS_SELECTOR, "#findings tr.finding")
     assert len(rows) == 1 and "42.000001" in rows[0].text
+    _screenshot(browser, "console-overview.png")
     rows[0].find_element(By.NAME, "note").send_keys("booked by hand, ticket 77")
     submit(browser, rows[0].find_element(By.CSS_SELECTOR, "button"))
     assert not browser.find_elements(By.CSS_SELECTOR, "#findings tr.finding")
