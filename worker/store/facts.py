@@ -41,9 +41,13 @@ def insert_fact_row(
     return int(cur.lastrowid or 0)
 
 
+# json.dumps(..., sort_keys=True) builds a new encoder at every call: this one is built once.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+
+
 def fact_text(fact: Mapping[str, Any]) -> str:
     """A fact as the `facts` table stores it (JSON, sorted keys)."""
-    return json.dumps(fact, sort_keys=True)
+    return _SORTED_JSON.encode(fact)
 
 
 def poll_fact_repeats(
