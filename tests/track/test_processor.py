@@ -229,7 +229,9 @@ async def test_failure_mid_batch_applies_the_others_once(store: Store) -> None:
     before = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-a", 1)
     failing = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-f", 2)
     after = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-b", 3)
-    processor = Processor(store, reactor=RecordingReactor(fail_on=failing["eventId"]))
+    # A long turn: the batch takes all three however slow the machine is right now.
+    reactor = RecordingReactor(fail_on=failing["eventId"])
+    processor = Processor(store, reactor=reactor, drain_time_s=10.0)
     for ev in (before, failing, after):
         await deliver(store, ev)
     assert await processor.process_batch() == 3
@@ -253,7 +255,7 @@ async def test_failure_between_events_of_one_deposit_keeps_the_others(store: Sto
     required, rejected, credited, completed = lifecycle("tx-m")
     other = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-n", 2)
     reactor = RecordingReactor(fail_on=rejected["eventId"])
-    processor = Processor(store, reactor=reactor)
+    processor = Processor(store, reactor=reactor, drain_time_s=10.0)  # one turn takes all five
     for ev in (required, other, rejected, credited, completed):
         await deliver(store, ev)
     assert await processor.process_batch() == 5

@@ -8,6 +8,7 @@ anything; a late fact is recorded by the caller but changes nothing here.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -204,9 +205,9 @@ class Deposit:
             "credit_status": _value(self.credit_status),
             "fail_message": self.fail_message,
             "state": self.state._value_,
-            "emitted": json.dumps(sorted(self.emitted)),
+            "emitted": _emitted_text(self.emitted),
             "whitelisted": None if self.whitelisted is None else int(self.whitelisted),
-            "fact_time": json.dumps(dict(sorted(self.field_times.items()))),
+            "fact_time": _SORTED_JSON.encode(self.field_times),
             "source": self.first_source,
             "created_at": iso_from_ms(self.created_at),
             "updated_at": iso_from_ms(self.updated_at),
@@ -263,6 +264,16 @@ class Deposit:
 
 _PLAIN_COLUMNS = ("transaction_id", *(a for a in _ATTRIBUTES if a != "amount"), "fail_message")
 _AnyEnum = TypeVar("_AnyEnum", bound=Enum)
+
+
+# json.dumps(..., sort_keys=True) builds a new encoder at every call: this one is built once.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _emitted_text(emitted: frozenset[str]) -> str:
+    """The `emitted` column: the keys as a sorted JSON list (few distinct sets: cached)."""
+    return json.dumps(sorted(emitted))
 
 
 def _value(member: Enum | None) -> Any:
