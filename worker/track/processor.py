@@ -1,10 +1,11 @@
 """The inbox processor: stored events -> tracker -> reactor, in receive order.
 
-Each event is applied inside a savepoint of one write transaction that also marks it processed,
-so a crash leaves it either untouched (pending, done again after restart) or fully done; never
-half. A batch of pending events shares the transaction (one fsync) with the webhook inserts of
-the moment, and an event that raises is rolled back alone and marked failed. Polls feed the same
-path through `observe_fact`.
+Each event is applied in one write transaction that also marks it processed, so a crash leaves
+it either untouched (pending, done again after restart) or fully done; never half. A batch of
+pending events shares the transaction (one fsync) with the webhook inserts of the moment, under
+one savepoint, its deposit and fact rows written at its end (`worker.track.batch`); when an
+event raises, the batch is undone and applied again one savepoint per event, so that event alone
+is rolled back and marked failed. Polls feed the same path through `observe_fact`.
 
 Batches run on the event loop (`Store.write_inline`), so they take turns with request handling
 and webhook commits. How long a turn lasts is the processor's share: `drain_time_s` when no
@@ -31,18 +32,16 @@ from typing import Any, Protocol
 import sqlite_utils
 from pydantic import ValidationError
 
-from worker.clock import ms_from_iso, utc_now
+from worker.clock import ms_from_iso
 from worker.errors import StorageError
 from worker.logs import LogLine, get_logger
 from worker.metrics import Metrics, event_type_label
 from worker.provider import jsonio
 from worker.provider.models import (
-    AddressStatus,
     AddressUpdatedData,
     EventType,
     WebhookEnvelope,
 )
-from worker.store.addresses import address_status, insert_announced, update_announced
 from worker.store.deposits import get_deposit_row, upsert_deposit_row
 from worker.store.events import (
     StoredEvent,
@@ -53,6 +52,7 @@ from worker.store.events import (
 from worker.store.facts import fact_row, fact_text, insert_fact_rows, poll_fact_repeats
 from worker.store.tx import savepoint
 from worker.store.writer import Store
+from worker.track.addresses import apply_address_update
 from worker.track.batch import BatchWrites
 from worker.track.conflicts import alert_conflict, reacting, record_conflicts
 from worker.track.facts import cap_time, fact_from_event
@@ -160,40 +160,6 @@ def apply_fact(
 _QUIET_S = 0.1
 _RIDE_S = 0.02
 _BUSY_TURN_S = 0.025  # while deliveries arrive, at most one turn per this long
-
-_FINAL_ADDRESS = (AddressStatus.ACTIVE.value, AddressStatus.FAILED.value)
-
-
-def apply_address_update(db: sqlite_utils.Database, data: AddressUpdatedData) -> None:
-    """Update the `addresses` row by id, or insert it; a late PROCESSING never undoes a review
-    and nothing undoes DISABLED."""
-    stored = address_status(db, data.id)
-    now = utc_now()
-    status = data.status.value
-    if stored is None:
-        insert_announced(
-            db,
-            data.id,
-            wallet_address=data.walletAddress,
-            network=data.network,
-            status=status,
-            fail_message=data.failMessage,
-            now=now,
-        )
-        return
-    if stored == AddressStatus.DISABLED.value and status != stored:
-        return  # a disabled record stays disabled (a late or redelivered update says nothing new)
-    if status == AddressStatus.PROCESSING.value and stored in _FINAL_ADDRESS:
-        return
-    update_announced(
-        db,
-        data.id,
-        wallet_address=data.walletAddress,
-        network=data.network,
-        status=status,
-        fail_message=data.failMessage,
-        now=now,
-    )
 
 
 def _debug_enabled(logger: Any) -> bool:
@@ -385,23 +351,21 @@ class Processor:
         batch = BatchWrites.read(db, events, defer=True)
         outcomes: list[_Outcome] = []
         tried = 0
-        conn.execute("SAVEPOINT batch")
         try:
-            for event in events:
-                if tried >= floor and time.perf_counter() > deadline:
-                    break
-                tried += 1
-                outcomes.append(self._apply_event(db, event, reactor, batch))
-            batch.flush(db)
+            with savepoint(conn, "batch"):
+                for event in events:
+                    if tried >= floor and time.perf_counter() > deadline:
+                        break
+                    tried += 1
+                    outcomes.append(self._apply_event(db, event, reactor, batch))
+                batch.flush(db)
         except sqlite3.OperationalError:
             raise  # the store itself is failing: give the whole batch back
         except Exception:
             if not conn.in_transaction:
                 raise
-            conn.execute("ROLLBACK TO batch")
-            conn.execute("RELEASE batch")
+            # The batch's writes are undone: apply the events again, one savepoint each.
             return self._apply_isolated(db, events, reactor, max(floor, tried), deadline)
-        conn.execute("RELEASE batch")
         return outcomes
 
     def _apply_isolated(
