@@ -229,7 +229,9 @@ async def test_failure_mid_batch_applies_the_others_once(store: Store) -> None:
     before = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-a", 1)
     failing = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-f", 2)
     after = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-b", 3)
-    processor = Processor(store, reactor=RecordingReactor(fail_on=failing["eventId"]))
+    # A long turn: the batch takes all three however slow the machine is right now.
+    reactor = RecordingReactor(fail_on=failing["eventId"])
+    processor = Processor(store, reactor=reactor, drain_time_s=10.0)
     for ev in (before, failing, after):
         await deliver(store, ev)
     assert await processor.process_batch() == 3
@@ -245,6 +247,38 @@ async def test_failure_mid_batch_applies_the_others_once(store: Store) -> None:
         ("tx-b", "processed", 1),
     ]
     assert (await tracked(store, "tx-b"))["state"] == "needs_details"
+
+
+async def test_failure_between_events_of_one_deposit_keeps_the_others(store: Store) -> None:
+    """One deposit's events in one batch, the second failing: the deposit ends as if it never
+    came, one fact per applied event, and it is the only event failed."""
+    required, rejected, credited, completed = lifecycle("tx-m")
+    other = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-n", 2)
+    reactor = RecordingReactor(fail_on=rejected["eventId"])
+    processor = Processor(store, reactor=reactor, drain_time_s=10.0)  # one turn takes all five
+    for ev in (required, other, rejected, credited, completed):
+        await deliver(store, ev)
+    assert await processor.process_batch() == 5
+    rows = await store.read(
+        lambda db: db.execute("SELECT transaction_id, status FROM events ORDER BY seq").fetchall()
+    )
+    assert [tuple(r) for r in rows] == [
+        ("tx-m", "processed"),
+        ("tx-n", "processed"),
+        ("tx-m", "failed"),
+        ("tx-m", "processed"),
+        ("tx-m", "processed"),
+    ]
+    facts = await store.read(
+        lambda db: db.execute(
+            "SELECT transaction_id, COUNT(*) FROM facts GROUP BY transaction_id ORDER BY 1"
+        ).fetchall()
+    )
+    assert [tuple(r) for r in facts] == [("tx-m", 3), ("tx-n", 1)]
+    deposit = await tracked(store, "tx-m")
+    assert (deposit["state"], deposit["fail_message"]) == ("completed", None)
+    booked = await store.read(lambda db: db.execute("SELECT COUNT(*) FROM ledger").fetchone()[0])
+    assert booked == 0  # the failing event's write is undone
 
 
 async def test_storage_failure_leaves_events_pending(store: Store) -> None:

@@ -40,7 +40,7 @@ class RuleReactor:
         rulebook = self._rules()
         lines: list[LogLine] = []
         match = self._profiles().for_deposit(deposit.wallet_id, deposit.from_address)
-        todo: list[tuple[str, str]] = [(t.trigger.value, t.key) for t in transitions]
+        todo: list[tuple[str, str]] = [(t.trigger._value_, t.key) for t in transitions]
         if (
             fact.event_type
             and fact.event_id

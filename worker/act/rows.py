@@ -32,6 +32,9 @@ from worker.track.tracker import Deposit
 
 log = get_logger(__name__)
 
+# json.dumps(..., sort_keys=True) builds a new encoder at every call: this one is built once.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+
 
 def add_action(
     db: sqlite_utils.Database,
@@ -56,7 +59,7 @@ def add_action(
         rule_set_version=intent.version if intent else None,
         rule=intent.rule if intent else None,
         action=action,
-        params=json.dumps(params, sort_keys=True),
+        params=_SORTED_JSON.encode(params),
         idempotency_key=idempotency_key,
         status=status,
         outcome=outcome,

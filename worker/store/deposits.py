@@ -11,7 +11,7 @@ from typing import Any
 import sqlite_utils
 
 from worker.clock import ms_from_iso
-from worker.store.tx import Db
+from worker.store.tx import Db, conn_of
 
 
 def get_deposit_row(db: Db, transaction_id: str) -> dict[str, Any] | None:
@@ -45,6 +45,17 @@ def upsert_deposit_row(db: sqlite_utils.Database, row: Mapping[str, Any]) -> Non
     """Insert or update a `deposits` row (keyed by transaction_id)."""
     columns = tuple(row)
     db.conn.execute(_upsert_deposit_sql(columns), [row[c] for c in columns])
+
+
+def upsert_deposit_rows(db: Db, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert or update many `deposits` rows, one `executemany` per set of columns."""
+    by_columns: dict[tuple[str, ...], list[list[Any]]] = {}
+    for row in rows:
+        columns = tuple(row)
+        by_columns.setdefault(columns, []).append([row[c] for c in columns])
+    conn = conn_of(db)
+    for columns, values in by_columns.items():
+        conn.executemany(_upsert_deposit_sql(columns), values)
 
 
 @functools.lru_cache(maxsize=16)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlite_utils
@@ -12,9 +12,16 @@ import sqlite_utils
 from worker.clock import utc_now
 from worker.store.tx import Db, conn_of
 
+_INSERT_FACT = (
+    "INSERT INTO facts (transaction_id, source, event_id, observed_at, fact, changed,"
+    " recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
-def insert_fact_row(
-    db: sqlite_utils.Database,
+# One facts row as `_INSERT_FACT` takes it; built by `fact_row`.
+FactRow = tuple[str, str, str | None, int | None, str, int, str]
+
+
+def fact_row(
     *,
     transaction_id: str,
     source: str,
@@ -22,28 +29,24 @@ def insert_fact_row(
     observed_at: int | None,
     fact: Mapping[str, Any] | str,
     changed: bool,
-) -> int:
-    """Record one fact, applied or not (`fact` as a dict, or as `fact_text` made it); returns
-    its id."""
-    cur = conn_of(db).execute(
-        "INSERT INTO facts (transaction_id, source, event_id, observed_at, fact, changed,"
-        " recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-            transaction_id,
-            source,
-            event_id,
-            observed_at,
-            fact if isinstance(fact, str) else fact_text(fact),
-            int(changed),
-            utc_now(),
-        ],
-    )
-    return int(cur.lastrowid or 0)
+) -> FactRow:
+    """The row of one fact, recorded now (`fact` as a dict, or as `fact_text` made it)."""
+    text = fact if isinstance(fact, str) else fact_text(fact)
+    return (transaction_id, source, event_id, observed_at, text, int(changed), utc_now())
+
+
+def insert_fact_rows(db: Db, rows: Sequence[FactRow]) -> None:
+    """Record many facts with one statement (`fact_row` rows), in the order given."""
+    conn_of(db).executemany(_INSERT_FACT, rows)
+
+
+# json.dumps(..., sort_keys=True) builds a new encoder at every call: this one is built once.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
 
 
 def fact_text(fact: Mapping[str, Any]) -> str:
     """A fact as the `facts` table stores it (JSON, sorted keys)."""
-    return json.dumps(fact, sort_keys=True)
+    return _SORTED_JSON.encode(fact)
 
 
 def poll_fact_repeats(

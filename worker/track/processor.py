@@ -1,10 +1,11 @@
 """The inbox processor: stored events -> tracker -> reactor, in receive order.
 
-Each event is applied inside a savepoint of one write transaction that also marks it processed,
-so a crash leaves it either untouched (pending, done again after restart) or fully done; never
-half. A batch of pending events shares the transaction (one fsync) with the webhook inserts of
-the moment, and an event that raises is rolled back alone and marked failed. Polls feed the same
-path through `observe_fact`.
+Each event is applied in one write transaction that also marks it processed, so a crash leaves
+it either untouched (pending, done again after restart) or fully done; never half. A batch of
+pending events shares the transaction (one fsync) with the webhook inserts of the moment, under
+one savepoint, its deposit and fact rows written at its end (`worker.track.batch`); when an
+event raises, the batch is undone and applied again one savepoint per event, so that event alone
+is rolled back and marked failed. Polls feed the same path through `observe_fact`.
 
 Batches run on the event loop (`Store.write_inline`), so they take turns with request handling
 and webhook commits. How long a turn lasts is the processor's share: `drain_time_s` when no
@@ -31,28 +32,28 @@ from typing import Any, Protocol
 import sqlite_utils
 from pydantic import ValidationError
 
-from worker.clock import ms_from_iso, utc_now
+from worker.clock import ms_from_iso
 from worker.errors import StorageError
 from worker.logs import LogLine, get_logger
 from worker.metrics import Metrics, event_type_label
 from worker.provider import jsonio
 from worker.provider.models import (
-    AddressStatus,
     AddressUpdatedData,
     EventType,
     WebhookEnvelope,
 )
-from worker.store.addresses import address_status, insert_announced, update_announced
-from worker.store.deposits import get_deposit_row, get_deposit_rows, upsert_deposit_row
+from worker.store.deposits import get_deposit_row, upsert_deposit_row
 from worker.store.events import (
     StoredEvent,
     mark_events,
     oldest_pending_received_at,
     pending_events,
 )
-from worker.store.facts import fact_text, insert_fact_row, poll_fact_repeats
+from worker.store.facts import fact_row, fact_text, insert_fact_rows, poll_fact_repeats
 from worker.store.tx import savepoint
 from worker.store.writer import Store
+from worker.track.addresses import apply_address_update
+from worker.track.batch import BatchWrites
 from worker.track.conflicts import alert_conflict, reacting, record_conflicts
 from worker.track.facts import cap_time, fact_from_event
 from worker.track.orders import ORDER_KINDS, apply_order_event
@@ -71,8 +72,9 @@ class Reactor(Protocol):
         transitions: list[Transition],
         fact: Fact,
     ) -> list[LogLine] | None:
-        """Record whatever the transitions call for, using `db` only; the lines to log once
-        that is committed (a line such as "booked" must not precede the commit)."""
+        """Record whatever the transitions call for, using `db` only (a batch that is undone
+        and applied again calls it again for the same fact); the lines to log once that is
+        committed (a line such as "booked" must not precede the commit)."""
 
 
 @dataclass
@@ -101,52 +103,55 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-# Deposits as stored right now, by transactionId (None: no row), read once for a whole batch.
-Known = dict[str, Deposit | None]
-
-
-def _load(db: sqlite_utils.Database, transaction_id: str, known: Known | None) -> Deposit | None:
-    if known is not None and transaction_id in known:
-        return known[transaction_id]
-    row = get_deposit_row(db, transaction_id)
-    return Deposit.from_row(row) if row is not None else None
-
-
 def apply_fact(
-    db: sqlite_utils.Database, fact: Fact, reactor: Reactor | None, known: Known | None = None
+    db: sqlite_utils.Database,
+    fact: Fact,
+    reactor: Reactor | None,
+    batch: BatchWrites | None = None,
 ) -> tuple[Deposit, list[Transition], list[LogLine]]:
     """Load, observe, store the deposit and the fact, and react; call inside a transaction.
 
-    `known`: deposits already read in this transaction (kept up to date here). Returns the
-    deposit, its transitions and the reactor's lines to log after the commit.
+    `batch`: the processor's batch (its deposits already read, kept up to date here; while it
+    defers, the deposit and fact rows are written at its end). Returns the deposit, its
+    transitions and the reactor's lines to log after the commit.
     """
-    before = _load(db, fact.transaction_id, known)
+    tx = fact.transaction_id
+    if batch is not None:
+        before = batch.load(db, tx)
+    else:
+        stored = get_deposit_row(db, tx)
+        before = Deposit.from_row(stored) if stored is not None else None
     if before is not None:
         for name in record_conflicts(db, before, fact):
             alert_conflict(db, before, fact, name)
     after, transitions = observe(before, fact)
     changed = before is None or after != before
-    if changed:
+    if batch is not None:
+        batch.keep(after, changed=changed)
+    if changed and (batch is None or not batch.defer):
         upsert_deposit_row(db, after.to_row())
     stated = fact_text(fact.to_json())
     # A poll repeating what it already said since the deposit last changed is not stored again
     # (every poll would add a row that changes nothing); a fact that changes something always is.
-    if changed or fact.source != "poll" or not poll_fact_repeats(db, fact.transaction_id, stated):
-        insert_fact_row(
-            db,
-            transaction_id=fact.transaction_id,
+    if fact.source == "poll" and not changed and batch is not None:
+        batch.flush(db)  # the facts table is read: the deferred rows first
+    if changed or fact.source != "poll" or not poll_fact_repeats(db, tx, stated):
+        row = fact_row(
+            transaction_id=tx,
             source=fact.source,
             event_id=fact.event_id,
             observed_at=fact.observed_at,
             fact=stated,
             changed=changed,
         )
+        if batch is not None and batch.defer:
+            batch.facts.append(row)
+        else:
+            insert_fact_rows(db, [row])
     lines = None
     if reactor is not None:
-        with reacting(fact.transaction_id, created=before is None):
+        with reacting(tx, created=before is None):
             lines = reactor.react(db, after, transitions, fact)
-    if known is not None:
-        known[fact.transaction_id] = after
     return after, transitions, lines or []
 
 
@@ -155,47 +160,6 @@ def apply_fact(
 _QUIET_S = 0.1
 _RIDE_S = 0.02
 _BUSY_TURN_S = 0.025  # while deliveries arrive, at most one turn per this long
-
-_FINAL_ADDRESS = (AddressStatus.ACTIVE.value, AddressStatus.FAILED.value)
-
-
-def apply_address_update(db: sqlite_utils.Database, data: AddressUpdatedData) -> None:
-    """Update the `addresses` row by id, or insert it; a late PROCESSING never undoes a review
-    and nothing undoes DISABLED."""
-    stored = address_status(db, data.id)
-    now = utc_now()
-    status = data.status.value
-    if stored is None:
-        insert_announced(
-            db,
-            data.id,
-            wallet_address=data.walletAddress,
-            network=data.network,
-            status=status,
-            fail_message=data.failMessage,
-            now=now,
-        )
-        return
-    if stored == AddressStatus.DISABLED.value and status != stored:
-        return  # a disabled record stays disabled (a late or redelivered update says nothing new)
-    if status == AddressStatus.PROCESSING.value and stored in _FINAL_ADDRESS:
-        return
-    update_announced(
-        db,
-        data.id,
-        wallet_address=data.walletAddress,
-        network=data.network,
-        status=status,
-        fail_message=data.failMessage,
-        now=now,
-    )
-
-
-def _prefetch(db: sqlite_utils.Database, events: list[StoredEvent]) -> Known:
-    """The stored deposits of a batch's events, read at once (None for each id without a row)."""
-    ids = [e.transaction_id for e in events if e.transaction_id]
-    rows = get_deposit_rows(db, ids)
-    return {tx: Deposit.from_row(rows[tx]) if tx in rows else None for tx in ids}
 
 
 def _debug_enabled(logger: Any) -> bool:
@@ -363,28 +327,74 @@ class Processor:
         if not events:
             self._last_turn = time.perf_counter()
             return []
-        deadline = started + budget
+        outcomes = self._apply_events(db, events, reactor, floor, started + budget)
+        mark_events(db, [(o.event.seq, o.status, o.error) for o in outcomes])
+        self._last_turn = time.perf_counter()
+        cost = (self._last_turn - started) / len(outcomes)
+        self._event_cost_s = max(1e-5, 0.8 * self._event_cost_s + 0.2 * cost)
+        return outcomes
+
+    def _apply_events(
+        self,
+        db: sqlite_utils.Database,
+        events: list[StoredEvent],
+        reactor: Reactor | None,
+        floor: int,
+        deadline: float,
+    ) -> list[_Outcome]:
+        """Apply events in order until the deadline (at least `floor`), all under one savepoint,
+        the deposit and fact rows written at the end (`BatchWrites`). If an event raises, all
+        of it is undone and the events up to that one are applied again each under its own
+        savepoint (`_apply_isolated`), and the rest while time is left: the one that fails is
+        marked failed, the others commit."""
         conn = db.conn
-        known = _prefetch(db, events)
+        batch = BatchWrites.read(db, events, defer=True)
+        outcomes: list[_Outcome] = []
+        tried = 0
+        try:
+            with savepoint(conn, "batch"):
+                for event in events:
+                    if tried >= floor and time.perf_counter() > deadline:
+                        break
+                    tried += 1
+                    outcomes.append(self._apply_event(db, event, reactor, batch))
+                batch.flush(db)
+        except sqlite3.OperationalError:
+            raise  # the store itself is failing: give the whole batch back
+        except Exception:
+            if not conn.in_transaction:
+                raise
+            # The batch's writes are undone: apply the events again, one savepoint each.
+            return self._apply_isolated(db, events, reactor, max(floor, tried), deadline)
+        return outcomes
+
+    def _apply_isolated(
+        self,
+        db: sqlite_utils.Database,
+        events: list[StoredEvent],
+        reactor: Reactor | None,
+        floor: int,
+        deadline: float,
+    ) -> list[_Outcome]:
+        """Apply each event under its own savepoint (at least `floor`, then until the
+        deadline): one that raises is undone and marked failed, the others are applied."""
+        conn = db.conn
+        batch = BatchWrites.read(db, events, defer=False)
         outcomes: list[_Outcome] = []
         for event in events:
             if len(outcomes) >= floor and time.perf_counter() > deadline:
                 break
             try:
                 with savepoint(conn, "event"):
-                    outcome = self._apply_event(db, event, reactor, known)
+                    outcome = self._apply_event(db, event, reactor, batch)
             except sqlite3.OperationalError:
-                raise  # the store itself is failing: give the whole batch back
+                raise
             except Exception as exc:
                 if not conn.in_transaction:
                     raise
-                known.clear()  # its writes are undone: read the rows again
+                batch.forget()  # its writes are undone: read the rows again
                 outcome = _Outcome(event, "failed", error=_describe(exc))
             outcomes.append(outcome)
-        mark_events(db, [(o.event.seq, o.status, o.error) for o in outcomes])
-        self._last_turn = time.perf_counter()
-        cost = (self._last_turn - started) / len(outcomes)
-        self._event_cost_s = max(1e-5, 0.8 * self._event_cost_s + 0.2 * cost)
         return outcomes
 
     def _apply_event(
@@ -392,7 +402,7 @@ class Processor:
         db: sqlite_utils.Database,
         event: StoredEvent,
         reactor: Reactor | None,
-        known: Known | None = None,
+        batch: BatchWrites | None = None,
     ) -> _Outcome:
         envelope = WebhookEnvelope.model_validate(jsonio.loads(event.body))
         if envelope.eventType == EventType.WALLET_ADDRESS_UPDATED.value:
@@ -411,7 +421,7 @@ class Processor:
             return _Outcome(event, "ignored")
         if received is not None:
             fact = cap_time(fact, received, self.future_tolerance_s)
-        _, transitions, lines = apply_fact(db, fact, reactor, known)
+        _, transitions, lines = apply_fact(db, fact, reactor, batch)
         return _Outcome(event, "processed", transitions, lines=lines)
 
     def _report(self, outcomes: list[_Outcome]) -> None:

@@ -8,9 +8,10 @@ anything; a late fact is recorded by the caller but changes nothing here.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import Enum
@@ -128,7 +129,7 @@ class Fact:
             if value is UNKNOWN:
                 continue
             if isinstance(value, Enum):
-                value = value.value
+                value = value._value_
             elif isinstance(value, Decimal):
                 value = decimal_str(value)
             out[name] = value
@@ -203,10 +204,10 @@ class Deposit:
             "white_list_status": _value(self.white_list_status),
             "credit_status": _value(self.credit_status),
             "fail_message": self.fail_message,
-            "state": self.state.value,
-            "emitted": json.dumps(sorted(self.emitted)),
+            "state": self.state._value_,
+            "emitted": _emitted_text(self.emitted),
             "whitelisted": None if self.whitelisted is None else int(self.whitelisted),
-            "fact_time": json.dumps(dict(sorted(self.field_times.items()))),
+            "fact_time": _SORTED_JSON.encode(self.field_times),
             "source": self.first_source,
             "created_at": iso_from_ms(self.created_at),
             "updated_at": iso_from_ms(self.updated_at),
@@ -265,8 +266,19 @@ _PLAIN_COLUMNS = ("transaction_id", *(a for a in _ATTRIBUTES if a != "amount"), 
 _AnyEnum = TypeVar("_AnyEnum", bound=Enum)
 
 
+# json.dumps(..., sort_keys=True) builds a new encoder at every call: this one is built once.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _emitted_text(emitted: frozenset[str]) -> str:
+    """The `emitted` column: the keys as a sorted JSON list (few distinct sets: cached)."""
+    return json.dumps(sorted(emitted))
+
+
 def _value(member: Enum | None) -> Any:
-    return None if member is None else member.value
+    # `_value_` is the member's plain attribute; `.value` goes through a descriptor (slow).
+    return None if member is None else member._value_
 
 
 def _enum(kind: type[_AnyEnum], value: Any) -> _AnyEnum | None:
@@ -375,17 +387,18 @@ def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transiti
 
     if not changes and times == dict(deposit.field_times) and not is_new:
         return deposit, []
-    merged = replace(deposit, **changes, field_times=times)
-    state = derive_state(merged.status, merged.white_list_status, merged.credit_status)
-    transitions = _transitions(deposit, merged)
-    emitted = deposit.emitted | {tr.key for tr in transitions}
-    new = replace(
-        merged,
-        state=state,
-        emitted=emitted,
-        updated_at=max(deposit.updated_at, t) if not is_new else t,
+    # One new Deposit from the held fields and the changes (two `replace` calls, each checking
+    # every field, cost more than the rest of the fold).
+    values = dict(vars(deposit))
+    values.update(changes)
+    transitions = _transitions(deposit, values)
+    values["field_times"] = times
+    values["state"] = derive_state(
+        values["status"], values["white_list_status"], values["credit_status"]
     )
-    return new, transitions
+    values["emitted"] = deposit.emitted | {tr.key for tr in transitions}
+    values["updated_at"] = max(deposit.updated_at, t) if not is_new else t
+    return Deposit(**values), transitions
 
 
 def _blank(fact: Fact) -> Deposit:
@@ -460,23 +473,26 @@ _WHITE_LIST_TRIGGERS = {
 }
 
 
-def _transitions(before: Deposit, after: Deposit) -> list[Transition]:
-    """Triggers for every field that moved; a blank `before` holds None everywhere."""
+def _transitions(before: Deposit, after: Mapping[str, Any]) -> list[Transition]:
+    """Triggers for every field that moved (`after`: the new deposit's fields by name); a blank
+    `before` holds None everywhere."""
     fired: set[Trigger] = set()
-    wl = after.white_list_status
+    wl = after["white_list_status"]
     if wl is not before.white_list_status and wl in _WHITE_LIST_TRIGGERS:
         fired.add(_WHITE_LIST_TRIGGERS[wl])
-    if after.credit_status is not before.credit_status:
-        if after.credit_status is CreditStatus.CREDITED:
+    credit = after["credit_status"]
+    if credit is not before.credit_status:
+        if credit is CreditStatus.CREDITED:
             fired.add(Trigger.CREDITED)
             if before.credit_status is CreditStatus.BLOCKED:
                 fired.add(Trigger.RELEASED)
-        elif after.credit_status is CreditStatus.BLOCKED:
+        elif credit is CreditStatus.BLOCKED:
             fired.add(Trigger.BLOCKED)
-    if after.status is not before.status:
-        if after.status is OrderStatus.SUCCESS:
+    status = after["status"]
+    if status is not before.status:
+        if status is OrderStatus.SUCCESS:
             fired.add(Trigger.COMPLETED)
-        elif after.status is OrderStatus.FAIL:
+        elif status is OrderStatus.FAIL:
             fired.add(Trigger.FAILED)
     out: list[Transition] = []
     for trigger in CAUSAL_ORDER:
@@ -485,7 +501,7 @@ def _transitions(before: Deposit, after: Deposit) -> list[Transition]:
         key = _key(trigger, before.emitted)
         if key in before.emitted:
             continue
-        message = after.fail_message if trigger is Trigger.REJECTED else None
+        message = after["fail_message"] if trigger is Trigger.REJECTED else None
         out.append(Transition(trigger, key, message))
     return out
 

@@ -1,0 +1,73 @@
+"""What one processor batch holds between its events: the deposits as they stand, and the rows
+it writes once at its end.
+
+A batch reads the deposits of all its events with one query and keeps each one up to date as
+its events are applied, so nothing in the batch reads a deposit row again. While `defer` holds,
+the deposit and fact rows are written at the end of the batch, one statement per table (a
+deposit that several events change is written once, as it ends up); the processor undoes the
+whole batch and applies its events again one by one (`defer` off, each under its own
+savepoint) as soon as any of them raises, so that the failure stays that event's alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sqlite_utils
+
+from worker.store.deposits import get_deposit_row, get_deposit_rows, upsert_deposit_rows
+from worker.store.events import StoredEvent
+from worker.store.facts import FactRow, insert_fact_rows
+from worker.track.tracker import Deposit
+
+
+@dataclass
+class BatchWrites:
+    """The batch's deposits by transactionId (None: no row yet) and its deferred rows."""
+
+    known: dict[str, Deposit | None]
+    defer: bool = True
+    changed: dict[str, None] = field(default_factory=dict)  # transactionIds, in change order
+    facts: list[FactRow] = field(default_factory=list)
+
+    @classmethod
+    def read(
+        cls, db: sqlite_utils.Database, events: list[StoredEvent], *, defer: bool
+    ) -> BatchWrites:
+        """The stored deposits of the events, read at once (None for an id without a row)."""
+        ids = [e.transaction_id for e in events if e.transaction_id]
+        rows = get_deposit_rows(db, ids)
+        known = {tx: Deposit.from_row(rows[tx]) if tx in rows else None for tx in ids}
+        return cls(known, defer=defer)
+
+    def load(self, db: sqlite_utils.Database, transaction_id: str) -> Deposit | None:
+        """The deposit as it stands in this batch (read from the table if not read yet)."""
+        if transaction_id in self.known:
+            return self.known[transaction_id]
+        row = get_deposit_row(db, transaction_id)
+        deposit = self.known[transaction_id] = Deposit.from_row(row) if row is not None else None
+        return deposit
+
+    def keep(self, deposit: Deposit, *, changed: bool) -> None:
+        """The deposit after a fact; when `changed` and deferring, its row is written at the end."""
+        self.known[deposit.transaction_id] = deposit
+        if changed and self.defer:
+            self.changed[deposit.transaction_id] = None
+
+    def forget(self) -> None:
+        """An event's writes were undone: read the deposits again from the table."""
+        self.known.clear()
+
+    def flush(self, db: sqlite_utils.Database) -> None:
+        """Write the deferred deposit and fact rows (facts in the order they were observed)."""
+        if self.changed:
+            rows = []
+            for tx in self.changed:
+                deposit = self.known[tx]
+                assert deposit is not None
+                rows.append(deposit.to_row())
+            upsert_deposit_rows(db, rows)
+            self.changed.clear()
+        if self.facts:
+            insert_fact_rows(db, self.facts)
+            self.facts.clear()
