@@ -136,7 +136,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     store = app[STORE_KEY]
     await store.open()
     await store.write(lambda db: set_meta(db, "started_at", utc_now()))
-    log.info("store open", path=str(store.path), synchronous=store.synchronous)
+    log.info("store open", path=store.where, synchronous=store.synchronous)
     yield
     with contextlib.suppress(StorageError):  # the store may be what failed
         await store.write(lambda db: set_meta(db, "stopped_at", utc_now()))

@@ -133,7 +133,11 @@ def snapshot(db: Db) -> tuple[tuple[Any, ...], ...]:
     """Figures that change whenever the inbox does."""
     return (
         tuple(db.execute("SELECT COUNT(*), MAX(seq) FROM events").fetchone()),
-        tuple(db.execute("SELECT COUNT(*), SUM(status='pending') FROM events").fetchone()),
+        tuple(
+            db.execute(
+                "SELECT COUNT(*), SUM(CASE WHEN status='pending' THEN 1 ELSE 0 END) FROM events"
+            ).fetchone()
+        ),
     )
 
 

@@ -9,6 +9,8 @@ from typing import TypeAlias
 
 import sqlite_utils
 
+from worker.store.pg import PgDatabase
+
 # What the table helpers run on: the store's `sqlite_utils.Database`, or a command's connection.
 Db: TypeAlias = sqlite_utils.Database | sqlite3.Connection
 
@@ -16,7 +18,7 @@ Db: TypeAlias = sqlite_utils.Database | sqlite3.Connection
 def conn_of(db: Db) -> sqlite3.Connection:
     """The sqlite3 connection itself: statements on the processor's path skip sqlite-utils'
     `execute` wrapper (they always run inside the caller's transaction)."""
-    return db.conn if isinstance(db, sqlite_utils.Database) else db
+    return db.conn if isinstance(db, sqlite_utils.Database | PgDatabase) else db  # type: ignore[return-value]
 
 
 @contextmanager
