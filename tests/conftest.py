@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from pgcluster import Cluster, MissingPostgres, running_cluster
 from serveproc import PROVIDER_KEY, PROVIDER_SECRET
+from stores import StoreMaker
 
 from worker.dev.harness import Stack
 from worker.dev.sandbox import SandboxConfig, create_app
@@ -126,3 +128,31 @@ async def provider_url(
         create_app(SandboxConfig(api_key=PROVIDER_KEY, api_secret=PROVIDER_SECRET))
     )
     return str(server.make_url("")).rstrip("/")
+
+
+# --- the two stores ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """A PostgreSQL server for the session (`DEPOSITD_TEST_PG_URL`, else a throwaway cluster);
+    missing server binaries fail the tests that need it, naming the install command."""
+    try:
+        with running_cluster() as cluster:
+            yield cluster
+    except MissingPostgres as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """The store's engine: each test using it runs on SQLite and on PostgreSQL."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_store(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StoreMaker]:
+    """Stores on the test's engine (`make_store("d.db")`; `.storage()` for a configuration)."""
+    maker = StoreMaker(engine, tmp_path, request)
+    yield maker
+    maker.drop()
