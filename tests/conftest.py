@@ -105,13 +105,25 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-async def start_stack(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
+def stack_stores() -> StoreMaker | None:
+    """Where stacks store: None for a SQLite file in each stack's folder; the suites that run on
+    both engines override it with `make_store`."""
+    return None
+
+
+@pytest.fixture
+async def start_stack(
+    tmp_path: Path, stack_stores: StoreMaker | None
+) -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
     """Start `Stack(tmp_path / "stackN", **kw)`s on demand; every one is stopped at teardown."""
     numbers = itertools.count()
     async with contextlib.AsyncExitStack() as started:
 
         async def start(**kw: Any) -> Stack:
-            stack = Stack(tmp_path / f"stack{next(numbers)}", **kw)
+            number = next(numbers)
+            if stack_stores is not None and "storage" not in kw:
+                kw["storage"] = stack_stores.storage(f"stack{number}.db")
+            stack = Stack(tmp_path / f"stack{number}", **kw)
             started.push_async_callback(stack.stop)  # also after a start that failed half-way
             await stack.start()
             return stack

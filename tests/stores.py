@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pgcluster import Cluster
 
+from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
 from worker.store.writer import Store
 
@@ -46,3 +48,17 @@ class StoreMaker:
             for url in self._urls.values():
                 with contextlib.suppress(Exception):
                     cluster.drop_database(url)
+
+
+def stack_rows(stack: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Rows of a query on a stack's database on its own connection (the worker may be
+    stopped), as plain tuples."""
+    storage = getattr(stack, "storage", None)
+    if storage and "url" in storage:
+        pg = pg_connect(storage["url"])
+        try:
+            return [tuple(r) for r in pg.execute(sql, params).fetchall()]
+        finally:
+            pg.close()
+    with contextlib.closing(sqlite3.connect(stack.db_path)) as db:
+        return [tuple(r) for r in db.execute(sql, params).fetchall()]

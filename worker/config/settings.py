@@ -180,7 +180,7 @@ class StorageSettings(Section):
     def file(self) -> Path:
         """The SQLite file (`path`); an error on PostgreSQL, where there is none."""
         if self.path is None:
-            raise ConfigError("storage.path: this command needs SQLite (storage.url is set)")
+            raise ConfigError(["storage.path: this command needs SQLite (storage.url is set)"])
         return self.path
 
     @property

@@ -37,7 +37,7 @@ from worker.service.keys import (
 )
 from worker.service.runtime import Runtime
 from worker.store.meta import set_meta
-from worker.store.writer import Store
+from worker.store.pgstore import store_for
 from worker.track.processor import Processor, Reactor
 from worker.track.tracker import State
 
@@ -80,7 +80,7 @@ def build_app(
     limits = Limits(settings.webhook.max_connections, settings.webhook.head_timeout_s)
     app = web.Application(middlewares=[track_requests(limits)])
     metrics = Metrics(states=[state.value for state in State])
-    store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
+    store = store_for(settings.storage)
     processor = Processor(
         store,
         reactor=reactor,

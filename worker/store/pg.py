@@ -207,7 +207,7 @@ class Cursor:
         query, returns_key = translate(sql)
         self.lastrowid = None
         with _sqlite_errors():
-            self._cursor.execute(query, tuple(params or ()))  # type: ignore[call-overload]
+            self._cursor.execute(query, tuple(params or ()))
             self._rowcount = self._cursor.rowcount
             if returns_key:
                 row = self._cursor.fetchone()
@@ -218,7 +218,7 @@ class Cursor:
         """Run one statement once per parameter set."""
         query, _ = translate(sql, many=True)
         with _sqlite_errors():
-            self._cursor.executemany(query, [tuple(p) for p in seq])  # type: ignore[call-overload]
+            self._cursor.executemany(query, [tuple(p) for p in seq])
             self._rowcount = self._cursor.rowcount
         return self
 
@@ -301,6 +301,19 @@ class PgConnection:
         """Close the connection."""
         self.raw.close()
 
+    def __enter__(self) -> PgConnection:
+        """`with conn:` is one transaction, committed at the end or rolled back on an error
+        (as with a `sqlite3.Connection`)."""
+        if not self.in_transaction:
+            self.execute("BEGIN")
+        return self
+
+    def __exit__(self, kind: object, value: object, traceback: object) -> None:
+        if kind is None:
+            self.commit()
+        elif not self.broken:
+            self.rollback()
+
 
 class PgDatabase:
     """What the table modules run on, on PostgreSQL (the part of `sqlite_utils.Database` used)."""
@@ -351,12 +364,13 @@ def connect(
     """A connection in autocommit mode with rows by name; `sqlite3.OperationalError` (the
     URL's password masked) when the server cannot be reached."""
     try:
+        extra: dict[str, Any] = {"password": password} if password is not None else {}
         raw = psycopg.connect(
             url,
             autocommit=True,
             connect_timeout=CONNECT_TIMEOUT_S,
             application_name=application_name,
-            **({"password": password} if password is not None else {}),
+            **extra,
         )
     except psycopg.Error as exc:
         message = str(exc).replace(url, mask_url(url)).strip()

@@ -23,7 +23,7 @@ import psycopg
 from worker.config.settings import StorageSettings
 from worker.errors import StorageError
 from worker.logs import get_logger
-from worker.store.pg import PgDatabase, connect
+from worker.store.pg import PgConnection, PgDatabase, connect
 from worker.store.writer import (
     Store,
     _fail_waiters,
@@ -133,13 +133,14 @@ class PgStore(Store):
         settled: list[_Settled] = []
         db: PgDatabase | None = None
         try:
-            db, first = await loop.run_in_executor(self._writer, self._begin_with, inserts)
+            opened, first = await loop.run_in_executor(self._writer, self._begin_with, inserts)
+            db = opened
             settled += first
             # The processor's batches stay on the loop (they are CPU-bound and call back into
             # it); their statements are short round trips on a local network.
             for job in inline:
-                settled.append((job.future, *_in_savepoint(db, job.fn)))  # type: ignore[arg-type]
-            finishing = loop.run_in_executor(self._writer, self._finish_on, db, threaded)
+                settled.append((job.future, *_in_savepoint(opened, job.fn)))  # type: ignore[arg-type]
+            finishing = loop.run_in_executor(self._writer, self._finish_on, opened, threaded)
             try:
                 settled += await asyncio.shield(finishing)
             except asyncio.CancelledError:
@@ -207,3 +208,14 @@ def store_for(storage: StorageSettings) -> Store:
         password = storage.password.get_secret_value() if storage.password else None
         return PgStore(storage.url, password=password)
     return Store(storage.file, synchronous=storage.synchronous)
+
+
+def command_connection(storage: StorageSettings, *, readonly: bool = True) -> PgConnection:
+    """A command's own connection to `storage.url` (read-only unless asked); raises
+    `sqlite3.OperationalError` naming the server (password masked) when it cannot connect."""
+    assert storage.url is not None
+    password = storage.password.get_secret_value() if storage.password else None
+    conn = connect(storage.url, password=password, application_name="depositd-command")
+    if readonly:
+        conn.execute("SET default_transaction_read_only = on")
+    return conn

@@ -18,7 +18,7 @@ Db: TypeAlias = sqlite_utils.Database | sqlite3.Connection
 def conn_of(db: Db) -> sqlite3.Connection:
     """The sqlite3 connection itself: statements on the processor's path skip sqlite-utils'
     `execute` wrapper (they always run inside the caller's transaction)."""
-    return db.conn if isinstance(db, sqlite_utils.Database | PgDatabase) else db  # type: ignore[return-value]
+    return db.conn if isinstance(db, sqlite_utils.Database | PgDatabase) else db
 
 
 @contextmanager
