@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stores import StoreMaker
 import sqlite_utils
+from stores import StoreMaker
 from structlog.testing import capture_logs
 
 from worker.clock import utc_now

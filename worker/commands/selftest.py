@@ -180,5 +180,5 @@ def run(args: argparse.Namespace) -> int:
     if stored:
         print("ok: the public URL reaches depositd with the path and body intact")
         return 0
-    print(f"check: {hint(sent, str(settings.storage.path))}")
+    print(f"check: {hint(sent, settings.storage.where)}")
     return 1

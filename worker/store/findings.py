@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlite_utils
 
+from worker.store.database import has_table
 from worker.store.pg import is_postgres
 
 FINDING_COLUMNS = (
@@ -208,10 +209,7 @@ def last_reconciled_day(db: sqlite_utils.Database) -> str | None:
 def reconciliation_status(db: Any) -> dict[str, Any] | None:
     """What `status` shows of reconciliation: the last run and the open findings by kind;
     None on a database without the findings table (not migrated yet)."""
-    exists = db.execute(
-        "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='findings'"
-    ).fetchone()[0]
-    if not exists:
+    if not has_table(db, "findings"):
         return None
     last = last_run(db)
     return {

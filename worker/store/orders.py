@@ -57,7 +57,8 @@ def save_order(
         " orders.business_type), currency = COALESCE(excluded.currency, orders.currency),"
         " network = COALESCE(excluded.network, orders.network), amount = COALESCE(excluded.amount,"
         " orders.amount), record = excluded.record, read_status = excluded.read_status,"
-        " event_id = COALESCE(excluded.event_id, orders.event_id), updated_at = excluded.updated_at",
+        " event_id = COALESCE(excluded.event_id, orders.event_id),"
+        " updated_at = excluded.updated_at",
         [
             kind,
             order_id,
