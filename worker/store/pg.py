@@ -370,6 +370,13 @@ def connect(
             autocommit=True,
             connect_timeout=CONNECT_TIMEOUT_S,
             application_name=application_name,
+            # A server that vanished from the network (no RST) is noticed within ~10 s, so
+            # a round or a /readyz probe fails instead of waiting for TCP's own timeout.
+            keepalives=1,
+            keepalives_idle=5,
+            keepalives_interval=2,
+            keepalives_count=3,
+            tcp_user_timeout=10_000,
             **extra,
         )
     except psycopg.Error as exc:
