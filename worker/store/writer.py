@@ -26,7 +26,7 @@ import sqlite_utils
 from worker.errors import SchemaTooNew, StorageError
 from worker.logs import get_logger
 from worker.store.database import has_table
-from worker.store.meta import set_meta
+from worker.store.meta import set_meta, set_meta_unless_busy
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = get_logger(__name__)
@@ -502,7 +502,7 @@ class Store:
             cursor.execute(_INSERT_EVENT, item.row)
             results.append(cursor.rowcount == 1)
         if any(results):
-            set_meta(db, "last_webhook_at", str(batch[-1].row[EVENT_ROW_RECEIVED_AT]))
+            set_meta_unless_busy(db, "last_webhook_at", str(batch[-1].row[EVENT_ROW_RECEIVED_AT]))
         return results
 
     # --- reads ----------------------------------------------------------------------------
