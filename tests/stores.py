@@ -60,5 +60,6 @@ def stack_rows(stack: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple
             return [tuple(r) for r in pg.execute(sql, params).fetchall()]
         finally:
             pg.close()
-    with contextlib.closing(sqlite3.connect(stack.db_path)) as db:
+    path = storage["path"] if storage else stack.db_path
+    with contextlib.closing(sqlite3.connect(path)) as db:
         return [tuple(r) for r in db.execute(sql, params).fetchall()]
