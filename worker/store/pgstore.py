@@ -190,10 +190,7 @@ class PgStore(Store):
         return settled
 
     def _run_read(self, fn: Callable[[Any], T]) -> T:
-        try:
-            db = self._rlink.get()
-        except StorageError:
-            raise
+        db = self._rlink.get()  # StorageError while the database is unreachable
         self._rdb = db  # type: ignore[assignment]
         try:
             with db.atomic():
