@@ -19,7 +19,8 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/depositd demo
 
-# promtool (Debian's prometheus package) checks the shipped alert rules and /metrics.
+# promtool (Debian's prometheus package) checks the shipped alert rules and /metrics;
+# PostgreSQL's server binaries run the throwaway cluster the tests of the second store use.
 tools:
 	@command -v promtool >/dev/null || { \
 	    command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
@@ -33,6 +34,12 @@ tools:
 	    apt-get install -y -q --no-install-recommends chromium chromium-driver; } || { \
 	    echo "chromium missing: run apt-get install -y chromium chromium-driver (as root)" >&2; \
 	    exit 1; }
+	@# The PostgreSQL server binaries: the tests run a throwaway cluster (initdb, pg_ctl).
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	    command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q --no-install-recommends postgresql; } || { \
+	    echo "PostgreSQL missing: run apt-get install -y postgresql (as root)" >&2; exit 1; }
 
 test: $(STAMP) tools
 	$(BIN)/pytest -q

@@ -15,6 +15,7 @@ app of the same pair and the median of the pairs closes the table.
 
     .venv/bin/python bench/ingest.py [--light] [--pairs 3] [--duration 4] [--connections 50]
                                      [--dup 1] [--profile 8] [--one-process] [--ladder]
+                                     [--store postgres [--instances 2]]
 
 Per depositd run: acked events/s, p50/p99, the events still pending when the load stops, the
 time the processor then takes to work them off, the end-to-end rate (acked events / (run +
@@ -25,12 +26,16 @@ first grows the fresh database's files and warms the processes up.
 --profile N samples the main serve process with py-spy for N seconds while it drains one more
 backlog (all threads) and prints the top functions by own and by cumulative samples.
 --one-process also times depositd with `webhook.ingress_process: false`; --ladder also times bare
-apps that read the body, and that verify and parse it.
+apps that read the body, and that verify and parse it. --store postgres also times depositd on
+PostgreSQL (a throwaway cluster started like the tests', tests/pgcluster.py) in the same pairs,
+and with --instances 2 two instances sharing one database, the load split between them.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import os
 import shutil
 import statistics
@@ -42,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # pgcluster
 
 import realistic as rl
 from load import run_load, summary
@@ -135,43 +141,101 @@ def bare_server(port: int, step: str = "bare") -> None:
 
 
 class Server:
-    """One `depositd serve` (and its sandbox in the realistic configuration)."""
+    """One `depositd serve`, or `instances` of them on one PostgreSQL database (`url`), and the
+    sandbox of the realistic configuration (one, shared)."""
 
-    def __init__(self, tmp: Path, name: str, args: argparse.Namespace, *, one: bool) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        name: str,
+        args: argparse.Namespace,
+        *,
+        one: bool,
+        url: str | None = None,
+        instances: int = 1,
+    ) -> None:
         self.name = name
-        config, self.port, self.db, sandbox_port = rl.write_config(
-            tmp,
-            name,
-            light=args.light,
-            synchronous=args.synchronous,
-            log_level=args.log_level,
-            ingress_process=not one,
-        )
-        self.sandbox = (
-            None
-            if args.light
-            else rl.start_sandbox(config, sandbox_port, tmp / f"{name}-sandbox.log")
-        )
-        self.proc = rl.start_serve(config, self.port, tmp / f"{name}.log")
+        self.ports: list[int] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.sandbox = None
+        provider_port = None
+        for i in range(instances):
+            label = name.replace(" ", "-") + (f"-{i}" if instances > 1 else "")
+            config, port, self.db, sandbox_port = rl.write_config(
+                tmp,
+                label,
+                light=args.light,
+                synchronous=args.synchronous,
+                log_level=args.log_level,
+                ingress_process=not one,
+                provider_port=provider_port,
+                url=url,
+            )
+            if not args.light and provider_port is None:
+                self.sandbox = rl.start_sandbox(config, sandbox_port, tmp / f"{label}-sandbox.log")
+            provider_port = sandbox_port
+            self.ports.append(port)
+            self.procs.append(rl.start_serve(config, port, tmp / f"{label}.log"))
+        self.port = self.ports[0]
+        self.proc = self.procs[0]
+
+    def cpu_s(self) -> float:
+        """CPU seconds of the main serve processes so far."""
+        return sum(rl.cpu_s(p.pid) for p in self.procs)
 
     def drain(self) -> tuple[float, float]:
-        """Wait until nothing is pending: (seconds, CPU seconds of the main process meanwhile)."""
-        cpu0 = rl.cpu_s(self.proc.pid)
+        """Wait until nothing is pending: (seconds, CPU seconds of the main processes meanwhile)."""
+        cpu0 = self.cpu_s()
         took = rl.drain(self.db)
-        return took, rl.cpu_s(self.proc.pid) - cpu0
+        return took, self.cpu_s() - cpu0
+
+    def load(self, reqs: Path, conns: int, duration: float, tmp: Path) -> dict[str, Any]:
+        """One load run spread over the instances (each its share of the connections, at the
+        same time, as a load balancer would); the figures combined."""
+        if len(self.ports) == 1:
+            return run_load(self.port, reqs, conns, duration, tmp)
+        share = max(1, conns // len(self.ports))
+        with concurrent.futures.ThreadPoolExecutor(len(self.ports)) as pool:
+            parts = list(
+                pool.map(
+                    lambda i: run_load(
+                        self.ports[i],
+                        _slice(reqs, i, len(self.ports)),
+                        share,
+                        duration,
+                        tmp / f"lb{i}",
+                    ),
+                    range(len(self.ports)),
+                )
+            )
+        combined = {k: sum(p[k] for p in parts) for k in ("requests", "non2xx", "errors", "wraps")}
+        combined["duration_us"] = max(p["duration_us"] for p in parts)
+        combined["p50_us"] = max(p["p50_us"] for p in parts)  # the slower instance's
+        combined["p99_us"] = max(p["p99_us"] for p in parts)
+        return combined
 
     def stop(self) -> None:
         """SIGTERM serve, then the sandbox."""
-        print(f"{self.name} exit status after SIGTERM: {rl.stop(self.proc)}")
+        for proc in self.procs:
+            print(f"{self.name} exit status after SIGTERM: {rl.stop(proc)}")
         if self.sandbox is not None:
             rl.stop(self.sandbox)
+
+
+def _slice(reqs: Path, i: int, n: int) -> Path:
+    """Every n-th request line from the i-th: one instance's share of a request file."""
+    part = reqs.with_name(f"{reqs.stem}-{i}of{n}{reqs.suffix}")
+    lines = reqs.read_text().splitlines(keepends=True)
+    part.write_text("".join(lines[i::n]))
+    (reqs.parent / f"lb{i}").mkdir(exist_ok=True)
+    return part
 
 
 def one_run(
     server: Server, port: int, reqs: Path, conns: int, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
     """One depositd run and its drain."""
-    d = summary(run_load(port, reqs, conns, args.duration, tmp))
+    d = summary(server.load(reqs, conns, args.duration, tmp))
     backlog, age, actions = rl.lag(server.db)
     took, cpu = server.drain()
     d.update(
@@ -195,10 +259,10 @@ def profile(server: Server, args: argparse.Namespace, tmp: Path, next_id: int) -
     run_load(server.port, reqs, 50, args.duration, tmp)
     backlog = rl.lag(server.db)[0]
     raw = tmp / "profile.raw"
-    cpu0, t0 = rl.cpu_s(server.proc.pid), time.monotonic()
+    cpu0, t0 = server.cpu_s(), time.monotonic()
     spy = record(server.proc.pid, args.profile, raw)
     spy.wait()
-    cpu, took = rl.cpu_s(server.proc.pid) - cpu0, time.monotonic() - t0
+    cpu, took = server.cpu_s() - cpu0, time.monotonic() - t0
     done = backlog - rl.lag(server.db)[0]
     head = (
         f"profile of the main serve process while it drains ({args.profile}s, py-spy, all "
@@ -258,8 +322,20 @@ def bench(args: argparse.Namespace) -> None:
     env = {**os.environ, "PYTHONPATH": str(rl.ROOT)}
     servers: dict[str, Server] = {}
     helpers: list[subprocess.Popen[bytes]] = []
+    cluster = contextlib.ExitStack()
     try:
         servers["depositd"] = Server(tmp, "depositd", args, one=False)
+        if args.store == "postgres":
+            from pgcluster import running_cluster
+
+            pg = cluster.enter_context(running_cluster())
+            servers["postgres"] = Server(tmp, "postgres", args, one=False, url=pg.create_database())
+            if args.instances > 1:
+                name = f"postgres x{args.instances}"
+                url = pg.create_database()
+                servers[name] = Server(
+                    tmp, name, args, one=False, url=url, instances=args.instances
+                )
         if args.one_process:
             servers["one process"] = Server(tmp, "one", args, one=True)
         bport = rl.free_port()
@@ -283,6 +359,12 @@ def bench(args: argparse.Namespace) -> None:
             f"{args.log_level}; {args.duration}s per run; {os.cpu_count()} CPUs shared by load "
             f"and servers; every run starts with no backlog"
         )
+        if args.store == "postgres":
+            print(
+                "depositd: SQLite; postgres: PostgreSQL (a throwaway local cluster, fsync and "
+                "synchronous_commit on); postgres xN: N instances on one database, each taking "
+                "its share of the connections"
+            )
 
         def drain_all() -> None:
             # No processor works off a backlog while another server is timed.
@@ -347,6 +429,7 @@ def bench(args: argparse.Namespace) -> None:
             s.stop()
         for proc in helpers:
             rl.stop(proc, 30)
+        cluster.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -382,6 +465,18 @@ def main() -> None:
         "--one-process",
         action="store_true",
         help="also time depositd with webhook.ingress_process: false in each pair",
+    )
+    parser.add_argument(
+        "--store",
+        choices=["sqlite", "postgres"],
+        default="sqlite",
+        help="postgres: also time depositd on PostgreSQL (a throwaway local cluster) in each pair",
+    )
+    parser.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="with --store postgres: also time this many instances sharing the database",
     )
     parser.add_argument(
         "--ladder",

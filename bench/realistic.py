@@ -96,12 +96,13 @@ def write_config(
     ingress_process: bool = True,
     provider_port: int | None = None,
     interval_s: float = 2.0,
-) -> tuple[Path, int, Path, int]:
+    url: str | None = None,
+) -> tuple[Path, int, Path | str, int]:
     """A depositd config (realistic unless `light`): (config file, webhook port, database,
-    sandbox port)."""
+    sandbox port). With `url`, the database is that PostgreSQL one."""
     port = free_port()
     sandbox_port = provider_port or free_port()
-    db = tmp / f"{name}.db"
+    db: Path | str = url or tmp / f"{name}.db"
     cfg: dict[str, Any] = {
         "provider": {
             "base_url": f"http://127.0.0.1:{sandbox_port}",
@@ -115,7 +116,7 @@ def write_config(
             "secret": SECRET,
             "ingress_process": ingress_process,
         },
-        "storage": {"path": str(db), "synchronous": synchronous},
+        "storage": {"url": url} if url else {"path": str(db), "synchronous": synchronous},
         "log": {"format": "json", "level": log_level},
     }
     if light:
@@ -191,10 +192,16 @@ def stop(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> int:
         return proc.wait()
 
 
-def lag(db: Path) -> tuple[int, float, int]:
+def lag(db: Path | str) -> tuple[int, float, int]:
     """Events stored but not yet processed, the age in seconds of the oldest of them, and the
-    actions still waiting in the outbox."""
-    conn = sqlite3.connect(db, timeout=30)
+    actions still waiting in the outbox (`db`: a SQLite file or a PostgreSQL URL)."""
+    if isinstance(db, str):
+        import psycopg
+
+        pg = psycopg.connect(db)
+        conn: Any = pg
+    else:
+        conn = sqlite3.connect(db, timeout=30)
     try:
         count, oldest = conn.execute(
             "SELECT COUNT(*), MIN(received_at) FROM events WHERE status='pending'"
@@ -210,7 +217,7 @@ def lag(db: Path) -> tuple[int, float, int]:
     return int(count), max(0.0, time.time() - received), int(actions)
 
 
-def drain(db: Path, limit_s: float = 300) -> float:
+def drain(db: Path | str, limit_s: float = 300) -> float:
     """Wait until no event is pending; the seconds it took."""
     t0 = time.monotonic()
     while lag(db)[0] and time.monotonic() - t0 < limit_s:

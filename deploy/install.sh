@@ -250,13 +250,14 @@ fi
 
 # What is left to do. Every credential the installed config reads must exist and be loaded by
 # the unit: the provider's and the webhook's by the unit itself, Slack's and SMTP's (optional
-# channels) by a drop-in, since a LoadCredential= whose file is missing stops the unit.
+# channels) and PostgreSQL's password (storage.url) by a drop-in, since a LoadCredential= whose
+# file is missing stops the unit.
 missing=()
 for name in api_secret webhook_secret; do
     if [[ ! -s $ETC/credentials/$name ]]; then missing+=("$ETC/credentials/$name"); fi
 done
 unloaded=()
-for name in slack_webhook_url smtp_password; do
+for name in slack_webhook_url smtp_password db_password; do
     grep -Eq "^[^#]*[$][{]CREDENTIALS_DIRECTORY[}]/$name([^A-Za-z0-9_]|$)" "$ETC/depositd.yaml" ||
         continue
     if [[ ! -s $ETC/credentials/$name ]]; then missing+=("$ETC/credentials/$name"); fi

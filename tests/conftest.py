@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from pgcluster import Cluster, MissingPostgres, running_cluster
 from serveproc import PROVIDER_KEY, PROVIDER_SECRET
+from stores import StoreMaker
 
 from worker.dev.harness import Stack
 from worker.dev.sandbox import SandboxConfig, create_app
@@ -103,13 +105,25 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-async def start_stack(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
+def stack_stores() -> StoreMaker | None:
+    """Where stacks store: None for a SQLite file in each stack's folder; the suites that run on
+    both engines override it with `make_store`."""
+    return None
+
+
+@pytest.fixture
+async def start_stack(
+    tmp_path: Path, stack_stores: StoreMaker | None
+) -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
     """Start `Stack(tmp_path / "stackN", **kw)`s on demand; every one is stopped at teardown."""
     numbers = itertools.count()
     async with contextlib.AsyncExitStack() as started:
 
         async def start(**kw: Any) -> Stack:
-            stack = Stack(tmp_path / f"stack{next(numbers)}", **kw)
+            number = next(numbers)
+            if stack_stores is not None and "storage" not in kw:
+                kw["storage"] = stack_stores.storage(f"stack{number}.db")
+            stack = Stack(tmp_path / f"stack{number}", **kw)
             started.push_async_callback(stack.stop)  # also after a start that failed half-way
             await stack.start()
             return stack
@@ -126,3 +140,31 @@ async def provider_url(
         create_app(SandboxConfig(api_key=PROVIDER_KEY, api_secret=PROVIDER_SECRET))
     )
     return str(server.make_url("")).rstrip("/")
+
+
+# --- the two stores ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """A PostgreSQL server for the session (`DEPOSITD_TEST_PG_URL`, else a throwaway cluster);
+    missing server binaries fail the tests that need it, naming the install command."""
+    try:
+        with running_cluster() as cluster:
+            yield cluster
+    except MissingPostgres as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """The store's engine: each test using it runs on SQLite and on PostgreSQL."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_store(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StoreMaker]:
+    """Stores on the test's engine (`make_store("d.db")`; `.storage()` for a configuration)."""
+    maker = StoreMaker(engine, tmp_path, request)
+    yield maker
+    maker.drop()

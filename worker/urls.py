@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["host_port", "is_loopback", "plain_http_problem"]
+__all__ = ["host_port", "is_loopback", "mask_url", "plain_http_problem"]
 
 
 def host_port(url: str) -> str:
@@ -51,3 +51,18 @@ def plain_http_problem(url: str, *, allowed: bool, key: str) -> tuple[str | None
         f"plain http:// to {where} sends requests unencrypted; use https://, or set"
         f" {key}: true if this is meant"
     )
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password replaced by `***` (for logs, status and errors)."""
+    try:
+        parts = urlsplit(url)
+        password, port = parts.password, parts.port
+    except ValueError:
+        return "(a malformed URL)"
+    if password is None:
+        return url
+    host = parts.hostname or ""
+    if port is not None:
+        host = f"{host}:{port}"
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))

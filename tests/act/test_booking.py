@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from stores import StoreMaker
 from structlog.testing import capture_logs
 
 from worker.act.kinds import SPECS
@@ -113,12 +114,12 @@ class Env:
 
 
 @pytest.fixture
-async def env(aiohttp_server: Any, tmp_path: Path) -> AsyncIterator[Env]:
-    """Everything on loopback, rules booking on credited and completed."""
+async def env(aiohttp_server: Any, tmp_path: Path, make_store: StoreMaker) -> AsyncIterator[Env]:
+    """Everything on loopback, rules booking on credited and completed; on both stores."""
     provider = FakeProvider()
     server: TestServer = await aiohttp_server(provider.app())
     client = ProviderClient(str(server.make_url("/")), "k", "s", retries=0, timeout_s=5)
-    store = Store(tmp_path / "d.db")
+    store = make_store("d.db")
     await store.open()
     rules_path = tmp_path / "rules.yaml"
     rules_path.write_text(BOOK_ON_CREDITED)
@@ -327,12 +328,12 @@ async def test_history_records_with_exponent_amounts_are_skipped_and_the_poll_go
 # --- 3: fixed fields ----------------------------------------------------------------------------
 
 
-def write_config(tmp_path: Path) -> Path:
+def write_config(tmp_path: Path, storage: dict[str, str]) -> Path:
     """A config whose database is the env's store."""
     cfg = {
         "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
         "webhook": {"listen": "127.0.0.1:9", "api_key": "a", "secret": "b"},
-        "storage": {"path": str(tmp_path / "d.db")},
+        "storage": storage,
         "scheduler": {"enabled": False},
     }
     path = tmp_path / "depositd.yaml"
@@ -341,7 +342,7 @@ def write_config(tmp_path: Path) -> Path:
 
 
 async def test_amount_contradicting_the_first_fact_holds_booking_until_decided(
-    env: Env, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    env: Env, tmp_path: Path, capsys: pytest.CaptureFixture[str], make_store: StoreMaker
 ) -> None:
     """REQUIRED says 100, CREDITED says 90: stored, one critical alert, nothing booked; after
     `depositd resolve --set amount=90` the deposit is booked once, at 90, with who decided."""
@@ -357,7 +358,7 @@ async def test_amount_contradicting_the_first_fact_holds_booking_until_decided(
 
     report = await env.store.read(lambda db: status_report(db.conn))
     assert report["heldByConflict"] == 1
-    cfg = str(write_config(tmp_path))
+    cfg = str(write_config(tmp_path, make_store.storage("d.db")))
     assert main(["resolve", "--config", cfg, "TXC"]) == 0
     assert "amount: was 100, webhook event" in capsys.readouterr().out
     assert main(["resolve", "--config", cfg, "TXC", "--set", "amount=-1", "--by", "ann"]) == 2

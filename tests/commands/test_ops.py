@@ -20,12 +20,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
+from stores import StoreMaker
 
 from worker import __version__
 from worker.clock import utc_now
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 from worker.service.runtime import prune_events, prune_unchanged_facts
+from worker.store.pg import connect as pg_connect
 from worker.store.writer import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,8 +67,15 @@ def envelope(event_id: str, event_type: str, tx: str, **data: Any) -> dict[str, 
     }
 
 
-def rows(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    """Rows of one query on a database file (a short-lived connection beside the service)."""
+def rows(db: Path | str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Rows of one query on a database file or PostgreSQL URL (a short-lived connection beside
+    the service)."""
+    if isinstance(db, str):
+        pg = pg_connect(db)
+        try:
+            return [tuple(r) for r in pg.execute(sql, args).fetchall()]
+        finally:
+            pg.close()
     with closing(sqlite3.connect(db, timeout=10)) as conn:
         return [tuple(r) for r in conn.execute(sql, args).fetchall()]
 
@@ -102,9 +111,17 @@ async def cli(config: Path, *args: str, within: float = 30) -> tuple[int, str, s
 class Service(ServeProcess):
     """`python -m worker serve` in a subprocess, plus signed webhook posting."""
 
-    def __init__(self, tmp_path: Path, provider_url: str, **extra: Any) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        provider_url: str,
+        storage: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         port = free_port()
-        self.db = tmp_path / "depositd.db"
+        self.db: Path | str = tmp_path / "depositd.db"
+        if storage and "url" in storage:
+            self.db = storage["url"]
         cfg: dict[str, Any] = {
             "provider": {
                 "base_url": provider_url,
@@ -117,7 +134,7 @@ class Service(ServeProcess):
                 "api_key": HOOK_KEY,
                 "secret": HOOK_SECRET,
             },
-            "storage": {"path": str(self.db)},
+            "storage": storage or {"path": str(self.db)},
             "scheduler": {"enabled": False},
             "rules": str(ROOT / "rules"),
             "profiles": str(ROOT / "rules" / "profiles.yaml"),
@@ -441,10 +458,11 @@ async def test_backup_to_a_folder_or_an_unwritable_place_fails_cleanly(tmp_path:
 
 
 async def test_replay_reprocesses_an_event_without_acting_twice(
-    tmp_path: Path, provider_url: str
+    tmp_path: Path, provider_url: str, make_store: StoreMaker
 ) -> None:
-    """`replay` re-runs a stored event through the running service; it books nothing twice."""
-    service = Service(tmp_path, provider_url)
+    """`replay` re-runs a stored event through the running service; it books nothing twice
+    (on SQLite and on PostgreSQL)."""
+    service = Service(tmp_path, provider_url, make_store.storage())
     await service.start()
     try:
         assert await service.post(envelope("ev-req", "DEPOSIT_WHITELIST_REQUIRED", "tx-r")) == 200
@@ -481,10 +499,11 @@ async def test_replay_reprocesses_an_event_without_acting_twice(
 
 
 async def test_status_then_retry_failed_keeps_idempotency_keys(
-    tmp_path: Path, provider_url: str
+    tmp_path: Path, provider_url: str, make_store: StoreMaker
 ) -> None:
-    """`status` counts failures and waiting deposits; `retry-failed` re-runs them, same keys."""
-    service = Service(tmp_path, provider_url)
+    """`status` counts failures and waiting deposits; `retry-failed` re-runs them, same keys
+    (on SQLite and on PostgreSQL)."""
+    service = Service(tmp_path, provider_url, make_store.storage())
     await service.start()
     try:
         # Wallet 1002 has a fallback profile, so this is submitted; the sandbox never saw the

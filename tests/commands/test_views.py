@@ -11,24 +11,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stores import StoreMaker
 
 from worker.commands.cli import main
 from worker.commands.read import parse_since
 from worker.logs import configure
 from worker.provider.jsonio import dumpb
-from worker.store.writer import Store, event_row
+from worker.store.writer import event_row
 from worker.track.processor import Processor
 
 T0 = 1_700_000_000_000
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def write_config(tmp_path: Path) -> Path:
-    """A complete config whose database is tmp_path/depositd.db."""
+def write_config(tmp_path: Path, storage: dict[str, str] | None = None) -> Path:
+    """A complete config whose database is tmp_path/depositd.db (or `storage`)."""
     cfg = {
         "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
         "webhook": {"api_key": "wk", "secret": "ws"},
-        "storage": {"path": "depositd.db"},
+        "storage": storage or {"path": "depositd.db"},
     }
     path = tmp_path / "depositd.yaml"
     path.write_text(json.dumps(cfg))
@@ -66,11 +67,11 @@ def logs_to_stderr() -> None:
 
 
 @pytest.fixture
-async def config(tmp_path: Path) -> Path:
+async def config(tmp_path: Path, make_store: StoreMaker) -> Path:
     """A database with two deposits, one failed event, a failed action, two failed alerts (one
-    about no deposit) and a sent one, and two ledger entries."""
-    path = write_config(tmp_path)
-    store = Store(tmp_path / "depositd.db")
+    about no deposit) and a sent one, and two ledger entries; on SQLite and on PostgreSQL."""
+    path = write_config(tmp_path, make_store.storage())
+    store = make_store()
     await store.open()
     events = [
         envelope("e1", "DEPOSIT_WHITELIST_REQUIRED", "tx-a", 1),
@@ -351,6 +352,7 @@ def unprivileged(folder: Path) -> list[str]:
     return prefix
 
 
+@pytest.mark.parametrize("engine", ["sqlite"])  # a file's folder
 def test_read_commands_on_a_wal_database_in_a_read_only_folder(config: Path) -> None:
     """A user who may read the database but not write its folder (the service stopped cleanly,
     so no -shm is left to share) still gets events, deposits, ledger, addresses and status,
@@ -404,7 +406,7 @@ def test_events_type_since_limit(config: Path, capsys: pytest.CaptureFixture[str
     assert status == 2 and "not an ISO 8601 time" in err
 
 
-async def test_events_follow_prints_new_events(config: Path) -> None:
+async def test_events_follow_prints_new_events(config: Path, make_store: StoreMaker) -> None:
     """`events --follow` prints the stored events, then each event stored afterwards, until
     interrupted (exit 0)."""
     import asyncio
@@ -427,7 +429,7 @@ async def test_events_follow_prints_new_events(config: Path) -> None:
 
     try:
         await read_until("e3")
-        store = Store(config.parent / "depositd.db")
+        store = make_store()
         await store.open()
         ev = envelope("e4", "DEPOSIT_WHITELIST_REQUIRED", "tx-d", 4)
         row = event_row(

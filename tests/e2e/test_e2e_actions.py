@@ -421,6 +421,7 @@ async def test_alerts_once_per_condition_and_never_carry_payer_data(
     assert_no_payer_data(stack)
 
 
+@pytest.mark.parametrize("engine", ["sqlite"])  # SQLite's query plans
 async def test_every_filtered_lookup_while_processing_uses_an_index(
     make_stack: MakeStack,
 ) -> None:

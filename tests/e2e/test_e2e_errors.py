@@ -12,15 +12,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
+from stores import stack_rows
 
 from worker.dev.harness import Stack
 from worker.errors import StorageError, WalletCodeError
@@ -418,8 +417,7 @@ async def test_stop_does_not_wait_out_a_hung_provider(
     started = time.monotonic()
     await stack.stop_worker()
     assert time.monotonic() - started < runtime_mod.STOP_GRACE_S + 3
-    with closing(sqlite3.connect(stack.db_path)) as db:
-        status = db.execute("SELECT status FROM actions WHERE action='submit_profile'").fetchall()
+    status = stack_rows(stack, "SELECT status FROM actions WHERE action='submit_profile'")
     assert status == [("running",)]
     stack.sandbox.clear_faults()
     await stack.start_worker()

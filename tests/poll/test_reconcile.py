@@ -10,6 +10,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+from stores import StoreMaker
 from test_catchup import ACTIVE_SOURCE, UNKNOWN_SOURCE, catchups_done, make_active
 
 from worker.dev.harness import Stack
@@ -47,6 +49,12 @@ async def open_findings(stack: Stack, day: dt.date) -> dict[str, dict[str, Any]]
     """The open findings of the day by kind."""
     rows = await stack.store.read(lambda db: findings_store.findings_of_day(db, day.isoformat()))
     return {r["kind"]: r for r in rows}
+
+
+@pytest.fixture
+def stack_stores(make_store: StoreMaker) -> StoreMaker:
+    """Reconciliation (the ledger against the report, and its command) on both stores."""
+    return make_store
 
 
 async def test_a_clean_day_reports_nothing(start_stack: MakeStack) -> None:

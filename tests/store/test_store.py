@@ -1,4 +1,5 @@
-"""The SQLite store: schema, migrations, group commit, duplicate detection, failures."""
+"""The store on both engines: group commit, duplicate detection, failures; and SQLite's own
+schema, migrations and locking."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 import sqlite_utils
+from stores import StoreMaker
 
 from worker.errors import SchemaTooNew, StorageError
 from worker.store import writer as store_mod
@@ -21,8 +23,17 @@ TABLES = {"meta", "events", "deposits", "facts", "actions", "ledger", "alerts", 
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    """An open store on a fresh file."""
+async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
+    """An open store on a fresh database, on SQLite and on PostgreSQL."""
+    s = make_store()
+    await s.open()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[Store]:
+    """An open SQLite store on a fresh file."""
     s = Store(tmp_path / "depositd.db")
     await s.open()
     yield s
@@ -73,9 +84,9 @@ async def test_open_creates_every_table_with_wal_and_version(tmp_path: Path) -> 
     db.close()
 
 
-async def test_synchronous_pragma_applied(store: Store) -> None:
+async def test_synchronous_pragma_applied(sqlite_store: Store) -> None:
     """The write connection runs with synchronous=FULL by default (2 = FULL)."""
-    value = await store.write(lambda db: db.execute("PRAGMA synchronous").fetchone()[0])
+    value = await sqlite_store.write(lambda db: db.execute("PRAGMA synchronous").fetchone()[0])
     assert value == 2
 
 
@@ -240,8 +251,9 @@ def fill_disk(db: sqlite_utils.Database) -> None:
     db.execute(f"PRAGMA max_page_count = {pages}")
 
 
-async def test_full_disk_fails_inserts_then_recovers(store: Store) -> None:
+async def test_full_disk_fails_inserts_then_recovers(sqlite_store: Store) -> None:
     """A full disk makes inserts fail with StorageError; once space is back they succeed."""
+    store = sqlite_store
     await store.write(fill_disk)
     big = "x" * 200_000
     with pytest.raises(StorageError, match="full"):
@@ -320,7 +332,7 @@ async def test_the_writer_outlives_any_failure_of_a_round(
         raise RuntimeError("a bug in the round")  # outside the round's own error handling
 
     with monkeypatch.context() as patched:
-        patched.setattr(Store, "_cycle", crash)
+        patched.setattr(type(store), "_cycle", crash)
         results = await asyncio.gather(
             _insert(store, "lost"), store.write(lambda db: 1), return_exceptions=True
         )

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import sqlite_utils
+from stores import StoreMaker
 from structlog.testing import capture_logs
 
 from worker.clock import utc_now
@@ -112,9 +113,9 @@ async def deliver(store: Store, ev: dict[str, Any]) -> bool:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    """An open store on a fresh file."""
-    s = Store(tmp_path / "d.db", synchronous="NORMAL")
+async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
+    """An open store on a fresh database, on SQLite and on PostgreSQL."""
+    s = make_store("d.db", synchronous="NORMAL")
     await s.open()
     yield s
     await s.close()
@@ -540,3 +541,38 @@ async def test_behind_with_no_new_arrival_still_makes_progress(store: Store) -> 
     processor.wake()
     assert await processor.process_batch() == 2  # behind now: twice the one arrival
     assert await processor.process_batch() == 1  # no arrival since, still behind
+
+
+@pytest.mark.parametrize("engine", ["postgres"])
+async def test_two_instances_apply_each_event_once_in_order(make_store: StoreMaker) -> None:
+    """Two instances on one PostgreSQL database, deliveries spread over both: every event is
+    applied once, and each deposit's triggers come once each, in the order they happened."""
+    stores = [make_store("shared.db"), make_store("shared.db")]
+    for s in stores:
+        await s.open()
+    try:
+        reactor = RecordingReactor()  # shared: the order of each deposit's triggers
+        processors = [Processor(s, reactor=reactor, batch_size=5) for s in stores]
+        deposits = [f"tx-{i}" for i in range(12)]
+        for step in range(4):  # every deposit's events pending at once, spread over both
+            for i, tx in enumerate(deposits):
+                await deliver(stores[(i + step) % 2], lifecycle(tx)[step])
+        for _ in range(4):
+            await asyncio.gather(*(p.run_until_idle() for p in processors))
+        for tx in deposits:
+            assert [k for t, k in reactor.seen if t == tx] == [
+                "needs_details",
+                "rejected",
+                "credited",
+                "completed",
+            ]
+        counts = await stores[0].read(
+            lambda db: db.execute(
+                "SELECT (SELECT COUNT(*) FROM facts), (SELECT COUNT(*) FROM events"
+                " WHERE status = 'processed')"
+            ).fetchone()
+        )
+        assert tuple(counts) == (48, 48)
+    finally:
+        for s in stores:
+            await s.close()

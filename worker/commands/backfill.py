@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from worker.clock import iso_from_ms, ms_from_iso, now_ms
@@ -114,16 +113,16 @@ async def backfill(
     from worker.act.reactor import RuleReactor  # the whole tracking stack: not at start-up
     from worker.poll.catchup import HistoryReader, covered_until
     from worker.provider.client import ProviderClient
-    from worker.store.writer import Store
+    from worker.store.pgstore import store_for
 
     out = out if out is not None else sys.stdout
     bundle = load_bundle(settings)  # ConfigError: exit 2, nothing read
     reactor = RuleReactor(lambda: bundle.rules, lambda: bundle.profiles)
     s = settings.scheduler
-    running = serving(Path(settings.storage.path))
+    running = serving(settings.storage.path) if settings.storage.path is not None else None
     where = "the running serve" if running else "serve at its next start"
     print(f"backfill: actions this records are run by {where}", file=sys.stderr)
-    store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
+    store = store_for(settings.storage)
     await store.open()
     progress = ProgressLine(out)
     try:

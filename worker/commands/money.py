@@ -24,7 +24,7 @@ from worker.provider.client import ProviderClient
 from worker.service.bundle import load_bundle
 from worker.store import abnormal as abnormal_store
 from worker.store import findings as findings_store
-from worker.store.writer import Store
+from worker.store.pgstore import store_for
 
 EXIT_FINDINGS = 3
 
@@ -44,7 +44,7 @@ def _finding_line(row: dict[str, Any]) -> str:
 
 async def _reconcile(settings: Settings, day: dt.date, as_json: bool) -> int:
     bundle = load_bundle(settings)
-    store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
+    store = store_for(settings.storage)
     await store.open()
     try:
         async with ProviderClient.from_settings(settings.provider) as client:
@@ -69,7 +69,7 @@ async def _reconcile(settings: Settings, day: dt.date, as_json: bool) -> int:
 async def _ack(settings: Settings, finding_id: int, by: str, note: str) -> int:
     from worker.clock import utc_now
 
-    store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
+    store = store_for(settings.storage)
     await store.open()
     try:
         done = await store.write(
@@ -121,7 +121,7 @@ def abnormal_json(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _abnormal(settings: Settings, as_json: bool) -> int:
-    store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
+    store = store_for(settings.storage)
     await store.open()
     try:
         rows = await store.read(abnormal_store.list_abnormal)

@@ -100,16 +100,26 @@ def backup(source: Path, target: Path) -> int:
 def run_backup(args: argparse.Namespace) -> int:
     """`depositd backup PATH`: exit 2 for a target that is the database or a folder."""
 
+    settings = load_settings(args.config)
+    if settings.storage.url is not None:
+        print(
+            "depositd: backup refused: the database is PostgreSQL (storage.url), which this"
+            " command does not copy; back it up with the server's tools, e.g."
+            f" `pg_dump --format=custom --file={args.path} {settings.storage.where}`"
+            " (a consistent snapshot while the service runs), restored with pg_restore",
+            file=sys.stderr,
+        )
+        return 2
+
     def body(_conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
-        settings = load_settings(args.config)
         target = Path(args.path)
-        problem = backup_target_problem(Path(settings.storage.path), target)
+        problem = backup_target_problem(settings.storage.file, target)
         if problem:
             print(f"depositd: backup refused: {problem}", file=sys.stderr)
             return 2
         started = time.monotonic()
         try:
-            pages = backup(settings.storage.path, target)
+            pages = backup(settings.storage.file, target)
         except (OSError, sqlite3.Error) as exc:
             print(f"depositd: backup to {target} failed: {exc}", file=sys.stderr)
             return 1
@@ -204,7 +214,9 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
 
 def run_status(args: argparse.Namespace) -> int:
     """`depositd status`: from the running service's database."""
-    in_use = serving(Path(load_settings(args.config).storage.path))
+    storage = load_settings(args.config).storage
+    # Several instances may share PostgreSQL: no file lock says whether one runs.
+    in_use = serving(storage.path) if storage.path is not None else None
 
     def body(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
         print(json.dumps(status_report(conn, in_use), indent=2), file=out)

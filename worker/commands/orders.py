@@ -16,6 +16,7 @@ from worker.rules import RecordView, RuleBook
 from worker.rules.engine import failing_record_condition
 from worker.rules.records import ORDER_TRIGGER
 from worker.store.orders import iter_orders
+from worker.store.pg import PgConnection, PgDatabase
 from worker.track.orders import ORDER_KINDS, order_record
 
 KINDS = ("stable", "collect", "transfer")
@@ -45,7 +46,7 @@ def order_json(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _orders(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
-    rows = [order_json(r) for r in iter_orders(sqlite_utils.Database(conn), kind=args.kind)]
+    rows = [order_json(r) for r in iter_orders(_database(conn), kind=args.kind)]
     if args.json:
         for entry in rows:
             _json_line(entry, out)
@@ -91,3 +92,8 @@ def explain_order(out: Callable[[str], object], rules: RuleBook, data: Any) -> b
     if not intents:
         out("  would run: nothing")
     return True
+
+
+def _database(conn: Any) -> Any:
+    """What the table modules take, on either engine."""
+    return PgDatabase(conn) if isinstance(conn, PgConnection) else sqlite_utils.Database(conn)

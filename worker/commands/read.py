@@ -27,6 +27,7 @@ from worker.store.database import probe_schema
 from worker.store.deposits import get_deposit_row, list_deposits
 from worker.store.facts import facts_of
 from worker.store.ledger import booked_since
+from worker.store.pgstore import command_connection
 from worker.store.writer import connect
 from worker.track.tracker import Deposit, State
 
@@ -39,7 +40,14 @@ class NoDatabase(Exception):
 def open_db(args: argparse.Namespace, *, readonly: bool = True) -> Iterator[sqlite3.Connection]:
     """A connection to the configured database (read-only by default); `NoDatabase` if absent."""
     settings = load_settings(args.config)
-    path = Path(settings.storage.path)
+    if settings.storage.url is not None:
+        pg = command_connection(settings.storage, readonly=readonly)
+        try:
+            yield pg  # type: ignore[misc]  # answers like a sqlite3.Connection
+        finally:
+            pg.close()
+        return
+    path = settings.storage.file
     if not path.exists():
         raise NoDatabase(f"no database at {path} (has `depositd serve` run yet?)")
     conn = connect(path, readonly=readonly, synchronous=settings.storage.synchronous)

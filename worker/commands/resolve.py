@@ -23,6 +23,7 @@ from worker.store.actions import held_booking, set_rule
 from worker.store.conflicts import all_conflicts
 from worker.store.conflicts import open_conflicts as open_of
 from worker.store.deposits import get_deposit_row
+from worker.store.pg import PgConnection, PgDatabase
 from worker.store.writer import transaction
 from worker.track.conflicts import FIELD_OF, WIRE_NAMES, decide, decided_value
 from worker.track.tracker import Deposit
@@ -96,7 +97,7 @@ def _book_held(db: sqlite_utils.Database, tx: str, by: str) -> str:
 
 
 def _resolve(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
-    db = sqlite_utils.Database(conn)
+    db: Any = PgDatabase(conn) if isinstance(conn, PgConnection) else sqlite_utils.Database(conn)
     tx = args.transaction_id
     if get_deposit_row(db, tx) is None:
         print(f"depositd: no tracked deposit {tx}", file=sys.stderr)

@@ -28,6 +28,7 @@ from worker.service.bundle import load_bundle
 from worker.store.deposits import get_deposit_row
 from worker.store.events import stored_body
 from worker.store.facts import fact_history
+from worker.store.pgstore import command_connection
 from worker.track.facts import fact_from_event, fact_from_order
 from worker.track.tracker import Deposit, Fact, observe
 
@@ -69,7 +70,7 @@ def _read_file(path: Path) -> Any:
         raise _Usage(f"{path}: not JSON: {exc}") from None
 
 
-def _read_stored(conn: sqlite3.Connection | None, db_path: Path, event_id: str) -> Any:
+def _read_stored(conn: sqlite3.Connection | None, db_path: Path | str, event_id: str) -> Any:
     if conn is None:
         raise _Usage(f"{db_path}: no database here (storage.path); nothing is stored yet")
     try:
@@ -199,8 +200,12 @@ def run(args: argparse.Namespace, out: Out = print) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return 2
-    db_path = settings.storage.path
-    conn = _open_ro(db_path)
+    db_path = settings.storage.where
+    conn: Any = (
+        command_connection(settings.storage)
+        if settings.storage.url is not None
+        else _open_ro(settings.storage.file)
+    )
     try:
         if getattr(args, "event", None):
             data, source = _read_stored(conn, db_path, args.event), f"event {args.event}"

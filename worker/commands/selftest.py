@@ -24,6 +24,7 @@ from worker.config.settings import Settings, load_settings
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 from worker.store.events import status_of
+from worker.store.pgstore import command_connection
 from worker.store.writer import connect
 
 EVENT_TYPE = "DEPOSITD_SELFTEST"
@@ -87,7 +88,10 @@ async def send(url: str, settings: Settings) -> Sent:
 def stored_status(settings: Settings, event_id: str) -> str | None:
     """The stored status of the event (`ignored`, `pending`), or None when not stored."""
     try:
-        with closing(connect(settings.storage.path, readonly=True)) as conn:
+        if settings.storage.url is not None:
+            with closing(command_connection(settings.storage)) as pg:
+                return status_of(pg, event_id)  # type: ignore[arg-type]
+        with closing(connect(settings.storage.file, readonly=True)) as conn:
             return status_of(conn, event_id)
     except sqlite3.Error:
         return None
@@ -176,5 +180,5 @@ def run(args: argparse.Namespace) -> int:
     if stored:
         print("ok: the public URL reaches depositd with the path and body intact")
         return 0
-    print(f"check: {hint(sent, str(settings.storage.path))}")
+    print(f"check: {hint(sent, settings.storage.where)}")
     return 1

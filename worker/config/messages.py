@@ -65,6 +65,8 @@ def _missing(model: type[BaseModel] | None, key: str, dotted: str) -> str:
             if info.is_required() and not info.exclude
         ]
         keys = ", ".join(f"{dotted}.{k}" for k in required)
+        if not required and key == "storage":  # one of two keys, either will do
+            keys = "storage.path, or storage.url for PostgreSQL"
         return f"missing: the file needs a `{key}:` section (with {keys})"
     if _credential(info.annotation):
         return (

@@ -24,6 +24,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -33,6 +34,7 @@ from worker.config.yamlsrc import Loc, YamlSource, yaml_error
 from worker.config.yamlsrc import load as load_yaml
 from worker.errors import ConfigError
 from worker.provider.signing import ALGORITHMS, DEFAULT_ALGORITHM
+from worker.urls import mask_url
 
 DEFAULT_CONFIG = "depositd.yaml"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -149,11 +151,42 @@ class WebhookSettings(Section):
 
 
 class StorageSettings(Section):
-    """The SQLite database."""
+    """The database: a SQLite file (`path`), or PostgreSQL (`url`, with `password`)."""
 
-    path: Path
+    path: Path | None = None
+    url: str | None = None
+    password: Credential | None = None
     synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     retention_days: int = Field(90, ge=1)
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _one_database(self) -> StorageSettings:
+        if (self.path is None) == (self.url is None):
+            raise ValueError(
+                "give exactly one of storage.path (SQLite) and storage.url (PostgreSQL)"
+            )
+        if self.password is not None and self.url is None:
+            raise ValueError("storage.password goes with storage.url")
+        return self
+
+    @property
+    def file(self) -> Path:
+        """The SQLite file (`path`); an error on PostgreSQL, where there is none."""
+        if self.path is None:
+            raise ConfigError(["storage.path: this command needs SQLite (storage.url is set)"])
+        return self.path
+
+    @property
+    def where(self) -> str:
+        """The database as logs and output name it (a URL with its password masked)."""
+        return str(self.path) if self.path is not None else mask_url(self.url or "")
 
 
 class SchedulerSettings(Section):

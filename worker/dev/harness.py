@@ -113,8 +113,11 @@ class Stack:
         outbox_backoff_s: float = 0.05,
         provider_clock_offset_ms: int = 0,
         console: bool = False,
+        storage: dict[str, str] | None = None,
     ) -> None:
         self.workdir = Path(workdir)
+        # The `storage` section (a PostgreSQL `url`); by default a SQLite file in `workdir`.
+        self.storage = storage
         self.rules_source = rules
         self.profiles_source = profiles
         self.scheduler_enabled = scheduler
@@ -191,7 +194,7 @@ class Stack:
 
     @property
     def store(self) -> Store:
-        """The worker's SQLite store."""
+        """The worker's store."""
         return self.app[STORE_KEY]
 
     @property
@@ -389,7 +392,7 @@ class Stack:
                 "api_key": self.webhook_api_key,
                 "secret": self.webhook_secret,
             },
-            "storage": {"path": str(self.db_path)},
+            "storage": self.storage or {"path": str(self.db_path)},
             "scheduler": {
                 "enabled": self.scheduler_enabled,
                 "history_interval_s": self.history_interval_s,

@@ -53,6 +53,7 @@ from worker.store.addresses import (
     keep_profile,
     update_registered,
 )
+from worker.store.pgstore import store_for
 from worker.store.writer import Store
 
 log = get_logger(__name__)
@@ -328,7 +329,7 @@ async def _alert_failed(settings: Settings, record: SourceAddress, profile: str)
 
 
 async def _main(args: argparse.Namespace, settings: Settings, body: dict[str, Any]) -> int:
-    store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
+    store = store_for(settings.storage)
     await store.open()
     try:
         async with ProviderClient.from_settings(settings.provider) as client:

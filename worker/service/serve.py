@@ -47,7 +47,9 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
     with contextlib.ExitStack() as held:
         # Before anything runs: a second serve on this database or this port leaves at once,
         # having started no processor, outbox or scheduler beside the first.
-        held.enter_context(serve_lock(settings.storage.path))
+        # On PostgreSQL several instances share the database, by design.
+        if settings.storage.path is not None:
+            held.enter_context(serve_lock(settings.storage.path))
         listener = held.enter_context(
             await front.listen_socket(settings.webhook.host, settings.webhook.port)
         )

@@ -40,7 +40,7 @@ from worker.service.keys import (
 )
 from worker.service.runtime import Runtime
 from worker.store.meta import set_meta
-from worker.store.writer import Store
+from worker.store.pgstore import store_for
 from worker.track.processor import Processor, Reactor
 from worker.track.tracker import State
 
@@ -89,7 +89,7 @@ def build_app(
     limits = Limits(settings.webhook.max_connections, settings.webhook.head_timeout_s)
     app = web.Application(middlewares=[track_requests(limits)])
     metrics = Metrics(states=[state.value for state in State])
-    store = Store(settings.storage.path, synchronous=settings.storage.synchronous)
+    store = store_for(settings.storage)
     processor = Processor(
         store,
         reactor=reactor,
@@ -145,7 +145,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     store = app[STORE_KEY]
     await store.open()
     await store.write(lambda db: set_meta(db, "started_at", utc_now()))
-    log.info("store open", path=str(store.path), synchronous=store.synchronous)
+    log.info("store open", path=store.where, synchronous=store.synchronous)
     yield
     with contextlib.suppress(StorageError):  # the store may be what failed
         await store.write(lambda db: set_meta(db, "stopped_at", utc_now()))

@@ -85,4 +85,8 @@ def count_failed(db: Db) -> int:
 
 def snapshot(db: Db) -> tuple[Any, ...]:
     """Figures that change whenever an alert is queued or sent."""
-    return tuple(db.execute("SELECT COUNT(*), SUM(status='sent') FROM alerts").fetchone())
+    return tuple(
+        db.execute(
+            "SELECT COUNT(*), SUM(CASE WHEN status='sent' THEN 1 ELSE 0 END) FROM alerts"
+        ).fetchone()
+    )

@@ -1,23 +1,58 @@
-"""Statements on a database as a whole rather than one table: probes and a backup copy's pragmas."""
+"""Statements on a database as a whole rather than one table: probes, the tables and columns it
+has, and a backup copy's pragmas; each in the SQL of the database's engine."""
 
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
+from worker.store.pg import is_postgres
 from worker.store.tx import Db
 
 
-def probe_schema(conn: sqlite3.Connection) -> None:
+def probe_schema(conn: Any) -> None:
     """Read the schema: raises when this connection cannot read the database."""
+    if is_postgres(conn):
+        conn.execute("SELECT COUNT(*) FROM information_schema.tables").fetchone()
+        return
     conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
 
 
-def has_table(db: Db, name: str) -> bool:
+def has_table(db: Db | Any, name: str) -> bool:
     """Whether the database has the table (one not yet migrated may lack it)."""
-    row = db.execute(
-        "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name=?", [name]
-    ).fetchone()
+    if is_postgres(db):
+        sql = (
+            "SELECT COUNT(*) FROM information_schema.tables"
+            " WHERE table_schema = current_schema() AND table_name = ?"
+        )
+    else:
+        sql = "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name=?"
+    row = db.execute(sql, [name]).fetchone()
     return bool(row[0])
+
+
+def table_columns(db: Db | Any) -> dict[str, list[str]]:
+    """Every table with its column names, in order."""
+    if is_postgres(db):
+        rows = db.execute(
+            "SELECT table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position"
+        ).fetchall()
+        tables: dict[str, list[str]] = {}
+        for table, column in rows:
+            tables.setdefault(str(table), []).append(str(column))
+        return tables
+    names = [
+        str(r[0])
+        for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
+            " ORDER BY name"
+        ).fetchall()
+    ]
+    return {
+        name: [str(r[1]) for r in db.execute(f"PRAGMA table_info({name})").fetchall()]
+        for name in names
+    }
 
 
 def finish_copy(conn: sqlite3.Connection) -> int:

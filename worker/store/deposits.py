@@ -11,12 +11,13 @@ from typing import Any
 import sqlite_utils
 
 from worker.clock import ms_from_iso
+from worker.store.pg import Row
 from worker.store.tx import Db, conn_of
 
 
 def get_deposit_row(db: Db, transaction_id: str) -> dict[str, Any] | None:
     """The `deposits` row of a transaction, or None."""
-    conn = db.conn if isinstance(db, sqlite_utils.Database) else db
+    conn = conn_of(db)
     row = conn.execute(
         "SELECT * FROM deposits WHERE transaction_id = ?", (transaction_id,)
     ).fetchone()
@@ -25,7 +26,7 @@ def get_deposit_row(db: Db, transaction_id: str) -> dict[str, Any] | None:
 
 def get_deposit_rows(db: Db, transaction_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The `deposits` rows of many transactions at once, by transactionId (missing: absent)."""
-    conn = db.conn if isinstance(db, sqlite_utils.Database) else db
+    conn = conn_of(db)
     ids = list(dict.fromkeys(transaction_ids))
     found: dict[str, dict[str, Any]] = {}
     for start in range(0, len(ids), _IN_CHUNK):
@@ -91,7 +92,7 @@ def blocked_since(db: Db) -> list[tuple[str, int]]:
     """Every blocked deposit and the provider's time (epoch ms) of the fact that blocked it
     (the deposit's last update when no such time is recorded), oldest first; for the watch on
     BLOCKED deposits (support may release them)."""
-    conn = db.conn if isinstance(db, sqlite_utils.Database) else db
+    conn = conn_of(db)
     out: list[tuple[str, int]] = []
     for tx, times, updated_at in conn.execute(
         "SELECT transaction_id, fact_time, updated_at FROM deposits WHERE state = 'blocked'"
@@ -164,6 +165,6 @@ def snapshot(db: Db) -> tuple[Any, ...]:
 
 
 def _as_dict(row: Any) -> dict[str, Any]:
-    if isinstance(row, sqlite3.Row):
+    if isinstance(row, sqlite3.Row | Row):
         return dict(zip(row.keys(), row, strict=True))
     raise TypeError("connection must use sqlite3.Row")

@@ -10,6 +10,7 @@ from typing import Any
 import sqlite_utils
 
 from worker.clock import utc_now
+from worker.store.pg import is_postgres
 from worker.store.tx import Db
 
 EVENT_STATUSES = ("pending", "processed", "ignored", "failed")
@@ -53,15 +54,58 @@ class StoredEvent:
 # --- processing --------------------------------------------------------------------------
 
 
+_PENDING = (
+    "SELECT seq, event_id, event_type, reference_id, transaction_id, body, received_at,"
+    " status, error FROM events WHERE status = 'pending' ORDER BY seq LIMIT ?"
+)
+
+
 def pending_events(db: sqlite_utils.Database, *, limit: int = 100) -> list[StoredEvent]:
-    """Pending events in receive order."""
-    rows = db.conn.execute(
-        "SELECT seq, event_id, event_type, reference_id, transaction_id, body, received_at,"
-        " status, error FROM events WHERE status = 'pending' ORDER BY seq LIMIT ?",
-        (limit,),
-    ).fetchall()
+    """Pending events in receive order; on PostgreSQL, those this transaction claimed (see
+    `_claim_pending`)."""
+    if is_postgres(db):
+        rows = _claim_pending(db, limit)
+    else:
+        rows = db.conn.execute(_PENDING, (limit,)).fetchall()
     # Positional construction: this runs once per processed event.
     return [StoredEvent(r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7], r[8]) for r in rows]
+
+
+def _claim_pending(db: sqlite_utils.Database, limit: int) -> list[Any]:
+    """Pending events claimed by this transaction until it ends, in receive order, such that
+    no other instance applies the same deposit's facts meanwhile, nor out of order.
+
+    The rows are locked (`FOR UPDATE SKIP LOCKED`: those another instance holds are passed
+    over), and each deposit under a transaction-scoped advisory lock on its transactionId. A
+    deposit is left for later when another instance holds its lock, or holds one of its earlier
+    pending events: its events are applied in receive order by one instance at a time.
+    """
+    rows = db.conn.execute(f"{_PENDING} FOR UPDATE SKIP LOCKED", (limit,)).fetchall()
+    first: dict[str, int] = {}
+    for row in rows:
+        if row[4] is not None:
+            first.setdefault(str(row[4]), int(row[0]))
+    if not first:
+        return list(rows)
+    ids = list(first)
+    marks = ", ".join("(?)" for _ in ids)
+    won = {
+        str(r[0])
+        for r in db.conn.execute(
+            f"SELECT t FROM (VALUES {marks}) AS v (t) WHERE pg_try_advisory_xact_lock(hashtext(t))",
+            ids,
+        ).fetchall()
+    }
+    if won:
+        names = ", ".join("?" for _ in won)
+        for tid, earliest in db.conn.execute(
+            f"SELECT transaction_id, MIN(seq) FROM events WHERE status = 'pending'"
+            f" AND transaction_id IN ({names}) GROUP BY transaction_id",
+            list(won),
+        ).fetchall():
+            if int(earliest) < first[str(tid)]:
+                won.discard(str(tid))  # an earlier event is another instance's
+    return [r for r in rows if r[4] is None or str(r[4]) in won]
 
 
 def event_status(db: sqlite_utils.Database, seq: int) -> str | None:
@@ -133,7 +177,11 @@ def snapshot(db: Db) -> tuple[tuple[Any, ...], ...]:
     """Figures that change whenever the inbox does."""
     return (
         tuple(db.execute("SELECT COUNT(*), MAX(seq) FROM events").fetchone()),
-        tuple(db.execute("SELECT COUNT(*), SUM(status='pending') FROM events").fetchone()),
+        tuple(
+            db.execute(
+                "SELECT COUNT(*), SUM(CASE WHEN status='pending' THEN 1 ELSE 0 END) FROM events"
+            ).fetchone()
+        ),
     )
 
 

@@ -13,6 +13,9 @@ from typing import Any
 
 import sqlite_utils
 
+from worker.store.database import has_table
+from worker.store.pg import is_postgres
+
 FINDING_COLUMNS = (
     "day",
     "kind",
@@ -52,11 +55,16 @@ class Finding:
 def ledger_rows_for_day(db: sqlite_utils.Database, day: str) -> Iterator[tuple[Any, ...]]:
     """(txHash, transactionId, amount, currency, network) of each deposit booked whose credit
     fell on `day` (the provider's credit time; the booking time when none is known)."""
+    credit_day = (
+        "to_char(to_timestamp((d.fact_time::jsonb ->> 'credit_status')::bigint / 1000)"
+        " AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+        if is_postgres(db)
+        else "date(json_extract(d.fact_time, '$.credit_status') / 1000, 'unixepoch')"
+    )
     yield from db.execute(
         "SELECT l.tx_hash, l.transaction_id, l.amount, l.currency, l.network FROM ledger l"
         " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
-        " WHERE COALESCE(date(json_extract(d.fact_time, '$.credit_status') / 1000, 'unixepoch'),"
-        " substr(l.booked_at, 1, 10)) = ?",
+        f" WHERE COALESCE({credit_day}, substr(l.booked_at, 1, 10)) = ?",
         [day],
     )
 
@@ -213,10 +221,7 @@ def last_reconciled_day(db: sqlite_utils.Database) -> str | None:
 def reconciliation_status(db: Any) -> dict[str, Any] | None:
     """What `status` shows of reconciliation: the last run and the open findings by kind;
     None on a database without the findings table (not migrated yet)."""
-    exists = db.execute(
-        "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='findings'"
-    ).fetchone()[0]
-    if not exists:
+    if not has_table(db, "findings"):
         return None
     last = last_run(db)
     return {

@@ -6,6 +6,7 @@ import sqlite3
 
 import sqlite_utils
 
+from worker.store.pg import is_postgres
 from worker.store.tx import Db
 
 
@@ -22,6 +23,19 @@ def set_meta(db: sqlite_utils.Database, key: str, value: str) -> None:
         " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [key, value],
     )
+
+
+def set_meta_unless_busy(db: sqlite_utils.Database, key: str, value: str) -> bool:
+    """Set a value that any instance may set to much the same value at any time (the last
+    webhook's time): on PostgreSQL it is skipped while another instance's open transaction is
+    setting it, instead of waiting for that transaction's row lock (which would make the
+    instances' group commits wait for each other). False when skipped."""
+    if is_postgres(db):
+        row = db.execute("SELECT pg_try_advisory_xact_lock(hashtext(?))", [f"meta:{key}"])
+        if not row.fetchone()[0]:
+            return False
+    set_meta(db, key, value)
+    return True
 
 
 def all_meta(conn: sqlite3.Connection) -> dict[str, str]:

@@ -52,12 +52,13 @@ def save_order(
         "INSERT INTO orders (kind, order_id, merchant_order_id, order_status, business_type,"
         " currency, network, amount, record, read_status, event_id, created_at, updated_at)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (kind, order_id) DO UPDATE SET"
-        " merchant_order_id = COALESCE(excluded.merchant_order_id, merchant_order_id),"
+        " merchant_order_id = COALESCE(excluded.merchant_order_id, orders.merchant_order_id),"
         " order_status = excluded.order_status, business_type = COALESCE(excluded.business_type,"
-        " business_type), currency = COALESCE(excluded.currency, currency),"
-        " network = COALESCE(excluded.network, network), amount = COALESCE(excluded.amount,"
-        " amount), record = excluded.record, read_status = excluded.read_status,"
-        " event_id = COALESCE(excluded.event_id, event_id), updated_at = excluded.updated_at",
+        " orders.business_type), currency = COALESCE(excluded.currency, orders.currency),"
+        " network = COALESCE(excluded.network, orders.network), amount = COALESCE(excluded.amount,"
+        " orders.amount), record = excluded.record, read_status = excluded.read_status,"
+        " event_id = COALESCE(excluded.event_id, orders.event_id),"
+        " updated_at = excluded.updated_at",
         [
             kind,
             order_id,

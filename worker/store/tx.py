@@ -9,14 +9,17 @@ from typing import TypeAlias
 
 import sqlite_utils
 
-# What the table helpers run on: the store's `sqlite_utils.Database`, or a command's connection.
-Db: TypeAlias = sqlite_utils.Database | sqlite3.Connection
+from worker.store.pg import PgConnection, PgDatabase
+
+# What the table helpers run on: the store's database, or a command's connection (SQLite's, or
+# their PostgreSQL stand-ins from `worker.store.pg`).
+Db: TypeAlias = sqlite_utils.Database | sqlite3.Connection | PgDatabase | PgConnection
 
 
-def conn_of(db: Db) -> sqlite3.Connection:
-    """The sqlite3 connection itself: statements on the processor's path skip sqlite-utils'
+def conn_of(db: Db) -> sqlite3.Connection | PgConnection:
+    """The connection itself: statements on the processor's path skip sqlite-utils'
     `execute` wrapper (they always run inside the caller's transaction)."""
-    return db.conn if isinstance(db, sqlite_utils.Database) else db
+    return db.conn if isinstance(db, sqlite_utils.Database | PgDatabase) else db
 
 
 @contextmanager

@@ -25,7 +25,8 @@ import sqlite_utils
 
 from worker.errors import SchemaTooNew, StorageError
 from worker.logs import get_logger
-from worker.store.meta import set_meta
+from worker.store.database import has_table
+from worker.store.meta import set_meta, set_meta_unless_busy
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = get_logger(__name__)
@@ -103,7 +104,7 @@ def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
 
 def schema_version(db: sqlite_utils.Database) -> int:
     """The schema version recorded in `meta` (0 for an empty database)."""
-    if not db["meta"].exists():
+    if not has_table(db, "meta"):
         return 0
     row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     return int(row[0]) if row else 0
@@ -215,6 +216,7 @@ class Store:
 
     def __init__(self, path: Path | str, *, synchronous: str = "FULL") -> None:
         self.path = Path(path)
+        self.where = str(self.path)  # what logs and status show: the file, or the masked URL
         self.synchronous = synchronous
         self.commits = 0  # write transactions committed; tests and metrics read it
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
@@ -500,7 +502,7 @@ class Store:
             cursor.execute(_INSERT_EVENT, item.row)
             results.append(cursor.rowcount == 1)
         if any(results):
-            set_meta(db, "last_webhook_at", str(batch[-1].row[EVENT_ROW_RECEIVED_AT]))
+            set_meta_unless_busy(db, "last_webhook_at", str(batch[-1].row[EVENT_ROW_RECEIVED_AT]))
         return results
 
     # --- reads ----------------------------------------------------------------------------

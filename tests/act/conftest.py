@@ -1,0 +1,12 @@
+"""This suite runs on both stores: every stack it starts stores on SQLite, then on PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from stores import StoreMaker
+
+
+@pytest.fixture
+def stack_stores(make_store: StoreMaker) -> StoreMaker:
+    """The stacks' stores: the test's engine."""
+    return make_store

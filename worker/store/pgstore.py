@@ -1,0 +1,218 @@
+"""The PostgreSQL store: the same `Store` (group commit, savepoints, reads on their own thread)
+on a server shared by several instances.
+
+What differs from SQLite: the statements of a round that wait on the network (BEGIN, the webhook
+inserts, COMMIT) run on the writer thread, so the event loop never waits for a round trip;
+migrations run under an advisory lock, so instances starting together migrate once; a lost
+connection fails the round in flight (its deliveries are answered 503) and is opened again,
+with back-off, by the next round or read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+
+from worker.config.settings import StorageSettings
+from worker.errors import StorageError
+from worker.logs import get_logger
+from worker.store.pg import PgConnection, PgDatabase, connect
+from worker.store.writer import (
+    Store,
+    _fail_waiters,
+    _in_savepoint,
+    _Insert,
+    _Job,
+    _Settled,
+    migrate,
+)
+from worker.urls import mask_url
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+
+# pg_advisory_lock key held while migrating: "depositd" in ASCII, as a bigint.
+MIGRATION_LOCK = 0x6465706F73697464
+_BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
+
+
+class _Link:
+    """One connection that is opened again after it was lost, not more often than the
+    back-off allows (a failed attempt is answered at once until the next one is due)."""
+
+    def __init__(self, url: str, password: str | None, name: str) -> None:
+        self.url = url
+        self.password = password
+        self.name = name
+        self.db: PgDatabase | None = None
+        self._failures = 0
+        self._retry_at = 0.0
+        self._last_error = ""
+
+    def get(self) -> PgDatabase:
+        if self.db is not None and not self.db.conn.broken:
+            return self.db
+        if self.db is not None:
+            self.close()
+            log.warning("database connection lost", connection=self.name)
+        if time.monotonic() < self._retry_at:
+            raise StorageError(f"database unreachable: {self._last_error}")
+        try:
+            self.db = PgDatabase(
+                connect(self.url, password=self.password, application_name=f"depositd-{self.name}")
+            )
+        except sqlite3.Error as exc:
+            self._last_error = str(exc)
+            self._retry_at = time.monotonic() + _BACKOFF_S[min(self._failures, 4)]
+            self._failures += 1
+            raise StorageError(f"database unreachable: {exc}") from exc
+        if self._failures:
+            log.info("database connection restored", connection=self.name)
+        self._failures = 0
+        return self.db
+
+    def close(self) -> None:
+        db, self.db = self.db, None
+        if db is not None:
+            with contextlib.suppress(psycopg.Error):
+                db.close()
+
+
+class PgStore(Store):
+    """`Store` on PostgreSQL, named by a `postgresql://` URL."""
+
+    engine = "postgres"
+
+    def __init__(self, url: str, *, password: str | None = None) -> None:
+        super().__init__(Path("."), synchronous="FULL")
+        self.url = url
+        self.where = mask_url(url)
+        self._wlink = _Link(url, password, "writer")
+        self._rlink = _Link(url, password, "reader")
+
+    def _open_writer(self) -> None:
+        db = self._wlink.get()
+        try:
+            db.execute("SELECT pg_advisory_lock(?)", [MIGRATION_LOCK])
+            try:
+                migrate(db)  # type: ignore[arg-type]
+            finally:
+                db.execute("SELECT pg_advisory_unlock(?)", [MIGRATION_LOCK])
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open database {self.where}: {exc}") from exc
+        self._wdb = db  # type: ignore[assignment]
+
+    def _open_reader(self) -> None:
+        self._rdb = self._rlink.get()  # type: ignore[assignment]
+
+    async def close(self) -> None:
+        await super().close()
+        self._wlink.close()
+        self._rlink.close()
+
+    @staticmethod
+    def _close_db(db: Any) -> None:
+        """The links close their connections."""
+
+    def _start_checkpoint(self) -> None:
+        """PostgreSQL checkpoints on its own."""
+
+    async def _cycle(
+        self, inserts: list[_Insert], inline: list[_Job], threaded: list[_Job]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._writer is not None
+        settled: list[_Settled] = []
+        db: PgDatabase | None = None
+        try:
+            opened, first = await loop.run_in_executor(self._writer, self._begin_with, inserts)
+            db = opened
+            settled += first
+            # The processor's batches stay on the loop (they are CPU-bound and call back into
+            # it); their statements are short round trips on a local network.
+            for job in inline:
+                settled.append((job.future, *_in_savepoint(opened, job.fn)))  # type: ignore[arg-type]
+            finishing = loop.run_in_executor(self._writer, self._finish_on, opened, threaded)
+            try:
+                settled += await asyncio.shield(finishing)
+            except asyncio.CancelledError:
+                await asyncio.wait([finishing])
+                raise
+        except BaseException as exc:
+            if db is not None and db.conn.in_transaction and not db.conn.broken:
+                try:
+                    db.conn.execute("ROLLBACK")
+                except sqlite3.Error as failed:
+                    log.error("rollback failed", error=str(failed))
+            error = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
+            _fail_waiters(inserts, inline, threaded, error)
+            if not isinstance(exc, Exception):
+                raise
+            log.error("group transaction failed", error=str(error))
+            return
+        self.commits += 1
+        for future, ok, value in settled:
+            if future.done():
+                continue
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+    def _begin_with(self, inserts: list[_Insert]) -> tuple[PgDatabase, list[_Settled]]:
+        """On the writer thread: BEGIN (connecting again first if the connection was lost),
+        then the round's webhook rows."""
+        db = self._wlink.get()
+        self._wdb = db  # type: ignore[assignment]
+        try:
+            if db.conn.in_transaction:  # left open by a round that failed half-way
+                db.conn.execute("ROLLBACK")
+            db.conn.execute("BEGIN")
+        except sqlite3.Error as exc:
+            raise StorageError(str(exc)) from exc
+        return db, (self._insert_all(db, inserts) if inserts else [])  # type: ignore[arg-type]
+
+    def _finish_on(self, db: PgDatabase, jobs: list[_Job]) -> list[_Settled]:
+        """On the writer thread: the `write` jobs, then COMMIT."""
+        settled: list[_Settled] = [(job.future, *_in_savepoint(db, job.fn)) for job in jobs]  # type: ignore[arg-type]
+        try:
+            db.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StorageError(str(exc)) from exc
+        return settled
+
+    def _run_read(self, fn: Callable[[Any], T]) -> T:
+        db = self._rlink.get()  # StorageError while the database is unreachable
+        self._rdb = db  # type: ignore[assignment]
+        try:
+            with db.atomic():
+                return fn(db)
+        except sqlite3.Error as exc:
+            raise StorageError(str(exc)) from exc
+
+
+def store_for(storage: StorageSettings) -> Store:
+    """The store `storage` names: PostgreSQL with `url`, else the SQLite file at `path`."""
+    if storage.url is not None:
+        password = storage.password.get_secret_value() if storage.password else None
+        return PgStore(storage.url, password=password)
+    return Store(storage.file, synchronous=storage.synchronous)
+
+
+def command_connection(storage: StorageSettings, *, readonly: bool = True) -> PgConnection:
+    """A command's own connection to `storage.url` (read-only unless asked); raises
+    `sqlite3.OperationalError` naming the server (password masked) when it cannot connect."""
+    assert storage.url is not None
+    password = storage.password.get_secret_value() if storage.password else None
+    conn = connect(storage.url, password=password, application_name="depositd-command")
+    if readonly:
+        conn.execute("SET default_transaction_read_only = on")
+    return conn
