@@ -282,7 +282,7 @@ def all_actions(db: Db) -> list[Any]:
     return db.execute("SELECT * FROM actions ORDER BY id").fetchall()
 
 
-def failed_with_events(conn: sqlite3.Connection) -> list[Any]:
+def failed_with_events(conn: Db) -> list[Any]:
     """The failed actions with the type and receive time of their event, in id order."""
     return conn.execute(
         "SELECT a.*, e.event_type, e.received_at FROM actions a"

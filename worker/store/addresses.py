@@ -106,7 +106,7 @@ def update_registered(
     )
 
 
-def list_addresses(conn: sqlite3.Connection) -> list[Any]:
+def list_addresses(conn: Db) -> list[Any]:
     """Every address row, oldest first."""
     return conn.execute("SELECT * FROM addresses ORDER BY created_at").fetchall()
 

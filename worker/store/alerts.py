@@ -48,7 +48,7 @@ def record_send(
 # --- reads and commands outside the outbox ---
 
 
-def failed_alerts(conn: sqlite3.Connection) -> list[Any]:
+def failed_alerts(conn: Db) -> list[Any]:
     """The alerts that could not be sent, in id order."""
     return conn.execute("SELECT * FROM alerts WHERE status = 'failed' ORDER BY id").fetchall()
 

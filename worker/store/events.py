@@ -188,7 +188,7 @@ def snapshot(db: Db) -> tuple[tuple[Any, ...], ...]:
 # --- commands ----------------------------------------------------------------------------
 
 
-def requeue_event(conn: sqlite3.Connection, event_id: str) -> bool:
+def requeue_event(conn: Db, event_id: str) -> bool:
     """Put one stored event back to pending; False when there is no such event."""
     cur = conn.execute(
         "UPDATE events SET status='pending', error=NULL, processed_at=NULL WHERE event_id=?",

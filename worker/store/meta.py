@@ -38,7 +38,7 @@ def set_meta_unless_busy(db: sqlite_utils.Database, key: str, value: str) -> boo
     return True
 
 
-def all_meta(conn: sqlite3.Connection) -> dict[str, str]:
+def all_meta(conn: Db) -> dict[str, str]:
     """Every key of the `meta` table with its value."""
     return {r["key"]: r["value"] for r in conn.execute("SELECT key, value FROM meta")}
 
