@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import sqlite_utils
 
 from worker.store.pg import is_postgres
