@@ -184,6 +184,12 @@ class SchedulerSettings(Section):
     reconcile_at: str = Field("02:30", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 
 
+class InstanceSettings(Section):
+    """instance: this serve among several on one database."""
+
+    lease_s: float = Field(60, ge=1)
+
+
 class SlackSettings(Section):
     """Slack incoming webhook."""
 
@@ -228,6 +234,7 @@ class Settings(Section):
     webhook: WebhookSettings
     storage: StorageSettings
     scheduler: SchedulerSettings = SchedulerSettings()
+    instance: InstanceSettings = InstanceSettings()
     rules: Path | None = None
     profiles: Path | None = None
     notify: NotifySettings = NotifySettings()
@@ -245,6 +252,7 @@ _SECTIONS: dict[Loc, type[Section]] = {
     ("webhook",): WebhookSettings,
     ("storage",): StorageSettings,
     ("scheduler",): SchedulerSettings,
+    ("instance",): InstanceSettings,
     ("notify", "slack"): SlackSettings,
     ("notify", "email"): EmailSettings,
     ("log",): LogSettings,

@@ -225,13 +225,14 @@ def money_jobs(
     store: Store,
     rules: Callable[[], Any],
     settings: SchedulerSettings,
-    registry: CollectorRegistry,
+    metrics: MoneyMetrics,
     *,
     wake: Callable[[], None],
     alert: Callable[[str, str, str], Awaitable[None]] | None,
     backoff_s: float = 1.0,
 ) -> MoneyJobs:
-    """The jobs of one serve, on its client, store, rules and metrics registry."""
+    """The jobs of one serve, on its client, store, rules and metrics (made once per registry:
+    the jobs are built again each time this instance becomes the scheduler's leader)."""
     poll = AbnormalPoll(
         client,
         store,
@@ -241,6 +242,4 @@ def money_jobs(
         after_commit=wake,
     )
     reconciler = Reconciler(client, store, rules, after_commit=wake)
-    return MoneyJobs(
-        poll, reconciler, store, settings, MoneyMetrics(registry), alert=alert, backoff_s=backoff_s
-    )
+    return MoneyJobs(poll, reconciler, store, settings, metrics, alert=alert, backoff_s=backoff_s)

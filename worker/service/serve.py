@@ -23,7 +23,7 @@ from worker.ingest.endpoint import healthz
 from worker.ingest.limits import GuardedSite, Limits, track_requests
 from worker.ingest.link import CoreSide
 from worker.logs import configure, get_logger
-from worker.service.keys import INGRESS_KEY, LIMITS_KEY, LIVENESS_KEY
+from worker.service.keys import INGRESS_KEY, LIMITS_KEY, LIVENESS_KEY, SOLE_KEY
 from worker.service.lock import serve_lock
 from worker.service.setup import build_service
 from worker.service.systemd import SystemdNotifier
@@ -44,9 +44,10 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
         keepalive_timeout=settings.webhook.idle_timeout_s,
     )
     with contextlib.ExitStack() as held:
-        # Before anything runs: a second serve on this database or this port leaves at once,
-        # having started no processor, outbox or scheduler beside the first.
-        held.enter_context(serve_lock(settings.storage.path))
+        # Before anything runs: the database's serve lock, shared with the other instances (the
+        # first one in releases the claims of instances gone), and the port: a second serve on
+        # this port leaves at once, having started nothing.
+        app[SOLE_KEY] = held.enter_context(serve_lock(settings.storage.path))
         listener = held.enter_context(
             await front.listen_socket(settings.webhook.host, settings.webhook.port)
         )
