@@ -22,12 +22,10 @@ from worker.aio import first_done
 from worker.clock import iso_from_ms, now_ms
 from worker.errors import StorageError
 from worker.logs import get_logger
-from worker.store.leases import Lease, acquire, get_lease, release
+from worker.store.leases import SCHEDULER_LEASE, Lease, acquire, get_lease, release
 from worker.store.writer import Store
 
 log = get_logger(__name__)
-
-SCHEDULER_LEASE = "scheduler"
 
 
 def lease_time(lease_s: float, intervals: list[float]) -> float:

@@ -393,6 +393,7 @@ class Runtime:
         poll_metrics.interval.labels(poll="detail").set(settings.detail_interval_s)
         poll_metrics.interval.labels(poll="blocked").set(settings.blocked_interval_s)
         poll_metrics.leader.labels(instance=self.instance).set(0)
+        self._money_metrics()  # on every instance: a follower shows them too
         self._jobs_args = (observe, after_commit)
         abnormal_hints.append(lambda: self.money.hint() if self.money is not None else None)
         intervals = [

@@ -72,6 +72,9 @@ def get_lease(db: Db, name: str) -> Lease | None:
     return None if row is None else Lease(str(row[0]), str(row[1]), str(row[2]), str(row[3]))
 
 
+# The lease of the instance that runs the scheduler's jobs (`worker.poll.leader`).
+SCHEDULER_LEASE = "scheduler"
+
 # The row whose lock orders the transactions that read and then write deposits (the processor's
 # batches, a poll's or a submission's fact) across instances.
 DEPOSIT_WRITERS = "deposit-writers"
