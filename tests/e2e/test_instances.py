@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 from serveproc import ServeProcess, free_port
 
+from worker.commands.ops import status_report
 from worker.dev.sandbox import SANDBOX_KEY, SandboxConfig, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,6 +263,12 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
                 ),
                 "every event processed",
             )
+            # `status` names the leader: the instance left running (its latest life).
+            with closing(sqlite3.connect(db)) as conn:
+                conn.row_factory = sqlite3.Row
+                leader = status_report(conn, True)["leader"]
+            lives = [json.loads(x) for x in a.log.read_text().splitlines() if '"instance"' in x]
+            assert (leader["holder"], leader["current"]) == (lives[-1]["instance"], True)
             assert await a.signal(signal.SIGTERM) == 0
         finally:
             await a.kill()
