@@ -167,7 +167,10 @@ def job_runs(log: Path, kills: list[float]) -> list[tuple[float, float, str]]:
 
 
 async def test_two_instances_behind_a_proxy_act_once_through_kills(
-    tmp_path: Path, aiohttp_server: AiohttpServer, store_config: dict[str, Any]
+    tmp_path: Path,
+    aiohttp_server: AiohttpServer,
+    store_config: dict[str, Any],
+    recorded: list[dict[str, Any]],
 ) -> None:
     """Two instances, one killed and restarted mid-stream, the other killed later: every event
     answered 200 is stored and processed once, every deposit submitted and booked once, and the
@@ -288,8 +291,13 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
     assert sorted(r["transaction_id"] for r in ledger) == sorted(injected)
     # Submitted once: the sandbox applied one submission per deposit, each under one key.
     assert sorted(applied) == sorted(injected)
-    submits = rows(db, "SELECT transaction_id FROM actions WHERE action='submit_profile'")
+    submits = rows(db, "SELECT transaction_id, attempts FROM actions WHERE action='submit_profile'")
     assert sorted(r["transaction_id"] for r in submits) == sorted(injected)
+    # Each call is made under a claimed attempt: no row ran on two instances at once (a second
+    # call with the same key is a takeover after a kill, an attempt of its own; a kill before
+    # the call left an attempt without one).
+    calls = [r["path"].split("/")[-2] for r in recorded if r["path"].endswith("/submit")]
+    assert all(1 <= calls.count(r["transaction_id"]) <= r["attempts"] for r in submits)
     # The scheduler's jobs: never on both instances at once.
     runs_a = job_runs(a.log, kills["a"])
     runs_b = job_runs(b.log, kills["b"])
