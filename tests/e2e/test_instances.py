@@ -48,6 +48,7 @@ addresses:
   {PAYER_ADDRESS}: multi-entity
 """
 INJECTORS, EVERY_S, STREAM_S = 3, 0.4, 12.0
+INTERVAL_S = 1  # the shortest scheduler interval of the instances (the lead's lease)
 
 
 @pytest.fixture(params=["sqlite"])
@@ -122,8 +123,8 @@ def serve_config(
                 },
                 "storage": dict(storage),
                 "scheduler": {
-                    "history_interval_s": 1,
-                    "detail_interval_s": 1,
+                    "history_interval_s": INTERVAL_S,
+                    "detail_interval_s": INTERVAL_S,
                     "blocked_interval_s": 2,
                     "abnormal_interval_s": 2,
                     "catchup_interval_s": 3,
@@ -164,6 +165,15 @@ def job_runs(log: Path, kills: list[float]) -> list[tuple[float, float, str]]:
             runs.append((open_runs.pop(entry["job"]), at, entry["job"]))
     close_life()
     return runs
+
+
+def leading(log: Path) -> list[float]:
+    """When the instance became the scheduler's leader, each time."""
+    return [
+        datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00")).timestamp()
+        for e in (json.loads(x) for x in log.read_text().splitlines() if x.startswith("{"))
+        if e["event"] == "leading"
+    ]
 
 
 async def test_two_instances_behind_a_proxy_act_once_through_kills(
@@ -304,3 +314,7 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
     assert runs_a and runs_b  # each led at some point (b after a's kill, a after b's)
     overlaps = [(ra, rb) for ra in runs_a for rb in runs_b if ra[0] < rb[1] and rb[0] < ra[1]]
     assert overlaps == []
+    # Taken over within two of the shortest interval (measured ~1 s), after each kill: b after
+    # a's, a (restarted) after b's; 0.5 s for a loaded machine's scheduling.
+    assert leading(b.log)[0] - kills["a"][0] < 2 * INTERVAL_S + 0.5
+    assert 0 < leading(a.log)[-1] - kills["b"][0] < 2 * INTERVAL_S + 0.5
