@@ -192,7 +192,14 @@ class Outbox:
     async def _execute(self, row: dict[str, Any], due_by: str | None = None) -> int:
         """Claim and run one row; 1 if it ran, 0 if another instance has it."""
         action_id = int(row["id"])
-        claimed, deposit_row = await self._claim(row, due_by)
+        try:
+            claimed, deposit_row = await self._claim(row, due_by)
+        except StorageError as exc:
+            # A store that refuses a write racing another instance's (PostgreSQL's
+            # serialization failure) lost the race like a row count of 0; a failing store
+            # leaves the row to the next pass the same way.
+            log.info("action not claimed", actionId=action_id, error=str(exc))
+            return 0
         if not claimed:
             return 0
         deposit = Deposit.from_row(deposit_row) if deposit_row else None

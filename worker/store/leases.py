@@ -75,22 +75,6 @@ def get_lease(db: Db, name: str) -> Lease | None:
 # The lease of the instance that runs the scheduler's jobs (`worker.poll.leader`).
 SCHEDULER_LEASE = "scheduler"
 
-# The row whose lock orders the transactions that read and then write deposits (the processor's
-# batches, a poll's or a submission's fact) across instances.
-DEPOSIT_WRITERS = "deposit-writers"
-
-
-def hold_row(db: Db, name: str) -> None:
-    """Lock the row `name` (created when missing) until the transaction ends: the instances'
-    transactions that take it run one after another, each reading what the one before it
-    committed. SQLite's write lock (BEGIN IMMEDIATE) orders every write transaction already;
-    on PostgreSQL this row lock does it for these, in one standard statement."""
-    db.execute(
-        "INSERT INTO leases (name, holder, expires_at, acquired_at) VALUES (?, '', '', '')"
-        " ON CONFLICT (name) DO UPDATE SET holder = leases.holder",
-        [name],
-    )
-
 
 def clear_leases(db: Db) -> None:
     """Forget every lease (the only instance starting: whoever held them is gone)."""

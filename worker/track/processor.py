@@ -51,7 +51,6 @@ from worker.store.events import (
     pending_events,
 )
 from worker.store.facts import fact_text, insert_fact_row, poll_fact_repeats
-from worker.store.leases import DEPOSIT_WRITERS, hold_row
 from worker.store.tx import savepoint
 from worker.store.writer import Store
 from worker.track.conflicts import alert_conflict, reacting, record_conflicts
@@ -121,8 +120,6 @@ def apply_fact(
     `known`: deposits already read in this transaction (kept up to date here). Returns the
     deposit, its transitions and the reactor's lines to log after the commit.
     """
-    if known is None:  # a fact on its own (a poll, a submission): the batch holds it otherwise
-        hold_row(db, DEPOSIT_WRITERS)
     before = _load(db, fact.transaction_id, known)
     if before is not None:
         for name in record_conflicts(db, before, fact):
@@ -362,14 +359,7 @@ class Processor:
         arrived, self._arrived = self._arrived, 0
         budget, floor = self._share(db, arrived, started)
         fit = int(budget / self._event_cost_s) + 1
-        limit = min(self.batch_size, max(floor, fit))
-        events = pending_events(db, limit=limit)
-        if events:
-            # Read again once the instances' order is held: another instance's batch that
-            # committed while this one waited has taken its events out of `pending` (each
-            # event is processed once). An idle turn writes nothing.
-            hold_row(db, DEPOSIT_WRITERS)
-            events = pending_events(db, limit=limit)
+        events = pending_events(db, limit=min(self.batch_size, max(floor, fit)))
         if not events:
             self._last_turn = time.perf_counter()
             return []
