@@ -20,7 +20,7 @@ class StorageError(DepositdError):
 
 
 class AlreadyServing(DepositdError, OSError):
-    """Another `depositd serve` holds the database (its `<database>.lock`)."""
+    """The serve lock of the database (`<database>.lock`) could not be taken, even shared."""
 
 
 class SchemaTooNew(StorageError):

@@ -570,6 +570,7 @@ async def test_status_is_running_only_while_serve_has_the_database_open(
         report = json.loads(out)
         assert (report["running"], report["uncleanStop"]) == (True, False)
         assert report["uptimeSeconds"] >= 0
+        assert report["leader"] is None  # the scheduler is off here: nobody leads it
 
         assert await service.signal(signal.SIGKILL, 20) == -signal.SIGKILL
         started = rows(service.db, "SELECT value FROM meta WHERE key='started_at'")[0][0]

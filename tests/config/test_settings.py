@@ -256,3 +256,16 @@ def test_config_may_come_before_the_command(
     config = write(tmp_path, "depositd.yaml", BASE)
     assert main(["--config", str(config), "check"]) == 0
     assert capsys.readouterr().out.startswith(f"ok: {config}: ")
+
+
+def test_check_refuses_an_instance_lease_under_a_second(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`instance.lease_s` below 1 s is refused at its line: a lease renewed every quarter of it
+    would flap between the instances."""
+    config = write(tmp_path, "depositd.yaml", BASE + "instance:\n  lease_s: 0.5\n")
+    code, err = check(config, capsys)
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith(f"{config}:11: instance.lease_s:"), err
+    good = write(tmp_path, "ok.yaml", BASE + "instance:\n  lease_s: 5\n")
+    assert load_settings(good).instance.lease_s == 5

@@ -255,3 +255,28 @@ async def test_a_provider_outage_records_the_failure_alerts_and_the_next_run_com
     result = await reconciler.run(day)
     assert result.outcome == "findings"
     assert set(await open_findings(stack, day)) == {"missing_in_report"}
+
+
+async def test_a_missed_reconciliation_runs_once_when_the_jobs_start(
+    start_stack: MakeStack,
+) -> None:
+    """Jobs starting after the reconciliation minute (a restart, or a new scheduler leader
+    after the old one died) reconcile yesterday unless a run completed it already."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    money = stack.runtime.money
+    assert money is not None
+
+    async def runs() -> list[str]:
+        def read(db: Any) -> list[str]:
+            return [r[0] for r in db.execute("SELECT day FROM reconcile_runs ORDER BY id")]
+
+        return await stack.store.read(read)
+
+    before = len(await runs())
+    await money.reconcile_missed()
+    days = await runs()
+    yesterday = (dt.datetime.now(dt.UTC) - dt.timedelta(days=1)).date().isoformat()
+    assert days[before:] == [yesterday]
+    await money.reconcile_missed()  # completed already: not again
+    assert await runs() == days

@@ -6,6 +6,11 @@ transaction, then records the outcome. A crash between the two leaves the row `r
 next start it is run again with the same Idempotency-Key, so the provider sees one submission,
 not two.
 
+Several instances share the rows: a row is claimed (`claimed_by`, `lease_until`) by one
+statement that only one instance can win, the claim is renewed while the action runs, and only
+the claimant records the outcome. The claim of an instance that died lapses after `lease_s`,
+and another instance runs the row again with the same Idempotency-Key.
+
 Each kind of row runs on the runner its action kind registers (`worker.act.kinds.KINDS`:
 submit_profile, alert and forward; book and ignore run nothing after the commit), or the one
 `worker.act.kinds.ROW_RUNNERS` names for rows no rule names (order_updated, queued by the processor
@@ -25,7 +30,7 @@ from worker.act.kinds import KINDS, ROW_RUNNERS
 from worker.act.kinds.base import Observe, Runner, RunnerDeps
 from worker.act.rows import ActionRows
 from worker.aio import first_done
-from worker.clock import utc_now
+from worker.clock import iso_from_ms, now_ms, utc_now
 from worker.config.profiles import Profiles
 from worker.errors import StorageError
 from worker.logs import get_logger
@@ -33,6 +38,7 @@ from worker.notify.channels import Notifier
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
 from worker.store import actions as stored
+from worker.store.leases import default_instance_id
 from worker.store.writer import Store
 from worker.track.tracker import Deposit
 
@@ -55,10 +61,20 @@ class Outbox:
         notify_retry: Mapping[str, Any] | None = None,
         on_alert: Callable[[str, str], None] | None = None,
         rules: Callable[[], RuleBook] | None = None,
+        instance: str | None = None,
+        lease_s: float = 60.0,
     ) -> None:
         self._store = store
         self._observe = observe
-        self._rows = ActionRows(store, backoff_s=backoff_s, backoff_max_s=backoff_max_s)
+        self.instance = instance or default_instance_id()
+        self.lease_s = lease_s
+        self._rows = ActionRows(
+            store,
+            backoff_s=backoff_s,
+            backoff_max_s=backoff_max_s,
+            instance=self.instance,
+            lease_s=lease_s,
+        )
         self._stop: asyncio.Event | None = None
         self._wake = asyncio.Event()
         # One pass at a time: serve's loop and a burst caller must not run a row twice.
@@ -111,7 +127,7 @@ class Outbox:
     async def _until_next_due(self, cap_s: float = 1.0) -> float:
         """Seconds until the earliest delayed row is due, so a short back-off stays short."""
         try:
-            first = await self._store.read(stored.next_due_at)
+            first = await self._store.read(lambda db: stored.next_due_at(db, self.instance))
         except StorageError:
             return cap_s
         if not first:
@@ -125,27 +141,72 @@ class Outbox:
             pass
 
     async def run_once(self, *, include_delayed: bool = False) -> int:
-        """Run the rows due now; returns how many ran."""
-        now = "9999" if include_delayed else utc_now()
+        """Run the rows due now that this instance could claim; returns how many ran."""
+        due_by = "9999" if include_delayed else None
         async with self._pass:
-            rows = await self._store.write(lambda db: stored.due_actions(db, now))
+            rows = await self._store.write(
+                lambda db: stored.due_actions(db, utc_now(), self.instance, due_by)
+            )
             ran = 0
             for row in rows:
                 if self._stop is not None and self._stop.is_set():
                     break  # the rows left stay pending: a stop waits for one row, not fifty
-                await self._execute(row)
-                ran += 1
+                ran += await self._execute(row, due_by)
         return ran
 
-    async def _execute(self, row: dict[str, Any]) -> None:
+    def _lease_end(self) -> str:
+        return iso_from_ms(now_ms() + round(self.lease_s * 1000))
+
+    async def _claim(self, row: dict[str, Any], due_by: str | None) -> tuple[bool, Any]:
+        """Claim the row for this instance: (claimed, the row of its deposit)."""
         action_id = int(row["id"])
-        deposit_row = await self._store.write(
-            lambda db: stored.start_action(db, action_id, row["transaction_id"])
-        )
+
+        def claim(db: Any) -> tuple[bool, Any]:
+            claimed = stored.claim_action(
+                db,
+                action_id,
+                instance=self.instance,
+                now=utc_now(),
+                until=self._lease_end(),
+                due_by=due_by,
+            )
+            return claimed, stored.deposit_of(db, row["transaction_id"]) if claimed else None
+
+        return await self._store.write(claim)
+
+    async def _renew(self, action_id: int) -> None:
+        """Keep the claim on a row while its action runs (a slow provider call)."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                held = await self._store.write(
+                    lambda db: stored.renew_claim(db, action_id, self.instance, self._lease_end())
+                )
+            except StorageError as exc:
+                log.warning("claim not renewed", actionId=action_id, error=str(exc))
+                continue
+            if not held:
+                log.warning("claim lost to another instance", actionId=action_id)
+                return
+
+    async def _execute(self, row: dict[str, Any], due_by: str | None = None) -> int:
+        """Claim and run one row; 1 if it ran, 0 if another instance has it."""
+        action_id = int(row["id"])
+        try:
+            claimed, deposit_row = await self._claim(row, due_by)
+        except StorageError as exc:
+            # A store that refuses a write racing another instance's (PostgreSQL's
+            # serialization failure) lost the race like a row count of 0; a failing store
+            # leaves the row to the next pass the same way.
+            log.info("action not claimed", actionId=action_id, error=str(exc))
+            return 0
+        if not claimed:
+            return 0
         deposit = Deposit.from_row(deposit_row) if deposit_row else None
         params = json.loads(row["params"] or "{}")
         attempts = int(row["attempts"]) + 1
         runner = self._runners.get(row["action"])
+        renewing = asyncio.create_task(self._renew(action_id), name=f"claim-{action_id}")
         try:
             if runner is None:
                 await self._rows.finish(action_id, "skipped", f"nothing to run for {row['action']}")
@@ -156,3 +217,6 @@ class Outbox:
             await self._rows.finish(
                 action_id, "failed", f"internal error: {type(exc).__name__}: {exc}"
             )
+        finally:
+            renewing.cancel()
+        return 1

@@ -212,8 +212,20 @@ def _iso_in(seconds: float) -> str:
 class ActionRows:
     """Records action rows' outcomes; a retried row is due again after an exponential back-off."""
 
-    def __init__(self, store: Store, *, backoff_s: float, backoff_max_s: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        backoff_s: float,
+        backoff_max_s: float,
+        instance: str | None = None,
+        lease_s: float = 60.0,
+    ) -> None:
         self._store = store
+        # Outcomes are recorded only while this instance holds the row's claim; an alert's
+        # channels are claimed for as long as an action row.
+        self.instance = instance
+        self.lease_s = lease_s
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
 
@@ -231,22 +243,32 @@ class ActionRows:
         also: Callable[[sqlite_utils.Database], object] | None = None,
         key: str | None = None,
     ) -> None:
-        """Record the row's status and outcome; `also` runs in the same write."""
+        """Record the row's status and outcome; `also` runs in the same write. A row another
+        instance took over meanwhile (this one's claim lapsed) keeps the other's record."""
 
-        def fn(db: sqlite_utils.Database) -> None:
-            stored.finish_action(
+        def fn(db: sqlite_utils.Database) -> bool:
+            mine = stored.finish_action(
                 db,
                 action_id,
                 status=status,
                 outcome=outcome,
                 next_attempt_at=_iso_in(retry_in or 0),
                 key=key,
+                instance=self.instance,
             )
-            if also is not None:
+            if mine and also is not None:
                 also(db)
+            return mine
 
-        await self._store.write(fn)
-        log.info("action", actionId=action_id, status=status, outcome=outcome)
+        if await self._store.write(fn):
+            log.info("action", actionId=action_id, status=status, outcome=outcome)
+        else:
+            log.warning(
+                "action taken over by another instance; outcome not recorded",
+                actionId=action_id,
+                status=status,
+                outcome=outcome,
+            )
 
     async def write(self, fn: Callable[[sqlite_utils.Database], object]) -> None:
         """Run `fn` in a write of its own (an alert about the row's deposit)."""

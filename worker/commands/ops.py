@@ -23,7 +23,7 @@ from worker.clock import ms_from_iso, utc_now
 from worker.commands.read import run_on_db
 from worker.config.settings import load_settings
 from worker.service.lock import serving
-from worker.store import actions, alerts, events
+from worker.store import actions, alerts, events, leases
 from worker.store.actions import requeue_failed_actions
 from worker.store.alerts import requeue_failed_alerts
 from worker.store.conflicts import count_held_deposits
@@ -31,6 +31,7 @@ from worker.store.database import finish_copy
 from worker.store.deposits import count_waiting_on_human, deposits_by_state
 from worker.store.events import requeue_event, requeue_failed_events
 from worker.store.findings import reconciliation_status
+from worker.store.leases import SCHEDULER_LEASE
 from worker.store.ledger import count_booked
 from worker.store.meta import all_meta
 
@@ -168,6 +169,18 @@ def run_retry_failed(args: argparse.Namespace) -> int:
     return run_on_db(args, _retry_failed, readonly=False)
 
 
+def _leader(conn: sqlite3.Connection) -> dict[str, Any] | None:
+    """The scheduler's lease as recorded (None: never taken, or a database from before
+    several instances); `current` is false once it has lapsed."""
+    try:
+        lease = leases.get_lease(conn, SCHEDULER_LEASE)
+    except sqlite3.OperationalError:  # no leases table yet
+        return None
+    if lease is None:
+        return None
+    return {**lease.as_json(), "current": lease.expires_at > utc_now()}
+
+
 def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[str, Any]:
     """What `status` shows, read from the database; `in_use`: whether a serve holds it now
     (`worker.service.lock.serving`), None when unknown."""
@@ -207,6 +220,8 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
         "booked": count_booked(conn),
         # Requests refused on the webhook port by reason, since `since` (a serve's start).
         "webhookRefusals": json.loads(meta.get("webhook_refusals") or "null"),
+        # The instance leading the scheduler (its polls and daily jobs), since when, until when.
+        "leader": _leader(conn),
         # The last reconciliation run and the findings still open (`depositd reconcile`).
         "reconciliation": reconciliation_status(conn),
     }

@@ -217,6 +217,12 @@ class SchedulerSettings(Section):
     reconcile_at: str = Field("02:30", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 
 
+class InstanceSettings(Section):
+    """instance: this serve among several on one database."""
+
+    lease_s: float = Field(60, ge=1)
+
+
 class SlackSettings(Section):
     """Slack incoming webhook."""
 
@@ -303,6 +309,7 @@ class Settings(Section):
     webhook: WebhookSettings
     storage: StorageSettings
     scheduler: SchedulerSettings = SchedulerSettings()
+    instance: InstanceSettings = InstanceSettings()
     rules: Path | None = None
     profiles: Path | None = None
     notify: NotifySettings = NotifySettings()
@@ -326,6 +333,7 @@ _SECTIONS: dict[Loc, type[Section]] = {
     ("webhook",): WebhookSettings,
     ("storage",): StorageSettings,
     ("scheduler",): SchedulerSettings,
+    ("instance",): InstanceSettings,
     ("notify", "slack"): SlackSettings,
     ("notify", "email"): EmailSettings,
     ("console",): ConsoleSettings,

@@ -37,7 +37,7 @@ from worker.config.shipped import shipped_rules
 from worker.console.app import run_console
 from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, WalletSpec, create_app
 from worker.dev.sandbox.config import default_wallets
-from worker.service.keys import CONSOLE_APP_KEY, PROCESSOR_KEY, STORE_KEY
+from worker.service.keys import CONSOLE_APP_KEY, PROCESSOR_KEY, SOLE_KEY, STORE_KEY
 from worker.service.runtime import Runtime
 from worker.service.setup import build_service
 from worker.store import actions, addresses, alerts, deposits, events, facts, ledger
@@ -327,6 +327,9 @@ class Stack:
             poll_backoff_s=0.05,
         )
         app, _ = build_service(self.settings, runtime, sweep_interval_s=0.5)
+        # One worker per database here, as a `serve` that came alone: what a stopped worker
+        # claimed is taken over at once by the next.
+        app[SOLE_KEY] = True
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
         self._runtime, self._app, self._worker_runner = runtime, app, runner
         await runner.setup()

@@ -7,12 +7,16 @@ import asyncio
 import random
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from worker.act.rows import backoff
 from worker.aio import finish_or_cancel
+from worker.logs import get_logger
+
+log = get_logger(__name__)
+T = TypeVar("T")
 
 # A daily job the service missed (down at that minute) still runs within this much after.
 DAILY_MISFIRE_GRACE_S = int(timedelta(hours=1).total_seconds())
@@ -23,6 +27,16 @@ def poll_backoff(failures: int, base_s: float, max_s: float) -> float:
     at most `max_s`, with jitter (half to all of it) so that several instances do not retry in
     step; the exponent is capped, so a provider down for days cannot overflow it."""
     return backoff(failures + 1, base_s, max_s) * (0.5 + random.random() / 2)
+
+
+async def logged_run(name: str, run: Coroutine[Any, Any, T]) -> T:
+    """One run of a job, its start and end logged at debug (with several instances, they show
+    that the scheduler's jobs ran on one at a time)."""
+    log.debug("job started", job=name)
+    try:
+        return await run
+    finally:
+        log.debug("job ended", job=name)
 
 
 class IntervalAndDaily:
@@ -49,7 +63,7 @@ class IntervalAndDaily:
         task = self._running.get(name)
         if task is not None and not task.done():
             return
-        coroutine = self.coroutine(name)
+        coroutine = logged_run(name, self.coroutine(name))
         self._running[name] = asyncio.get_running_loop().create_task(coroutine, name=name)
 
     def _job(self, name: str) -> Callable[[], Coroutine[Any, Any, None]]:

@@ -18,7 +18,7 @@ from worker.config.settings import SchedulerSettings
 from worker.errors import ProviderAuthError, ProviderError
 from worker.logs import get_logger
 from worker.poll.abnormal import AbnormalPoll
-from worker.poll.jobs import IntervalAndDaily, poll_backoff
+from worker.poll.jobs import DAILY_MISFIRE_GRACE_S, IntervalAndDaily, poll_backoff
 from worker.poll.reconcile import KINDS, Reconciler, RunResult
 from worker.store import abnormal as abnormal_store
 from worker.store import findings as findings_store
@@ -139,8 +139,35 @@ class MoneyJobs(IntervalAndDaily):
         self.fire("abnormal")
 
     def coroutine(self, name: str) -> Coroutine[Any, Any, Any]:
-        """The run of "abnormal" or "reconcile" (yesterday, UTC)."""
-        return self.poll_abnormal() if name == "abnormal" else self.daily_reconcile(yesterday())
+        """The run of "abnormal", "reconcile" (yesterday, UTC) or "reconcile-missed"."""
+        if name == "abnormal":
+            return self.poll_abnormal()
+        if name == "reconcile-missed":
+            return self.reconcile_missed()
+        return self.daily_reconcile(yesterday())
+
+    def start(self) -> None:
+        """The jobs; and yesterday's reconciliation now if its minute passed less than the
+        misfire grace ago without a completed run (the service was down then, or the instance
+        leading the scheduler died and this one took over)."""
+        super().start()
+        hour, minute = (int(x) for x in self._settings.reconcile_at.split(":"))
+        now = datetime.now(UTC)
+        since = now - now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        if timedelta(0) < since <= timedelta(seconds=DAILY_MISFIRE_GRACE_S):
+            self.fire("reconcile-missed")
+
+    async def reconcile_missed(self) -> None:
+        """Yesterday's reconciliation, unless a run completed it already."""
+        day = yesterday()
+        try:
+            done = await self._store.read(findings_store.last_reconciled_day)
+        except Exception as exc:  # storage: the daily job tomorrow, or a restart, tries again
+            log.warning("missed reconciliation not checked", error=str(exc))
+            return
+        if done is None or done < day.isoformat():
+            log.info("reconciliation missed at its minute; running it now", day=day.isoformat())
+            await self.daily_reconcile(day)
 
     def halt(self) -> None:
         """A poll in flight ends after its record; a reconciliation is cancelled after the
@@ -225,13 +252,14 @@ def money_jobs(
     store: Store,
     rules: Callable[[], Any],
     settings: SchedulerSettings,
-    registry: CollectorRegistry,
+    metrics: MoneyMetrics,
     *,
     wake: Callable[[], None],
     alert: Callable[[str, str, str], Awaitable[None]] | None,
     backoff_s: float = 1.0,
 ) -> MoneyJobs:
-    """The jobs of one serve, on its client, store, rules and metrics registry."""
+    """The jobs of one serve, on its client, store, rules and metrics (made once per registry:
+    the jobs are built again each time this instance becomes the scheduler's leader)."""
     poll = AbnormalPoll(
         client,
         store,
@@ -241,6 +269,4 @@ def money_jobs(
         after_commit=wake,
     )
     reconciler = Reconciler(client, store, rules, after_commit=wake)
-    return MoneyJobs(
-        poll, reconciler, store, settings, MoneyMetrics(registry), alert=alert, backoff_s=backoff_s
-    )
+    return MoneyJobs(poll, reconciler, store, settings, metrics, alert=alert, backoff_s=backoff_s)

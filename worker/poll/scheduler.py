@@ -29,7 +29,7 @@ from worker.errors import (
     ProviderUnavailable,
 )
 from worker.logs import get_logger
-from worker.poll.jobs import poll_backoff
+from worker.poll.jobs import logged_run, poll_backoff
 from worker.provider.client import ProviderClient
 from worker.store.deposits import blocked_since, in_states, is_tracked
 from worker.store.writer import Store
@@ -318,7 +318,8 @@ class Scheduler:
             task = self._running.get(name)
             if task is not None and not task.done():
                 return  # the previous run is still going: never twice at once
-            self._running[name] = asyncio.get_running_loop().create_task(poll())
+            run = logged_run(name, poll())
+            self._running[name] = asyncio.get_running_loop().create_task(run)
 
         return fire
 

@@ -20,6 +20,9 @@ PROCESSOR_KEY = web.AppKey("processor", Processor)
 INGRESS_KEY = web.AppKey("ingress", Ingress)
 READY_CHECKS_KEY: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
 LIMITS_KEY = web.AppKey("limits", Limits)
+# True when no other serve used the database as this one started (`worker.service.lock`): the
+# claims and leases recorded there belong to instances that are gone.
+SOLE_KEY = web.AppKey("sole", bool)
 # Checks the systemd watchdog pings depend on besides the event loop (the ingress process).
 LIVENESS_KEY: web.AppKey[list[Callable[[], bool]]] = web.AppKey("liveness")
 # The operator console's app (`console.listen`), when configured; `serve` runs it beside the rest.

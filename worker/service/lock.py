@@ -1,9 +1,12 @@
-"""One `depositd serve` per database: an exclusive lock on `<database>.lock`.
+"""The `depositd serve` processes of a database: a lock on `<database>.lock`.
 
-A second `serve` on the same database (same unit started twice, a test run beside the service)
-would run the outbox beside the first and could send an action twice; it is refused before it
-opens anything. The lock goes with the process (the kernel drops it on exit, SIGKILL included),
-so `status` can tell a running service from one that died without recording its stop.
+Several `serve` instances may share one database (each claims the actions it runs, and one of
+them at a time leads the scheduler), so each holds the lock shared. A starting instance first
+tries it exclusively: when that succeeds it is the only one, and whatever claims the database
+records belong to instances that are gone, which it takes over at once instead of waiting for
+their leases to lapse (the restart after a crash). The lock goes with the process (the kernel
+drops it on exit, SIGKILL included), so `status` can tell a running service from one that died
+without recording its stop.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 
 from worker.errors import AlreadyServing
 
-# `status` takes the lock shared for an instant to look: a serve starting just then retries.
+# `status` takes the lock exclusively for an instant to look: a serve starting then retries.
 _TRIES, _PAUSE_S = 20, 0.05
 
 
@@ -27,29 +30,42 @@ def lock_path(database: Path) -> Path:
 
 
 @contextmanager
-def serve_lock(database: Path) -> Iterator[None]:
-    """Hold the database's serve lock for the block; `AlreadyServing` when another holds it."""
+def serve_lock(database: Path) -> Iterator[bool]:
+    """Hold the database's serve lock (shared with other instances) for the block; yields
+    True when no other `serve` held it at start (this instance is the only one)."""
     path = lock_path(database)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Readable by all (it holds a pid): `status` run by another user looks at it.
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        for attempt in range(_TRIES):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if attempt == _TRIES - 1:
-                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                    raise AlreadyServing(
-                        f"another depositd serve (pid {holder}) uses {database}"
-                    ) from None
-                time.sleep(_PAUSE_S)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
+        sole = _take(fd, database)
+        if sole:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            fcntl.flock(fd, fcntl.LOCK_SH)  # others may join from now on
+        yield sole
     finally:
         os.close(fd)  # releases the lock
+
+
+def _take(fd: int, database: Path) -> bool:
+    """The lock exclusively (True: no other serve) or shared (False)."""
+    for attempt in range(_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        try:
+            # Shared fails only while someone holds it exclusively for an instant (`status`
+            # looking, another serve starting): try again.
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            if attempt == _TRIES - 1:
+                raise AlreadyServing(f"cannot take the serve lock of {database}") from None
+            time.sleep(_PAUSE_S)
+    raise AssertionError("unreachable")
 
 
 def serving(database: Path) -> bool | None:
@@ -62,7 +78,7 @@ def serving(database: Path) -> bool | None:
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     finally:

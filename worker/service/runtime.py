@@ -35,7 +35,8 @@ from worker.metrics import Metrics
 from worker.notify.channels import Notifier, notifiers_from_settings
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
 from worker.poll.catchupjobs import CatchUp
-from worker.poll.moneyjobs import MoneyJobs, money_jobs
+from worker.poll.leader import Leader, lease_time
+from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics, money_jobs
 from worker.poll.reconcile import Reconciler
 from worker.poll.scheduler import Observe, Poller, Scheduler
 from worker.provider.client import ProviderClient
@@ -44,6 +45,7 @@ from worker.service.bundle import Bundle, load_bundle
 from worker.service.systemd import SystemdNotifier, watchdog_loop
 from worker.store.events import delete_done_before
 from worker.store.facts import delete_unchanged_before
+from worker.store.leases import default_instance_id
 from worker.store.meta import get_meta, set_meta
 from worker.store.writer import Store
 
@@ -106,6 +108,12 @@ class PollMetrics:
             ["poll"],
             registry=metrics.registry,
         )
+        self.leader = Gauge(
+            "depositd_leader",
+            "1 while this instance leads the scheduler (its polls and daily jobs run here).",
+            ["instance"],
+            registry=metrics.registry,
+        )
         self._found_seen = 0
 
     def found_total(self, total: int) -> None:
@@ -138,6 +146,8 @@ class Runtime:
         poll_backoff_s: float = 1.0,
     ) -> None:
         self.settings = settings
+        # This serve among the instances sharing the database (claims, the scheduler's lease).
+        self.instance = default_instance_id()
         self.bundle: Bundle = load_bundle(settings)  # ConfigError: serve refuses to start
         for warning in self.bundle.warnings:
             log.warning("config", warning=warning)
@@ -154,6 +164,9 @@ class Runtime:
         self.poller: Poller | None = None
         self.catchup: CatchUp | None = None
         self.money: MoneyJobs | None = None
+        self.leader: Leader | None = None
+        self._money_gauges: MoneyMetrics | None = None
+        self._jobs_args: tuple[Observe, list[Callable[[], None]]] | None = None
         self.client: ProviderClient | None = None
         self.store: Store | None = None
         self._metrics: Metrics | None = None
@@ -176,10 +189,13 @@ class Runtime:
         return self.bundle.profiles
 
     async def scheduler_running(self) -> str | None:
-        """Ready check: the scheduler runs when polls are enabled."""
+        """Ready check: when polls are enabled, this instance follows the scheduler's leader or
+        leads it with the scheduler running."""
         if not self.settings.scheduler.enabled:
             return None
-        if self.scheduler is None or not self.scheduler.running:
+        if self.leader is None:
+            return "scheduler not running"
+        if self.leader.leading and (self.scheduler is None or not self.scheduler.running):
             return "scheduler not running"
         return None
 
@@ -315,6 +331,7 @@ class Runtime:
         self.store = store
         self._metrics = metrics
         self._stop = asyncio.Event()
+        log.info("instance", instance=self.instance)
         self._poll_metrics = PollMetrics(metrics)
 
         def on_call(endpoint: str, outcome: str) -> None:
@@ -346,6 +363,8 @@ class Runtime:
             notify_retry=self._notify_retry,
             on_alert=on_alert,
             rules=lambda: self.rules,
+            instance=self.instance,
+            lease_s=self.settings.instance.lease_s,
         )
         return self.outbox
 
@@ -358,23 +377,53 @@ class Runtime:
             asyncio.create_task(self._daily(), name="daily"),
         ]
 
-    def start_polls(
+    async def start_polls(
         self,
         observe: Observe,
         after_commit: list[Callable[[], None]],
         abnormal_hints: list[Callable[[], None]],
     ) -> None:
         """The scheduler's polls, the catch-up jobs and the money jobs (abnormal funds, daily
-        reconciliation), when `scheduler.enabled`."""
+        reconciliation), when `scheduler.enabled`: on the instance that holds the scheduler's
+        lease (`worker.poll.leader`), started and stopped as it gains and loses it."""
         settings = self.settings.scheduler
         if not settings.enabled:
             return
-        assert self.store is not None and self.client is not None
-        assert self._metrics is not None and self._poll_metrics is not None
-        store, poll_metrics = self.store, self._poll_metrics
+        assert self.store is not None and self._poll_metrics is not None
+        poll_metrics = self._poll_metrics
         poll_metrics.interval.labels(poll="history").set(settings.history_interval_s)
         poll_metrics.interval.labels(poll="detail").set(settings.detail_interval_s)
         poll_metrics.interval.labels(poll="blocked").set(settings.blocked_interval_s)
+        poll_metrics.leader.labels(instance=self.instance).set(0)
+        self._money_metrics()  # on every instance: a follower shows them too
+        self._jobs_args = (observe, after_commit)
+        abnormal_hints.append(lambda: self.money.hint() if self.money is not None else None)
+        intervals = [
+            settings.history_interval_s,
+            settings.detail_interval_s,
+            settings.blocked_interval_s,
+            settings.catchup_interval_s,
+            settings.abnormal_interval_s,
+        ]
+        self.leader = Leader(
+            self.store,
+            self.instance,
+            lease_time(self.settings.instance.lease_s, intervals),
+            on_gain=self._start_jobs,
+            on_loss=self._stop_jobs,
+        )
+        # The first try now: an instance alone on its database leads from its start on.
+        await self.leader.tick()
+        self._tasks.append(asyncio.create_task(self.leader.run(self._stop), name="leader"))
+
+    async def _start_jobs(self) -> None:
+        """This instance leads: build and start the polls, catch-up and money jobs."""
+        assert self.store is not None and self.client is not None and self.outbox is not None
+        assert self._metrics is not None and self._poll_metrics is not None
+        assert self._jobs_args is not None
+        observe, after_commit = self._jobs_args
+        settings = self.settings.scheduler
+        store, poll_metrics = self.store, self._poll_metrics
 
         def on_poll(name: str, outcome: str) -> None:
             poll_metrics.runs.labels(poll=name, outcome=outcome).inc()
@@ -397,19 +446,43 @@ class Runtime:
         self.scheduler.start()
         self.catchup = self._catchup(store, self._metrics, after_commit)
         self.catchup.start()
-        assert self.outbox is not None
         self.money = money_jobs(
             self.client,
             store,
             lambda: self.rules,
             settings,
-            self._metrics.registry,
+            self._money_metrics(),
             wake=self.outbox.wake,
             alert=self.alert,
             backoff_s=self._poll_backoff_s,
         )
-        abnormal_hints.append(self.money.hint)
         self.money.start()
+        poll_metrics.leader.labels(instance=self.instance).set(1)
+
+    def _money_metrics(self) -> MoneyMetrics:
+        """The money jobs' metrics, registered once."""
+        if self._money_gauges is None:
+            assert self._metrics is not None
+            self._money_gauges = MoneyMetrics(self._metrics.registry)
+        return self._money_gauges
+
+    async def _stop_jobs(self) -> None:
+        """This instance no longer leads (or stops): stop the jobs, cancelling a run in flight
+        at once unless the service is stopping (then within the stop's grace)."""
+        grace = STOP_GRACE_S if self._stop.is_set() else 0.0
+        scheduler, self.scheduler = self.scheduler, None
+        catchup, self.catchup = self.catchup, None
+        money, self.money = self.money, None
+        if self._poll_metrics is not None:
+            self._poll_metrics.leader.labels(instance=self.instance).set(0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        if scheduler is not None:
+            await scheduler.stop(grace_s=grace)
+        if catchup is not None:
+            await catchup.stop(grace_s=max(0.0, deadline - loop.time()))
+        if money is not None:
+            await money.stop(grace_s=max(0.0, deadline - loop.time()))
 
     # --- what the operator console asks for (worker.console.app.Operations) ---
 
@@ -472,14 +545,7 @@ class Runtime:
         for task in self._tasks:
             if task.get_name() == "watchdog":
                 task.cancel()
-        if self.scheduler is not None:
-            await self.scheduler.stop(grace_s=STOP_GRACE_S)
-        if self.catchup is not None:
-            await self.catchup.stop(grace_s=max(0.0, deadline - loop.time()))
-            self.catchup = None
-        if self.money is not None:
-            await self.money.stop(grace_s=max(0.0, deadline - loop.time()))
-            self.money = None
+        await self._stop_jobs()
         left = max(0.0, deadline - loop.time())
         ended = await finish_or_cancel([*self._tasks, *self._side_writes], left)
         for result in ended:

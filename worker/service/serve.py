@@ -24,7 +24,13 @@ from worker.ingest.endpoint import healthz
 from worker.ingest.limits import GuardedSite, Limits, track_requests
 from worker.ingest.link import CoreSide
 from worker.logs import configure, get_logger
-from worker.service.keys import CONSOLE_APP_KEY, INGRESS_KEY, LIMITS_KEY, LIVENESS_KEY
+from worker.service.keys import (
+    CONSOLE_APP_KEY,
+    INGRESS_KEY,
+    LIMITS_KEY,
+    LIVENESS_KEY,
+    SOLE_KEY,
+)
 from worker.service.lock import serve_lock
 from worker.service.setup import build_service
 from worker.service.systemd import SystemdNotifier
@@ -45,11 +51,12 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
         keepalive_timeout=settings.webhook.idle_timeout_s,
     )
     with contextlib.ExitStack() as held:
-        # Before anything runs: a second serve on this database or this port leaves at once,
-        # having started no processor, outbox or scheduler beside the first.
-        # On PostgreSQL several instances share the database, by design.
+        # Before anything runs: the database's serve lock, shared with the other instances (the
+        # first one in releases the claims of instances gone), and the port: a second serve on
+        # this port leaves at once, having started nothing. On PostgreSQL there is no such
+        # lock: the claims of an instance gone lapse with their lease.
         if settings.storage.path is not None:
-            held.enter_context(serve_lock(settings.storage.path))
+            app[SOLE_KEY] = held.enter_context(serve_lock(settings.storage.path))
         listener = held.enter_context(
             await front.listen_socket(settings.webhook.host, settings.webhook.port)
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 
+import sqlite_utils
 from aiohttp import web
 
 from worker.clock import utc_now
@@ -36,9 +37,11 @@ from worker.service.keys import (
     PROCESSOR_KEY,
     READY_CHECKS_KEY,
     SETTINGS_KEY,
+    SOLE_KEY,
     STORE_KEY,
 )
 from worker.service.runtime import Runtime
+from worker.store import actions, alerts, leases
 from worker.store.meta import set_meta
 from worker.store.pgstore import store_for
 from worker.track.processor import Processor, Reactor
@@ -109,6 +112,7 @@ def build_app(
     app[READY_CHECKS_KEY] = checks
     app[LIVENESS_KEY] = []
     app[LIMITS_KEY] = limits
+    app[SOLE_KEY] = False
     ingress = Ingress(settings.webhook, store, metrics, wake=processor.wake, ready_checks=checks)
     ingress.add_routes(app)
     app[INGRESS_KEY] = ingress
@@ -129,7 +133,7 @@ def _acting_ctx(runtime: Runtime) -> CleanupCtx:
         processor.after_commit.append(outbox.wake)
         await runtime.start_outbox()
         # poll: what webhooks missed, through the same entry point as the outbox's facts
-        runtime.start_polls(
+        await runtime.start_polls(
             processor.observe_fact, processor.after_commit, processor.abnormal_hints
         )
         # service: SIGHUP reload, and the watchdog while every liveness check holds
@@ -145,12 +149,24 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     store = app[STORE_KEY]
     await store.open()
     await store.write(lambda db: set_meta(db, "started_at", utc_now()))
+    if app[SOLE_KEY]:
+        released = await store.write(_forget_claims)
+        if released:
+            log.info("claims of stopped instances released", actions=released)
     log.info("store open", path=store.where, synchronous=store.synchronous)
     yield
     with contextlib.suppress(StorageError):  # the store may be what failed
         await store.write(lambda db: set_meta(db, "stopped_at", utc_now()))
     await store.close()
     log.info("store closed")
+
+
+def _forget_claims(db: sqlite_utils.Database) -> int:
+    """No other instance runs: the actions, alert sends and leases they held are free now, not
+    once their leases lapse (a restart after a crash resumes at once)."""
+    leases.clear_leases(db)
+    alerts.release_claims(db)
+    return actions.release_claims(db)
 
 
 async def _processor_ctx(app: web.Application) -> AsyncIterator[None]:

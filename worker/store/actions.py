@@ -158,33 +158,81 @@ def alert_queued(
     return queued is not None
 
 
-def next_due_at(db: sqlite_utils.Database) -> str | None:
-    """The earliest next_attempt_at of a pending or running row (None when there is none)."""
+# A row is free to claim when pending and due, or running under a claim that has lapsed (its
+# instance died), that no one holds (before claims were recorded, or released at a sole start),
+# or that is the caller's own (left by a run the caller cancelled).
+_CLAIMABLE = (
+    "((status='pending' AND next_attempt_at <= ?) OR (status='running' AND"
+    " (lease_until IS NULL OR lease_until < ? OR claimed_by = ?)))"
+)
+
+
+def next_due_at(db: sqlite_utils.Database, instance: str = "") -> str | None:
+    """The earliest time a pending or running row may be claimed by `instance`: its
+    next_attempt_at, or when another instance's claim on it lapses (None: no such row)."""
     first = db.execute(
-        "SELECT MIN(next_attempt_at) FROM actions WHERE status IN ('pending','running')"
+        "SELECT MIN(CASE WHEN status='running' AND lease_until IS NOT NULL AND claimed_by != ?"
+        " THEN lease_until ELSE next_attempt_at END)"
+        " FROM actions WHERE status IN ('pending','running')",
+        [instance],
     ).fetchone()[0]
     return None if first is None else str(first)
 
 
-def due_actions(db: sqlite_utils.Database, now: str) -> list[dict[str, Any]]:
-    """Up to 50 pending or running rows due at `now`, oldest first."""
+def due_actions(
+    db: sqlite_utils.Database, now: str, instance: str = "", due_by: str | None = None
+) -> list[dict[str, Any]]:
+    """Up to 50 rows `instance` may claim at `now` (pending rows due by `due_by`, default
+    `now`), oldest first."""
     return list(
         db.query(
-            "SELECT * FROM actions WHERE status IN ('pending','running')"
-            " AND next_attempt_at <= ? ORDER BY id LIMIT 50",
-            [now],
+            f"SELECT * FROM actions WHERE status IN ('pending','running') AND {_CLAIMABLE}"
+            " ORDER BY id LIMIT 50",
+            [due_by or now, now, instance],
         )
     )
 
 
-def start_action(
-    db: sqlite_utils.Database, action_id: int, transaction_id: str | None
-) -> dict[str, Any] | None:
-    """Mark the row running (one more attempt); the row of the deposit it is about, if any."""
-    db.execute(
-        "UPDATE actions SET status='running', attempts=attempts+1, updated_at=? WHERE id=?",
-        [utc_now(), action_id],
+def claim_action(
+    db: sqlite_utils.Database,
+    action_id: int,
+    *,
+    instance: str,
+    now: str,
+    until: str,
+    due_by: str | None = None,
+) -> bool:
+    """Mark the row running for `instance` until `until` (one more attempt) if it is still
+    free to claim; False when another instance took it or it is no longer due. The row keeps
+    its Idempotency-Key: a claim taken over repeats the same call."""
+    cur = db.execute(
+        "UPDATE actions SET status='running', attempts=attempts+1, claimed_by=?, lease_until=?,"
+        f" updated_at=? WHERE id=? AND {_CLAIMABLE}",
+        [instance, until, now, action_id, due_by or now, now, instance],
     )
+    return int(cur.rowcount) == 1
+
+
+def renew_claim(db: sqlite_utils.Database, action_id: int, instance: str, until: str) -> bool:
+    """Extend `instance`'s claim on a running row; False when it holds it no longer."""
+    cur = db.execute(
+        "UPDATE actions SET lease_until=? WHERE id=? AND status='running' AND claimed_by=?",
+        [until, action_id, instance],
+    )
+    return int(cur.rowcount) == 1
+
+
+def release_claims(db: Db) -> int:
+    """Let any instance take every running row at once (the only instance starting: whoever
+    claimed them is gone); returns how many."""
+    cur = db.execute(
+        "UPDATE actions SET lease_until=NULL WHERE status='running' AND lease_until IS NOT NULL"
+    )
+    return int(cur.rowcount)
+
+
+def deposit_of(db: sqlite_utils.Database, transaction_id: str | None) -> dict[str, Any] | None:
+    """The row of the deposit an action is about, if any."""
     found = list(db.query("SELECT * FROM deposits WHERE transaction_id=?", [transaction_id]))
     return found[0] if found else None
 
@@ -197,14 +245,22 @@ def finish_action(
     outcome: str,
     next_attempt_at: str,
     key: str | None = None,
-) -> None:
-    """Record a row's status and outcome (and its Idempotency-Key, when given)."""
-    sets = "status=?, outcome=?, updated_at=?, next_attempt_at=?"
+    instance: str | None = None,
+) -> bool:
+    """Record a row's status and outcome (and its Idempotency-Key, when given); with
+    `instance`, only while that instance holds the row's claim (False: another took it over)."""
+    sets = "status=?, outcome=?, updated_at=?, next_attempt_at=?, lease_until=NULL"
     args: list[Any] = [status, outcome, utc_now(), next_attempt_at]
     if key is not None:
         sets += ", idempotency_key=?"
         args.append(key)
-    db.execute(f"UPDATE actions SET {sets} WHERE id=?", [*args, action_id])
+    where = "id=?"
+    args.append(action_id)
+    if instance is not None:
+        where += " AND (claimed_by IS NULL OR claimed_by=?)"
+        args.append(instance)
+    cur = db.execute(f"UPDATE actions SET {sets} WHERE {where}", args)
+    return int(cur.rowcount) == 1
 
 
 def deposits_to_resubmit(db: sqlite_utils.Database) -> list[dict[str, Any]]:

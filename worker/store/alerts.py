@@ -22,27 +22,44 @@ def claim_alert(
     condition: str,
     severity: str,
     channel: str,
-) -> str:
-    """Add the channel's alert row unless it exists; its status (`sent`: already taken)."""
+    instance: str = "",
+    now: str | None = None,
+    until: str | None = None,
+) -> bool:
+    """Add the channel's alert row unless it exists, and claim it for `instance` until
+    `until`: False when it was sent already, or another instance is sending it (its claim not
+    lapsed), so that several instances send each (deposit, trigger, rule, channel) once."""
+    now = now or utc_now()
     db.execute(
-        "INSERT OR IGNORE INTO alerts (dedupe_key, transaction_id, condition, severity,"
-        " channel, status, attempts, created_at) VALUES (?,?,?,?,?, 'pending', 0, ?)",
-        [dedupe_key, transaction_id, condition, severity, channel, utc_now()],
+        "INSERT INTO alerts (dedupe_key, transaction_id, condition, severity,"
+        " channel, status, attempts, created_at) VALUES (?,?,?,?,?, 'pending', 0, ?)"
+        " ON CONFLICT (dedupe_key) DO NOTHING",
+        [dedupe_key, transaction_id, condition, severity, channel, now],
     )
-    return str(
-        db.execute("SELECT status FROM alerts WHERE dedupe_key=?", [dedupe_key]).fetchone()[0]
+    cur = db.execute(
+        "UPDATE alerts SET claimed_by=?, lease_until=? WHERE dedupe_key=? AND status != 'sent'"
+        " AND (lease_until IS NULL OR lease_until < ? OR claimed_by = ?)",
+        [instance, until or now, dedupe_key, now, instance],
     )
+    return int(cur.rowcount) == 1
 
 
 def record_send(
     db: sqlite_utils.Database, dedupe_key: str, *, status: str, error: str | None
 ) -> None:
-    """Record one send to a channel: its status, one more attempt, the error or the time sent."""
+    """Record one send to a channel: its status, one more attempt, the error or the time sent;
+    the claim ends."""
     db.execute(
-        "UPDATE alerts SET status=?, attempts=attempts+1, last_error=?, sent_at=?"
-        " WHERE dedupe_key=?",
+        "UPDATE alerts SET status=?, attempts=attempts+1, last_error=?, sent_at=?,"
+        " lease_until=NULL WHERE dedupe_key=?",
         [status, error, None if error is not None else utc_now(), dedupe_key],
     )
+
+
+def release_claims(db: Db) -> int:
+    """Let any instance send every claimed alert at once (the only instance starting)."""
+    cur = db.execute("UPDATE alerts SET lease_until=NULL WHERE lease_until IS NOT NULL")
+    return int(cur.rowcount)
 
 
 # --- reads and commands outside the outbox ---

@@ -196,6 +196,20 @@ def _migrate_operator_actions(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS operator_actions_subject ON operator_actions (subject)")
 
 
+def _migrate_instances(db: sqlite_utils.Database) -> None:
+    # Several instances on one database: named leases (the scheduler's leader), and who runs
+    # an action row or sends an alert to a channel until when (a claim another instance takes
+    # over once it expires, with the row's same Idempotency-Key).
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL,"
+        " expires_at TEXT NOT NULL, acquired_at TEXT NOT NULL)"
+    )
+    db.execute("ALTER TABLE actions ADD COLUMN claimed_by TEXT")
+    db.execute("ALTER TABLE actions ADD COLUMN lease_until TEXT")
+    db.execute("ALTER TABLE alerts ADD COLUMN claimed_by TEXT")
+    db.execute("ALTER TABLE alerts ADD COLUMN lease_until TEXT")
+
+
 # Append only.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_v1,
@@ -204,5 +218,6 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_findings_and_abnormal,
     _migrate_orders,
     _migrate_operator_actions,
+    _migrate_instances,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

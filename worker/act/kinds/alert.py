@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlite_utils
 
+from worker import clock
 from worker.act.kinds.base import Kind, Recording, RunnerDeps
 from worker.act.rows import ActionRows, backoff, enqueue_alert
 from worker.config.yamlkeys import known
@@ -175,7 +176,7 @@ class AlertSender:
             return
         todo = await self._store.write(lambda db: self._claim(db, claim, channels))
         if not todo:
-            await self._rows.finish(action_id, "done", "already sent")
+            await self._rows.finish(action_id, "done", "already sent (or being sent)")
             return
         # One attempt per pass: a channel that answers 429 (Retry-After) or is down must not
         # hold the pass (and its lock) in a sleep while submissions wait and SIGTERM cannot end
@@ -203,22 +204,27 @@ class AlertSender:
         )
         return _Claim(alert, condition, tx, scope)
 
-    @staticmethod
-    def _claim(db: sqlite_utils.Database, claim: _Claim, channels: Sequence[str]) -> list[str]:
-        """The channels that have not taken the alert yet (each claimed in `alerts`)."""
-        todo = []
-        for channel in channels:
-            status = stored.claim_alert(
+    def _claim(
+        self, db: sqlite_utils.Database, claim: _Claim, channels: Sequence[str]
+    ) -> list[str]:
+        """The channels that have not taken the alert yet, each claimed in `alerts` for this
+        instance (a channel another instance is sending to is left to it)."""
+        now = clock.now_ms()
+        return [
+            channel
+            for channel in channels
+            if stored.claim_alert(
                 db,
                 claim.dedupe(channel),
                 transaction_id=claim.transaction_id,
                 condition=claim.condition,
                 severity=claim.alert.severity,
                 channel=channel,
+                instance=self._rows.instance or "",
+                now=clock.iso_from_ms(now),
+                until=clock.iso_from_ms(now + round(self._rows.lease_s * 1000)),
             )
-            if status != "sent":
-                todo.append(channel)
-        return todo
+        ]
 
     async def _record(
         self,

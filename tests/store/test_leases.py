@@ -1,0 +1,137 @@
+"""Leases and claims shared by several instances: one winner, taken over once lapsed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import sqlite_utils
+
+from worker.store import actions, alerts, leases
+from worker.store.writer import Store
+
+T0, T1, T2, T3 = (f"2026-01-01T00:00:0{n}.000Z" for n in range(4))
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = Store(tmp_path / "d.db")
+    await s.open()
+    yield s
+    await s.close()
+
+
+async def test_a_lease_has_one_holder_until_it_lapses(store: Store) -> None:
+    """The first instance holds the lease; another gets it only once it lapsed; renewing keeps
+    the time it was taken; a release frees it at once."""
+
+    async def take(holder: str, now: str, until: str) -> leases.Lease:
+        return await store.write(
+            lambda db: leases.acquire(db, "scheduler", holder, now=now, until=until)
+        )
+
+    async def release(holder: str) -> bool:
+        return await store.write(lambda db: leases.release(db, "scheduler", holder))
+
+    t4, t5, t6, t7 = (f"2026-01-01T00:00:0{n}.000Z" for n in range(4, 8))
+    assert (await take("a", T0, T2)).holder == "a"
+    assert (await take("b", T1, T3)).holder == "a"  # a's lease runs until T2
+    renewed = await take("a", T1, T3)
+    assert (renewed.holder, renewed.acquired_at, renewed.expires_at) == ("a", T0, T3)
+    over = await take("b", t4, t6)
+    assert (over.holder, over.acquired_at) == ("b", t4)
+    assert (await take("a", t5, t7)).holder == "b"
+    assert await release("a") is False
+    assert await release("b") is True
+    assert (await take("a", t5, t7)).holder == "a"
+
+
+def _action(db: sqlite_utils.Database) -> int:
+    return actions.insert_action(
+        db,
+        transaction_id="tx-1",
+        event_id="e-1",
+        trigger="needs_details",
+        rule_set=None,
+        rule_set_version=None,
+        rule=None,
+        action="submit_profile",
+        params=json.dumps({}),
+        idempotency_key="key-1",
+        status="pending",
+        outcome=None,
+    )
+
+
+async def test_an_action_is_claimed_once_and_taken_over_with_its_key_once_lapsed(
+    store: Store,
+) -> None:
+    """One instance claims a due row; the other cannot until the claim lapses, then runs it as
+    the same row (same Idempotency-Key, one more attempt); the first can no longer record."""
+    action_id = await store.write(_action)
+    now = "9000-01-01T00:00:00.000Z"  # the row is due
+    later = "9000-01-01T00:01:00.000Z"
+
+    def claim(db: sqlite_utils.Database, who: str, at: str, until: str) -> bool:
+        return actions.claim_action(db, action_id, instance=who, now=at, until=until)
+
+    assert await store.write(lambda db: claim(db, "a", now, later))
+    assert not await store.write(lambda db: claim(db, "b", now, later))
+    assert [r["id"] for r in await store.read(lambda db: actions.due_actions(db, now, "b"))] == []
+    assert await store.read(lambda db: actions.next_due_at(db, "b")) == later
+    after = "9000-01-01T00:01:00.001Z"
+    assert await store.write(lambda db: claim(db, "b", after, "9000-01-01T00:02:00.000Z"))
+    row = (await store.read(lambda db: actions.actions_of(db, "tx-1")))[0]
+    assert (row["claimed_by"], row["attempts"], row["idempotency_key"]) == ("b", 2, "key-1")
+
+    def finish(db: sqlite_utils.Database, who: str) -> bool:
+        return actions.finish_action(
+            db, action_id, status="done", outcome="ok", next_attempt_at=after, instance=who
+        )
+
+    assert not await store.write(lambda db: finish(db, "a"))
+    assert await store.write(lambda db: finish(db, "b"))
+    assert not await store.write(lambda db: claim(db, "a", "9999-01-01T00:00:00.000Z", later))
+
+
+async def test_an_alert_channel_is_claimed_by_one_instance_and_sent_once(store: Store) -> None:
+    """Two instances sending the same alert: one claims the channel; once sent, nobody does;
+    a claim of an instance that died lapses and the other sends it."""
+
+    def claim(db: sqlite_utils.Database, key: str, who: str, now: str, until: str) -> bool:
+        return alerts.claim_alert(
+            db,
+            key,
+            transaction_id="tx-1",
+            condition="rejected",
+            severity="warning",
+            channel="slack",
+            instance=who,
+            now=now,
+            until=until,
+        )
+
+    assert await store.write(lambda db: claim(db, "k1", "a", T0, T2))
+    assert not await store.write(lambda db: claim(db, "k1", "b", T1, T3))
+    await store.write(lambda db: alerts.record_send(db, "k1", status="sent", error=None))
+    assert not await store.write(lambda db: claim(db, "k1", "b", T3, T3))
+    assert await store.write(lambda db: claim(db, "k2", "a", T0, T1))
+    assert await store.write(lambda db: claim(db, "k2", "b", T2, T3))  # a's claim lapsed
+
+
+async def test_the_only_instance_starting_releases_every_claim(store: Store) -> None:
+    """Claims and leases of instances gone are released at once by the sole instance."""
+    action_id = await store.write(_action)
+    due, far = "9000-01-01T00:00:00.000Z", "9999-01-01T00:00:00.000Z"
+    assert await store.write(
+        lambda db: actions.claim_action(db, action_id, instance="gone", now=due, until=far)
+    )
+    await store.write(lambda db: leases.acquire(db, "scheduler", "gone", now=T0, until=far))
+    assert await store.write(actions.release_claims) == 1
+    await store.write(leases.clear_leases)
+    assert await store.write(
+        lambda db: actions.claim_action(db, action_id, instance="new", now=due, until=far)
+    )
+    assert await store.read(lambda db: leases.get_lease(db, "scheduler")) is None
