@@ -8,6 +8,7 @@ functions as `depositd replay` and `retry-failed`; the outbox and the processor 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -43,14 +44,25 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/deposits/{tx}/refresh", refresh)
 
 
+# A path of this console (and its query): no scheme, no host, no "//" or "/\\" start, no
+# whitespace or control character (browsers drop tabs and newlines: "/\t/evil" is "//evil").
+_BACK = re.compile(r"/(?![/\\])[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*")
+
+
+def safe_back(raw: str) -> str:
+    """Where to go back to after an action: the posted path if it is one of this console's,
+    else the overview (never another site, never a header break)."""
+    return raw if _BACK.fullmatch(raw) else "/"
+
+
 async def _form(request: web.Request) -> tuple[str, str]:
-    """(note, where to go back to) of a posted form."""
+    """(note, where to go back to) of a posted form; a note over `MAX_NOTE` characters is
+    refused (400) rather than recorded cut."""
     form = await request.post()
-    note = str(form.get("note", "")).strip()[:MAX_NOTE]
-    back = str(form.get("back", "/"))
-    if not back.startswith("/") or back.startswith("//") or "\\" in back:
-        back = "/"
-    return note, back
+    note = str(form.get("note", "")).strip()
+    if len(note) > MAX_NOTE:
+        raise web.HTTPBadRequest(text=f"a note is at most {MAX_NOTE} characters")
+    return note, safe_back(str(form.get("back", "/")))
 
 
 def _who(request: web.Request) -> str:
@@ -168,6 +180,8 @@ async def reconcile(request: web.Request) -> web.StreamResponse:
         day = dt.date.fromisoformat(str(form.get("day", "")))
     except ValueError:
         raise web.HTTPBadRequest(text="day must be YYYY-MM-DD") from None
+    if day > dt.datetime.now(dt.UTC).date():
+        raise web.HTTPBadRequest(text=f"{day.isoformat()} has not begun yet (UTC)")
     try:
         outcome = await console.ops.reconcile(day)
     except ProviderError as exc:

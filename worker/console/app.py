@@ -18,7 +18,7 @@ from aiohttp import web
 from worker.config.settings import ConsoleSettings
 from worker.console import actions, pages
 from worker.console.auth import guard, security_headers
-from worker.console.queries import age, utc
+from worker.console.queries import age, path_segment, utc
 from worker.console.state import CONSOLE, Console, Operations
 from worker.logs import get_logger
 from worker.store.writer import Store
@@ -49,6 +49,7 @@ def build_console(
     )
     env.filters["utc"] = utc
     env.filters["age"] = age
+    env.filters["seg"] = path_segment
     pages.add_routes(app)
     actions.add_routes(app)
     app.router.add_static("/static/", STATIC, append_version=True)

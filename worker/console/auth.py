@@ -8,8 +8,10 @@ Sessions live in memory (a restart means logging in again). The token is read fr
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +19,16 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from worker.errors import StorageError
+from worker.logs import get_logger
+
+log = get_logger(__name__)
+
 SESSION_COOKIE = "depositd_console"
 LOGIN_COOKIE = "depositd_login"  # the login form's CSRF value (double submit, before a session)
 FREE_FAILURES = 5  # wrong tokens from one address before each further try waits
 MAX_WAIT_S = 300.0
+MAX_ADDRESSES = 4096  # addresses the throttle remembers (the least recent are forgotten)
 OPEN_PATHS = ("/login", "/static/")
 
 
@@ -77,27 +85,49 @@ class Sessions:
 
 @dataclass
 class Throttle:
-    """Wrong tokens per remote address: after `FREE_FAILURES`, each try waits longer."""
+    """Wrong tokens per remote address: after `FREE_FAILURES`, each try waits longer.
+
+    IPv6 addresses count by their /64 (one host usually holds the whole prefix), and at most
+    `MAX_ADDRESSES` are remembered, the least recently failing forgotten first, so a flood of
+    addresses cannot grow the process without bound."""
 
     clock: Callable[[], float] = time.monotonic
-    _by_address: dict[str, _Failures] = field(default_factory=dict)
+    _by_address: OrderedDict[str, _Failures] = field(default_factory=OrderedDict)
 
     def wait_s(self, address: str) -> float:
         """Seconds this address must still wait before its next try (0: may try now)."""
-        failures = self._by_address.get(address)
+        failures = self._by_address.get(throttle_key(address))
         return 0.0 if failures is None else max(0.0, failures.not_before - self.clock())
 
     def failed(self, address: str) -> None:
         """One wrong token from `address`."""
-        failures = self._by_address.setdefault(address, _Failures())
+        key = throttle_key(address)
+        failures = self._by_address.pop(key, None) or _Failures()
+        self._by_address[key] = failures  # now the most recent
+        while len(self._by_address) > MAX_ADDRESSES:
+            self._by_address.popitem(last=False)
         failures.count += 1
         over = failures.count - FREE_FAILURES
         if over >= 0:
-            failures.not_before = self.clock() + min(MAX_WAIT_S, 2.0**over)
+            failures.not_before = self.clock() + min(MAX_WAIT_S, 2.0 ** min(over, 16))
 
     def succeeded(self, address: str) -> None:
         """A right token: the address starts afresh."""
-        self._by_address.pop(address, None)
+        self._by_address.pop(throttle_key(address), None)
+
+    def __len__(self) -> int:
+        return len(self._by_address)
+
+
+def throttle_key(address: str) -> str:
+    """What the throttle counts by: an IPv4 address, or an IPv6 address's /64."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None:
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip.ipv4_mapped or ip) if isinstance(ip, ipaddress.IPv6Address) else str(ip)
 
 
 def token_matches(given: str, token_file: Path) -> bool:
@@ -156,6 +186,13 @@ def guard(
         except web.HTTPException as exc:
             exc.headers.update(headers)
             raise
+        except StorageError as exc:
+            # The store is closed or failing (serve stopping): say so, headers and all.
+            log.error("console store unavailable", path=request.path, error=str(exc))
+            response = web.Response(status=503, text="the store is not available; try again")
+        except Exception:  # any other fault: logged, never shown
+            log.exception("console request failed", path=request.path)
+            response = web.Response(status=500, text="internal error (see the log)")
         response.headers.update(headers)
         return response
 
@@ -195,3 +232,9 @@ def set_session_cookie(
         samesite="Strict",
         secure=request.secure,
     )
+
+
+def clear_cookie(response: web.StreamResponse, request: web.Request, name: str, path: str) -> None:
+    """Remove a cookie, with the same flags as when it was set (HttpOnly, SameSite=Strict,
+    Secure over https): every Set-Cookie of the console carries them."""
+    response.del_cookie(name, path=path, httponly=True, samesite="Strict", secure=request.secure)
