@@ -5,6 +5,7 @@ would answer without the security headers."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import re
 from collections.abc import Awaitable, Callable
@@ -225,3 +226,20 @@ async def test_a_fault_answers_without_detail_and_with_the_headers() -> None:
         text = await answer.text()
         assert answer.status == 500 and answer.headers["X-Frame-Options"] == "DENY"
         assert "secret-detail" not in text and "Traceback" not in text
+
+
+async def test_a_double_click_reconciles_a_day_once(start_stack: MakeStack) -> None:
+    """Two requests to reconcile the same day at once: one runs, the other is refused (409)
+    and recorded as refused."""
+    stack = await start_stack(console=True, scheduler=False)
+    stack.sandbox.set_fault("settlement", "latency", count=None, latency_s=0.5)
+    yesterday = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
+    async with _client() as session:
+        csrf, _ = await _login(session, stack)
+        form = {"csrf": csrf, "day": yesterday, "note": "twice"}
+        first, second = await asyncio.gather(
+            _post(session, stack, "/reconcile", form), _post(session, stack, "/reconcile", form)
+        )
+    assert sorted([first.status, second.status]) == [303, 409]
+    outcomes = [r["outcome"] for r in await _recorded(stack)]
+    assert len(outcomes) == 2 and "refused: already running" in outcomes

@@ -7,9 +7,10 @@ functions as `depositd replay` and `retry-failed`; the outbox and the processor 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import sqlite_utils
@@ -182,12 +183,31 @@ async def reconcile(request: web.Request) -> web.StreamResponse:
         raise web.HTTPBadRequest(text="day must be YYYY-MM-DD") from None
     if day > dt.datetime.now(dt.UTC).date():
         raise web.HTTPBadRequest(text=f"{day.isoformat()} has not begun yet (UTC)")
-    try:
-        outcome = await console.ops.reconcile(day)
-    except ProviderError as exc:
-        outcome = f"failed: {exc}"
-    await _record(request, "reconcile", f"day#{day.isoformat()}", note, outcome)
+    subject = f"day#{day.isoformat()}"
+    with _once(console, f"reconcile:{day.isoformat()}") as first:
+        if not first:
+            await _record(request, "reconcile", subject, note, "refused: already running")
+            raise web.HTTPConflict(text=f"{day.isoformat()} is being reconciled already")
+        try:
+            outcome = await console.ops.reconcile(day)
+        except ProviderError as exc:
+            outcome = f"failed: {exc}"
+    await _record(request, "reconcile", subject, note, outcome)
     raise web.HTTPSeeOther(back)
+
+
+@contextlib.contextmanager
+def _once(console: Console, what: str) -> Iterator[bool]:
+    """True (and `what` marked running until the block ends) when `what` is not running yet;
+    False when it is: the caller refuses the second request."""
+    if what in console.running:
+        yield False
+        return
+    console.running.add(what)
+    try:
+        yield True
+    finally:
+        console.running.discard(what)
 
 
 async def refresh(request: web.Request) -> web.StreamResponse:

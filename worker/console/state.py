@@ -46,6 +46,9 @@ class Console:
         self.sessions = Sessions(settings.session_ttl_s)
         self.throttle = Throttle()
         self.hosted_origin = origin_of(settings.hosted_url) if settings.hosted_url else None
+        # What is being run for an operator now ("reconcile:DAY", "detail:TX"): a second
+        # request for the same (a double click, a second tab) is refused, not run twice.
+        self.running: set[str] = set()
 
 
 CONSOLE = web.AppKey("console", Console)
