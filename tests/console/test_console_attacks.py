@@ -243,3 +243,24 @@ async def test_a_double_click_reconciles_a_day_once(start_stack: MakeStack) -> N
     assert sorted([first.status, second.status]) == [303, 409]
     outcomes = [r["outcome"] for r in await _recorded(stack)]
     assert len(outcomes) == 2 and "refused: already running" in outcomes
+
+
+async def test_the_operator_name_is_recorded_without_control_characters(
+    start_stack: MakeStack,
+) -> None:
+    """A name typed with a line break or a terminal escape is recorded printable only."""
+    stack = await start_stack(console=True, scheduler=False)
+    yesterday = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
+    async with _client() as session:
+        async with session.get(stack.console_url + "/login") as answer:
+            found = re.search(r'name="csrf" value="([^"]+)"', await answer.text())
+        assert found
+        login = {"csrf": found.group(1), "token": stack.console_token}
+        login["operator"] = "ana\r\nforged line\x1b[31m"
+        async with session.post(stack.console_url + "/login", data=login) as answer:
+            html = await answer.text()
+        csrf = re.search(r'name="csrf" value="([^"]+)"', html)
+        assert csrf
+        await _post(session, stack, "/reconcile", {"csrf": csrf.group(1), "day": yesterday})
+    (row,) = await _recorded(stack)
+    assert row["remote"] == "anaforged line[31m@127.0.0.1"

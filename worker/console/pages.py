@@ -122,7 +122,7 @@ async def login(request: web.Request) -> web.StreamResponse:
         log.warning("console login refused", remote=address)
         return await login_form(request, error="Wrong token.", status=401)
     console.throttle.succeeded(address)
-    operator = str(form.get("operator", "")).strip()[:40] or "console"
+    operator = operator_name(str(form.get("operator", "")))
     # A session the browser held before is ended: a login always gets a fresh id.
     console.sessions.end(request.cookies.get(SESSION_COOKIE))
     sid, _ = console.sessions.create(operator)
@@ -131,6 +131,12 @@ async def login(request: web.Request) -> web.StreamResponse:
     set_session_cookie(response, request, sid, console.settings.session_ttl_s)
     clear_cookie(response, request, LOGIN_COOKIE, "/login")
     return response
+
+
+def operator_name(raw: str) -> str:
+    """The name typed at login as recorded with every action: printable characters only (no
+    line break or terminal escape reaches a log line or a record), at most 40."""
+    return "".join(c for c in raw if c.isprintable()).strip()[:40] or "console"
 
 
 async def logout(request: web.Request) -> web.StreamResponse:
