@@ -25,7 +25,9 @@ from worker.console.app import build_console
 from worker.console.auth import FREE_FAILURES, MAX_ADDRESSES, Sessions, Throttle, guard
 from worker.dev.harness import Stack
 from worker.errors import StorageError
+from worker.store import findings as findings_store
 from worker.store import operator as operator_store
+from worker.store.findings import Finding
 
 MakeStack = Callable[..., Awaitable[Stack]]
 
@@ -264,3 +266,24 @@ async def test_the_operator_name_is_recorded_without_control_characters(
         await _post(session, stack, "/reconcile", {"csrf": csrf.group(1), "day": yesterday})
     (row,) = await _recorded(stack)
     assert row["remote"] == "anaforged line[31m@127.0.0.1"
+
+
+async def test_a_second_acknowledgement_does_not_replace_the_first(
+    start_stack: MakeStack,
+) -> None:
+    """A finding acknowledged already keeps who, when and why; the second try is refused (409)
+    and recorded as refused."""
+    stack = await start_stack(console=True, scheduler=False)
+    finding = Finding(day="2026-01-02", kind="extra", subject="0xnotbooked", report_amount="1")
+    (finding_id,) = await stack.store.write(
+        lambda db: findings_store.save_findings(db, finding.day, [finding], "2026-01-03T00:00:00Z")
+    )
+    async with _client() as session:
+        csrf, _ = await _login(session, stack)
+        path = f"/findings/{finding_id}/ack"
+        assert (await _post(session, stack, path, {"csrf": csrf, "note": "first"})).status == 303
+        assert (await _post(session, stack, path, {"csrf": csrf, "note": "second"})).status == 409
+    row = await stack.store.read(lambda db: findings_store.get_finding(db, finding_id))
+    assert row is not None and row["note"] == "first"
+    outcomes = [r["outcome"] for r in await _recorded(stack)]
+    assert outcomes == ["refused: acknowledged already by ana", "acknowledged"]

@@ -163,12 +163,24 @@ async def acknowledge(request: web.Request) -> web.StreamResponse:
     if not note:
         raise web.HTTPBadRequest(text="an acknowledgement needs a note")
     by = _who(request)
-    done = await console.store.write(
-        lambda db: finding_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now())
-    )
-    if not done:
+
+    def job(db: sqlite_utils.Database) -> str | None:
+        # An acknowledgement stands: a second one (double click, second tab) does not replace
+        # who acknowledged, when and why.
+        finding = finding_store.get_finding(db, finding_id)
+        if finding is None:
+            return None
+        if finding.get("acknowledged_at"):
+            return f"refused: acknowledged already by {finding.get('acknowledged_by')}"
+        finding_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now())
+        return "acknowledged"
+
+    outcome = await console.store.write(job)
+    if outcome is None:
         raise web.HTTPNotFound(text=f"no finding {finding_id}")
-    await _record(request, "ack_finding", f"finding#{finding_id}", note, "acknowledged")
+    await _record(request, "ack_finding", f"finding#{finding_id}", note, outcome)
+    if outcome != "acknowledged":
+        raise web.HTTPConflict(text=f"finding {finding_id}: {outcome}")
     raise web.HTTPSeeOther(back)
 
 
