@@ -287,3 +287,18 @@ async def test_a_second_acknowledgement_does_not_replace_the_first(
     assert row is not None and row["note"] == "first"
     outcomes = [r["outcome"] for r in await _recorded(stack)]
     assert outcomes == ["refused: acknowledged already by ana", "acknowledged"]
+
+
+async def test_a_rotated_token_ends_the_sessions_it_opened(start_stack: MakeStack) -> None:
+    """After the token file gets a new token, a session opened with the old one opens nothing
+    (back to the login); the new token logs in."""
+    stack = await start_stack(console=True, scheduler=False)
+    async with _client() as session:
+        await _login(session, stack)
+        stack.console_token = "a-new-token-after-a-leak"
+        stack.console_token_path.write_text(stack.console_token + "\n", encoding="utf-8")
+        async with session.get(stack.console_url + "/", allow_redirects=False) as answer:
+            assert answer.status == 303 and answer.headers["Location"] == "/login"
+        await _login(session, stack)
+        async with session.get(stack.console_url + "/", allow_redirects=False) as answer:
+            assert answer.status == 200

@@ -37,7 +37,9 @@ def build_console(
     """The console app on an open (or soon open) store."""
     console = Console(settings, store, ops, wake_processor)
     app = web.Application(
-        middlewares=[guard(console.sessions, security_headers(console.hosted_origin))],
+        middlewares=[
+            guard(console.sessions, security_headers(console.hosted_origin), console.tokens)
+        ],
         client_max_size=64 * 1024,
     )
     app[CONSOLE] = console

@@ -7,6 +7,7 @@ Sessions live in memory (a restart means logging in again). The token is read fr
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import secrets
@@ -39,6 +40,7 @@ class Session:
     csrf: str
     expires: float
     operator: str
+    token_digest: bytes = b""  # of the token it logged in with: a rotated token ends it
 
 
 @dataclass
@@ -55,11 +57,12 @@ class Sessions:
     clock: Callable[[], float] = time.monotonic
     _by_id: dict[str, Session] = field(default_factory=dict)
 
-    def create(self, operator: str) -> tuple[str, Session]:
+    def create(self, operator: str, token_digest: bytes = b"") -> tuple[str, Session]:
         """A new session: its id (the cookie value) and the session."""
         self._drop_expired()
         sid = secrets.token_urlsafe(32)
-        session = Session(secrets.token_urlsafe(32), self.clock() + self.ttl_s, operator)
+        csrf = secrets.token_urlsafe(32)
+        session = Session(csrf, self.clock() + self.ttl_s, operator, token_digest)
         self._by_id[sid] = session
         return sid, session
 
@@ -130,13 +133,47 @@ def throttle_key(address: str) -> str:
     return str(ip.ipv4_mapped or ip) if isinstance(ip, ipaddress.IPv6Address) else str(ip)
 
 
-def token_matches(given: str, token_file: Path) -> bool:
-    """Whether `given` is the token in `token_file`, compared in constant time; OSError when
-    the file cannot be read."""
-    expected = token_file.read_bytes().decode("utf-8").strip()
-    if not expected:
-        raise OSError(f"{token_file} is empty")
-    return hmac.compare_digest(given.strip().encode(), expected.encode())
+@dataclass
+class TokenFile:
+    """The login token in `console.token_file`, read again whenever the file changes (size,
+    time or inode); only its SHA-256 is kept."""
+
+    path: Path
+    _seen: tuple[int, int, int] | None = None
+    _digest: bytes | None = None
+
+    def digest(self, *, fresh: bool = False) -> bytes:
+        """SHA-256 of the token now in the file (read again when it changed, or always when
+        `fresh`: at login); OSError when it cannot be read or is empty."""
+        st = self.path.stat()
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if fresh or sig != self._seen or self._digest is None:
+            expected = self.path.read_bytes().decode("utf-8").strip()
+            if not expected:
+                raise OSError(f"{self.path} is empty")
+            self._seen, self._digest = sig, _sha256(expected)
+        return self._digest
+
+    def current(self, digest: bytes) -> bool:
+        """Whether `digest` is the digest of the token now in the file (False when it cannot
+        be read): a session of a token since rotated is no longer valid."""
+        try:
+            return hmac.compare_digest(digest, self.digest())
+        except (OSError, UnicodeDecodeError):
+            return False
+
+
+def _sha256(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
+def token_matches(given: str, tokens: TokenFile) -> bytes | None:
+    """The token's digest when `given` is the token in the file, else None; compared in
+    constant time, digests of equal length (the token's length does not show either); OSError
+    when the file cannot be read."""
+    expected = tokens.digest(fresh=True)
+    digest = _sha256(given.strip())
+    return digest if hmac.compare_digest(digest, expected) else None
 
 
 def csrf_ok(given: str | None, expected: str) -> bool:
@@ -174,15 +211,16 @@ SESSION_KEY = web.RequestKey("console_session", Session)  # the session of a log
 
 
 def guard(
-    sessions: Sessions, headers: dict[str, str]
+    sessions: Sessions, headers: dict[str, str], tokens: TokenFile | None = None
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
     """Middleware: headers on every answer; a session for every path but the login and the
-    static files (GET: redirected to /login; else 403); a valid CSRF token on every POST."""
+    static files (GET: redirected to /login; else 403), of the token now in the token file
+    (a rotated token ends the sessions it opened); a valid CSRF token on every POST."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            response = await _guarded(request, handler, sessions)
+            response = await _guarded(request, handler, sessions, tokens)
         except web.HTTPException as exc:
             exc.headers.update(headers)
             raise
@@ -200,11 +238,15 @@ def guard(
 
 
 async def _guarded(
-    request: web.Request, handler: Handler, sessions: Sessions
+    request: web.Request, handler: Handler, sessions: Sessions, tokens: TokenFile | None
 ) -> web.StreamResponse:
     if request.path == "/login" or request.path.startswith("/static/"):
         return await handler(request)
-    session = sessions.get(request.cookies.get(SESSION_COOKIE))
+    sid = request.cookies.get(SESSION_COOKIE)
+    session = sessions.get(sid)
+    if session is not None and tokens is not None and not tokens.current(session.token_digest):
+        sessions.end(sid)
+        session = None
     if session is None:
         if request.method in ("GET", "HEAD"):
             raise web.HTTPSeeOther("/login")

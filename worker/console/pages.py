@@ -113,7 +113,7 @@ async def login(request: web.Request) -> web.StreamResponse:
         response.headers["Retry-After"] = str(max(1, round(wait)))
         return response
     try:
-        right = token_matches(str(form.get("token", "")), console.settings.token_file)
+        right = token_matches(str(form.get("token", "")), console.tokens)
     except (OSError, UnicodeDecodeError) as exc:
         log.error("console token file unreadable", error=type(exc).__name__)
         return await login_form(request, error="The console token cannot be read.", status=503)
@@ -125,7 +125,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     operator = operator_name(str(form.get("operator", "")))
     # A session the browser held before is ended: a login always gets a fresh id.
     console.sessions.end(request.cookies.get(SESSION_COOKIE))
-    sid, _ = console.sessions.create(operator)
+    sid, _ = console.sessions.create(operator, right)
     log.info("console login", remote=address, operator=operator)
     response = web.Response(status=303, headers={"Location": "/"})
     set_session_cookie(response, request, sid, console.settings.session_ttl_s)
