@@ -2,7 +2,8 @@
 headers every answer carries.
 
 Sessions live in memory (a restart means logging in again). The token is read from
-`console.token_file` at every login, so a rotated token needs no restart.
+`console.token_file` at every login, so a rotated token needs no restart, and a session opened
+with a token no longer in the file ends at its next request.
 """
 
 from __future__ import annotations
