@@ -302,3 +302,28 @@ async def test_a_rotated_token_ends_the_sessions_it_opened(start_stack: MakeStac
         await _login(session, stack)
         async with session.get(stack.console_url + "/", allow_redirects=False) as answer:
             assert answer.status == 200
+
+
+async def test_a_change_is_never_left_without_its_record(
+    start_stack: MakeStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the record of an acknowledgement cannot be written, the acknowledgement is not
+    kept either (one transaction); the answer is a 500 without detail."""
+    stack = await start_stack(console=True, scheduler=False)
+    finding = Finding(day="2026-01-02", kind="extra", subject="0xnotbooked", report_amount="1")
+    (finding_id,) = await stack.store.write(
+        lambda db: findings_store.save_findings(db, finding.day, [finding], "2026-01-03T00:00:00Z")
+    )
+
+    def unwritable(*args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("operator_actions unwritable")
+
+    async with _client() as session:
+        csrf, _ = await _login(session, stack)
+        monkeypatch.setattr(operator_store, "record", unwritable)
+        answer = await _post(
+            session, stack, f"/findings/{finding_id}/ack", {"csrf": csrf, "note": "n"}
+        )
+    assert answer.status == 500
+    row = await stack.store.read(lambda db: findings_store.get_finding(db, finding_id))
+    assert row is not None and row["acknowledged_at"] is None

@@ -71,15 +71,43 @@ def _who(request: web.Request) -> str:
     return session.operator
 
 
+def _by(request: web.Request) -> str:
+    return f"{_who(request)}@{request.remote or '-'}"
+
+
 async def _record(request: web.Request, kind: str, subject: str, note: str, outcome: str) -> None:
     console = request.app[CONSOLE]
-    remote = f"{_who(request)}@{request.remote or '-'}"
+    remote = _by(request)
     await console.store.write(
         lambda db: operator_store.record(
             db, kind, subject, note=note, outcome=outcome, remote=remote
         )
     )
     log.info("console action", kind=kind, subject=subject, outcome=outcome, by=remote)
+
+
+async def _change_and_record(
+    request: web.Request,
+    kind: str,
+    subject: str,
+    note: str,
+    job: Callable[[sqlite_utils.Database], str | None],
+) -> str | None:
+    """Run one write job (its outcome; None: no such row) and record it in the same
+    transaction: a change is never left without its record, nor a record without its change."""
+    console: Console = request.app[CONSOLE]
+    remote = _by(request)
+
+    def both(db: sqlite_utils.Database) -> str | None:
+        outcome = job(db)
+        if outcome is not None:
+            operator_store.record(db, kind, subject, note=note, outcome=outcome, remote=remote)
+        return outcome
+
+    outcome = await console.store.write(both)
+    if outcome is not None:
+        log.info("console action", kind=kind, subject=subject, outcome=outcome, by=remote)
+    return outcome
 
 
 async def _requeue(
@@ -92,10 +120,9 @@ async def _requeue(
     the runners."""
     console: Console = request.app[CONSOLE]
     note, back = await _form(request)
-    outcome = await console.store.write(job)
+    outcome = await _change_and_record(request, kind, subject, note, job)
     if outcome is None:
         raise web.HTTPNotFound(text=f"no {subject}")
-    await _record(request, kind, subject, note, outcome)
     console.ops.wake()
     console.wake_processor()
     raise web.HTTPSeeOther(back)
@@ -157,7 +184,6 @@ async def retry_event(request: web.Request) -> web.StreamResponse:
 
 async def acknowledge(request: web.Request) -> web.StreamResponse:
     """Acknowledge one reconciliation finding with a note (required)."""
-    console = request.app[CONSOLE]
     finding_id = int(request.match_info["id"])
     note, back = await _form(request)
     if not note:
@@ -175,10 +201,9 @@ async def acknowledge(request: web.Request) -> web.StreamResponse:
         finding_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now())
         return "acknowledged"
 
-    outcome = await console.store.write(job)
+    outcome = await _change_and_record(request, "ack_finding", f"finding#{finding_id}", note, job)
     if outcome is None:
         raise web.HTTPNotFound(text=f"no finding {finding_id}")
-    await _record(request, "ack_finding", f"finding#{finding_id}", note, outcome)
     if outcome != "acknowledged":
         raise web.HTTPConflict(text=f"finding {finding_id}: {outcome}")
     raise web.HTTPSeeOther(back)
