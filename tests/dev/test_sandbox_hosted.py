@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from html.parser import HTMLParser
 from typing import Any
 
@@ -17,9 +18,11 @@ from structlog.testing import capture_logs
 from yarl import URL
 
 from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
+from worker.dev.sandbox import hosted_html as ui
+from worker.dev.sandbox.records import Order
 from worker.dev.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
 from worker.provider.client import ProviderClient
-from worker.provider.models import WhiteListStatus
+from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
 
 API_KEY, API_SECRET = "sbx-key", "sbx-secret"
 SOURCE = "0x9f8e7d6c5b4a39281706f5e4d3c2b1a098765432"
@@ -344,3 +347,26 @@ async def test_form_for_another_wallets_deposit_is_refused(env: Env) -> None:
     status, refused = await env.post(url, {**filled(page, ENTITY_PAYER), "transactionId": theirs})
     assert status == 404 and "submission-confirmation" not in refused.ids
     assert await env.status_of(theirs) is WhiteListStatus.INIT
+
+
+def test_a_list_link_keeps_the_transaction_id_one_query_value() -> None:
+    """An id holding "&" or "=" cannot add a parameter (another token, another deposit) to the
+    link of the list's row."""
+    order = Order(
+        transaction_id="tx&transactionId=other",
+        transaction_hash="0xabc",
+        wallet_id=1001,
+        wallet_name="main",
+        currency="USDT",
+        network="ETH",
+        amount=Decimal("1"),
+        from_address=SOURCE,
+        to_address="0xdef",
+        status=OrderStatus.SUCCESS,
+        white_list_status=WhiteListStatus.INIT,
+        credit_status=CreditStatus.PENDING,
+        create_time=1,
+        update_time=1,
+    )
+    html = ui.deposit_list([order], "token=t")
+    assert "transactionId=tx%26transactionId%3Dother" in html

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -83,6 +84,11 @@ class ProviderSettings(Section):
     def _url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
+        # Its origin goes into the console's Content-Security-Policy: a host and nothing that
+        # could end the directive or add a source.
+        parts = urlsplit(value)
+        if not parts.hostname or parts.username or any(c in value for c in " \t\r\n;,'\""):
+            raise ValueError("must be an http(s) URL with a host and no spaces, ; , or quotes")
         return value.rstrip("/")
 
 
@@ -282,6 +288,11 @@ class ConsoleSettings(Section):
             return None
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
+        # Its origin goes into the console's Content-Security-Policy: a host and nothing that
+        # could end the directive or add a source.
+        parts = urlsplit(value)
+        if not parts.hostname or parts.username or any(c in value for c in " \t\r\n;,'\""):
+            raise ValueError("must be an http(s) URL with a host and no spaces, ; , or quotes")
         return value.rstrip("/")
 
     @property

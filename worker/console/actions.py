@@ -7,8 +7,10 @@ functions as `depositd replay` and `retry-failed`; the outbox and the processor 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import sqlite_utils
@@ -43,14 +45,25 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/deposits/{tx}/refresh", refresh)
 
 
+# A path of this console (and its query): no scheme, no host, no "//" or "/\\" start, no
+# whitespace or control character (browsers drop tabs and newlines: "/\t/evil" is "//evil").
+_BACK = re.compile(r"/(?![/\\])[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*")
+
+
+def safe_back(raw: str) -> str:
+    """Where to go back to after an action: the posted path if it is one of this console's,
+    else the overview (never another site, never a header break)."""
+    return raw if _BACK.fullmatch(raw) else "/"
+
+
 async def _form(request: web.Request) -> tuple[str, str]:
-    """(note, where to go back to) of a posted form."""
+    """(note, where to go back to) of a posted form; a note over `MAX_NOTE` characters is
+    refused (400) rather than recorded cut."""
     form = await request.post()
-    note = str(form.get("note", "")).strip()[:MAX_NOTE]
-    back = str(form.get("back", "/"))
-    if not back.startswith("/") or back.startswith("//") or "\\" in back:
-        back = "/"
-    return note, back
+    note = str(form.get("note", "")).strip()
+    if len(note) > MAX_NOTE:
+        raise web.HTTPBadRequest(text=f"a note is at most {MAX_NOTE} characters")
+    return note, safe_back(str(form.get("back", "/")))
 
 
 def _who(request: web.Request) -> str:
@@ -58,15 +71,43 @@ def _who(request: web.Request) -> str:
     return session.operator
 
 
+def _by(request: web.Request) -> str:
+    return f"{_who(request)}@{request.remote or '-'}"
+
+
 async def _record(request: web.Request, kind: str, subject: str, note: str, outcome: str) -> None:
     console = request.app[CONSOLE]
-    remote = f"{_who(request)}@{request.remote or '-'}"
+    remote = _by(request)
     await console.store.write(
         lambda db: operator_store.record(
             db, kind, subject, note=note, outcome=outcome, remote=remote
         )
     )
     log.info("console action", kind=kind, subject=subject, outcome=outcome, by=remote)
+
+
+async def _change_and_record(
+    request: web.Request,
+    kind: str,
+    subject: str,
+    note: str,
+    job: Callable[[sqlite_utils.Database], str | None],
+) -> str | None:
+    """Run one write job (its outcome; None: no such row) and record it in the same
+    transaction: a change is never left without its record, nor a record without its change."""
+    console: Console = request.app[CONSOLE]
+    remote = _by(request)
+
+    def both(db: sqlite_utils.Database) -> str | None:
+        outcome = job(db)
+        if outcome is not None:
+            operator_store.record(db, kind, subject, note=note, outcome=outcome, remote=remote)
+        return outcome
+
+    outcome = await console.store.write(both)
+    if outcome is not None:
+        log.info("console action", kind=kind, subject=subject, outcome=outcome, by=remote)
+    return outcome
 
 
 async def _requeue(
@@ -79,10 +120,9 @@ async def _requeue(
     the runners."""
     console: Console = request.app[CONSOLE]
     note, back = await _form(request)
-    outcome = await console.store.write(job)
+    outcome = await _change_and_record(request, kind, subject, note, job)
     if outcome is None:
         raise web.HTTPNotFound(text=f"no {subject}")
-    await _record(request, kind, subject, note, outcome)
     console.ops.wake()
     console.wake_processor()
     raise web.HTTPSeeOther(back)
@@ -144,18 +184,28 @@ async def retry_event(request: web.Request) -> web.StreamResponse:
 
 async def acknowledge(request: web.Request) -> web.StreamResponse:
     """Acknowledge one reconciliation finding with a note (required)."""
-    console = request.app[CONSOLE]
     finding_id = int(request.match_info["id"])
     note, back = await _form(request)
     if not note:
         raise web.HTTPBadRequest(text="an acknowledgement needs a note")
     by = _who(request)
-    done = await console.store.write(
-        lambda db: finding_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now())
-    )
-    if not done:
+
+    def job(db: sqlite_utils.Database) -> str | None:
+        # An acknowledgement stands: a second one (double click, second tab) does not replace
+        # who acknowledged, when and why.
+        finding = finding_store.get_finding(db, finding_id)
+        if finding is None:
+            return None
+        if finding.get("acknowledged_at"):
+            return f"refused: acknowledged already by {finding.get('acknowledged_by')}"
+        finding_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now())
+        return "acknowledged"
+
+    outcome = await _change_and_record(request, "ack_finding", f"finding#{finding_id}", note, job)
+    if outcome is None:
         raise web.HTTPNotFound(text=f"no finding {finding_id}")
-    await _record(request, "ack_finding", f"finding#{finding_id}", note, "acknowledged")
+    if outcome != "acknowledged":
+        raise web.HTTPConflict(text=f"finding {finding_id}: {outcome}")
     raise web.HTTPSeeOther(back)
 
 
@@ -168,12 +218,33 @@ async def reconcile(request: web.Request) -> web.StreamResponse:
         day = dt.date.fromisoformat(str(form.get("day", "")))
     except ValueError:
         raise web.HTTPBadRequest(text="day must be YYYY-MM-DD") from None
-    try:
-        outcome = await console.ops.reconcile(day)
-    except ProviderError as exc:
-        outcome = f"failed: {exc}"
-    await _record(request, "reconcile", f"day#{day.isoformat()}", note, outcome)
+    if day > dt.datetime.now(dt.UTC).date():
+        raise web.HTTPBadRequest(text=f"{day.isoformat()} has not begun yet (UTC)")
+    subject = f"day#{day.isoformat()}"
+    with _once(console, f"reconcile:{day.isoformat()}") as first:
+        if not first:
+            await _record(request, "reconcile", subject, note, "refused: already running")
+            raise web.HTTPConflict(text=f"{day.isoformat()} is being reconciled already")
+        try:
+            outcome = await console.ops.reconcile(day)
+        except ProviderError as exc:
+            outcome = f"failed: {exc}"
+    await _record(request, "reconcile", subject, note, outcome)
     raise web.HTTPSeeOther(back)
+
+
+@contextlib.contextmanager
+def _once(console: Console, what: str) -> Iterator[bool]:
+    """True (and `what` marked running until the block ends) when `what` is not running yet;
+    False when it is: the caller refuses the second request."""
+    if what in console.running:
+        yield False
+        return
+    console.running.add(what)
+    try:
+        yield True
+    finally:
+        console.running.discard(what)
 
 
 async def refresh(request: web.Request) -> web.StreamResponse:

@@ -18,7 +18,7 @@ from aiohttp import web
 from worker.config.settings import ConsoleSettings
 from worker.console import actions, pages
 from worker.console.auth import guard, security_headers
-from worker.console.queries import age, utc
+from worker.console.queries import age, path_segment, utc
 from worker.console.state import CONSOLE, Console, Operations
 from worker.logs import get_logger
 from worker.store.writer import Store
@@ -37,7 +37,9 @@ def build_console(
     """The console app on an open (or soon open) store."""
     console = Console(settings, store, ops, wake_processor)
     app = web.Application(
-        middlewares=[guard(console.sessions, security_headers(console.hosted_origin))],
+        middlewares=[
+            guard(console.sessions, security_headers(console.hosted_origin), console.tokens)
+        ],
         client_max_size=64 * 1024,
     )
     app[CONSOLE] = console
@@ -49,6 +51,7 @@ def build_console(
     )
     env.filters["utc"] = utc
     env.filters["age"] = age
+    env.filters["seg"] = path_segment
     pages.add_routes(app)
     actions.add_routes(app)
     app.router.add_static("/static/", STATIC, append_version=True)

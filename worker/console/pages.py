@@ -17,6 +17,7 @@ from worker.console.auth import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
     SESSION_KEY,
+    clear_cookie,
     csrf_ok,
     origin_of,
     set_session_cookie,
@@ -112,7 +113,7 @@ async def login(request: web.Request) -> web.StreamResponse:
         response.headers["Retry-After"] = str(max(1, round(wait)))
         return response
     try:
-        right = token_matches(str(form.get("token", "")), console.settings.token_file)
+        right = token_matches(str(form.get("token", "")), console.tokens)
     except (OSError, UnicodeDecodeError) as exc:
         log.error("console token file unreadable", error=type(exc).__name__)
         return await login_form(request, error="The console token cannot be read.", status=503)
@@ -121,28 +122,43 @@ async def login(request: web.Request) -> web.StreamResponse:
         log.warning("console login refused", remote=address)
         return await login_form(request, error="Wrong token.", status=401)
     console.throttle.succeeded(address)
-    operator = str(form.get("operator", "")).strip()[:40] or "console"
-    sid, _ = console.sessions.create(operator)
+    operator = operator_name(str(form.get("operator", "")))
+    # A session the browser held before is ended: a login always gets a fresh id.
+    console.sessions.end(request.cookies.get(SESSION_COOKIE))
+    sid, _ = console.sessions.create(operator, right)
     log.info("console login", remote=address, operator=operator)
     response = web.Response(status=303, headers={"Location": "/"})
     set_session_cookie(response, request, sid, console.settings.session_ttl_s)
-    response.del_cookie(LOGIN_COOKIE, path="/login")
+    clear_cookie(response, request, LOGIN_COOKIE, "/login")
     return response
+
+
+def operator_name(raw: str) -> str:
+    """The name typed at login as recorded with every action: printable characters only (no
+    line break or terminal escape reaches a log line or a record), at most 40."""
+    return "".join(c for c in raw if c.isprintable()).strip()[:40] or "console"
 
 
 async def logout(request: web.Request) -> web.StreamResponse:
     """End the session (a POST with the CSRF token, like every change)."""
     request.app[CONSOLE].sessions.end(request.cookies.get(SESSION_COOKIE))
     response = web.Response(status=303, headers={"Location": "/login"})
-    response.del_cookie(SESSION_COOKIE, path="/")
+    clear_cookie(response, request, SESSION_COOKIE, "/")
     return response
 
 
+MAX_PAGE = 100_000  # beyond: 400 (an offset SQLite cannot hold would be a 500)
+
+
 def _page(request: web.Request) -> int:
+    raw = request.query.get("page", "1")
     try:
-        return max(1, int(request.query.get("page", "1")))
+        page = max(1, int(raw)) if len(raw) <= 12 else MAX_PAGE + 1
     except ValueError:
         return 1
+    if page > MAX_PAGE:
+        raise web.HTTPBadRequest(text=f"page must be 1 to {MAX_PAGE}")
+    return page
 
 
 def _paged(rows: list[dict[str, Any]], request: web.Request, page: int) -> dict[str, Any]:
@@ -208,7 +224,7 @@ async def ledger_list(request: web.Request) -> dict[str, Any]:
     """One UTC day of the ledger (today by default)."""
     day = request.query.get("day") or dt.datetime.now(dt.UTC).date().isoformat()
     try:
-        dt.date.fromisoformat(day)
+        day = dt.date.fromisoformat(day).isoformat()
     except ValueError:
         raise web.HTTPBadRequest(text="day must be YYYY-MM-DD") from None
     page = _page(request)

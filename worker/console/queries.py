@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import sqlite_utils
 
@@ -195,3 +196,9 @@ def utc(iso: str | None) -> str:
     except ValueError:
         return str(iso)
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def path_segment(value: object) -> str:
+    """A value (a transactionId, an eventId) as one URL path segment: "/", "?", "#" and the
+    rest percent-encoded, so an id cannot point a link or a form at another path."""
+    return quote(str(value), safe="")

@@ -9,7 +9,7 @@ from typing import Protocol
 from aiohttp import web
 
 from worker.config.settings import ConsoleSettings
-from worker.console.auth import Sessions, Throttle, origin_of
+from worker.console.auth import Sessions, Throttle, TokenFile, origin_of
 from worker.store.writer import Store
 
 
@@ -45,7 +45,11 @@ class Console:
         self.wake_processor = wake_processor
         self.sessions = Sessions(settings.session_ttl_s)
         self.throttle = Throttle()
+        self.tokens = TokenFile(settings.token_file)
         self.hosted_origin = origin_of(settings.hosted_url) if settings.hosted_url else None
+        # What is being run for an operator now ("reconcile:DAY", "detail:TX"): a second
+        # request for the same (a double click, a second tab) is refused, not run twice.
+        self.running: set[str] = set()
 
 
 CONSOLE = web.AppKey("console", Console)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import pycountry
 
@@ -74,12 +75,13 @@ def _deposit_row(o: Order, link_query: str) -> str:
     wls = o.white_list_status.value if o.white_list_status is not None else ""
     label = "details rejected: resubmit" if wls == "rejected" else "details needed"
     tx = h(o.transaction_id)
+    query_tx = h(quote(o.transaction_id, safe=""))  # one query value, whatever the id holds
     return (
         f'<tr id="deposit-{tx}" data-transaction-id="{tx}">'
         f"<td>{h(decimal_str(o.amount))} {h(o.currency)}</td><td>{h(o.network)}</td>"
         f'<td class="mono">{h(o.from_address)}</td>'
         f'<td data-white-list-status="{h(wls)}">{h(label)}</td>'
-        f'<td><a class="deposit-link" href="?{h(link_query)}&amp;transactionId={tx}">'
+        f'<td><a class="deposit-link" href="?{h(link_query)}&amp;transactionId={query_tx}">'
         "Provide details</a></td></tr>"
     )
 
