@@ -17,6 +17,7 @@ from pgcluster import Cluster
 from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
 from worker.config.settings import StorageSettings
+from worker.store.pg import connect
 from worker.store.pgstore import serve_lock, serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +54,28 @@ def test_instances_share_the_lock_and_the_first_one_in_is_alone(storage: Storage
     assert eventually(lambda: serving(storage) is False)
     with serve_lock(storage) as again:
         assert again is True
+
+
+def test_a_lost_lock_session_is_replaced(storage: StorageSettings) -> None:
+    """The server ends the lock's session (a restart, a dropped connection): the instance
+    opens another and holds the lock again, so a serve starting later is not alone."""
+    assert storage.url is not None
+    admin = connect(storage.url)
+    sessions = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'depositd-serve'"
+        " AND datname = current_database()"
+    )
+    try:
+        with serve_lock(storage) as sole:
+            assert sole is True
+            [(old,)] = admin.execute(sessions).fetchall()
+            admin.execute("SELECT pg_terminate_backend(?)", [old])
+            assert eventually(lambda: [r[0] for r in admin.execute(sessions).fetchall()] not in ([], [old]))
+            assert eventually(lambda: serving(storage) is True)
+            with serve_lock(storage) as later:
+                assert later is False
+    finally:
+        admin.close()
 
 
 def test_a_killed_instances_lock_goes_with_its_connection(storage: StorageSettings) -> None:
