@@ -70,7 +70,9 @@ def test_a_lost_lock_session_is_replaced(storage: StorageSettings) -> None:
             assert sole is True
             [(old,)] = admin.execute(sessions).fetchall()
             admin.execute("SELECT pg_terminate_backend(?)", [old])
-            assert eventually(lambda: [r[0] for r in admin.execute(sessions).fetchall()] not in ([], [old]))
+            assert eventually(
+                lambda: [r[0] for r in admin.execute(sessions).fetchall()] not in ([], [old])
+            )
             assert eventually(lambda: serving(storage) is True)
             with serve_lock(storage) as later:
                 assert later is False
@@ -160,8 +162,8 @@ async def test_a_serve_restarted_after_a_kill_leads_at_once(
     tmp_path: Path, storage: StorageSettings, provider_url: str
 ) -> None:
     """A serve killed with SIGKILL while leading, started again: alone on the database, it
-    releases the dead one's lease and leads at once, not a lease (60 s) later; `status` sees
-    it running."""
+    releases the dead one's lease and leads at once, not a lease (60 s) later; `status` says
+    when none runs (an unclean stop) and when one does."""
     port = free_port()
     assert storage.url is not None
     config = _config(tmp_path / "d.yaml", port, provider_url, storage.url)
@@ -172,6 +174,9 @@ async def test_a_serve_restarted_after_a_kill_leads_at_once(
         assert await asyncio.to_thread(eventually, lambda: _leading(first.log) == 1)
         assert await asyncio.to_thread(serving, storage) is True
         assert await first.signal(signal.SIGKILL) == -signal.SIGKILL
+        assert await asyncio.to_thread(eventually, lambda: serving(storage) is False)
+        report = json.loads(await asyncio.to_thread(_status, config))
+        assert (report["running"], report["uncleanStop"]) == (False, True)
         await again.start()
         assert await asyncio.to_thread(eventually, lambda: _leading(again.log) == 1, 15)
         report = json.loads(await asyncio.to_thread(_status, config))
