@@ -296,7 +296,13 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
                 ),
                 "every event processed",
             )
-            # `status` names the leader: the instance left running (its latest life).
+            # `status` names the leader: the instance left running (its latest life), once it
+            # took the lead over from the one killed (the work may be done before that).
+            await until(
+                lambda: any(at > kills["b"][0] for at in leading(a.log)),
+                "a to lead",
+                2 * INTERVAL_S + 5,
+            )
             with connection(db) as conn:
                 leader = status_report(conn, True)["leader"]
             lives = [json.loads(x) for x in a.log.read_text().splitlines() if '"instance"' in x]
