@@ -20,7 +20,8 @@ class StorageError(DepositdError):
 
 
 class AlreadyServing(DepositdError, OSError):
-    """The serve lock of the database (`<database>.lock`) could not be taken, even shared."""
+    """The serve lock of the database (`<database>.lock`, or PostgreSQL's advisory lock) could
+    not be taken, even shared."""
 
 
 class SchemaTooNew(StorageError):

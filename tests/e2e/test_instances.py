@@ -10,13 +10,14 @@ jobs never ran on both instances at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import signal
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
-from contextlib import closing
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,14 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from pgcluster import Cluster
 from pytest_aiohttp import AiohttpServer
 from serveproc import ServeProcess, free_port
 
 from worker.commands.ops import status_report
+from worker.config.settings import StorageSettings
 from worker.dev.sandbox import SANDBOX_KEY, SandboxConfig, create_app
+from worker.store.pgstore import command_connection
 
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY, API_SECRET = "multi-provider-key", "multi-provider-secret"
@@ -51,21 +55,37 @@ INJECTORS, EVERY_S, STREAM_S = 3, 0.4, 12.0
 INTERVAL_S = 1  # the shortest scheduler interval of the instances (the lead's lease)
 
 
-@pytest.fixture(params=["sqlite"])
-def store_config(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
-    """The `storage` block both instances share (one more param per store)."""
-    assert request.param == "sqlite"
-    return {"path": str(tmp_path / "depositd.db")}
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_config(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The `storage` block both instances share: a SQLite file or a PostgreSQL database."""
+    if request.param == "sqlite":
+        yield {"path": str(tmp_path / "depositd.db")}
+        return
+    cluster: Cluster = request.getfixturevalue("pg_cluster")
+    url = cluster.create_database()
+    yield {"url": url}
+    with contextlib.suppress(Exception):
+        cluster.drop_database(url)
 
 
-def rows(path: Path, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    """Rows of a query on the shared SQLite database."""
-    conn = sqlite3.connect(path, timeout=10)
-    conn.row_factory = sqlite3.Row
+@contextmanager
+def connection(storage: Mapping[str, Any]) -> Iterator[Any]:
+    """A command's connection to the shared database (either store), as `status` opens it."""
+    if "url" in storage:
+        conn: Any = command_connection(StorageSettings.model_validate(dict(storage)))
+    else:
+        conn = sqlite3.connect(storage["path"], timeout=10)
+        conn.row_factory = sqlite3.Row
     try:
-        return [dict(r) for r in conn.execute(sql, args).fetchall()]
+        yield conn
     finally:
         conn.close()
+
+
+def rows(storage: Mapping[str, Any], sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    """Rows of a query on the shared database, by column name."""
+    with connection(storage) as conn:
+        return [dict(zip(r.keys(), r, strict=True)) for r in conn.execute(sql, args).fetchall()]
 
 
 async def until(check: Callable[[], bool], what: str, within_s: float = 40) -> None:
@@ -216,7 +236,7 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
     profiles = tmp_path / "profiles.yaml"
     profiles.write_text(PROFILES)
     provider = str(server.make_url("")).rstrip("/")
-    db = Path(store_config["path"])
+    db = store_config
     a, b = (
         ServeProcess(
             serve_config(tmp_path / f"{n}.yaml", port, provider, store_config, profiles),
@@ -276,9 +296,14 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
                 ),
                 "every event processed",
             )
-            # `status` names the leader: the instance left running (its latest life).
-            with closing(sqlite3.connect(db)) as conn:
-                conn.row_factory = sqlite3.Row
+            # `status` names the leader: the instance left running (its latest life), once it
+            # took the lead over from the one killed (the work may be done before that).
+            await until(
+                lambda: any(at > kills["b"][0] for at in leading(a.log)),
+                "a to lead",
+                2 * INTERVAL_S + 5,
+            )
+            with connection(db) as conn:
                 leader = status_report(conn, True)["leader"]
             lives = [json.loads(x) for x in a.log.read_text().splitlines() if '"instance"' in x]
             assert (leader["holder"], leader["current"]) == (lives[-1]["instance"], True)

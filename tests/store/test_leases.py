@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import sqlite_utils
+from stores import StoreMaker
 
 from worker.store import actions, alerts, leases
+from worker.store.pg import PgDatabase, connect
 from worker.store.writer import Store
 
 T0, T1, T2, T3 = (f"2026-01-01T00:00:0{n}.000Z" for n in range(4))
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store(tmp_path / "d.db")
+async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
+    """A store on each engine (the same statements run on SQLite and PostgreSQL)."""
+    s = make_store("d.db")
     await s.open()
     yield s
     await s.close()
@@ -135,3 +140,48 @@ async def test_the_only_instance_starting_releases_every_claim(store: Store) -> 
         lambda db: actions.claim_action(db, action_id, instance="new", now=due, until=far)
     )
     assert await store.read(lambda db: leases.get_lease(db, "scheduler")) is None
+
+
+@pytest.mark.parametrize("engine", ["postgres"])
+async def test_racing_instances_on_postgres_lose_a_claim_without_an_error(
+    make_store: StoreMaker,
+) -> None:
+    """Two instances' transactions claiming the same lease, action and alert at once: the one
+    that waits for the other's commit sees the row taken (a lost claim), never an error."""
+    store = make_store("d.db")
+    await store.open()
+    action_id = await store.write(_action)
+    await store.close()
+    due, until = "9000-01-01T00:00:00.000Z", "9000-01-01T00:01:00.000Z"
+
+    def claims(db: Any, who: str) -> tuple[str, bool, bool]:
+        lease = leases.acquire(db, "scheduler", who, now=due, until=until)
+        action = actions.claim_action(db, action_id, instance=who, now=due, until=until)
+        alert = alerts.claim_alert(
+            db,
+            "k1",
+            transaction_id="tx-1",
+            condition="rejected",
+            severity="warning",
+            channel="slack",
+            instance=who,
+            now=due,
+            until=until,
+        )
+        return lease.holder, action, alert
+
+    first, second = (PgDatabase(connect(make_store.url("d.db"))) for _ in range(2))
+    try:
+        first.execute("BEGIN")  # read committed, as the store's group transaction
+        assert claims(first, "a") == ("a", True, True)
+        with ThreadPoolExecutor(1) as pool:
+            second.execute("BEGIN")
+            waiting = pool.submit(claims, second, "b")  # waits on a's uncommitted rows
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            first.execute("COMMIT")
+            assert waiting.result(10) == ("a", False, False)
+        second.execute("COMMIT")
+    finally:
+        first.close()
+        second.close()

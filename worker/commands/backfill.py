@@ -113,13 +113,15 @@ async def backfill(
     from worker.act.reactor import RuleReactor  # the whole tracking stack: not at start-up
     from worker.poll.catchup import HistoryReader, covered_until
     from worker.provider.client import ProviderClient
+    from worker.store.pgstore import serving as pg_serving
     from worker.store.pgstore import store_for
 
     out = out if out is not None else sys.stdout
     bundle = load_bundle(settings)  # ConfigError: exit 2, nothing read
     reactor = RuleReactor(lambda: bundle.rules, lambda: bundle.profiles)
     s = settings.scheduler
-    running = serving(settings.storage.path) if settings.storage.path is not None else None
+    storage = settings.storage
+    running = serving(storage.path) if storage.path is not None else pg_serving(storage)
     where = "the running serve" if running else "serve at its next start"
     print(f"backfill: actions this records are run by {where}", file=sys.stderr)
     store = store_for(settings.storage)

@@ -230,8 +230,10 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
 def run_status(args: argparse.Namespace) -> int:
     """`depositd status`: from the running service's database."""
     storage = load_settings(args.config).storage
-    # Several instances may share PostgreSQL: no file lock says whether one runs.
-    in_use = serving(storage.path) if storage.path is not None else None
+    from worker.store.pgstore import serving as pg_serving  # psycopg: only when asked
+
+    # SQLite: the serve lock's file; PostgreSQL: the serve lock's advisory lock in pg_locks.
+    in_use = serving(storage.path) if storage.path is not None else pg_serving(storage)
 
     def body(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
         print(json.dumps(status_report(conn, in_use), indent=2), file=out)

@@ -34,6 +34,7 @@ from worker.service.keys import (
 from worker.service.lock import serve_lock
 from worker.service.setup import build_service
 from worker.service.systemd import SystemdNotifier
+from worker.store.pgstore import serve_lock as pg_serve_lock
 
 log = get_logger(__name__)
 
@@ -53,10 +54,12 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
     with contextlib.ExitStack() as held:
         # Before anything runs: the database's serve lock, shared with the other instances (the
         # first one in releases the claims of instances gone), and the port: a second serve on
-        # this port leaves at once, having started nothing. On PostgreSQL there is no such
-        # lock: the claims of an instance gone lapse with their lease.
+        # this port leaves at once, having started nothing. SQLite: a lock on a file next to
+        # the database; PostgreSQL: an advisory lock held by a session of its own.
         if settings.storage.path is not None:
             app[SOLE_KEY] = held.enter_context(serve_lock(settings.storage.path))
+        else:
+            app[SOLE_KEY] = held.enter_context(pg_serve_lock(settings.storage))
         listener = held.enter_context(
             await front.listen_socket(settings.webhook.host, settings.webhook.port)
         )

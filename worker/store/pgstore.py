@@ -13,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 
 from worker.config.settings import StorageSettings
-from worker.errors import StorageError
+from worker.errors import AlreadyServing, StorageError
 from worker.logs import get_logger
 from worker.store.pg import PgConnection, PgDatabase, connect
 from worker.store.writer import (
@@ -41,6 +42,14 @@ T = TypeVar("T")
 
 # pg_advisory_lock key held while migrating: "depositd" in ASCII, as a bigint.
 MIGRATION_LOCK = 0x6465706F73697464
+# The serve lock's key (held shared by every `serve` of the database, see `serve_lock`).
+SERVE_LOCK = MIGRATION_LOCK + 1
+# `status` and a starting serve take the serve lock exclusively for an instant: a serve
+# starting meanwhile tries again.
+_LOCK_TRIES, _LOCK_PAUSE_S = 20, 0.05
+# How often the serve lock's session is looked at (and, lost, opened again).
+LOCK_CHECK_S = 2.0
+_LOCK_STOP_S = 5.0
 _BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -175,7 +184,10 @@ class PgStore(Store):
         try:
             if db.conn.in_transaction:  # left open by a round that failed half-way
                 db.conn.execute("ROLLBACK")
-            db.conn.execute("BEGIN")
+            # Read committed whatever the server's default: a claim that waited for another
+            # instance's commit re-checks its condition on the committed row (a lost claim),
+            # where repeatable read would fail the job with a serialization error.
+            db.conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
         except sqlite3.Error as exc:
             raise StorageError(str(exc)) from exc
         return db, (self._insert_all(db, inserts) if inserts else [])  # type: ignore[arg-type]
@@ -197,6 +209,128 @@ class PgStore(Store):
                 return fn(db)
         except sqlite3.Error as exc:
             raise StorageError(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def serve_lock(storage: StorageSettings) -> Iterator[bool]:
+    """Hold the database's serve lock for the block, shared with the other instances, on a
+    session of its own; yields True when no other `serve` held it at start (this instance is
+    the only one: the claims recorded are of instances gone).
+
+    The lock is an advisory lock of the session: it goes when the session ends, at a clean
+    stop as when the process dies (the server sees the connection close). Tried exclusively
+    first (`pg_try_advisory_lock`): success means no other instance holds it shared; the
+    session then takes it shared and drops the exclusive hold, and others may join. A thread
+    looks at the session every few seconds and, when it was lost (the server restarted, the
+    network dropped it), takes the lock shared again on a new one.
+    """
+    conn = _lock_connection(storage)
+    try:
+        sole = _take_serve_lock(conn, mask_url(storage.url or ""))
+    except BaseException:
+        with contextlib.suppress(psycopg.Error, sqlite3.Error):
+            conn.close()
+        raise
+    keeper = _LockKeeper(storage, conn)
+    keeper.start()
+    try:
+        yield sole
+    finally:
+        keeper.stop()  # closes the session: the server releases its advisory locks
+
+
+class _LockKeeper(threading.Thread):
+    """Keeps the serve lock's session: a lost one is replaced, the lock taken shared again."""
+
+    def __init__(self, storage: StorageSettings, conn: PgConnection) -> None:
+        super().__init__(name="depositd-serve-lock", daemon=True)
+        self.storage, self.conn = storage, conn
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopping.wait(LOCK_CHECK_S):
+            try:
+                self.conn.execute("SELECT 1")
+            except sqlite3.Error as exc:
+                log.warning("serve lock session lost", error=str(exc))
+                self._take_again()
+
+    def _take_again(self) -> None:
+        self._close()
+        while not self._stopping.is_set():
+            try:
+                self.conn = _lock_connection(self.storage)
+                # Waits only while a starting serve holds it exclusively for an instant.
+                self.conn.execute("SELECT pg_advisory_lock_shared(?)", [SERVE_LOCK])
+                log.info("serve lock taken again")
+                return
+            except (StorageError, sqlite3.Error):
+                self._close()
+                self._stopping.wait(LOCK_CHECK_S)
+
+    def _close(self) -> None:
+        with contextlib.suppress(psycopg.Error, sqlite3.Error):
+            self.conn.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(_LOCK_STOP_S)
+        if not self.is_alive():  # else stuck on an unreachable server: the exit ends it
+            self._close()
+
+
+def _lock_connection(storage: StorageSettings) -> PgConnection:
+    assert storage.url is not None
+    password = storage.password.get_secret_value() if storage.password else None
+    try:
+        return connect(storage.url, password=password, application_name="depositd-serve")
+    except sqlite3.Error as exc:
+        raise StorageError(str(exc)) from exc
+
+
+def _take_serve_lock(conn: PgConnection, where: str) -> bool:
+    """The serve lock exclusively then shared (True: no other serve), or shared (False)."""
+    try:
+        for attempt in range(_LOCK_TRIES):
+            if conn.execute("SELECT pg_try_advisory_lock(?)", [SERVE_LOCK]).fetchone()[0]:
+                conn.execute("SELECT pg_advisory_lock_shared(?)", [SERVE_LOCK])
+                conn.execute("SELECT pg_advisory_unlock(?)", [SERVE_LOCK])
+                return True
+            # Shared fails only while someone holds it exclusively for an instant (`status`
+            # looking, another serve starting): try again.
+            if conn.execute("SELECT pg_try_advisory_lock_shared(?)", [SERVE_LOCK]).fetchone()[0]:
+                return False
+            if attempt < _LOCK_TRIES - 1:
+                time.sleep(_LOCK_PAUSE_S)
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot take the serve lock of {where}: {exc}") from exc
+    raise AlreadyServing(f"cannot take the serve lock of {where}")
+
+
+def serving_on(conn: Any) -> bool:
+    """Does a `depositd serve` hold the serve lock of this PostgreSQL database now? Looked
+    up in `pg_locks` (any session may read it), without taking the lock."""
+    row = conn.execute(
+        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND classid = ? AND objid = ? AND objsubid = 1",
+        [SERVE_LOCK >> 32, SERVE_LOCK & 0xFFFFFFFF],
+    ).fetchone()
+    return int(row[0]) > 0
+
+
+def serving(storage: StorageSettings) -> bool | None:
+    """`serving_on` a command's own connection to `storage.url`; None when it cannot look."""
+    try:
+        conn = command_connection(storage)
+    except sqlite3.Error:
+        return None
+    try:
+        return serving_on(conn)
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
 
 
 def store_for(storage: StorageSettings) -> Store:
