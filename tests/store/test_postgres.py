@@ -212,3 +212,22 @@ async def test_every_table_with_a_generated_key_returns_it(pg_url: str) -> None:
         assert key_tables == set(_GENERATED_KEYS)
     finally:
         await store.close()
+
+
+def test_a_deposit_event_held_elsewhere_stops_its_later_ones(pg_url: str) -> None:
+    """While another instance holds one of a deposit's pending events, a batch takes that
+    deposit's events before it and none after it (applied in receive order), and other
+    deposits' events as usual."""
+    asyncio.run(_seed(pg_url, [("e1", "tx-a"), ("e2", "tx-a"), ("e3", "tx-a"), ("e4", "tx-b")]))
+    one, two = PgDatabase(connect(pg_url)), PgDatabase(connect(pg_url))
+    try:
+        one.execute("BEGIN")  # another instance's batch holding e2's row, not yet the deposit
+        one.execute("SELECT seq FROM events WHERE event_id = 'e2' FOR UPDATE").fetchall()
+        two.execute("BEGIN")
+        taken = pending_events(two, limit=10)  # type: ignore[arg-type]
+        assert [e.event_id for e in taken] == ["e1", "e4"]
+        two.execute("ROLLBACK")
+        one.execute("ROLLBACK")
+    finally:
+        one.close()
+        two.close()
