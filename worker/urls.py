@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 __all__ = ["host_port", "is_loopback", "mask_url", "plain_http_problem"]
@@ -53,15 +54,23 @@ def plain_http_problem(url: str, *, allowed: bool, key: str) -> tuple[str | None
     )
 
 
+# A password given as a query parameter (`postgresql://user@host/db?password=...`, which libpq
+# accepts as well as `user:password@`).
+_QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
+
+
 def mask_url(url: str) -> str:
-    """The URL with its password replaced by `***` (for logs, status and errors)."""
+    """The URL with its password replaced by `***`, in the user part or as a `password=`
+    query parameter (for logs, status and errors)."""
     try:
         parts = urlsplit(url)
         password, port = parts.password, parts.port
     except ValueError:
         return "(a malformed URL)"
+    if parts.query:
+        parts = parts._replace(query=_QUERY_PASSWORD.sub(r"\1***", parts.query))
     if password is None:
-        return url
+        return urlunsplit(parts)
     host = parts.hostname or ""
     if port is not None:
         host = f"{host}:{port}"

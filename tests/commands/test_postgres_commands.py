@@ -79,3 +79,12 @@ def test_backup_on_postgresql_refuses_and_names_pg_dump(
     err = capsys.readouterr().err
     assert "backup refused" in err and "pg_dump --format=custom" in err
     assert not target.exists()
+
+
+def test_a_password_in_the_url_query_is_never_shown(tmp_path: Path) -> None:
+    """A password given as the URL's `password=` parameter is masked wherever the database is
+    named, like one given before the host."""
+    url = "postgresql://depositd@127.0.0.1:1/depositd?sslmode=disable&password=query-pw"
+    settings = load_settings(write_config(tmp_path, {"url": url}))
+    assert "query-pw" not in settings.storage.where
+    assert settings.storage.where.endswith("?sslmode=disable&password=***")

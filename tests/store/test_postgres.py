@@ -13,10 +13,11 @@ import pytest
 from pgcluster import ENV_URL, Cluster
 
 from worker.errors import StorageError
+from worker.store import operator
 from worker.store.database import table_columns
 from worker.store.events import pending_events
 from worker.store.meta import probe
-from worker.store.pg import PgDatabase, connect, translate
+from worker.store.pg import _GENERATED_KEYS, PgDatabase, connect, translate
 from worker.store.pgstore import PgStore
 from worker.store.writer import SCHEMA_VERSION, Store, event_row, schema_version
 
@@ -184,3 +185,49 @@ def test_missing_server_binaries_fail_naming_the_install_command(
     monkeypatch.setattr(pgcluster.glob, "glob", lambda pattern: [])
     with pytest.raises(pgcluster.MissingPostgres, match="apt-get install -y postgresql"):
         pgcluster.server_bin()
+
+
+async def test_every_table_with_a_generated_key_returns_it(pg_url: str) -> None:
+    """An insert into a table whose integer key is generated says the new row's id on
+    PostgreSQL as on SQLite (an operator's console action, here)."""
+    store = PgStore(pg_url)
+    await store.open()
+    try:
+
+        def add(db: PgDatabase) -> int:
+            return operator.record(db, "requeue", "event e1", note="n", outcome="o", remote=None)
+
+        first, second = await store.write(add), await store.write(add)
+        assert (first, second) == (1, 2)
+        assert [r["id"] for r in await store.read(lambda db: operator.recent(db))] == [2, 1]
+        key_tables = await store.read(
+            lambda db: {
+                str(r[0])
+                for r in db.execute(
+                    "SELECT table_name FROM information_schema.columns"
+                    " WHERE table_schema = current_schema() AND is_identity = 'YES'"
+                ).fetchall()
+            }
+        )
+        assert key_tables == set(_GENERATED_KEYS)
+    finally:
+        await store.close()
+
+
+def test_a_deposit_event_held_elsewhere_stops_its_later_ones(pg_url: str) -> None:
+    """While another instance holds one of a deposit's pending events, a batch takes that
+    deposit's events before it and none after it (applied in receive order), and other
+    deposits' events as usual."""
+    asyncio.run(_seed(pg_url, [("e1", "tx-a"), ("e2", "tx-a"), ("e3", "tx-a"), ("e4", "tx-b")]))
+    one, two = PgDatabase(connect(pg_url)), PgDatabase(connect(pg_url))
+    try:
+        one.execute("BEGIN")  # another instance's batch holding e2's row, not yet the deposit
+        one.execute("SELECT seq FROM events WHERE event_id = 'e2' FOR UPDATE").fetchall()
+        two.execute("BEGIN")
+        taken = pending_events(two, limit=10)  # type: ignore[arg-type]
+        assert [e.event_id for e in taken] == ["e1", "e4"]
+        two.execute("ROLLBACK")
+        one.execute("ROLLBACK")
+    finally:
+        one.close()
+        two.close()

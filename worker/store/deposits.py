@@ -11,7 +11,7 @@ from typing import Any
 import sqlite_utils
 
 from worker.clock import ms_from_iso
-from worker.store.pg import Row
+from worker.store.pg import Row, is_postgres
 from worker.store.tx import Db, conn_of
 
 
@@ -102,6 +102,18 @@ def blocked_since(db: Db) -> list[tuple[str, int]]:
         since = known.get("credit_status") if isinstance(known, dict) else None
         out.append((str(tx), int(since) if since is not None else ms_from_iso(updated_at)))
     return out
+
+
+def lock_deposit(db: Db, transaction_id: str) -> None:
+    """Hold the deposit to the end of the transaction, waiting for another instance's
+    transaction that holds it: on PostgreSQL the lock the processor's batches take on the
+    deposits of their events (`events._claim_pending`), so that a fact applied on its own (a
+    poll, a submission) or a decision reads the deposit only once such a batch has committed
+    its row, and such a batch never starts on a deposit read by one of them before it ends
+    (each would otherwise write back the row it read, dropping the other's change). Nothing
+    on SQLite, whose write lock orders every write transaction already."""
+    if is_postgres(db):
+        db.execute("SELECT pg_advisory_xact_lock(hashtext(?))", [transaction_id]).fetchone()
 
 
 def set_field(db: Db, transaction_id: str, name: str, value: Any, now: str) -> None:

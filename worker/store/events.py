@@ -77,8 +77,9 @@ def _claim_pending(db: sqlite_utils.Database, limit: int) -> list[Any]:
 
     The rows are locked (`FOR UPDATE SKIP LOCKED`: those another instance holds are passed
     over), and each deposit under a transaction-scoped advisory lock on its transactionId. A
-    deposit is left for later when another instance holds its lock, or holds one of its earlier
-    pending events: its events are applied in receive order by one instance at a time.
+    deposit is left for later when another instance holds its lock, and its events from the
+    first one another instance holds on: its events are applied in receive order by one
+    instance at a time.
     """
     rows = db.conn.execute(f"{_PENDING} FOR UPDATE SKIP LOCKED", (limit,)).fetchall()
     first: dict[str, int] = {}
@@ -96,16 +97,26 @@ def _claim_pending(db: sqlite_utils.Database, limit: int) -> list[Any]:
             ids,
         ).fetchall()
     }
-    if won:
-        names = ", ".join("?" for _ in won)
-        for tid, earliest in db.conn.execute(
-            f"SELECT transaction_id, MIN(seq) FROM events WHERE status = 'pending'"
-            f" AND transaction_id IN ({names}) GROUP BY transaction_id",
-            list(won),
-        ).fetchall():
-            if int(earliest) < first[str(tid)]:
-                won.discard(str(tid))  # an earlier event is another instance's
-    return [r for r in rows if r[4] is None or str(r[4]) in won]
+    if not won:
+        return [r for r in rows if r[4] is None]
+    # A deposit's events are taken up to the first of its pending events this transaction did
+    # not lock (another instance holds it, or it is past the limit): none after it, so that
+    # none is applied before an earlier one of the same deposit.
+    taken = {int(r[0]) for r in rows}
+    cut: dict[str, int] = {}  # transactionId -> the first pending seq not taken
+    names = ", ".join("?" for _ in won)
+    for tid, seq in db.conn.execute(
+        f"SELECT transaction_id, seq FROM events WHERE status = 'pending'"
+        f" AND transaction_id IN ({names}) AND seq <= ? ORDER BY seq",
+        [*won, max(taken)],
+    ).fetchall():
+        if int(seq) not in taken:
+            cut.setdefault(str(tid), int(seq))
+    return [
+        r
+        for r in rows
+        if r[4] is None or (str(r[4]) in won and int(r[0]) < cut.get(str(r[4]), int(r[0]) + 1))
+    ]
 
 
 def event_status(db: sqlite_utils.Database, seq: int) -> str | None:

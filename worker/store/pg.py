@@ -38,6 +38,7 @@ _GENERATED_KEYS = {
     "conflicts": "id",
     "findings": "id",
     "reconcile_runs": "id",
+    "operator_actions": "id",
 }
 CONNECT_TIMEOUT_S = 5
 

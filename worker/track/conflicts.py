@@ -28,7 +28,7 @@ from worker.store.conflicts import (
     open_conflicts,
     record_decision,
 )
-from worker.store.deposits import set_field
+from worker.store.deposits import lock_deposit, set_field
 from worker.track.tracker import FIXED_FIELDS, Deposit, Fact, conflicts
 
 # The deposit the fact being reacted to has just created (no conflict can be recorded for it).
@@ -125,6 +125,7 @@ def decide(
     """Record the decision on every open conflict of the fields in `values` and set the
     deposit's fields to the decided values; call inside a transaction."""
     now = utc_now()
+    lock_deposit(db, transaction_id)  # not beside a batch that read the deposit before
     for name, value in values.items():
         if name not in FIXED_FIELDS:
             raise ValueError(f"{name} is not a fixed field")

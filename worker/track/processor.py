@@ -42,7 +42,7 @@ from worker.provider.models import (
     EventType,
     WebhookEnvelope,
 )
-from worker.store.deposits import get_deposit_row, upsert_deposit_row
+from worker.store.deposits import get_deposit_row, lock_deposit, upsert_deposit_row
 from worker.store.events import (
     StoredEvent,
     mark_events,
@@ -119,6 +119,7 @@ def apply_fact(
     if batch is not None:
         before = batch.load(db, tx)
     else:
+        lock_deposit(db, tx)  # another instance's batch may hold this deposit: wait for it
         stored = get_deposit_row(db, tx)
         before = Deposit.from_row(stored) if stored is not None else None
     if before is not None:
