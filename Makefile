@@ -41,8 +41,9 @@ tools:
 	    apt-get install -y -q --no-install-recommends postgresql; } || { \
 	    echo "PostgreSQL missing: run apt-get install -y postgresql (as root)" >&2; exit 1; }
 
+# The suite on two workers (pytest-xdist): each starts its own PostgreSQL cluster and browser.
 test: $(STAMP) tools
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 
 # The console's screenshots in docs/, taken by its browser tests.
 screenshots: $(STAMP) tools

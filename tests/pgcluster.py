@@ -55,10 +55,14 @@ def _as_user() -> list[str]:
     try:
         pwd.getpwnam(TEST_USER)
     except KeyError:
+        # Two test workers may both find the user missing: the one that loses the race fails
+        # with "already exists", which is as good.
         subprocess.run(
             ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER],
-            check=True,
+            check=False,
+            capture_output=True,
         )
+        pwd.getpwnam(TEST_USER)  # KeyError here: the user could not be created
     return ["runuser", "-u", TEST_USER, "--"]
 
 
