@@ -10,8 +10,8 @@ same DB-API class, so that every caller keeps one error path for both engines.
 `translate` rewrites a statement once (cached): placeholders, `INSERT OR IGNORE`, `IS ?`,
 `json_extract`, the column types of DDL, and `RETURNING` the key of tables whose callers
 read `lastrowid`. `rowid` is not translated (PostgreSQL's `ctid` is a physical place, not
-an insertion order): order by a column. Parameters go to the server untyped (like literals), so that an int compared
-with a TEXT column or a bool stored in an INTEGER one behaves as on SQLite.
+an insertion order): order by a column. Parameters go to the server untyped (like literals),
+so that an int compared with a TEXT column or a bool stored in an INTEGER one behaves as on SQLite.
 """
 
 from __future__ import annotations
