@@ -38,6 +38,7 @@ from worker.notify.channels import Notifier
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
 from worker.store import actions as stored
+from worker.store import alerts as alert_rows
 from worker.store.leases import default_instance_id
 from worker.store.writer import Store
 from worker.track.tracker import Deposit
@@ -175,12 +176,14 @@ class Outbox:
         return await self._store.write(claim)
 
     async def _renew(self, action_id: int) -> None:
-        """Keep the claim on a row while its action runs (a slow provider call)."""
+        """Keep the claim on a row while its action runs (a slow provider call), and the
+        claims on the alert channels it is sending to, in the same write."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
+            channels = self._rows.alert_claims(action_id)
             try:
                 held = await self._store.write(
-                    lambda db: stored.renew_claim(db, action_id, self.instance, self._lease_end())
+                    lambda db, keys=channels: self._renew_claims(db, action_id, keys)
                 )
             except StorageError as exc:
                 log.warning("claim not renewed", actionId=action_id, error=str(exc))
@@ -188,6 +191,14 @@ class Outbox:
             if not held:
                 log.warning("claim lost to another instance", actionId=action_id)
                 return
+
+    def _renew_claims(self, db: Any, action_id: int, channels: list[str]) -> bool:
+        """One renewal: the row's claim, then (while it holds) its alert channels' claims."""
+        until = self._lease_end()
+        held = stored.renew_claim(db, action_id, self.instance, until)
+        if held and channels:
+            alert_rows.renew_alert_claims(db, channels, self.instance, until)
+        return held
 
     async def _execute(self, row: dict[str, Any], due_by: str | None = None) -> int:
         """Claim and run one row; 1 if it ran, 0 if another instance has it."""
@@ -219,4 +230,5 @@ class Outbox:
             )
         finally:
             renewing.cancel()
+            self._rows.drop_alerts(action_id)
         return 1

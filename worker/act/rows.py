@@ -228,6 +228,21 @@ class ActionRows:
         self.lease_s = lease_s
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
+        # The alert channels each running row has claimed (dedupe keys): the outbox renews
+        # them with the row's own claim while the send is in flight.
+        self._alert_claims: dict[int, list[str]] = {}
+
+    def hold_alerts(self, action_id: int, dedupe_keys: list[str]) -> None:
+        """The row's alert channels are claimed: renew them with the row's claim."""
+        self._alert_claims[action_id] = list(dedupe_keys)
+
+    def alert_claims(self, action_id: int) -> list[str]:
+        """The alert channels the row holds (renewed with it)."""
+        return self._alert_claims.get(action_id, [])
+
+    def drop_alerts(self, action_id: int) -> None:
+        """The row is over: its channels are renewed no more."""
+        self._alert_claims.pop(action_id, None)
 
     def _delay(self, attempts: int) -> float:
         step = backoff(attempts, self._backoff_s, self._backoff_max_s)
