@@ -12,13 +12,14 @@ import pytest
 import sqlite_utils
 from aiohttp import web
 from stores import StoreMaker
+from structlog.testing import capture_logs
 
 from worker.act.outbox import Outbox
 from worker.act.rows import enqueue_alert
 from worker.config.profiles import Profiles
 from worker.notify import SlackNotifier
 from worker.provider.client import ProviderClient
-from worker.store import alerts
+from worker.store import actions, alerts
 from worker.store.deposits import upsert_deposit_row
 from worker.store.writer import Store
 from worker.track.tracker import Deposit, Fact, observe
@@ -114,3 +115,41 @@ async def test_a_send_longer_than_the_lease_is_not_repeated_by_another_instance(
     assert len(posts) == 1
     [row] = await store.read(lambda db: alerts.alerts_of(db, "tx-1"))
     assert (row["status"], row["attempts"], row["claimed_by"]) == ("sent", 1, "a")
+
+
+async def test_a_running_action_whose_claim_was_taken_over_stops_and_records_nothing(
+    store: Store, slow_slack: tuple[str, list[Any], asyncio.Event]
+) -> None:
+    """Another instance took the row over while the send was in flight (this one's claim
+    lapsed): the renewal stops the send, nothing is recorded by the first instance, the log
+    and the claims-lost count say so."""
+    url, _, posted = slow_slack
+    deposit = _deposit()
+
+    def queue(db: sqlite_utils.Database) -> int:
+        upsert_deposit_row(db, deposit.to_row())
+        return enqueue_alert(db, deposit, "rejected", "warning", trigger="rejected")
+
+    action_id = await store.write(queue)
+    client = ProviderClient("http://127.0.0.1:9", "key", "secret", retries=0)
+    outbox = _outbox(store, client, url, "a")
+    lost: list[str] = []
+    outbox._rows._on_lost = lost.append
+    far = "9999-01-01T00:00:00.000Z"
+    try:
+        with capture_logs() as logs:
+            sending = asyncio.create_task(outbox.run_once())
+            await asyncio.wait_for(posted.wait(), timeout=10)
+            # As if "a" had paused past its lease and "b" had claimed the row meanwhile.
+            assert await store.write(
+                lambda db: actions.claim_action(db, action_id, instance="b", now=far, until=far)
+            )
+            assert await asyncio.wait_for(sending, timeout=LEASE_S * 2) == 1
+    finally:
+        await client.close()
+    [row] = await store.read(lambda db: actions.actions_of(db, "tx-1"))
+    assert (row["status"], row["claimed_by"], row["outcome"]) == ("running", "b", None)
+    [sent] = await store.read(lambda db: alerts.alerts_of(db, "tx-1"))
+    assert (sent["status"], sent["attempts"]) == ("pending", 0)
+    assert lost == ["renewal"]
+    assert any("claim lost to another instance" in line["event"] for line in logs)

@@ -353,6 +353,9 @@ class Runtime:
         def on_alert(channel: str, outcome: str) -> None:
             metrics.alerts_sent.labels(channel=channel, outcome=outcome).inc()
 
+        def on_claim_lost(stage: str) -> None:
+            metrics.claims_lost.labels(stage=stage).inc()
+
         self.outbox = Outbox(
             self.store,
             client=self.client,
@@ -365,6 +368,7 @@ class Runtime:
             rules=lambda: self.rules,
             instance=self.instance,
             lease_s=self.settings.instance.lease_s,
+            on_claim_lost=on_claim_lost,
         )
         return self.outbox
 

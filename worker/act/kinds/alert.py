@@ -290,6 +290,8 @@ class AlertSender:
                 transactionId=claim.transaction_id,
                 channels=", ".join(lost),
             )
+            for _ in lost:
+                self._rows.lost("alert_send")
 
     def _alert_delay(self, attempts: int) -> float:
         """Back-off between sends of one alert (notify_retry's backoff_s, backoff_max_s)."""
