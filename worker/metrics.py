@@ -106,6 +106,13 @@ class Metrics:
             ["channel", "outcome"],
             registry=r,
         )
+        self.claims_lost = Counter(
+            "depositd_claims_lost",
+            "Claims on action rows or alert channels this instance found taken over by another,"
+            " by stage (renewal: the action was stopped; outcome, alert_send: not recorded).",
+            ["stage"],
+            registry=r,
+        )
         self.deposits = Gauge(
             "depositd_deposits", "Tracked deposits by state.", ["state"], registry=r
         )

@@ -4,9 +4,13 @@ far-future times, and fixed fields that a later fact contradicts."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import io
 import json
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,7 @@ from worker.act.rows import ActionRows
 from worker.clock import iso_from_ms, ms_from_iso, utc_now
 from worker.commands.cli import main
 from worker.commands.ops import status_report
+from worker.commands.resolve import _resolve
 from worker.config.profiles import Profiles
 from worker.config.settings import SchedulerSettings
 from worker.errors import ConfigError, ProviderAnswerMismatch
@@ -33,6 +38,9 @@ from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, WhiteListStatus
 from worker.rules import RuleBook
 from worker.rules.model import ANY_WALLET, Action, Conditions, Rule, RuleSet
+from worker.store.deposits import lock_deposit
+from worker.store.pg import PgDatabase
+from worker.store.pg import connect as pg_connect
 from worker.store.writer import Store, event_row
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
@@ -408,3 +416,37 @@ async def test_far_future_timestamp_does_not_hide_a_later_rejection(env: Env) ->
     await env.processor.run_until_idle()
     [row] = await rows(env.store, "SELECT state, white_list_status FROM deposits")
     assert row == {"state": "rejected", "white_list_status": "rejected"}
+
+
+@pytest.mark.parametrize("engine", ["postgres"])
+async def test_two_resolves_at_once_on_postgres_decide_and_book_once(
+    env: Env, make_store: StoreMaker
+) -> None:
+    """Two `depositd resolve --set` on their own connections at the same moment: one decides
+    and books, the other finds nothing open; one decision, one booking."""
+    await deliver(env.store, webhook("DEPOSIT_WHITELIST_REQUIRED", "TXC", NOW))
+    await deliver(env.store, webhook("DEPOSIT_WHITELIST_CREDITED", "TXC", NOW + 1, amount="90"))
+    await env.processor.run_until_idle()
+    args = argparse.Namespace(transaction_id="TXC", set=["amount=90"], by="ann", note=None)
+    url = make_store.url("d.db")
+    holder = PgDatabase(pg_connect(url))  # holds the deposit until both resolves wait
+    conns = [pg_connect(url) for _ in range(2)]
+    outs = [io.StringIO() for _ in conns]
+    try:
+        holder.execute("BEGIN")
+        lock_deposit(holder, "TXC")
+        with ThreadPoolExecutor(2) as pool:
+            running = [pool.submit(_resolve, c, args, o) for c, o in zip(conns, outs, strict=True)]
+            await asyncio.sleep(0.5)
+            assert not any(r.done() for r in running)
+            holder.execute("COMMIT")
+            codes = sorted(r.result(10) for r in running)
+    finally:
+        holder.close()
+        for conn in conns:
+            conn.close()
+    assert codes == [0, 1]
+    assert sum("booked" in out.getvalue() for out in outs) == 1
+    assert len(await rows(env.store, "SELECT * FROM ledger WHERE transaction_id='TXC'")) == 1
+    books = await rows(env.store, "SELECT outcome FROM actions WHERE action='book'")
+    assert len([b for b in books if "after the decision" in (b["outcome"] or "")]) == 1

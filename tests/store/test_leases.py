@@ -120,10 +120,44 @@ async def test_an_alert_channel_is_claimed_by_one_instance_and_sent_once(store: 
 
     assert await store.write(lambda db: claim(db, "k1", "a", T0, T2))
     assert not await store.write(lambda db: claim(db, "k1", "b", T1, T3))
-    await store.write(lambda db: alerts.record_send(db, "k1", status="sent", error=None))
+    await store.write(
+        lambda db: alerts.record_send(db, "k1", status="sent", error=None, instance="a")
+    )
     assert not await store.write(lambda db: claim(db, "k1", "b", T3, T3))
     assert await store.write(lambda db: claim(db, "k2", "a", T0, T1))
     assert await store.write(lambda db: claim(db, "k2", "b", T2, T3))  # a's claim lapsed
+
+
+async def test_only_the_channel_claimant_records_a_send(store: Store) -> None:
+    """An instance whose channel claim was taken over records nothing (the claimant's send is
+    the one recorded); a renewal keeps a claim only for its holder."""
+
+    def claim(db: sqlite_utils.Database, who: str, now: str, until: str) -> bool:
+        return alerts.claim_alert(
+            db,
+            "k1",
+            transaction_id="tx-1",
+            condition="rejected",
+            severity="warning",
+            channel="slack",
+            instance=who,
+            now=now,
+            until=until,
+        )
+
+    def record(db: sqlite_utils.Database, who: str, status: str) -> bool:
+        return alerts.record_send(db, "k1", status=status, error=None, instance=who)
+
+    assert await store.write(lambda db: claim(db, "a", T0, T1))
+    assert await store.write(lambda db: claim(db, "b", T2, T3))  # a's claim lapsed
+    assert await store.write(lambda db: alerts.renew_alert_claims(db, ["k1"], "a", T3)) == 0
+    assert not await store.write(lambda db: record(db, "a", "failed"))
+    [row] = await store.read(lambda db: alerts.alerts_of(db, "tx-1"))
+    assert (row["status"], row["attempts"], row["lease_until"]) == ("pending", 0, T3)
+    assert await store.write(lambda db: alerts.renew_alert_claims(db, ["k1"], "b", T3)) == 1
+    assert await store.write(lambda db: record(db, "b", "sent"))
+    [row] = await store.read(lambda db: alerts.alerts_of(db, "tx-1"))
+    assert (row["status"], row["attempts"]) == ("sent", 1)
 
 
 async def test_the_only_instance_starting_releases_every_claim(store: Store) -> None:

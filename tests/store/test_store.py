@@ -385,3 +385,31 @@ async def test_ride_along_job_waits_for_inserts_then_alone(store: Store) -> None
     assert store.commits - before == 1
     alone = asyncio.ensure_future(store.write_inline(lambda db: 2, ride_along_s=0.05))
     assert await asyncio.wait_for(alone, 2) == 2
+
+
+async def test_ledger_ties_are_listed_in_transaction_id_order(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deposits booked in the same millisecond list in a stable order on both engines."""
+    from worker.store import ledger
+
+    monkeypatch.setattr(ledger, "utc_now", lambda: "2026-01-01T00:00:00.000Z")
+
+    def book(db: sqlite_utils.Database) -> None:
+        for tx in ("tx-b", "tx-a", "tx-c"):
+            ledger.insert_booking(
+                db,
+                transaction_id=tx,
+                wallet_id=1,
+                wallet_name="w",
+                currency="USDT",
+                network="TRC20",
+                amount="1.00",
+                from_address="a",
+                tx_hash=f"h-{tx}",
+                trigger="credited",
+            )
+
+    await store.write(book)
+    rows = await store.read(ledger.all_booked)
+    assert [r["transaction_id"] for r in rows] == ["tx-a", "tx-b", "tx-c"]

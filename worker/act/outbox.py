@@ -24,6 +24,7 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from worker.act.kinds import KINDS, ROW_RUNNERS
@@ -38,6 +39,7 @@ from worker.notify.channels import Notifier
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
 from worker.store import actions as stored
+from worker.store import alerts as alert_rows
 from worker.store.leases import default_instance_id
 from worker.store.writer import Store
 from worker.track.tracker import Deposit
@@ -63,6 +65,7 @@ class Outbox:
         rules: Callable[[], RuleBook] | None = None,
         instance: str | None = None,
         lease_s: float = 60.0,
+        on_claim_lost: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
         self._observe = observe
@@ -74,6 +77,7 @@ class Outbox:
             backoff_max_s=backoff_max_s,
             instance=self.instance,
             lease_s=lease_s,
+            on_lost=on_claim_lost,
         )
         self._stop: asyncio.Event | None = None
         self._wake = asyncio.Event()
@@ -174,20 +178,37 @@ class Outbox:
 
         return await self._store.write(claim)
 
-    async def _renew(self, action_id: int) -> None:
-        """Keep the claim on a row while its action runs (a slow provider call)."""
+    async def _renew(self, action_id: int, work: asyncio.Task[None]) -> None:
+        """Keep the claim on a row while its action runs (a slow provider call), and the
+        claims on the alert channels it is sending to, in the same write. A renewal that finds
+        the row claimed by another instance (this one's claim lapsed: a pause, a store
+        unreachable for longer than the lease) stops the action: the other runs it again
+        with the same Idempotency-Key, and this one could not record its outcome anyway. A
+        renewal the store refuses is tried again at the next third of the lease."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
+            channels = self._rows.alert_claims(action_id)
             try:
-                held = await self._store.write(
-                    lambda db: stored.renew_claim(db, action_id, self.instance, self._lease_end())
-                )
+                held = await self._store.write(partial(self._renew_claims, action_id, channels))
             except StorageError as exc:
                 log.warning("claim not renewed", actionId=action_id, error=str(exc))
                 continue
             if not held:
-                log.warning("claim lost to another instance", actionId=action_id)
+                log.warning(
+                    "claim lost to another instance; action stopped, outcome not recorded",
+                    actionId=action_id,
+                )
+                self._rows.lost("renewal")
+                work.cancel()
                 return
+
+    def _renew_claims(self, action_id: int, channels: list[str], db: Any) -> bool:
+        """One renewal: the row's claim, then (while it holds) its alert channels' claims."""
+        until = self._lease_end()
+        held = stored.renew_claim(db, action_id, self.instance, until)
+        if held and channels:
+            alert_rows.renew_alert_claims(db, channels, self.instance, until)
+        return held
 
     async def _execute(self, row: dict[str, Any], due_by: str | None = None) -> int:
         """Claim and run one row; 1 if it ran, 0 if another instance has it."""
@@ -203,10 +224,26 @@ class Outbox:
         if not claimed:
             return 0
         deposit = Deposit.from_row(deposit_row) if deposit_row else None
+        work = asyncio.create_task(self._run_row(action_id, row, deposit), name=f"run-{action_id}")
+        renewing = asyncio.create_task(self._renew(action_id, work), name=f"claim-{action_id}")
+        try:
+            await work  # a stop cancelling this pass cancels the work too
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the stop: the row stays running and resumes after the restart
+            # The renewal found the row claimed by another instance, which runs it again with
+            # the same Idempotency-Key: this instance stopped its call and records nothing.
+        finally:
+            renewing.cancel()
+            self._rows.drop_alerts(action_id)
+        return 1
+
+    async def _run_row(self, action_id: int, row: dict[str, Any], deposit: Deposit | None) -> None:
+        """Run one claimed row on its runner; a crash is recorded as the row's failure."""
         params = json.loads(row["params"] or "{}")
         attempts = int(row["attempts"]) + 1
         runner = self._runners.get(row["action"])
-        renewing = asyncio.create_task(self._renew(action_id), name=f"claim-{action_id}")
         try:
             if runner is None:
                 await self._rows.finish(action_id, "skipped", f"nothing to run for {row['action']}")
@@ -217,6 +254,3 @@ class Outbox:
             await self._rows.finish(
                 action_id, "failed", f"internal error: {type(exc).__name__}: {exc}"
             )
-        finally:
-            renewing.cancel()
-        return 1

@@ -220,14 +220,37 @@ class ActionRows:
         backoff_max_s: float,
         instance: str | None = None,
         lease_s: float = 60.0,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
+        self._on_lost = on_lost
         # Outcomes are recorded only while this instance holds the row's claim; an alert's
         # channels are claimed for as long as an action row.
         self.instance = instance
         self.lease_s = lease_s
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
+        # The alert channels each running row has claimed (dedupe keys): the outbox renews
+        # them with the row's own claim while the send is in flight.
+        self._alert_claims: dict[int, list[str]] = {}
+
+    def lost(self, stage: str) -> None:
+        """Count a claim this instance found taken over: at a `renewal` (the action stopped),
+        at its `outcome` or at an `alert_send` (nothing recorded)."""
+        if self._on_lost is not None:
+            self._on_lost(stage)
+
+    def hold_alerts(self, action_id: int, dedupe_keys: list[str]) -> None:
+        """The row's alert channels are claimed: renew them with the row's claim."""
+        self._alert_claims[action_id] = list(dedupe_keys)
+
+    def alert_claims(self, action_id: int) -> list[str]:
+        """The alert channels the row holds (renewed with it)."""
+        return self._alert_claims.get(action_id, [])
+
+    def drop_alerts(self, action_id: int) -> None:
+        """The row is over: its channels are renewed no more."""
+        self._alert_claims.pop(action_id, None)
 
     def _delay(self, attempts: int) -> float:
         step = backoff(attempts, self._backoff_s, self._backoff_max_s)
@@ -269,6 +292,7 @@ class ActionRows:
                 status=status,
                 outcome=outcome,
             )
+            self.lost("outcome")
 
     async def write(self, fn: Callable[[sqlite_utils.Database], object]) -> None:
         """Run `fn` in a write of its own (an alert about the row's deposit)."""

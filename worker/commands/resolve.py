@@ -22,7 +22,7 @@ from worker.commands.read import run_on_db
 from worker.store.actions import held_booking, set_rule
 from worker.store.conflicts import all_conflicts
 from worker.store.conflicts import open_conflicts as open_of
-from worker.store.deposits import get_deposit_row
+from worker.store.deposits import get_deposit_row, lock_deposit
 from worker.store.pg import PgConnection, PgDatabase
 from worker.store.writer import transaction
 from worker.track.conflicts import FIELD_OF, WIRE_NAMES, decide, decided_value
@@ -107,9 +107,11 @@ def _resolve(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) ->
     if not args.by or not args.by.strip():
         print("depositd: --by NAME is required to decide", file=sys.stderr)
         return 2
-    # One write transaction, the write lock taken first: the conflicts read are the ones decided,
-    # and a second `resolve` at the same moment finds them decided and books nothing.
+    # One write transaction, the write lock (SQLite) and the deposit's lock (PostgreSQL, where
+    # reads do not wait for writers) taken first: the conflicts read are the ones decided, and
+    # a second `resolve` at the same moment finds them decided and books nothing.
     with transaction(db):
+        lock_deposit(db, tx)
         open_fields = {c["field"] for c in open_of(db, tx)}
         if not open_fields:
             print(f"depositd: {tx} has no open conflict", file=sys.stderr)

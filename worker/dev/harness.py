@@ -114,8 +114,11 @@ class Stack:
         provider_clock_offset_ms: int = 0,
         console: bool = False,
         storage: dict[str, str] | None = None,
+        sole: bool = True,
     ) -> None:
         self.workdir = Path(workdir)
+        # False: another stack's worker runs on the same `storage` (its claims and lease live).
+        self.sole = sole
         # The `storage` section (a PostgreSQL `url`); by default a SQLite file in `workdir`.
         self.storage = storage
         self.rules_source = rules
@@ -327,9 +330,9 @@ class Stack:
             poll_backoff_s=0.05,
         )
         app, _ = build_service(self.settings, runtime, sweep_interval_s=0.5)
-        # One worker per database here, as a `serve` that came alone: what a stopped worker
-        # claimed is taken over at once by the next.
-        app[SOLE_KEY] = True
+        # One worker per database here (unless `sole` says otherwise), as a `serve` that came
+        # alone: what a stopped worker claimed is taken over at once by the next.
+        app[SOLE_KEY] = self.sole
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
         self._runtime, self._app, self._worker_runner = runtime, app, runner
         await runner.setup()

@@ -162,6 +162,7 @@ class Runtime:
         self.outbox: Outbox | None = None
         self.scheduler: Scheduler | None = None
         self.poller: Poller | None = None
+        self._reader: Poller | None = None  # a follower's on-demand detail reads
         self.catchup: CatchUp | None = None
         self.money: MoneyJobs | None = None
         self.leader: Leader | None = None
@@ -353,6 +354,9 @@ class Runtime:
         def on_alert(channel: str, outcome: str) -> None:
             metrics.alerts_sent.labels(channel=channel, outcome=outcome).inc()
 
+        def on_claim_lost(stage: str) -> None:
+            metrics.claims_lost.labels(stage=stage).inc()
+
         self.outbox = Outbox(
             self.store,
             client=self.client,
@@ -365,6 +369,7 @@ class Runtime:
             rules=lambda: self.rules,
             instance=self.instance,
             lease_s=self.settings.instance.lease_s,
+            on_claim_lost=on_claim_lost,
         )
         return self.outbox
 
@@ -489,9 +494,27 @@ class Runtime:
     async def read_detail(self, transaction_id: str) -> bool:
         """Read one deposit's detail now and feed it to the tracker, as the detail poll does;
         False when it failed (the log says why)."""
-        if self.poller is None:
+        return await self._detail_reader().read_detail(transaction_id)
+
+    def _detail_reader(self) -> Poller:
+        """The leader's poller; on a follower a poller of its own that only reads details on
+        demand (never scheduled): a read and a fact through the store, safe on any instance."""
+        if not self.settings.scheduler.enabled:
             raise ProviderError("the provider is not polled here (scheduler.enabled: false)")
-        return await self.poller.read_detail(transaction_id)
+        if self.poller is not None:
+            return self.poller
+        if self._jobs_args is None or self.client is None or self.store is None:
+            raise ProviderError("the service is still starting; try again in a moment")
+        if self._reader is None:
+            self._reader = Poller(
+                self.client,
+                self.store,
+                self._jobs_args[0],
+                self.settings.scheduler,
+                alert=self.alert,
+                backoff_s=self._poll_backoff_s,
+            )
+        return self._reader
 
     async def reconcile(self, day: dt.date) -> str:
         """Reconcile one day again now, as `depositd reconcile --date` does; the outcome."""

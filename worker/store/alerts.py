@@ -6,6 +6,7 @@ Each function runs inside the caller's transaction (`Store.write` jobs).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 import sqlite_utils
@@ -44,16 +45,39 @@ def claim_alert(
     return int(cur.rowcount) == 1
 
 
+def renew_alert_claims(
+    db: sqlite_utils.Database, dedupe_keys: Sequence[str], instance: str, until: str
+) -> int:
+    """Extend `instance`'s claims on these channels' rows (a send still in flight); returns
+    how many it still holds."""
+    held = 0
+    for key in dedupe_keys:
+        cur = db.execute(
+            "UPDATE alerts SET lease_until=? WHERE dedupe_key=? AND claimed_by=?"
+            " AND lease_until IS NOT NULL AND status != 'sent'",
+            [until, key, instance],
+        )
+        held += int(cur.rowcount)
+    return held
+
+
 def record_send(
-    db: sqlite_utils.Database, dedupe_key: str, *, status: str, error: str | None
-) -> None:
+    db: sqlite_utils.Database,
+    dedupe_key: str,
+    *,
+    status: str,
+    error: str | None,
+    instance: str = "",
+) -> bool:
     """Record one send to a channel: its status, one more attempt, the error or the time sent;
-    the claim ends."""
-    db.execute(
+    the claim ends. Only while `instance` holds the channel's claim: False (nothing written)
+    when another instance took it over, which then sends and records it itself."""
+    cur = db.execute(
         "UPDATE alerts SET status=?, attempts=attempts+1, last_error=?, sent_at=?,"
-        " lease_until=NULL WHERE dedupe_key=?",
-        [status, error, None if error is not None else utc_now(), dedupe_key],
+        " lease_until=NULL WHERE dedupe_key=? AND claimed_by=?",
+        [status, error, None if error is not None else utc_now(), dedupe_key, instance],
     )
+    return int(cur.rowcount) == 1
 
 
 def release_claims(db: Db) -> int:

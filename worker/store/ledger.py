@@ -82,8 +82,9 @@ def booked_since(conn: sqlite3.Connection, since: str | None = None) -> list[Any
 
 
 def all_booked(db: Db) -> list[dict[str, Any]]:
-    """Every ledger row in booking order (ties in insertion order)."""
-    return [dict(r) for r in db.execute("SELECT * FROM ledger ORDER BY booked_at, rowid")]
+    """Every ledger row in booking order, ties in transaction id order (the table's key: the
+    same order on both engines, where PostgreSQL has no insertion order to read)."""
+    return [dict(r) for r in db.execute("SELECT * FROM ledger ORDER BY booked_at, transaction_id")]
 
 
 def booked_on_day(db: Db, day: str, *, limit: int, offset: int) -> list[dict[str, Any]]:

@@ -8,9 +8,10 @@ and by name like `sqlite3.Row`, and a psycopg error is raised as the `sqlite3` e
 same DB-API class, so that every caller keeps one error path for both engines.
 
 `translate` rewrites a statement once (cached): placeholders, `INSERT OR IGNORE`, `IS ?`,
-`json_extract`, `rowid`, the column types of DDL, and `RETURNING` the key of tables whose callers
-read `lastrowid`. Parameters go to the server untyped (like literals), so that an int compared
-with a TEXT column or a bool stored in an INTEGER one behaves as on SQLite.
+`json_extract`, the column types of DDL, and `RETURNING` the key of tables whose callers
+read `lastrowid`. `rowid` is not translated (PostgreSQL's `ctid` is a physical place, not
+an insertion order): order by a column. Parameters go to the server untyped (like literals),
+so that an int compared with a TEXT column or a bool stored in an INTEGER one behaves as on SQLite.
 """
 
 from __future__ import annotations
@@ -93,7 +94,6 @@ _INSERT_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO", re.IGNORECASE
 _INSERT_INTO = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)", re.IGNORECASE)
 _DDL = re.compile(r"^\s*(CREATE\s+TABLE|ALTER\s+TABLE)", re.IGNORECASE)
 _IS_PARAM = re.compile(r"\bIS\s+(NOT\s+)?\?", re.IGNORECASE)
-_ROWID = re.compile(r"\browid\b", re.IGNORECASE)
 _BEGIN = re.compile(r"^\s*BEGIN\s+(IMMEDIATE|DEFERRED|EXCLUSIVE)\s*$", re.IGNORECASE)
 _KEY_TYPE = re.compile(r"\bINTEGER\s+PRIMARY\s+KEY(\s+AUTOINCREMENT)?", re.IGNORECASE)
 
@@ -144,7 +144,6 @@ def translate(sql: str, *, many: bool = False) -> tuple[str, bool]:
         sql = _INSERT_OR_IGNORE.sub("INSERT INTO", sql, count=1)
     sql = _IS_PARAM.sub(_is_param, sql)
     sql = _JSON_EXTRACT.sub(r"(\1::jsonb ->> '\2')", sql)
-    sql = _ROWID.sub("ctid", sql)
     sql = sql.rstrip().rstrip(";")
     if ignore and "ON CONFLICT" not in sql.upper():
         sql += " ON CONFLICT DO NOTHING"

@@ -181,6 +181,8 @@ class AlertSender:
         # One attempt per pass: a channel that answers 429 (Retry-After) or is down must not
         # hold the pass (and its lock) in a sleep while submissions wait and SIGTERM cannot end
         # it; the row is requeued for when the channel may take it.
+        # Renewed with the row's claim (`Outbox._renew`) while the send is in flight.
+        self._rows.hold_alerts(action_id, [claim.dedupe(c) for c in todo])
         results = await send_once(self._notifiers, claim.alert, todo)
         await self._record(action_id, attempts, claim, todo, results)
 
@@ -242,11 +244,21 @@ class AlertSender:
         limit = self._alert_attempts if retryable else MAX_ALERT_ROUNDS
         retry = bool(failed) and attempts < limit
 
+        lost: list[str] = []
+
         def sends(db: sqlite_utils.Database) -> None:
+            lost.clear()  # the write may run this again (a round retried)
             for channel, error in results.items():
                 status = "sent" if error is None else "pending" if retry else "failed"
                 msg = None if error is None else error.msg
-                stored.record_send(db, claim.dedupe(channel), status=status, error=msg)
+                if not stored.record_send(
+                    db,
+                    claim.dedupe(channel),
+                    status=status,
+                    error=msg,
+                    instance=self._rows.instance or "",
+                ):
+                    lost.append(channel)
 
         for channel, error in results.items():
             if self._on_alert is not None:
@@ -269,6 +281,17 @@ class AlertSender:
                 f"could not send to {', '.join(failed)}: {errors}",
                 also=sends,
             )
+
+        if lost:
+            log.warning(
+                "alert channel claim lost to another instance; send not recorded",
+                actionId=action_id,
+                condition=claim.condition,
+                transactionId=claim.transaction_id,
+                channels=", ".join(lost),
+            )
+            for _ in lost:
+                self._rows.lost("alert_send")
 
     def _alert_delay(self, attempts: int) -> float:
         """Back-off between sends of one alert (notify_retry's backoff_s, backoff_max_s)."""
