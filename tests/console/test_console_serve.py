@@ -3,6 +3,7 @@ webhook port, until it stops; the hosted page's link gets the deposit and darkMo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 from pathlib import Path
@@ -46,9 +47,17 @@ async def test_serve_serves_the_console_until_it_stops(tmp_path: Path, provider_
     )
     serve = ServeProcess(config, port, tmp_path / "serve.log")
     async with serve, aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{console_port}/") as answer:
-            assert answer.status == 200 and answer.url.path == "/login"
-            assert "depositd console" in await answer.text()
+        # /healthz answers as soon as the webhook listener serves; the console opens right
+        # after it, before serve says READY.
+        for _ in range(100):
+            try:
+                async with session.get(f"http://127.0.0.1:{console_port}/") as answer:
+                    text = await answer.text()
+                break
+            except aiohttp.ClientConnectionError:
+                await asyncio.sleep(0.05)
+        assert answer.status == 200 and answer.url.path == "/login"
+        assert "depositd console" in text
         assert await serve.signal(signal.SIGTERM) == 0
         try:
             async with session.get(f"http://127.0.0.1:{console_port}/login") as answer:
