@@ -26,7 +26,7 @@ from worker import __version__
 from worker.clock import utc_now
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
-from worker.service.runtime import prune_events, prune_unchanged_facts
+from worker.service.maintenance import prune_events, prune_unchanged_facts
 from worker.store.pg import connect as pg_connect
 from worker.store.writer import Store
 

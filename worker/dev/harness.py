@@ -6,14 +6,14 @@ SQLite, the outbox, the polls, e-mail and Slack alerts) without anything outside
 
 The configuration is a real YAML file written to the work folder (`config_path`), so CLI
 commands can run against a live stack: `python -m worker ledger --config <config_path>`.
+The Slack and SMTP servers are in `worker.dev.loopback`; what `settle` compares in
+`worker.dev.stackdb`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import email
-import email.policy
 import inspect
 import json
 import secrets
@@ -31,16 +31,16 @@ from aiohttp import web
 
 from worker import clock
 from worker.act.outbox import Outbox
-from worker.clock import utc_now
 from worker.config.settings import Settings, load_settings
 from worker.config.shipped import shipped_rules
 from worker.console.app import run_console
-from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, WalletSpec, create_app
-from worker.dev.sandbox.config import default_wallets
+from worker.dev.loopback import free_port, listener, notify_config, port_of, start_slack, start_smtp
+from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
+from worker.dev.sandbox.config import wallets_with
+from worker.dev.stackdb import db_snapshot, queue_counts
 from worker.service.keys import CONSOLE_APP_KEY, PROCESSOR_KEY, SOLE_KEY, STORE_KEY
 from worker.service.runtime import Runtime
 from worker.service.setup import build_service
-from worker.store import actions, addresses, alerts, deposits, events, facts, ledger
 from worker.store.actions import actions_of, all_actions
 from worker.store.deposits import get_deposit_row
 from worker.store.events import events_of
@@ -50,9 +50,6 @@ from worker.track.processor import Processor
 from worker.track.tracker import Deposit
 
 WEBHOOK_PATH = "/webhooks/provider"
-SLACK_PATH = "/slack/alerts"
-ALERT_FROM = "depositd@merchant.example"
-ALERT_TO = "treasury@merchant.example"
 NOTIFY_RETRY: dict[str, Any] = {"attempts": 2, "backoff_s": 0.01}
 
 Predicate = Callable[[], Awaitable[bool] | bool]
@@ -61,38 +58,6 @@ Predicate = Callable[[], Awaitable[bool] | bool]
 def shipped_profiles() -> Path:
     """The shipped demo payer profiles, `rules/profiles.yaml`."""
     return shipped_rules() / "profiles.yaml"
-
-
-def _listener(port: int = 0) -> socket.socket:
-    """A listening-ready socket on loopback (port 0: a free one, read back from the socket)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    return sock
-
-
-def _port(sock: socket.socket) -> int:
-    port: int = sock.getsockname()[1]
-    return port
-
-
-def _free_port() -> int:
-    # aiosmtpd's Controller checks its port by connecting to it, so it cannot take port 0.
-    with _listener() as sock:
-        return _port(sock)
-
-
-class _Inbox:
-    """aiosmtpd handler keeping every message it accepts (runs in the Controller's thread)."""
-
-    def __init__(self, messages: list[EmailMessage]) -> None:
-        self.messages = messages
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        assert isinstance(parsed, EmailMessage)
-        self.messages.append(parsed)
-        return "250 OK"
 
 
 class Stack:
@@ -250,7 +215,7 @@ class Stack:
             shutil.copyfile(source, self.profiles_path)
         if self.notify:
             await self._start_sinks()
-        worker_sock, sandbox_sock = _listener(), _listener()
+        worker_sock, sandbox_sock = listener(), listener()
         try:
             await self._start_sandbox_and_worker(worker_sock, sandbox_sock)
         finally:
@@ -262,10 +227,10 @@ class Stack:
     async def _start_sandbox_and_worker(
         self, worker_sock: socket.socket, sandbox_sock: socket.socket
     ) -> None:
-        self._worker_port = _port(worker_sock)
-        sandbox_port = _port(sandbox_sock)
+        self._worker_port = port_of(worker_sock)
+        sandbox_port = port_of(sandbox_sock)
         if self.console:
-            self._console_port = _free_port()
+            self._console_port = free_port()
             self.console_url = f"http://127.0.0.1:{self._console_port}"
             self.console_token_path.write_text(self.console_token + "\n", encoding="utf-8")
             self.console_token_path.chmod(0o600)
@@ -312,7 +277,7 @@ class Stack:
 
     async def start_worker(self) -> None:
         """Start a worker app on the same database, config and port."""
-        await self._start_worker(_listener(self._worker_port))
+        await self._start_worker(listener(self._worker_port))
 
     async def _start_worker(self, sock: socket.socket) -> None:
         try:
@@ -362,26 +327,8 @@ class Stack:
             self.slack.append(await request.json())
             return web.Response(text="ok")
 
-        slack_app = web.Application()
-        slack_app.router.add_post(SLACK_PATH, receive)
-        sock = _listener()
-        self.slack_url = f"http://127.0.0.1:{_port(sock)}{SLACK_PATH}"
-        self._slack_runner = web.AppRunner(
-            slack_app, handle_signals=False, access_log=None, shutdown_timeout=1.0
-        )
-        try:
-            await self._slack_runner.setup()
-            await web.SockSite(self._slack_runner, sock).start()
-        except BaseException:
-            sock.close()
-            raise
-
-        from aiosmtpd.controller import Controller  # imported here: only the harness needs it
-
-        self.smtp_port = _free_port()
-        controller = Controller(_Inbox(self.emails), hostname="127.0.0.1", port=self.smtp_port)
-        await asyncio.to_thread(controller.start)
-        self._smtp = controller
+        self._slack_runner, self.slack_url = await start_slack(receive)
+        self._smtp, self.smtp_port = await start_smtp(self.emails)
 
     def _config_yaml(self) -> str:
         rules = self.rules_source or shipped_rules()
@@ -416,36 +363,18 @@ class Stack:
                 "hosted_url": f"{self.sandbox_url}/hosted",
             }
         if self.notify:
-            config["notify"] = {
-                "slack": {"webhook_url": self.slack_url},
-                "email": {
-                    "host": "127.0.0.1",
-                    "port": self.smtp_port,
-                    "starttls": False,
-                    "from": ALERT_FROM,
-                    "to": [ALERT_TO],
-                },
-            }
+            config["notify"] = notify_config(self.slack_url, self.smtp_port)
         header = "# Written by worker.dev.harness.Stack for one test or demo run.\n"
         return header + yaml.safe_dump(config, sort_keys=False)
 
     def _sandbox_config(self) -> SandboxConfig:
-        wallets = {w.wallet_id: w for w in default_wallets()}
-        for wallet_id, auto in self.auto_collection.items():
-            known = wallets.get(wallet_id)
-            wallets[wallet_id] = WalletSpec(
-                wallet_id,
-                known.name if known else f"Wallet {wallet_id}",
-                auto,
-                known.wallet_type if known else "collection_prime",
-            )
         return SandboxConfig(
             api_key=self.api_key,
             api_secret=self.api_secret,
             webhook_url=self.webhook_url,
             webhook_api_key=self.webhook_api_key,
             webhook_secret=self.webhook_secret,
-            wallets=list(wallets.values()),
+            wallets=wallets_with(self.auto_collection),
             delivery_retry_base_s=0.05,
             delivery_retry_max_s=0.5,
             delivery_timeout_s=5,
@@ -497,12 +426,12 @@ class Stack:
 
     async def _busy(self) -> dict[str, Any]:
         pending = self.sandbox.deliverer.pending()
-        counts = await self.store.read(_queue_counts)
+        counts = await self.store.read(queue_counts)
         return {"webhooksQueued": len(pending), **counts}
 
     async def _quiet(self) -> None:
         while True:
-            counts = await self.store.read(_queue_counts)
+            counts = await self.store.read(queue_counts)
             if not any(counts.values()):
                 return
             self.processor.wake()
@@ -510,7 +439,7 @@ class Stack:
             await asyncio.sleep(0.01)
 
     async def _snapshot(self) -> tuple[Any, ...]:
-        db_state = await self.store.read(_db_snapshot)
+        db_state = await self.store.read(db_snapshot)
         history = self.sandbox.deliverer.history
         last = history[-1].envelope["eventId"] if history else None
         return (db_state, len(history), last, len(self.emails), len(self.slack))
@@ -567,21 +496,3 @@ class Stack:
             if tx in str(m.get("Subject", ""))
             and (condition is None or m.get("X-Depositd-Condition") == condition)
         ]
-
-
-def _queue_counts(db: Any) -> dict[str, int]:
-    now = utc_now()
-    return {"pendingEvents": events.count_pending(db), "dueActions": actions.count_due(db, now)}
-
-
-def _db_snapshot(db: Any) -> tuple[Any, ...]:
-    # Poll facts that change nothing are left out: the polls add them all the time.
-    return (
-        *events.snapshot(db),
-        facts.snapshot(db),
-        actions.snapshot(db),
-        deposits.snapshot(db),
-        ledger.snapshot(db),
-        alerts.snapshot(db),
-        addresses.snapshot(db),
-    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,21 @@ def default_wallets() -> list[WalletSpec]:
         WalletSpec(1001, "Main USDT", True, "collection_prime"),
         WalletSpec(1002, "Ops", False, "operation_prime"),
     ]
+
+
+def wallets_with(auto_collection: Mapping[int, bool]) -> list[WalletSpec]:
+    """The default wallets with auto-collection set per wallet as given; a wallet id not among
+    them is added as a collection wallet."""
+    wallets = {w.wallet_id: w for w in default_wallets()}
+    for wallet_id, auto in auto_collection.items():
+        known = wallets.get(wallet_id)
+        wallets[wallet_id] = WalletSpec(
+            wallet_id,
+            known.name if known else f"Wallet {wallet_id}",
+            auto,
+            known.wallet_type if known else "collection_prime",
+        )
+    return list(wallets.values())
 
 
 @dataclass
