@@ -27,7 +27,6 @@ from worker.logs import get_logger
 from worker.store.pg import PgConnection, PgDatabase, connect
 from worker.store.writer import (
     Store,
-    _fail_waiters,
     _in_savepoint,
     _Insert,
     _Job,
@@ -156,25 +155,15 @@ class PgStore(Store):
                 await asyncio.wait([finishing])
                 raise
         except BaseException as exc:
-            if db is not None and db.conn.in_transaction and not db.conn.broken:
-                try:
-                    db.conn.execute("ROLLBACK")
-                except sqlite3.Error as failed:
-                    log.error("rollback failed", error=str(failed))
-            error = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
-            _fail_waiters(inserts, inline, threaded, error)
+            self._fail_round(db, exc, inserts, inline, threaded)  # type: ignore[arg-type]
             if not isinstance(exc, Exception):
                 raise
-            log.error("group transaction failed", error=str(error))
             return
-        self.commits += 1
-        for future, ok, value in settled:
-            if future.done():
-                continue
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+        self._settle(settled)
+
+    @staticmethod
+    def _can_roll_back(db: Any) -> bool:
+        return bool(db.conn.in_transaction and not db.conn.broken)
 
     def _begin_with(self, inserts: list[_Insert]) -> tuple[PgDatabase, list[_Settled]]:
         """On the writer thread: BEGIN (connecting again first if the connection was lost),

@@ -413,17 +413,37 @@ class Store:
                     await asyncio.wait([finishing])
                     raise
         except BaseException as exc:
-            if db.conn.in_transaction:
-                try:
-                    db.conn.execute("ROLLBACK")
-                except sqlite3.Error as failed:  # the next BEGIN then fails, and says so
-                    log.error("rollback failed", error=str(failed))
-            error = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
-            _fail_waiters(inserts, inline, threaded, error)
+            self._fail_round(db, exc, inserts, inline, threaded)
             if not isinstance(exc, Exception):
                 raise
-            log.error("group transaction failed", error=str(error))
             return
+        self._settle(settled)
+
+    def _fail_round(
+        self,
+        db: sqlite_utils.Database | None,
+        exc: BaseException,
+        inserts: list[_Insert],
+        inline: list[_Job],
+        threaded: list[_Job],
+    ) -> None:
+        """A round that did not commit: roll back what is open, and every waiter gets the error."""
+        if db is not None and self._can_roll_back(db):
+            try:
+                db.conn.execute("ROLLBACK")
+            except sqlite3.Error as failed:  # the next BEGIN then fails, and says so
+                log.error("rollback failed", error=str(failed))
+        error = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
+        _fail_waiters(inserts, inline, threaded, error)
+        if isinstance(exc, Exception):
+            log.error("group transaction failed", error=str(error))
+
+    @staticmethod
+    def _can_roll_back(db: sqlite_utils.Database) -> bool:
+        return db.conn.in_transaction
+
+    def _settle(self, settled: list[_Settled]) -> None:
+        """The round committed: count it, and hand each waiter its result or its exception."""
         self.commits += 1
         if self.commits % _CHECKPOINT_EVERY == 0 and self._checkpoint is None:
             self._start_checkpoint()
