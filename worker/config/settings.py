@@ -64,6 +64,20 @@ def _check_algorithm(value: str) -> str:
     return value
 
 
+def _checked_listen(value: str, example: str) -> str:
+    """`value` when it is HOST:PORT (a port 0-65535), else a ValueError naming `example`."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"must be HOST:PORT, e.g. {example}")
+    return value
+
+
+def _host_port(listen: str) -> tuple[str, int]:
+    """The host (IPv6 brackets dropped) and port of a checked HOST:PORT."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
 class ProviderSettings(Section):
     """How to reach and authenticate to the provider."""
 
@@ -123,12 +137,7 @@ class WebhookSettings(Section):
     @field_validator("listen", "ops_listen")
     @classmethod
     def _listen(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-            raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:8080")
-        return value
+        return None if value is None else _checked_listen(value, "127.0.0.1:8080")
 
     @field_validator("path")
     @classmethod
@@ -140,20 +149,19 @@ class WebhookSettings(Section):
     @property
     def host(self) -> str:
         """Listen host."""
-        return self.listen.rpartition(":")[0].strip("[]")
+        return _host_port(self.listen)[0]
 
     @property
     def port(self) -> int:
         """Listen port."""
-        return int(self.listen.rpartition(":")[2])
+        return _host_port(self.listen)[1]
 
     @property
     def ops_address(self) -> tuple[str, int] | None:
         """Host and port of `ops_listen`, or None."""
         if self.ops_listen is None:
             return None
-        host, _, port = self.ops_listen.rpartition(":")
-        return host.strip("[]"), int(port)
+        return _host_port(self.ops_listen)
 
 
 class StorageSettings(Section):
@@ -276,10 +284,7 @@ class ConsoleSettings(Section):
     @field_validator("listen")
     @classmethod
     def _listen(cls, value: str) -> str:
-        host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-            raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:8081")
-        return value
+        return _checked_listen(value, "127.0.0.1:8081")
 
     @field_validator("hosted_url")
     @classmethod
@@ -298,12 +303,12 @@ class ConsoleSettings(Section):
     @property
     def host(self) -> str:
         """Listen host."""
-        return self.listen.rpartition(":")[0].strip("[]")
+        return _host_port(self.listen)[0]
 
     @property
     def port(self) -> int:
         """Listen port."""
-        return int(self.listen.rpartition(":")[2])
+        return _host_port(self.listen)[1]
 
 
 class LogSettings(Section):
