@@ -1,4 +1,4 @@
-"""`depositd demo`: every SPEC section 12 scenario, end to end, without printing payer data."""
+"""`depositd demo`: every docs/sandbox.md scenario, end to end, without printing payer data."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The `depositd` command line (SPEC section 3).
+"""The `depositd` command line (docs/commands.md).
 
 Exit status: 0 success, 2 bad usage or bad configuration, 1 other failure. Each command is a
 `run(args) -> int` function in the module that holds its subject; this module only parses.

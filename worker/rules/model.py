@@ -11,7 +11,7 @@ from typing import Any, Literal, Protocol
 from worker.config.yamlsrc import Loc
 from worker.rules.records import RECORD_TRIGGERS
 
-# The tracker's transition triggers (SPEC section 7); tests check they equal tracker.Trigger.
+# The tracker's transition triggers (docs/concepts.md); tests check they equal tracker.Trigger.
 TRIGGERS: tuple[str, ...] = (
     "needs_details",
     "rejected",
