@@ -24,6 +24,7 @@ from worker.commands import (
     read,
     resolve,
     rules,
+    schema,
     selftest,
     serve,
 )
@@ -56,6 +57,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": dev.run_demo,
     "init": init.run,
     "selftest": selftest.run,
+    "schema": schema.run,
 }
 
 
@@ -210,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         "selftest", parents=[common], help="send a signed test event through the public URL"
     )
     p.add_argument("--url", required=True, help="the public webhook URL the provider posts to")
+    schema.add_parser(sub, common)
     return parser
 
 

@@ -28,6 +28,19 @@ from worker.urls import host_port
 
 FORWARD_KEYS = ("url", "secret_env", "secret_file", "allow_insecure_http")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The parameters `check_params` accepts, as JSON Schema (`depositd schema rules`).
+PARAMS = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["url"],
+    "oneOf": [{"required": ["secret_env"]}, {"required": ["secret_file"]}],
+    "properties": {
+        "url": {"type": "string", "pattern": "^https?://"},
+        "secret_env": {"type": "string", "pattern": f"^{_ENV_NAME.pattern}$"},
+        "secret_file": {"type": "string", "minLength": 1},
+        "allow_insecure_http": {"type": "boolean"},
+    },
+}
 
 
 def check_params(file: ParamCheck, params: dict[str, Any], loc: Loc) -> dict[str, Any] | None:
@@ -223,7 +236,7 @@ def _secret_problem(params: Mapping[str, Any]) -> str | None:
 
 
 KIND = Kind(
-    ActionSpec("forward", check=check_params),
+    ActionSpec("forward", check=check_params, params=PARAMS),
     record,
     runner=Forwarder.build,
     url=_url,
