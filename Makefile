@@ -55,6 +55,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check worker tests bench
 	$(BIN)/mypy worker
 	$(BIN)/yamllint --strict .
+	@# The docs site: a broken link or anchor, a missing page or one left out of the nav fails.
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # Re-resolve both locks from pyproject.toml with hashes, keeping the pinned versions that
 # still fit; `make lock UPGRADE=1` takes the newest versions pyproject.toml allows.
