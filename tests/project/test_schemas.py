@@ -15,7 +15,9 @@ from worker.act.kinds import alert, forward, submit
 from worker.commands.cli import main
 from worker.commands.init import write_sandbox_setup
 from worker.commands.schema import KINDS, schema_of, text_of
+from worker.config import profiles
 from worker.config.yamlsrc import loads
+from worker.rules import loader
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELINE = re.compile(r"# yaml-language-server: \$schema=(\S+)")
@@ -108,6 +110,15 @@ def test_the_schemas_refuse_what_the_loaders_refuse() -> None:
     nameless = {k: v for k, v in payer.items() if k != "fullName"}
     assert problems("profiles", {"profiles": {"p": nameless}})
     assert problems("profiles", {"profiles": {"p": {**payer, "countryCode": "UK"}}})
+
+
+def test_the_schemas_know_the_keys_the_loaders_know() -> None:
+    """Top-level and rule keys of the rules schema, and the profiles file's sections, are those
+    the loaders accept."""
+    rules = schema_of("rules")
+    assert sorted(rules["properties"]) == sorted(loader.TOP_KEYS)
+    assert sorted(rules["definitions"]["rule"]["properties"]) == sorted(loader.RULE_KEYS)
+    assert sorted(schema_of("profiles")["properties"]) == sorted(profiles.TOP_KEYS)
 
 
 def test_action_parameters_in_the_schema_are_those_the_checks_take() -> None:
