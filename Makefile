@@ -13,7 +13,7 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-.PHONY: setup demo test lint lock tools screenshots
+.PHONY: setup demo test lint lock tools screenshots schemas
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -48,6 +48,11 @@ test: $(STAMP) tools
 # The console's screenshots in docs/, taken by its browser tests.
 screenshots: $(STAMP) tools
 	DEPOSITD_SCREENSHOTS=1 $(BIN)/pytest -q -p no:randomly tests/console/test_console_browser.py
+
+# The JSON Schemas in docs/schemas/ (named by the shipped YAML files), from `depositd schema`.
+schemas: $(STAMP)
+	for kind in config rules profiles; do \
+	    $(BIN)/depositd schema $$kind > docs/schemas/$$kind.schema.json; done
 
 lint: $(STAMP)
 	$(BIN)/python requirements/check.py

@@ -43,10 +43,10 @@ def schema_named_by(path: Path) -> Path:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_docs_schemas_are_the_generated_ones(kind: str) -> None:
-    """docs/schemas/KIND.schema.json is what `depositd schema KIND` prints (regenerate with
-    `.venv/bin/depositd schema KIND > docs/schemas/KIND.schema.json`), a valid draft-07 schema."""
+    """docs/schemas/KIND.schema.json is what `depositd schema KIND` prints (`make schemas`
+    writes them again), a valid draft-07 schema."""
     text = (ROOT / "docs" / "schemas" / f"{kind}.schema.json").read_text(encoding="utf-8")
-    assert text == text_of(kind)
+    assert text == text_of(kind), "docs/schemas/ is out of date: run make schemas"
     Draft7Validator.check_schema(json.loads(text))
 
 
