@@ -140,9 +140,13 @@ find "$SHARE.new" -name __pycache__ -prune -exec rm -rf {} +
 # The JSON Schemas of the installed version, for editors: every shipped YAML file's
 # `# yaml-language-server: $schema=` line names its schema here instead of in the source tree.
 install -d -m 0755 "$SHARE.new/schemas"
-for kind in config rules profiles; do
-    "$VENV/bin/depositd" schema "$kind" >"$SHARE.new/schemas/$kind.schema.json"
-done
+# One process for the three (`depositd schema KIND` prints one).
+"$VENV/bin/python" - "$SHARE.new/schemas" <<'PY'
+import pathlib, sys
+from worker.commands.schema import KINDS, text_of
+for kind in KINDS:
+    (pathlib.Path(sys.argv[1]) / f"{kind}.schema.json").write_text(text_of(kind), encoding="utf-8")
+PY
 find "$SHARE.new" -name '*.yaml' -exec sed -i -E \
     "s#^(\# yaml-language-server: [$]schema=).*/([a-z]+[.]schema[.]json)\$#\1$PREFIX/share/schemas/\2#" {} +
 rm -rf "$SHARE"
