@@ -13,7 +13,7 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-.PHONY: setup demo test lint lock tools screenshots
+.PHONY: setup demo test lint lock tools screenshots schemas
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -49,12 +49,19 @@ test: $(STAMP) tools
 screenshots: $(STAMP) tools
 	DEPOSITD_SCREENSHOTS=1 $(BIN)/pytest -q -p no:randomly tests/console/test_console_browser.py
 
+# The JSON Schemas in docs/schemas/ (named by the shipped YAML files), from `depositd schema`.
+schemas: $(STAMP)
+	for kind in config rules profiles; do \
+	    $(BIN)/depositd schema $$kind > docs/schemas/$$kind.schema.json; done
+
 lint: $(STAMP)
 	$(BIN)/python requirements/check.py
 	$(BIN)/ruff check worker tests bench
 	$(BIN)/ruff format --check worker tests bench
 	$(BIN)/mypy worker
 	$(BIN)/yamllint --strict .
+	@# The docs site: a broken link or anchor, a missing page or one left out of the nav fails.
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # Re-resolve both locks from pyproject.toml with hashes, keeping the pinned versions that
 # still fit; `make lock UPGRADE=1` takes the newest versions pyproject.toml allows.

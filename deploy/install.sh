@@ -137,6 +137,18 @@ if [[ -f $SRC/README.md ]]; then install -m 0644 "$SRC/README.md" "$SHARE.new/do
 install -m 0644 "$SRC/deploy/depositd.example.yaml" "$SHARE.new/depositd.example.yaml"
 if [[ -d $SRC/rules ]]; then cp -R "$SRC/rules/." "$SHARE.new/rules/"; fi
 find "$SHARE.new" -name __pycache__ -prune -exec rm -rf {} +
+# The JSON Schemas of the installed version, for editors: every shipped YAML file's
+# `# yaml-language-server: $schema=` line names its schema here instead of in the source tree.
+install -d -m 0755 "$SHARE.new/schemas"
+# One process for the three (`depositd schema KIND` prints one).
+"$VENV/bin/python" - "$SHARE.new/schemas" <<'PY'
+import pathlib, sys
+from worker.commands.schema import KINDS, text_of
+for kind in KINDS:
+    (pathlib.Path(sys.argv[1]) / f"{kind}.schema.json").write_text(text_of(kind), encoding="utf-8")
+PY
+find "$SHARE.new" -name '*.yaml' -exec sed -i -E \
+    "s#^(\# yaml-language-server: [$]schema=).*/([a-z]+[.]schema[.]json)\$#\1$PREFIX/share/schemas/\2#" {} +
 rm -rf "$SHARE"
 mv "$SHARE.new" "$SHARE"
 
@@ -189,11 +201,14 @@ for file in "$SHARE"/rules/*.yaml; do  # the loader reads *.yaml only
     esac
 done
 if [[ ! -e $ETC/profiles.yaml ]]; then
-    cat >"$ETC/profiles.yaml" <<'PROFILES'
+    {
+        printf '# yaml-language-server: $schema=%s/share/schemas/profiles.schema.json\n' "$PREFIX"
+        cat <<'PROFILES'
 # Payer profiles: none yet, so submit_profile finds none and alerts instead.
 # See examples/profiles.example.yaml; `depositd check` validates this file.
 profiles: {}
 PROFILES
+    } >"$ETC/profiles.yaml"
     chmod 0644 "$ETC/profiles.yaml"
     log "installed $ETC/profiles.yaml"
 fi

@@ -813,7 +813,7 @@ async def test_outbox_stop_is_not_held_by_the_rows_left_in_a_pass(
 
 
 async def test_an_alert_with_no_channel_is_logged_and_counted(tmp_path: Path) -> None:
-    """With no channel configured (SPEC: alerts are logged only) the alert still counts, under
+    """With no channel configured (docs/configuration.md) the alert still counts, under
     channel "log", so a dashboard of alerts does not miss it."""
     counted: list[tuple[str, str]] = []
     async with outbox_on_store(

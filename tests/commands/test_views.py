@@ -177,7 +177,7 @@ def test_events_failed_json_has_actions_and_alerts(
     config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`events --failed --json` prints what the table shows: failed events, actions, alerts,
-    told apart by `kind`, every line with the keys SPEC section 3 pins."""
+    told apart by `kind`, every line with the keys docs/reference.md pins."""
     status, out, _ = run(capsys, "events", "--failed", "--json", "--config", str(config))
     assert status == 0
     lines = json_lines(out)
@@ -219,7 +219,7 @@ def test_human_table_is_aligned(config: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_deposits_json_and_state_filter(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`deposits --json` has the SPEC keys; --state filters; an unknown state is usage error 2."""
+    """`deposits --json` has the keys; --state filters; an unknown state is usage error 2."""
     status, out, _ = run(capsys, "deposits", "--json", "--config", str(config))
     assert status == 0
     deposits = {d["transactionId"]: d for d in json_lines(out)}
@@ -273,7 +273,7 @@ def test_one_deposit_with_history(config: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_ledger_json_and_since(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`ledger --json` prints SPEC section 11 objects; --since keeps later bookings only."""
+    """`ledger --json` prints docs/reference.md objects; --since keeps later bookings only."""
     status, out, _ = run(capsys, "ledger", "--json", "--config", str(config))
     assert status == 0
     entries = json_lines(out)

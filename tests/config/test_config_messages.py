@@ -95,8 +95,9 @@ def test_country_code_uk_suggests_gb(tmp_path: Path, capsys: pytest.CaptureFixtu
     profiles.write_text(profiles.read_text().replace("countryCode: SG", "countryCode: UK"))
     capsys.readouterr()
     assert main(["check", "--config", str(tmp_path / "s" / "depositd.yaml")]) == 2
+    line = profiles.read_text().splitlines().index("    countryCode: UK") + 1
     assert capsys.readouterr().err.splitlines() == [
-        f"{profiles}:7: profile 'fictitious-demo-payer': countryCode is not an ISO 3166-1"
+        f"{profiles}:{line}: profile 'fictitious-demo-payer': countryCode is not an ISO 3166-1"
         " alpha-2 code; did you mean 'GB'?"
     ]
 
@@ -144,7 +145,8 @@ async def test_check_online_lists_offered_providers_closest_first(
     _, err = await proc.communicate()
     lines = [line for line in err.decode().splitlines() if not line.startswith("warning")]
     assert proc.returncode == 2
+    line = profiles.read_text().splitlines().index("    provider: Krakn") + 1
     assert lines == [
-        f"{profiles}:10: profile 'fictitious-demo-payer': provider is not one the provider"
+        f"{profiles}:{line}: profile 'fictitious-demo-payer': provider is not one the provider"
         " offers; give one of (closest first): Kraken, Binance, OKX, Coinbase, Bybit"
     ]

@@ -1,4 +1,4 @@
-"""`depositd demo`: every SPEC section 12 scenario, end to end, without printing payer data."""
+"""`depositd demo`: every scenario of docs/getting-started.md, end to end, no payer data shown."""
 
 from __future__ import annotations
 

@@ -340,7 +340,7 @@ async def test_combined_reading(
     assert [(o.status, o.whiteListStatus) for o in history.records] == [(status, wls)]
 
 
-# --- rows the interface leaves open (sandbox choices, SPEC section 7) ----------------------------
+# --- rows the interface leaves open (sandbox choices, docs/sandbox.md) ----------------------------
 
 
 async def test_block_shows_only_in_detail(env: Env) -> None:

@@ -473,7 +473,7 @@ def cli(stack: Stack, *args: str) -> str:
 
 
 async def test_ledger_json_and_deposit_history_commands(make_stack: MakeStack) -> None:
-    """`ledger --json` prints SPEC section 11's objects; `deposits TX` shows the actions."""
+    """`ledger --json` prints docs/reference.md's objects; `deposits TX` shows the actions."""
     stack = await make_stack(scheduler=False)
     order = stack.sandbox.inject_deposit(1002, "USDT", "TRON", "1234.5678", ENTITY_ADDRESS)
     tx = order["transactionId"]

@@ -1,4 +1,4 @@
-"""End to end: every provider failure of a submission ends as SPEC section 10 says.
+"""End to end: every provider failure of a submission ends as docs/concepts.md says.
 
 The failures come from the sandbox itself: its fault controls (5xx, latency, a wallet code),
 its own validation, a changed API secret, and its submit answering with what its fault controls

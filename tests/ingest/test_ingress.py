@@ -1,4 +1,4 @@
-"""Webhook ingress over real HTTP on loopback, one test per row of SPEC section 6."""
+"""Webhook ingress over real HTTP on loopback, one test per row of docs/reference.md."""
 
 from __future__ import annotations
 

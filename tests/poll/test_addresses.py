@@ -410,7 +410,7 @@ async def test_save_address_never_moves_a_record_back(stack: Stack) -> None:
 
 
 async def test_failed_without_notify_is_logged_without_payer_data(tmp_path: Path) -> None:
-    """With `notify` absent a FAILED address is logged as a warning (SPEC: alerts logged only)."""
+    """With `notify` absent a FAILED address is logged as a warning (alerts logged only)."""
     address = "TKnownQuietFailed00000000000001"
     async with Stack(tmp_path / "stack", notify=False) as stack:
         proc = await cli(stack, *register_args(address))

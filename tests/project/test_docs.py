@@ -54,3 +54,40 @@ def test_docs_cite_no_document_outside_the_repository() -> None:
 def test_readme_links_the_reference() -> None:
     """The README points to docs/reference.md."""
     assert "(docs/reference.md)" in (ROOT / "README.md").read_text()
+
+
+def test_readme_is_a_landing_page() -> None:
+    """The README fits in 300 lines and opens with its two commands, `make demo`, `make test`."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 300
+    opening = "\n".join(lines[:6])
+    assert "make demo" in opening and "make test" in opening
+
+
+def test_every_command_is_in_the_readme_and_the_commands_page() -> None:
+    """Each command the parser knows has a row in the README's table and in docs/commands.md."""
+    from worker.commands.cli import COMMANDS
+
+    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "commands.md").read_text()
+    for name in COMMANDS:
+        assert re.search(rf"^\|[^|\n]*`{re.escape(name)}\b", readme, re.M), f"README: {name}"
+        assert re.search(rf"^\|[^|\n]*`{re.escape(name)}\b", page, re.M), (
+            f"docs/commands.md: {name}"
+        )
+
+
+def test_code_cites_only_docs_pages_that_exist() -> None:
+    """Comments, docstrings, tests, bench, deploy files and the Makefile cite docs/<page>.md
+    pages that are in the repository, and never the spec that is not."""
+    spec = re.compile(r"\b" + "SP" + r"EC\b")  # spelled apart so that this file does not match
+    cited = re.compile(r"docs/([\w-]+\.md)")
+    files = [ROOT / "Makefile", *ROOT.glob("rules/**/*.yaml")]
+    for folder in ("worker", "tests", "bench", "deploy"):
+        files += [p for p in (ROOT / folder).rglob("*") if p.suffix in {".py", ".sh", ".md",
+                  ".yaml", ".yml", ".service", ".html"}]  # fmt: skip
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert not spec.search(text), path
+        for page in cited.findall(text):
+            assert (ROOT / "docs" / page).is_file(), f"{path} cites docs/{page}"

@@ -1,4 +1,4 @@
-"""Request and webhook signatures (SPEC section 5)."""
+"""Request and webhook signatures (docs/configuration.md)."""
 
 from __future__ import annotations
 

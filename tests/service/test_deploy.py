@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -14,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft7Validator
 from pydantic import BaseModel
 
 from worker import __version__
+from worker.commands.schema import text_of
 from worker.config.settings import Settings, load_settings
+from worker.config.yamlsrc import loads
 from worker.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -329,7 +333,7 @@ def test_install_puts_files_in_place(installed: Installed) -> None:
     """Config, env, rules, profiles, examples, credentials folder, unit and docs land in place."""
     etc = installed.etc
     share = installed.root / PREFIX.lstrip("/") / "share"
-    assert (etc / "depositd.yaml").read_text() == EXAMPLE.read_text()
+    assert (etc / "depositd.yaml").read_text() == installed_copy(EXAMPLE.read_text())
     # Never the demo's fictitious payers: an empty profiles file.
     assert "profiles: {}" in (etc / "profiles.yaml").read_text()
     assert "Demo" not in (etc / "profiles.yaml").read_text()
@@ -341,7 +345,7 @@ def test_install_puts_files_in_place(installed: Installed) -> None:
     examples = {p.name for p in (REPO / "rules").rglob("*example*.yaml")}
     assert {p.name for p in (etc / "examples").iterdir()} == examples
     assert (share / "doc/deploy.md").is_file()
-    assert (share / "depositd.example.yaml").read_text() == EXAMPLE.read_text()
+    assert (share / "depositd.example.yaml").read_text() == installed_copy(EXAMPLE.read_text())
     # Only the console's login token is made here: random, readable by root alone.
     assert [p.name for p in (etc / "credentials").iterdir()] == ["console_token"]
     token = (etc / "credentials/console_token").read_text()
@@ -355,6 +359,34 @@ def test_install_puts_files_in_place(installed: Installed) -> None:
     }
     for path, mode in modes.items():
         assert stat.S_IMODE((installed.root / path).stat().st_mode) == mode, path
+
+
+def installed_copy(text: str) -> str:
+    """A shipped YAML file as installed: its schema line names the installed schema."""
+    return re.sub(r"\$schema=\S*/", f"$schema={PREFIX}/share/schemas/", text, count=1)
+
+
+def test_installed_yaml_names_the_installed_schemas(installed: Installed) -> None:
+    """Every YAML file install.sh writes names, in its `$schema=` line, a schema file that the
+    install wrote from the installed depositd (`depositd schema KIND`), valid for that file."""
+    files = sorted(installed.root.glob("etc/depositd/**/*.yaml"))
+    files += sorted((installed.root / PREFIX.lstrip("/") / "share").rglob("*.yaml"))
+    assert len(files) >= 8
+    for path in files:
+        line = path.read_text().splitlines()[0]
+        m = re.fullmatch(r"# yaml-language-server: \$schema=(\S+)", line)
+        assert m, path
+        schema = installed.root / m.group(1).lstrip("/")
+        assert m.group(1).startswith(f"{PREFIX}/share/schemas/") and schema.is_file(), path
+        kind = schema.name.split(".")[0]
+        assert schema.read_text() == text_of(kind)
+        data = loads(path.read_text(), path, bool_keys_as_text=True).data
+        errors = list(
+            Draft7Validator(json.loads(schema.read_text())).iter_errors(
+                json.loads(json.dumps(data, default=str))
+            )
+        )
+        assert errors == [], path
 
 
 def test_install_rewrites_the_unit_for_the_prefix(installed: Installed) -> None:

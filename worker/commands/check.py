@@ -1,4 +1,4 @@
-"""`depositd check`: config, rules and profiles, every problem at once (SPEC section 3)."""
+"""`depositd check`: config, rules and profiles, every problem at once (docs/commands.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from worker.service.bundle import load_bundle, naming_channels
 
 def _files_problems(loaded: Loaded) -> list[str]:
     """With the config itself invalid: the problems of the rules and profiles it names, when
-    it names them plainly (SPEC section 3: every problem at once)."""
+    it names them plainly (docs/commands.md: every problem at once)."""
     from worker.act.kinds import SPECS
 
     profiles_path = loaded.files.get("profiles")
@@ -41,7 +41,7 @@ def _files_problems(loaded: Loaded) -> list[str]:
 
 def forward_secret_problems(rules: RuleBook) -> list[str]:
     """Forward rules whose secret_env is unset or empty, or whose secret_file cannot be read:
-    such a forward is never sent (SPEC section 8: forward is signed) until the secret is there.
+    such a forward is never sent (docs/rules.md: forward is signed) until the secret is there.
     Read from every action kind that signs with a secret (`Kind.secret_problem`)."""
     from worker.act.kinds import KINDS
 

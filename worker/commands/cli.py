@@ -1,4 +1,4 @@
-"""The `depositd` command line (SPEC section 3).
+"""The `depositd` command line (docs/commands.md).
 
 Exit status: 0 success, 2 bad usage or bad configuration, 1 other failure. Each command is a
 `run(args) -> int` function in the module that holds its subject; this module only parses.
@@ -24,6 +24,7 @@ from worker.commands import (
     read,
     resolve,
     rules,
+    schema,
     selftest,
     serve,
 )
@@ -56,6 +57,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": dev.run_demo,
     "init": init.run,
     "selftest": selftest.run,
+    "schema": schema.run,
 }
 
 
@@ -210,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         "selftest", parents=[common], help="send a signed test event through the public URL"
     )
     p.add_argument("--url", required=True, help="the public webhook URL the provider posts to")
+    schema.add_parser(sub, common)
     return parser
 
 

@@ -2,21 +2,26 @@
 
 DIR gets a configuration with two free loopback ports fixed in it (the sandbox's and the
 webhook's), the shipped default rules, a profiles file with one fictitious profile, the
-credentials as files under `secrets/` (read through `*_file` keys), and the database path. No
+credentials as files under `secrets/` (read through `*_file` keys), the JSON Schemas of the
+three YAML files under `schemas/` (each file's `# yaml-language-server: $schema=` line names
+its own: editors complete and check keys, docs/configuration.md), and the database path. No
 alert channel is configured: alerts are logged only, as the config file's comment says.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import secrets
 import socket
 from pathlib import Path
 
+from worker.commands.schema import KINDS, text_of
 from worker.config.shipped import shipped_rules
 from worker.errors import ConfigError
 
 _CONFIG = """\
+# yaml-language-server: $schema=schemas/config.schema.json
 # A local setup against the provider sandbox, written by `depositd init --sandbox`.
 # Terminal 1: depositd sandbox --config {config} --auto-review
 # Terminal 2: depositd serve --config {config}
@@ -53,6 +58,7 @@ log:
 """
 
 _PROFILES = """\
+# yaml-language-server: $schema=schemas/profiles.schema.json
 # Payer profiles for the local sandbox setup. The one profile here is fictitious: its name,
 # company and address are made up, for the sandbox only. Every field: docs/reference.md.
 profiles:
@@ -105,15 +111,30 @@ def write_sandbox_setup(folder: Path) -> Path:
         _CONFIG.format(config=config, sandbox_port=sandbox_port, webhook_port=webhook_port),
         encoding="utf-8",
     )
-    (folder / "rules.yaml").write_text(rules, encoding="utf-8")
+    (folder / "rules.yaml").write_text(_schema_line(rules, "rules"), encoding="utf-8")
     (folder / "profiles.yaml").write_text(_PROFILES, encoding="utf-8")
+    (folder / "schemas").mkdir()
+    for kind in KINDS:
+        (folder / "schemas" / f"{kind}.schema.json").write_text(text_of(kind), encoding="utf-8")
     return config
+
+
+def _schema_line(text: str, kind: str) -> str:
+    """`text` with its `$schema=` line naming `schemas/KIND.schema.json` beside it."""
+    line = f"# yaml-language-server: $schema=schemas/{kind}.schema.json\n"
+    text, found = _MODELINE.subn(line, text, count=1)
+    return text if found else line + text
+
+
+_MODELINE = re.compile(r"^# yaml-language-server: \$schema=.*\n", re.M)
 
 
 def run(args: argparse.Namespace) -> int:
     """`depositd init --sandbox DIR`."""
     config = write_sandbox_setup(Path(args.sandbox).resolve())
-    print(f"wrote depositd.yaml, rules.yaml, profiles.yaml and secrets/ in {config.parent}")
+    print(
+        f"wrote depositd.yaml, rules.yaml, profiles.yaml, schemas/ and secrets/ in {config.parent}"
+    )
     print("next, in two terminals:")
     print(f"  depositd sandbox --config {config} --auto-review")
     print(f"  depositd serve --config {config}")

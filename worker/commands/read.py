@@ -1,4 +1,4 @@
-"""Read-only commands: `events`, `deposits`, `ledger`, `addresses` (SPEC sections 3 and 11).
+"""Read-only commands: `events`, `deposits`, `ledger`, `addresses` (docs/reference.md).
 
 They open the database with a plain read-only connection, so they run beside `serve` (WAL lets
 readers and the writer proceed together), and as immutable where a WAL reader cannot start (see
@@ -148,7 +148,7 @@ def event_json(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-# Action and alert lines of `events --failed --json` carry the keys SPEC section 3 pins for
+# Action and alert lines of `events --failed --json` carry the keys docs/reference.md pins for
 # every line (eventId, eventType, transactionId, receivedAt, status): for an action, those of
 # the event it came from (null once retention pruned it); an alert belongs to no event.
 
@@ -417,7 +417,7 @@ _LEDGER_COLUMNS = (
 
 
 def ledger_json(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A `ledger` row in the SPEC section 11 format."""
+    """A `ledger` row in the docs/reference.md format."""
     return {
         "transactionId": row["transaction_id"],
         "walletId": row["wallet_id"],

@@ -1,4 +1,4 @@
-"""Payer profiles (SPEC section 9): stored payer details, picked by source address or wallet.
+"""Payer profiles (docs/rules.md): stored payer details, picked by source address or wallet.
 
 The file has three optional mappings: `profiles` (name -> payer details), `addresses` (source
 address -> profile name, exact match, case kept) and `wallets` (walletId -> fallback profile

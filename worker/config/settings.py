@@ -1,4 +1,4 @@
-"""The configuration file (SPEC section 4), validated once at start with pydantic.
+"""The configuration file (docs/configuration.md), validated once at start with pydantic.
 
 `${VAR}` is read from the environment, `*_file` keys from files (e.g. systemd credentials),
 relative paths resolve against the config file's folder. Unknown keys, a key given twice, an

@@ -1,4 +1,4 @@
-"""`depositd demo [--keep DIR]`: the scripted scenarios of SPEC section 12, end to end.
+"""`depositd demo [--keep DIR]`: the scripted scenarios of docs/getting-started.md, end to end.
 
 One process runs the sandbox, the worker (shipped rules and demo profiles), an SMTP server and a
 Slack endpoint on temporary storage (`worker.dev.harness.Stack`). Each scenario drives the sandbox,

@@ -1,4 +1,4 @@
-"""The webhook endpoint and the operational endpoints (SPEC section 6).
+"""The webhook endpoint and the operational endpoints (docs/reference.md).
 
 Thin on purpose: read at most `max_body_bytes`, verify the raw bytes, check the envelope's two
 required keys (`Gate`), commit the raw event, answer. Everything else happens in the processor,
@@ -117,7 +117,7 @@ def _header_reason(message: str) -> str:
 
 
 class Gate:
-    """What a delivery passes before it is stored (SPEC section 6): headers (API-KEY and the
+    """What a delivery passes before it is stored (docs/reference.md): headers (API-KEY and the
     timestamp window, before any of the body is read), size, signature, envelope.
 
     Shared by the in-process endpoint and the ingress process (`worker.ingest.process`).
@@ -294,7 +294,7 @@ class Gate:
 def webhook_handler(
     gate: Gate, store_row: StoreRow, record: Record, refused: CountRefusal = lambda _: None
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """POST {webhook.path}: verify, store durably, answer (SPEC section 6).
+    """POST {webhook.path}: verify, store durably, answer (docs/reference.md).
 
     Refusals are counted by reason; their log lines are sampled (`Sampled`: a few per reason
     a minute, then one line with the count left out), so a flood cannot drown the log.
@@ -331,7 +331,7 @@ def webhook_handler(
 
 
 class Ingress:
-    """The endpoints of SPEC section 6 on the store, the metrics and the ready checks."""
+    """The endpoints of docs/reference.md on the store, the metrics and the ready checks."""
 
     def __init__(
         self,

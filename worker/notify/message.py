@@ -60,7 +60,7 @@ class _Text:
 
 
 # Titles and next steps follow the provider interface (States, Transitions, Wallet error codes)
-# and what depositd itself does about each condition (SPEC section 10).
+# and what depositd itself does about each condition (docs/concepts.md).
 _TEXTS: dict[str, _Text] = {
     "needs_details": _Text(
         "Payer details needed",
@@ -140,7 +140,7 @@ _TEXTS: dict[str, _Text] = {
     ),
 }
 
-# What depositd does after each wallet code (SPEC section 10), added to the interface's guidance.
+# What depositd does after each wallet code (docs/concepts.md), added to the interface's guidance.
 _CODE_FOLLOW_UP = {
     "10000100": "depositd re-read the history queues (init, rejected) and the detail and does "
     "not submit again: if it is gone, check the wallet and transactionId; if it still waits for "

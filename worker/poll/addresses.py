@@ -6,7 +6,7 @@ with `--replace-failed` a FAILED record for the same address is disabled and a n
 (a record cannot be edited). Records are kept in the `addresses` table; WALLET_ADDRESS_UPDATED
 webhooks update them too.
 
-Payer details are personal data (SPEC section 9): what this command prints and logs names the
+Payer details are personal data (docs/rules.md): what this command prints and logs names the
 profile and the payer fields a provider message mentions, never a value. The FAILED alert carries
 the provider's failMessage (the review's reason), as a deposit's rejection alert does.
 """
@@ -299,7 +299,7 @@ async def register_prepared(
 
 
 async def _alert_failed(settings: Settings, record: SourceAddress, profile: str) -> None:
-    """Alert a FAILED record on every configured channel; with none, log it (SPEC section 4)."""
+    """Alert a FAILED record on every configured channel, else log it (docs/configuration.md)."""
     alert = build_alert(
         "address_failed",
         "warning",

@@ -5,7 +5,7 @@ module builds itself) and the exact body bytes. Answers are read with exact deci
 into typed errors from `worker.errors`:
 
 - `ProviderBusinessError` (`ProviderRetryLater` for 10000104): the provider refused the call;
-  never retried here, the caller decides (SPEC section 10).
+  never retried here, the caller decides (docs/concepts.md).
 - `ProviderAuthError`: HTTP 401 or a message about signature, unauthorized or timestamp; not
   retried at once, the caller backs off (a clock or key problem does not fix itself in 50 ms).
 - `ProviderUnavailable`: timeout, connection or transport error (an answer aiohttp cannot
@@ -14,7 +14,7 @@ into typed errors from `worker.errors`:
 - `ProviderProtocolError`: an answer that is no known envelope, or data of the wrong shape. For
   a write the outcome is unknown: the caller retries later with the same key.
 
-Paths and payload shapes are those of the provider interface and SPEC section 13 (see
+Paths and payload shapes are those of the provider interface and docs/design.md (see
 `worker.provider.models`).
 """
 

@@ -1,7 +1,7 @@
 """The provider's deposit-side data model (pydantic v2).
 
 Where the interface names an operation without showing its payload, the shapes are those of
-SPEC section 13, and they live here so that one edit adapts to the real provider:
+docs/design.md, and they live here so that one edit adapts to the real provider:
 
 - Deposit order (history records, transaction detail ``data``): `DepositOrder`.
 - History ``GET /v1/wallet/history?whiteListStatus=init&pageNum=1&pageSize=50`` (also walletId,
@@ -101,7 +101,7 @@ class CreditStatus(str, Enum):
 
 
 class AddressStatus(str, Enum):
-    """Source address status; DISABLED after the disable call (assumed, SPEC section 13)."""
+    """Source address status; DISABLED after the disable call (assumed, docs/design.md)."""
 
     PROCESSING = "PROCESSING"
     ACTIVE = "ACTIVE"
@@ -120,7 +120,7 @@ class EventType(str, Enum):
     COLLECT_ORDER_UPDATED = "Collect Order Updated"
     STABLE_ORDER_UPDATED = "STABLE_ORDER_UPDATED"
     WALLET_TRANSFER_ORDER_UPDATED = "WALLET_TRANSFER_ORDER_UPDATED"
-    # A hint only: depositd reads the abnormal-fund list (SPEC section 13).
+    # A hint only: depositd reads the abnormal-fund list (docs/design.md).
     ABNORMAL_FUND_NOTIFICATION = "ABNORMAL_FUND_NOTIFICATION"
 
 
@@ -196,7 +196,7 @@ class Page(Model, Generic[T]):
 
 
 class DepositOrder(Model):
-    """A deposit order as read from history and transaction detail (SPEC section 13)."""
+    """A deposit order as read from history and transaction detail (docs/design.md)."""
 
     transactionId: str
     transactionHash: str | None = None
@@ -241,7 +241,7 @@ class DepositEventData(DepositNotificationData):
 
 
 class AddressUpdatedData(Model):
-    """WALLET_ADDRESS_UPDATED data (SPEC section 13)."""
+    """WALLET_ADDRESS_UPDATED data (docs/design.md)."""
 
     id: str
     walletAddress: str

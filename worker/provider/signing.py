@@ -1,4 +1,4 @@
-"""Request and webhook signatures (SPEC section 5).
+"""Request and webhook signatures (docs/configuration.md).
 
 The default scheme, ``hmac-sha256-v1``::
 

@@ -1,4 +1,4 @@
-"""Rules per wallet (SPEC section 8): YAML rule sets compiled into values and evaluated purely."""
+"""Rules per wallet (docs/rules.md): YAML rule sets compiled into values and evaluated purely."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading rule sets from YAML (SPEC section 8) with every problem named by file and line.
+"""Reading rule sets from YAML (docs/rules.md) with every problem named by file and line.
 
 `rules:` in the config is one file or a folder; a folder contributes its `*.yaml` files in name
 order, except `*.example.yaml` and a payer profiles file (recognised by its `profiles:` key and

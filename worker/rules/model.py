@@ -11,7 +11,7 @@ from typing import Any, Literal, Protocol
 from worker.config.yamlsrc import Loc
 from worker.rules.records import RECORD_TRIGGERS
 
-# The tracker's transition triggers (SPEC section 7); tests check they equal tracker.Trigger.
+# The tracker's transition triggers (docs/concepts.md); tests check they equal tracker.Trigger.
 TRIGGERS: tuple[str, ...] = (
     "needs_details",
     "rejected",
@@ -89,6 +89,7 @@ class ActionSpec:
     `check` None: the action takes no parameters. `final`: nothing after it in a rule's `then:`
     runs (so nothing may follow it). `only_on`: the triggers it may run on (None: any), with
     `only_on_meaning` saying what they have in common and `only_on_example` a rule's `on:`.
+    `params`: the JSON Schema of the parameters `check` accepts (`depositd schema rules`).
     """
 
     name: str
@@ -97,6 +98,7 @@ class ActionSpec:
     only_on: frozenset[str] | None = None
     only_on_meaning: str = ""
     only_on_example: str = ""
+    params: Mapping[str, Any] | None = None
 
 
 class DepositView(Protocol):

@@ -1,6 +1,6 @@
 """Facts from provider payloads: what a webhook or a polled deposit order states.
 
-The event type is itself a fact (SPEC section 7); a poll's record says what it says. Both feed
+The event type is itself a fact (docs/concepts.md); a poll's record says what it says. Both feed
 `worker.track.tracker.observe` alike.
 """
 
@@ -24,7 +24,7 @@ from worker.track.tracker import UNKNOWN, Fact, Unknown
 def fact_from_event(env: WebhookEnvelope, *, received_at: int | None = None) -> Fact | None:
     """The fact a deposit webhook states; None for events that are not about deposits.
 
-    The event type is itself a fact (SPEC section 7). Observed time is the envelope timestamp,
+    The event type is itself a fact (docs/concepts.md). Observed time is the envelope timestamp,
     else data.timestamp, else `received_at`. Malformed data raises pydantic's ValidationError.
     """
     if env.eventType not in DEPOSIT_EVENT_TYPES:

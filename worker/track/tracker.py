@@ -1,9 +1,9 @@
 """The deposit tracker: one state per transactionId, built from facts, pure (no I/O, no clock).
 
 Webhooks, polls and our own accepted submissions all become `Fact`s; `observe` folds one fact into
-a `Deposit` and returns the triggers that fact caused. Every field only moves forward (SPEC
-section 7), so a redelivered, duplicated or out-of-order fact never acts twice and never undoes
-anything; a late fact is recorded by the caller but changes nothing here.
+a `Deposit` and returns the triggers that fact caused. Every field only moves forward
+(docs/concepts.md), so a redelivered, duplicated or out-of-order fact never acts twice and
+never undoes anything; a late fact is recorded by the caller but changes nothing here.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ SOURCES = frozenset({"webhook", "poll", "submit"})
 
 
 class Trigger(str, Enum):
-    """Tracker transitions that rules can name (SPEC section 7)."""
+    """Tracker transitions that rules can name (docs/concepts.md)."""
 
     NEEDS_DETAILS = "needs_details"
     REJECTED = "rejected"
@@ -241,7 +241,7 @@ class Deposit:
         return self.field_times.get("white_list_status", self.updated_at)
 
     def as_json(self) -> dict[str, Any]:
-        """The `deposits --json` object (SPEC section 3); also the body of `forward`."""
+        """The `deposits --json` object (docs/reference.md); also the body of `forward`."""
         return {
             "transactionId": self.transaction_id,
             "walletId": self.wallet_id,
@@ -425,7 +425,7 @@ def _merge_terminal(current: _E | None, seen: _E | Unknown, initial: _E) -> _E |
 
 
 # creditStatus only climbs: PENDING, then BLOCKED or CREDITED, and BLOCKED -> CREDITED when support
-# releases the funds (SPEC section 7: the one move out of blocked). A CREDITED deposit never reads
+# releases the funds (docs/concepts.md: the one move out of blocked). A CREDITED deposit never reads
 # BLOCKED again: a late BLOCKED after the release (or after the credit) changes nothing. Taking the
 # higher rank is order-independent: any arrival order of the same facts ends in the same status.
 _CREDIT_RANK = {CreditStatus.PENDING: 0, CreditStatus.BLOCKED: 1, CreditStatus.CREDITED: 2}

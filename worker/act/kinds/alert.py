@@ -33,6 +33,17 @@ from worker.track.tracker import Deposit
 log = get_logger(__name__)
 
 ALERT_KEYS = ("severity", "channels", "message")
+_CHANNEL = {"enum": list(CHANNELS)}
+# The parameters `check_params` accepts, as JSON Schema (`depositd schema rules`).
+PARAMS = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "severity": {"enum": list(SEVERITIES), "default": "warning"},
+        "channels": {"anyOf": [_CHANNEL, {"type": "array", "minItems": 1, "items": _CHANNEL}]},
+        "message": {"type": "string"},
+    },
+}
 # An alert row is sent once per pass: up to MAX_ALERT_ROUNDS x notify_retry["attempts"] (5)
 # sends while its channels fail in a retryable way, MAX_ALERT_ROUNDS when they refuse it.
 MAX_ALERT_ROUNDS = 3
@@ -307,7 +318,7 @@ def _channels(params: Mapping[str, Any]) -> Sequence[str]:
 
 
 KIND = Kind(
-    ActionSpec("alert", check=check_params),
+    ActionSpec("alert", check=check_params, params=PARAMS),
     record,
     runner=AlertSender.build,
     channels=_channels,

@@ -1,4 +1,4 @@
-"""`forward`: post the deposit to the URL a rule names, signed with its secret (SPEC 8).
+"""`forward`: post the deposit to the URL a rule names, signed with its secret (docs/rules.md).
 
 The reactor records the deposit as of the transition (every retry posts the same body); on
 order_updated the row holds the order record instead (`worker.act.records.fire_record`), which is
@@ -28,6 +28,19 @@ from worker.urls import host_port
 
 FORWARD_KEYS = ("url", "secret_env", "secret_file", "allow_insecure_http")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The parameters `check_params` accepts, as JSON Schema (`depositd schema rules`).
+PARAMS = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["url"],
+    "oneOf": [{"required": ["secret_env"]}, {"required": ["secret_file"]}],
+    "properties": {
+        "url": {"type": "string", "pattern": "^https?://"},
+        "secret_env": {"type": "string", "pattern": f"^{_ENV_NAME.pattern}$"},
+        "secret_file": {"type": "string", "minLength": 1},
+        "allow_insecure_http": {"type": "boolean"},
+    },
+}
 
 
 def check_params(file: ParamCheck, params: dict[str, Any], loc: Loc) -> dict[str, Any] | None:
@@ -41,7 +54,7 @@ def check_params(file: ParamCheck, params: dict[str, Any], loc: Loc) -> dict[str
     if "secret_env" in params and "secret_file" in params:
         file.bad((*loc, "secret_file"), "give either secret_env or secret_file, not both")
     elif "secret_env" not in params and "secret_file" not in params:
-        # SPEC section 8: forward posts the deposit signed; never unsigned by omission.
+        # docs/rules.md: forward posts the deposit signed; never unsigned by omission.
         file.bad(loc, "forward needs secret_env or secret_file (the POST is signed)")
     env = params.get("secret_env")
     if "secret_env" in params:
@@ -111,7 +124,7 @@ class Forwarder:
         url = str(params["url"])
         secret, problem = forward_secret(params)
         if problem is not None:
-            # Forward is signed (SPEC section 8): never post unsigned; wait for the secret.
+            # Forward is signed (docs/rules.md): never post unsigned; wait for the secret.
             outcome = f"not sent: forward secret missing ({problem})"
             also = alert_once(
                 deposit,
@@ -197,7 +210,7 @@ def _where(location: str | None) -> str:
 def forward_secret(params: Mapping[str, Any]) -> tuple[str, str | None]:
     """(secret, problem) of a forward rule's signing secret (secret_env/secret_file), read when
     used: a problem when it names none (a row queued before the rules required one), or one that
-    is unset, empty or unreadable (SPEC section 8: forward is signed, so it is not sent)."""
+    is unset, empty or unreadable (docs/rules.md: forward is signed, so it is not sent)."""
     if params.get("secret_env"):
         name = str(params["secret_env"])
         value = os.environ.get(name, "")
@@ -223,7 +236,7 @@ def _secret_problem(params: Mapping[str, Any]) -> str | None:
 
 
 KIND = Kind(
-    ActionSpec("forward", check=check_params),
+    ActionSpec("forward", check=check_params, params=PARAMS),
     record,
     runner=Forwarder.build,
     url=_url,

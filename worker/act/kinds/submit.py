@@ -434,4 +434,12 @@ class Submitter:
         await self._rows.finish(sub.action_id, "failed", detail, key=sub.key, also=also)
 
 
-KIND = Kind(ActionSpec("submit_profile", check=check_params), record, runner=Submitter.build)
+# The parameters `check_params` accepts, as JSON Schema (`depositd schema rules`).
+PARAMS = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"profile": {"type": "string", "minLength": 1}},
+}
+KIND = Kind(
+    ActionSpec("submit_profile", check=check_params, params=PARAMS), record, runner=Submitter.build
+)

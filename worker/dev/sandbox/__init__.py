@@ -1,4 +1,4 @@
-"""The provider sandbox (SPEC section 12): the provider's deposit-whitelist and wallet
+"""The provider sandbox (docs/sandbox.md): the provider's deposit-whitelist and wallet
 operations on loopback, with the real state machine, balances, signed webhooks and a control API.
 """
 

@@ -1,4 +1,4 @@
-"""The sandbox's records and their wire shapes (SPEC section 13): orders, addresses, wallets.
+"""The sandbox's records and their wire shapes (docs/design.md): orders, addresses, wallets.
 
 Each record knows how the provider shows it (history, detail, webhook data), so the shapes live
 in one place.
