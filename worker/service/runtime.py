@@ -47,6 +47,7 @@ from worker.service.maintenance import (
 from worker.service.operations import ConsoleOperations
 from worker.service.reconfig import reread
 from worker.service.systemd import SystemdNotifier, watchdog_loop
+from worker.service.wallets import wallet_problems
 from worker.store.leases import default_instance_id
 from worker.store.meta import set_meta
 from worker.store.writer import Store
@@ -212,6 +213,21 @@ class Runtime(LeaderJobs, ConsoleOperations):
                     lambda db: set_meta(db, UNKNOWN_PROVIDERS, json.dumps(unknown))
                 )
 
+    async def check_wallets(self) -> list[str]:
+        """Warn (log) for each rule set or profile fallback naming a wallet the provider does not
+        list (`worker.service.wallets`); the problems found."""
+        if self.client is None:
+            return []
+        try:
+            listed = await self.client.list_wallets()
+        except ProviderError as exc:
+            log.warning("wallet list unavailable; rules not checked against it", error=str(exc))
+            return []
+        problems, _ = wallet_problems(self.rules, self.profiles, listed)
+        for problem in problems:
+            log.warning("config", warning=problem)
+        return problems
+
     async def _daily(self) -> None:
         assert self.store is not None
         while not self._stop.is_set():
@@ -291,6 +307,7 @@ class Runtime(LeaderJobs, ConsoleOperations):
         self._tasks = [
             asyncio.create_task(self.outbox.run(self._stop), name="outbox"),
             asyncio.create_task(self._daily(), name="daily"),
+            asyncio.create_task(self.check_wallets(), name="wallets"),
         ]
 
     def listen_for_reload(self) -> None:
