@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stores import StoreMaker
 
 from worker.commands.cli import main
 from worker.dev.harness import Stack
@@ -36,6 +37,12 @@ rules:
     "on": [credited]
     then: [book]
 """
+
+
+@pytest.fixture
+def stack_stores(make_store: StoreMaker) -> StoreMaker:
+    """The command works on either store: these stacks store on SQLite, then on PostgreSQL."""
+    return make_store
 
 
 async def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -189,3 +196,31 @@ def test_alerts_name_the_command_for_the_case_at_hand() -> None:
     assert "depositd submit tx-9 --profile NAME --by YOUR_NAME" in none
     rejected = " ".join(_alert_next_step("rejected#2", "acme").split())
     assert "Correct profile acme" in rejected and "depositd submit tx-9 --profile acme" in rejected
+
+
+async def test_a_submission_refused_by_the_provider_is_not_sent_again_by_a_second_run(
+    tmp_path: Path, start_stack: MakeStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The provider refuses the profile (a provider name it does not offer, 10000103): the
+    command's wait ends with the refusal (exit 1); running it again submits nothing (exit 1,
+    naming the failed submission) until the profile is corrected."""
+    stack, tx = await _held(tmp_path, start_stack)
+    text = stack.profiles_path.read_text(encoding="utf-8")
+    stack.profiles_path.write_text(text.replace("provider: Binance", "provider: Binanse"))
+    assert await stack.runtime.reload()
+    config = str(stack.config_path)
+    code, _, err = await _cli(
+        capsys, "submit", tx, "--profile", "demo-entity", "--by", "ana", "--config", config,
+        "--wait", "0",
+    )  # fmt: skip
+    assert code == 0, err
+    await stack.settle()
+    (first,) = [a for a in await stack.actions(tx) if a["action"] == "submit_profile"]
+    assert first["status"] == "failed" and "10000103" in first["outcome"]
+    code, _, err = await _cli(
+        capsys, "submit", tx, "--profile", "demo-entity", "--by", "ana", "--config", config
+    )
+    assert code == 1
+    assert f"refused: submission #{first['id']} (failed:" in err and "had this very payload" in err
+    await stack.settle()
+    assert len([a for a in await stack.actions(tx) if a["action"] == "submit_profile"]) == 1

@@ -135,10 +135,19 @@ def _decide(
 
 
 def _already(deposit: Deposit, profile: str, first: dict[str, Any]) -> Approval:
-    """The same payload (same Idempotency-Key) was queued before: nothing new. A rejected
-    deposit waits for a corrected profile: the provider is never sent a payload twice."""
+    """The same payload (same Idempotency-Key) was queued before: nothing new. A failed one is
+    refused (it runs again with its key through a retry, not a second row); a rejected deposit
+    waits for a corrected profile: the provider is never sent a payload twice."""
     action_id = int(first["id"])
     what = f"submission #{action_id} ({first['status']}: {first.get('outcome') or 'queued'})"
+    if first["status"] == "failed":
+        return Approval(
+            "identical",
+            f"refused: {what} had this very payload; correct the profile first, or run that"
+            " submission again with its key (`depositd retry-failed`, or Retry on its row)",
+            action_id,
+            first,
+        )
     if deposit.state is State.REJECTED:
         return Approval(
             "identical",

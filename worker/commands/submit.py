@@ -38,6 +38,7 @@ EXIT = {
     "unfit": 2,
 }
 _POLL_S = 0.2
+MAX_NOTE = 500  # as the console's
 
 
 def _serve_running(settings: Settings) -> bool | None:
@@ -106,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
     """`depositd submit TX --profile NAME --by WHO [--note TEXT] [--wait S]`."""
     if not operator_name(args.by or ""):
         print("depositd: submit: --by NAME is required (who submits, recorded)", file=sys.stderr)
+        return 2
+    if len(args.note or "") > MAX_NOTE:
+        print(f"depositd: submit: a note is at most {MAX_NOTE} characters", file=sys.stderr)
         return 2
     settings = load_settings(args.config)
     if settings.profiles is None:

@@ -33,6 +33,7 @@ from worker.store.tx import conn_of
 
 log = get_logger(__name__)
 MAX_NOTE = 500
+MAX_PROFILE_NAME = 200  # longer is no stored profile's name: refused before it is recorded
 
 
 def add_routes(app: web.Application) -> None:
@@ -288,6 +289,8 @@ async def submit_profile(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     note, back = await _form(request)
     profile = str(form.get("profile", ""))
+    if len(profile) > MAX_PROFILE_NAME:
+        raise web.HTTPBadRequest(text="not a stored profile's name")
     remote = _by(request)
     approval = await console.store.write(
         lambda db: approve(db, tx, profile, console.ops.profiles, note=note, remote=remote)

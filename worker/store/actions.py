@@ -134,10 +134,11 @@ def submission_key_used(db: sqlite_utils.Database, transaction_id: str, key: str
 
 
 def submission_with_key(db: Db, transaction_id: str, key: str) -> dict[str, Any] | None:
-    """The deposit's first submission queued with this Idempotency-Key; None if there is none."""
+    """The deposit's first submission queued with this Idempotency-Key and not skipped (a
+    skipped one never reached the provider); None if there is none."""
     row = db.execute(
         "SELECT * FROM actions WHERE transaction_id=? AND action='submit_profile'"
-        " AND idempotency_key=? ORDER BY id LIMIT 1",
+        " AND idempotency_key=? AND status != 'skipped' ORDER BY id LIMIT 1",
         [transaction_id, key],
     ).fetchone()
     return None if row is None else dict(row)
