@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stores import StoreMaker
 from test_ops import Service, cli
 
 
 async def test_status_says_running_while_another_instance_serves(
-    tmp_path: Path, provider_url: str
+    tmp_path: Path, provider_url: str, make_store: StoreMaker
 ) -> None:
-    """Two serve on one SQLite database; the first stops cleanly (recording its stop): status
-    still says running (the second holds the database), not an unclean stop; once the second
-    stops too, not running."""
-    shared = {"path": str(tmp_path / "shared.db")}
+    """Two serve on one database (SQLite: the shared lock on `<db>.lock`; PostgreSQL: the
+    shared advisory lock); the first stops cleanly (recording its stop): status still says
+    running (the second holds the database), not an unclean stop; once the second stops too,
+    not running."""
+    shared = make_store.storage("shared.db")
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
     first = Service(tmp_path / "a", provider_url, storage=shared)
