@@ -190,9 +190,9 @@ def test_alerts_name_the_command_for_the_case_at_hand() -> None:
     rejected: correct it, then submit it. Each names the deposit's transactionId."""
     held = " ".join(_alert_next_step("needs_details", "acme").split())
     assert "depositd submit tx-9 --profile acme --by YOUR_NAME" in held
-    assert "Store one" not in held
+    assert "store a profile" not in held
     none = " ".join(_alert_next_step("needs_details", None).split())
-    assert "No stored profile applies. Store one" in none
+    assert "No stored profile applies: store a profile" in none
     assert "depositd submit tx-9 --profile NAME --by YOUR_NAME" in none
     rejected = " ".join(_alert_next_step("rejected#2", "acme").split())
     assert "Correct profile acme" in rejected and "depositd submit tx-9 --profile acme" in rejected

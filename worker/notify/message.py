@@ -243,7 +243,7 @@ def _approve_step(kind: str, transaction_id: str | None, profile: str | None) ->
             " stay unavailable until then."
         )
     return (
-        "No stored profile applies. Store one for this source address or wallet in the"
+        "No stored profile applies: store a profile for this source address or wallet in the"
         " profiles file, reload the service (`systemctl reload depositd`), then submit it:"
         f" {command}; or fill in the provider's hosted page from the console's deposit page."
         " Funds stay unavailable until then."
