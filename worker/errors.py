@@ -24,6 +24,17 @@ class AlreadyServing(DepositdError, OSError):
     not be taken, even shared."""
 
 
+class ListenError(DepositdError, OSError):
+    """A listening address of `serve` cannot be bound (taken by another process, or not an
+    address of this host): `setting` names the key, `address` its HOST:PORT."""
+
+    def __init__(self, setting: str, address: str, reason: str) -> None:
+        self.setting = setting
+        self.address = address
+        self.reason = reason
+        super().__init__(f"{setting}: cannot listen on {address}: {reason}")
+
+
 class SchemaTooNew(StorageError):
     """The database was written by a newer depositd; refusing to touch it."""
 

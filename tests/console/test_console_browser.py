@@ -218,6 +218,39 @@ def test_hosted_page_embedded_filled_in_and_closed(
         assert all(value not in html for value in PAYER.values()), path
 
 
+def test_a_stored_profile_is_chosen_by_name_and_submitted(
+    live: LiveStack, browser: webdriver.Chrome
+) -> None:
+    """On a waiting deposit's page the operator picks a stored profile by name (keyboard: the
+    select and the button are form controls) and submits it; the deposit shows as submitted,
+    the action is listed under "What operators did", and no profile field reaches the page."""
+    stack = live.stack
+    tx = _waiting_deposit(live, "TConsoleNoProfile000000000000005")
+    log_in(browser, live)
+    browser.get(f"{stack.console_url}/deposits/{tx}")
+    choice = Select(browser.find_element(By.ID, "profile"))
+    assert [o.text for o in choice.options] == ["demo-entity", "demo-person"]
+    assert "Demo Trading" not in browser.page_source
+    choice.select_by_visible_text("demo-person")
+    browser.find_element(By.CSS_SELECTOR, "#submit-profile input[name=note]").send_keys(
+        "payer on file"
+    )
+    submit(browser, browser.find_element(By.ID, "submit-profile-button"))
+
+    async def submitted() -> bool:
+        deposit = await stack.deposit(tx)
+        return deposit is not None and deposit.state.value == "submitted"
+
+    live.until(submitted, "the submission to be taken")
+    browser.get(f"{stack.console_url}/deposits/{tx}")
+    assert browser.find_element(By.ID, "state").text == "submitted"
+    assert not browser.find_elements(By.ID, "submit-profile")
+    done = browser.find_element(By.ID, "operator").text
+    assert "submit_profile" in done and "payer on file" in done and "demo-person" in done
+    assert "submit_profile" in browser.find_element(By.ID, "actions").text
+    assert "Demo Street" not in browser.page_source
+
+
 def test_a_post_without_csrf_token_is_refused(live: LiveStack, browser: webdriver.Chrome) -> None:
     """A POST with the session cookie but no CSRF token is 403, as is one without a session."""
     log_in(browser, live)

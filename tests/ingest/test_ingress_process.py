@@ -140,7 +140,8 @@ async def test_one_process_serve_when_asked(tmp_path: Path, provider_url: str) -
 
 
 async def test_a_second_serve_on_the_same_port_fails(tmp_path: Path, provider_url: str) -> None:
-    """Two services never share a port (and so the deliveries): the second one exits 1."""
+    """Two services never share a port (and so the deliveries): the second one exits 2, naming
+    the setting and the address."""
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
     async with Service(tmp_path / "a", provider_url) as first:
@@ -150,8 +151,10 @@ async def test_a_second_serve_on_the_same_port_fails(tmp_path: Path, provider_ur
         second.config.write_text(json.dumps(cfg))
         try:
             proc = await second.spawn()
-            assert await asyncio.wait_for(proc.wait(), 30) == 1
-            assert "cannot serve" in second.log.read_text()
+            assert await asyncio.wait_for(proc.wait(), 30) == 2
+            text = second.log.read_text()
+            assert "cannot listen" in text and "webhook.listen" in text
+            assert f"127.0.0.1:{first.port}" in text
         finally:
             await second.kill()
         assert not second.db.exists()  # refused before it opened (or ran) anything

@@ -125,7 +125,7 @@ async def test_ready_after_port_bound_watchdog_then_stopping(
 async def test_no_ready_when_the_port_is_taken(
     tmp_path: Path, provider_url: str, notify_socket: socket.socket
 ) -> None:
-    """serve that cannot bind its port never sends READY=1 and exits 1."""
+    """serve that cannot bind its port never sends READY=1 and exits 2 naming the setting."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -133,7 +133,8 @@ async def test_no_ready_when_the_port_is_taken(
         log = tmp_path / "serve.log"
         proc = await start_serve(write_config(tmp_path, provider_url, port), notify_socket, log)
         try:
-            assert await asyncio.wait_for(proc.wait(), 20) == 1, log.read_text()
+            assert await asyncio.wait_for(proc.wait(), 20) == 2, log.read_text()
+            assert "webhook.listen" in log.read_text() and f"127.0.0.1:{port}" in log.read_text()
         finally:
             if proc.returncode is None:
                 proc.kill()

@@ -10,7 +10,8 @@ from worker.config.profiles import Profiles
 from worker.config.settings import Loaded, Settings, read_settings
 from worker.errors import ConfigError, ProviderError
 from worker.rules import RuleBook
-from worker.service.bundle import load_bundle, naming_channels
+from worker.service.bundle import Bundle, load_bundle, naming_channels
+from worker.service.wallets import name_note
 
 
 def _files_problems(loaded: Loaded) -> list[str]:
@@ -83,6 +84,21 @@ async def unknown_providers(settings: Settings, profiles: Profiles) -> list[str]
     return profiles.provider_problems(names)
 
 
+async def online_problems(settings: Settings, bundle: Bundle) -> tuple[list[str], list[str]]:
+    """(problems, notes) of `check --online`: profiles whose `provider` the options endpoint
+    does not offer, and rule sets and profile fallbacks naming a wallet the provider's wallet
+    list does not hold (`worker.service.wallets`)."""
+    from worker.provider.client import ProviderClient
+    from worker.service.wallets import wallet_problems
+
+    async with ProviderClient.from_settings(settings.provider, retries=1) as client:
+        names = await client.options()
+        listed = await client.list_wallets()
+    problems = bundle.profiles.provider_problems(names)
+    wallets, notes = wallet_problems(bundle.rules, bundle.profiles, listed)
+    return problems + wallets, notes
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate; print problems (exit 2) or a short summary (exit 0)."""
     loaded = read_settings(args.config)
@@ -106,12 +122,18 @@ def run(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     if missing:
         return 2
-    if getattr(args, "online", False):
+    online = getattr(args, "online", False)
+    if not online:
+        for note in filter(None, map(name_note, bundle.rules.rulesets)):
+            print(f"note: {note}", file=sys.stderr)
+    if online:
         try:
-            bad = asyncio.run(unknown_providers(settings, bundle.profiles))
+            bad, notes = asyncio.run(online_problems(settings, bundle))
         except ProviderError as exc:
-            print(f"provider: options endpoint failed: {exc}", file=sys.stderr)
+            print(f"provider: options or wallet list failed: {exc}", file=sys.stderr)
             return 1
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         if bad:
             for problem in bad:
                 print(problem, file=sys.stderr)

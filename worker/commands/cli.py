@@ -27,6 +27,7 @@ from worker.commands import (
     schema,
     selftest,
     serve,
+    submit,
 )
 from worker.dev import commands as dev
 from worker.errors import ConfigError, DepositdError
@@ -47,6 +48,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "replay": ops.run_replay,
     "retry-failed": ops.run_retry_failed,
     "resolve": resolve.run,
+    "submit": submit.run,
     "backup": ops.run_backup,
     "status": ops.run_status,
     "register-address": addresses.run,
@@ -170,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--by", metavar="NAME", help="who decides (recorded)")
     p.add_argument("--note", metavar="TEXT", help="why (recorded)")
+    _submit(sub, common)
     p = sub.add_parser("backup", parents=[common], help="consistent online copy of the database")
     p.add_argument("path", metavar="PATH", help="file to write (not the database itself)")
     sub.add_parser("status", parents=[common], help="state of the running service")
@@ -230,6 +233,25 @@ def _register_address(sub: Any, common: argparse.ArgumentParser) -> None:
         help="register again an address whose last registration FAILED",
     )
     p.add_argument("--no-wait", action="store_true", help="do not poll until ACTIVE or FAILED")
+
+
+def _submit(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "submit",
+        parents=[common],
+        help="submit a stored payer profile for a deposit waiting for details (recorded)",
+    )
+    p.add_argument("transaction_id", metavar="TX", help="the deposit's transactionId")
+    p.add_argument("--profile", required=True, metavar="NAME", help="the stored profile's name")
+    p.add_argument("--by", required=True, metavar="WHO", help="who submits (recorded)")
+    p.add_argument("--note", metavar="TEXT", help="why (recorded)")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="wait this long for the running service's outcome (default 30; 0: do not wait)",
+    )
 
 
 def _sandbox(sub: Any, common: argparse.ArgumentParser) -> None:

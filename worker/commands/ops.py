@@ -187,9 +187,11 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
     meta: dict[str, Any] = all_meta(conn)
     started, stopped = meta.get("started_at"), meta.get("stopped_at")
     # `serve` records its start and its stop; a SIGKILL, a crash or a power cut leaves the start
-    # alone, so the record is only believed while some process has the database open.
+    # alone, so the record is only believed while some process has the database open. The
+    # serve lock decides when it can be looked at: with several instances on one database,
+    # one that stopped recorded its stop while another still serves (docs/operator.md).
     recorded = bool(started) and (not stopped or stopped < started)
-    running = recorded and in_use is not False
+    running = in_use if in_use is not None else recorded
     uptime = None
     if running and started:
         uptime = round((ms_from_iso(utc_now()) - ms_from_iso(started)) / 1000)
@@ -199,7 +201,7 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
         "startedAt": started,
         "stoppedAt": stopped,
         # true: the last serve ended without recording its stop; null: could not check.
-        "uncleanStop": None if recorded and in_use is None else recorded and not running,
+        "uncleanStop": None if recorded and in_use is None else recorded and in_use is False,
         "uptimeSeconds": uptime,
         # The meta key survives retention pruning; the events table is the fallback.
         "lastWebhookAt": meta.get("last_webhook_at") or events.last_received_at(conn),

@@ -144,8 +144,10 @@ class Profiles:
         path: Path | None = None,
         file_hash: str = "",
         lines: Mapping[str, int] | None = None,
+        wallet_lines: Mapping[int, int] | None = None,
     ) -> None:
         self._profiles = dict(profiles)
+        self._wallet_lines = dict(wallet_lines or {})  # walletId -> line of its `wallets:` key
         self._lines = dict(lines or {})  # profile name -> line of its `provider` (else itself)
         self._addresses = dict(addresses)
         self._wallets = dict(wallets)
@@ -201,7 +203,16 @@ class Profiles:
             raise ConfigError(problems)
         digest = hashlib.sha256(raw).hexdigest()
         lines = {name: src.line(("profiles", name, "provider")) for name in profiles}
-        return cls(profiles, addresses, wallets, path=path, file_hash=digest, lines=lines)
+        wallet_lines = {key: src.line(("wallets", key)) for key in wallets}
+        return cls(
+            profiles,
+            addresses,
+            wallets,
+            path=path,
+            file_hash=digest,
+            lines=lines,
+            wallet_lines=wallet_lines,
+        )
 
     def names(self) -> set[str]:
         """Every profile name."""
@@ -245,6 +256,13 @@ class Profiles:
                 f" of (closest first): {', '.join(ranked)}"
             )
         return problems
+
+    def wallet_fallbacks(self) -> list[tuple[int, str, int]]:
+        """(walletId, profile name, line) of each `wallets:` fallback, in walletId order."""
+        return [
+            (wallet_id, name, self._wallet_lines.get(wallet_id, 1))
+            for wallet_id, name in sorted(self._wallets.items())
+        ]
 
     def check_providers(self, known: Collection[str]) -> list[str]:
         """Names of profiles whose `provider` is not in the options endpoint's list."""

@@ -16,6 +16,7 @@ from typing import Any
 import sqlite_utils
 from aiohttp import web
 
+from worker.act.approve import approve
 from worker.clock import utc_now
 from worker.console import pages, queries
 from worker.console.auth import SESSION_KEY, Session
@@ -32,6 +33,7 @@ from worker.store.tx import conn_of
 
 log = get_logger(__name__)
 MAX_NOTE = 500
+MAX_PROFILE_NAME = 200  # longer is no stored profile's name: refused before it is recorded
 
 
 def add_routes(app: web.Application) -> None:
@@ -43,6 +45,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/findings/{id:\\d+}/ack", acknowledge)
     app.router.add_post("/reconcile", reconcile)
     app.router.add_post("/deposits/{tx}/refresh", refresh)
+    app.router.add_post("/deposits/{tx}/submit", submit_profile)
 
 
 # A path of this console (and its query): no scheme, no host, no "//" or "/\\" start, no
@@ -273,4 +276,33 @@ async def refresh(request: web.Request) -> web.StreamResponse:
                 "outcome": outcome,
             }
         )
+    raise web.HTTPSeeOther(back)
+
+
+async def submit_profile(request: web.Request) -> web.StreamResponse:
+    """Submit a stored profile (named in the form) for a deposit waiting for payer details, as
+    `depositd submit` does: queued for the outbox and recorded in one transaction. 409 when the
+    deposit no longer waits (or this payload was sent already and rejected), 400 for a profile
+    that is not stored or does not fit; a second post of the same profile queues nothing."""
+    console: Console = request.app[CONSOLE]
+    tx = request.match_info["tx"]
+    form = await request.post()
+    note, back = await _form(request)
+    profile = str(form.get("profile", ""))
+    if len(profile) > MAX_PROFILE_NAME:
+        raise web.HTTPBadRequest(text="not a stored profile's name")
+    remote = _by(request)
+    approval = await console.store.write(
+        lambda db: approve(db, tx, profile, console.ops.profiles, note=note, remote=remote)
+    )
+    log.info(
+        "console action", kind="submit_profile", subject=tx, outcome=approval.verdict, by=remote
+    )
+    if approval.verdict == "unknown_deposit":
+        raise web.HTTPNotFound(text=f"no deposit {tx}")
+    if approval.verdict in ("unknown_profile", "unfit"):
+        raise web.HTTPBadRequest(text=approval.message)
+    if approval.verdict in ("not_waiting", "identical"):
+        raise web.HTTPConflict(text=approval.message)
+    console.ops.wake()
     raise web.HTTPSeeOther(back)

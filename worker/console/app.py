@@ -8,6 +8,7 @@ reads, reconciliation, the hosted-page link, waking the outbox); `run_console` s
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -59,12 +60,17 @@ def build_console(
 
 
 @contextlib.asynccontextmanager
-async def run_console(app: web.Application, host: str, port: int) -> AsyncIterator[None]:
-    """Serve the console app on host:port until the block ends."""
+async def run_console(
+    app: web.Application, host: str, port: int, *, sock: socket.socket | None = None
+) -> AsyncIterator[None]:
+    """Serve the console app on host:port (on `sock` when it is bound already) until the block
+    ends."""
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site: web.BaseSite = (
+            web.TCPSite(runner, host, port) if sock is None else web.SockSite(runner, sock)
+        )
         await site.start()
         log.info("console", listen=f"{host}:{port}")
         yield

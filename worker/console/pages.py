@@ -23,7 +23,7 @@ from worker.console.auth import (
     set_session_cookie,
     token_matches,
 )
-from worker.console.state import CONSOLE
+from worker.console.state import CONSOLE, Console
 from worker.errors import ProviderError
 from worker.logs import get_logger
 from worker.track.tracker import State
@@ -190,10 +190,23 @@ async def deposit_timeline(request: web.Request) -> dict[str, Any]:
     data = await request.app[CONSOLE].store.read(lambda db: queries.timeline(db, tx))
     if data is None:
         raise web.HTTPNotFound(text=f"no deposit {tx}")
-    data["hosted"] = bool(request.app[CONSOLE].hosted_origin) and (
-        data["deposit"]["state"] in HOSTED_STATES
-    )
+    console = request.app[CONSOLE]
+    waiting = data["deposit"]["state"] in HOSTED_STATES
+    data["hosted"] = bool(console.hosted_origin) and waiting
+    # The approve path: stored profiles by name only (never their contents).
+    data["profiles"] = sorted(console.ops.profiles.names()) if waiting else []
+    data["suggested"] = _suggested(console, data["deposit"])
     return data
+
+
+def _suggested(console: Console, deposit: dict[str, Any]) -> str | None:
+    """The profile that applies to the deposit (by source address, then wallet), if any: the
+    one the form selects first."""
+    wallet = deposit.get("walletId")
+    match = console.ops.profiles.for_deposit(
+        int(wallet) if wallet is not None else None, deposit.get("fromAddress")
+    )
+    return match.name if match is not None else None
 
 
 @page("deposits.html")

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from worker.config.profiles import Profiles
 from worker.config.settings import ConsoleSettings
 from worker.console.auth import Sessions, Throttle, TokenFile, origin_of
 from worker.store.writer import Store
@@ -24,6 +25,10 @@ class Operations(Protocol):
 
     async def travel_rule_link(self, wallet_id: int, transaction_id: str, lng: str) -> str:
         """A fresh URL of the hosted Travel Rule page for one deposit."""
+
+    @property
+    def profiles(self) -> Profiles:
+        """The payer profiles in force (the console shows their names only)."""
 
     def wake(self) -> None:
         """Rows were set back to pending: run them now."""

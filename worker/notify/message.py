@@ -203,19 +203,50 @@ def build_alert(
     if detail is None and text.detail_from_deposit:
         detail = getattr(deposit, "fail_message", None)
     wallet_id = getattr(deposit, "wallet_id", None)
+    transaction_id = getattr(deposit, "transaction_id", None)
+    kind = condition.partition(":")[0].split("#")[0]
+    next_step = _approve_step(kind, transaction_id, profile) or text.next_step
     return Alert(
         condition=condition,
         severity=severity,
         title=text.title,
-        transaction_id=getattr(deposit, "transaction_id", None),
+        transaction_id=transaction_id,
         wallet_id=int(wallet_id) if wallet_id is not None else None,
         wallet_name=getattr(deposit, "wallet_name", None),
         amount=_amount(getattr(deposit, "amount", None)),
         currency=getattr(deposit, "currency", None),
         network=getattr(deposit, "network", None),
         detail=detail,
-        next_step=text.next_step,
+        next_step=next_step,
         profile=profile,
+    )
+
+
+def _approve_step(kind: str, transaction_id: str | None, profile: str | None) -> str | None:
+    """The next step of a deposit waiting for payer details, naming the command for the case
+    at hand (docs/operator.md): a stored profile applies (a rule held the deposit for a
+    person), none does, or the provider rejected the one sent. None for other conditions."""
+    if kind not in ("needs_details", "rejected") or not transaction_id:
+        return None
+    command = f"`depositd submit {transaction_id} --profile {profile or 'NAME'} --by YOUR_NAME`"
+    if kind == "rejected":
+        which = f"profile {profile}" if profile else "the payer profile"
+        return (
+            f"Correct {which} (the detail says what the provider refused) and reload the"
+            " service; a rule that submits profiles resubmits a changed one by itself, else"
+            f" submit it: {command}. The same payload is never sent twice."
+        )
+    if profile:
+        return (
+            f"Stored profile {profile} applies. If a rule held this deposit for a person,"
+            f" approve it: {command} (or Submit profile on the console's deposit page). Funds"
+            " stay unavailable until then."
+        )
+    return (
+        "No stored profile applies: store a profile for this source address or wallet in the"
+        " profiles file, reload the service (`systemctl reload depositd`), then submit it:"
+        f" {command}; or fill in the provider's hosted page from the console's deposit page."
+        " Funds stay unavailable until then."
     )
 
 

@@ -27,6 +27,8 @@ from worker.store.writer import Store
 
 log = get_logger(__name__)
 
+STOPPING = "stopping"  # why a lease is handed back at a stop
+
 
 def lease_time(lease_s: float, intervals: list[float]) -> float:
     """The scheduler lease's time: `instance.lease_s`, at most the shortest job interval (so a
@@ -69,7 +71,7 @@ class Leader:
                 if not stop.is_set():
                     await self.tick()
         finally:
-            await self._lose("stopping")
+            await self._lose(STOPPING)
             try:
                 await self._store.write(lambda db: release(db, self.name, self.instance))
             except StorageError as exc:  # it lapses by itself
@@ -111,7 +113,10 @@ class Leader:
         if not self.leading:
             return
         self.leading = False
-        log.warning("no longer leading", lease=self.name, instance=self.instance, why=why)
+        # Handing the lease back at a stop is the plan, not a problem: a clean stop logs no
+        # warning (docs/operator.md); a lease lost or taken over is one.
+        level = log.info if why == STOPPING else log.warning
+        level("no longer leading", lease=self.name, instance=self.instance, why=why)
         await self._on_loss()
 
     async def holder(self) -> Lease | None:

@@ -443,7 +443,7 @@ def _load_file(
     if len(problems) > before or wallet is None:
         return _Loaded(wallet, line, None)
     version = hashlib.sha256(raw).hexdigest()[:12]
-    return _Loaded(wallet, line, RuleSet(path.name, path, version, wallet, rules))
+    return _Loaded(wallet, line, RuleSet(path.name, path, version, wallet, rules, line))
 
 
 def _describe(wallet: WalletKey) -> str:

@@ -178,6 +178,7 @@ class RuleSet:
     version: str
     wallet: WalletKey
     rules: tuple[Rule, ...]
+    line: int = 1  # of `wallet:` in the file
 
     def describe_wallet(self) -> str:
         """`wallet 1001`, `wallet 'Main'` or `every wallet without its own file`."""

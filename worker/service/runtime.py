@@ -45,7 +45,9 @@ from worker.service.maintenance import (
     submissions_due,
 )
 from worker.service.operations import ConsoleOperations
+from worker.service.reconfig import reread
 from worker.service.systemd import SystemdNotifier, watchdog_loop
+from worker.service.wallets import wallet_problems
 from worker.store.leases import default_instance_id
 from worker.store.meta import set_meta
 from worker.store.writer import Store
@@ -72,6 +74,8 @@ class Runtime(LeaderJobs, ConsoleOperations):
         self.bundle: Bundle = load_bundle(settings)  # ConfigError: serve refuses to start
         for warning in self.bundle.warnings:
             log.warning("config", warning=warning)
+        # Built from `notify` (and rebuilt by a reload) unless given (tests, the demo).
+        self._own_notifiers = notifiers is None
         self.notifiers = (
             dict(notifiers) if notifiers is not None else notifiers_from_settings(settings.notify)
         )
@@ -131,12 +135,15 @@ class Runtime(LeaderJobs, ConsoleOperations):
             self.outbox.wake()
 
     async def reload(self) -> bool:
-        """Reload rules and profiles; a bad file keeps the old ones and alerts. systemd hears
+        """Reload the configuration file's rules, profiles and notify channels (the paths and
+        the files); a bad file keeps the old ones and alerts. A changed key that needs a
+        restart is named in the log and the STATUS; the rest is reloaded. systemd hears
         RELOADING=1 first and READY=1 (with the outcome as STATUS=) once the new rules are in
         force or refused, so `systemctl reload` can wait for it."""
         self.notifier.reloading()
         try:
-            bundle = load_bundle(self.settings)
+            settings, restart = reread(self.settings)
+            bundle = load_bundle(settings)
         except ConfigError as exc:
             log.error("reload refused; keeping the rules in force", problems=len(exc.problems))
             for problem in exc.problems:
@@ -149,9 +156,26 @@ class Runtime(LeaderJobs, ConsoleOperations):
             self.notifier.reloaded("unexpected error, old rules kept")
             raise
         changed = bundle.profiles.file_hash != self.bundle.profiles.file_hash
+        self.settings = settings
         self.bundle = bundle
-        log.info("rules and profiles reloaded", ruleSets=len(bundle.rules.rulesets))
-        self.notifier.reloaded()
+        if self._own_notifiers:
+            # In place: the outbox's alert sender holds this very mapping.
+            fresh = notifiers_from_settings(settings.notify)
+            self.notifiers.clear()
+            self.notifiers.update(fresh)
+        for warning in bundle.warnings:
+            log.warning("config", warning=warning)
+        log.info(
+            "rules and profiles reloaded",
+            ruleSets=len(bundle.rules.rulesets),
+            channels=", ".join(sorted(self.notifiers)) or "none",
+        )
+        if restart:
+            log.warning(
+                "reload: changed keys need a restart to take effect; the rest was reloaded",
+                needsRestart=", ".join(restart),
+            )
+        self.notifier.reloaded(restart=restart)
         if self.store is not None:
             queued = await self.store.write(partial(submissions_due, bundle=bundle))
             if changed or queued:
@@ -188,6 +212,21 @@ class Runtime(LeaderJobs, ConsoleOperations):
                 await self.store.write(
                     lambda db: set_meta(db, UNKNOWN_PROVIDERS, json.dumps(unknown))
                 )
+
+    async def check_wallets(self) -> list[str]:
+        """Warn (log) for each rule set or profile fallback naming a wallet the provider does not
+        list (`worker.service.wallets`); the problems found."""
+        if self.client is None:
+            return []
+        try:
+            listed = await self.client.list_wallets()
+        except ProviderError as exc:
+            log.warning("wallet list unavailable; rules not checked against it", error=str(exc))
+            return []
+        problems, _ = wallet_problems(self.rules, self.profiles, listed)
+        for problem in problems:
+            log.warning("config", warning=problem)
+        return problems
 
     async def _daily(self) -> None:
         assert self.store is not None
@@ -268,6 +307,7 @@ class Runtime(LeaderJobs, ConsoleOperations):
         self._tasks = [
             asyncio.create_task(self.outbox.run(self._stop), name="outbox"),
             asyncio.create_task(self._daily(), name="daily"),
+            asyncio.create_task(self.check_wallets(), name="wallets"),
         ]
 
     def listen_for_reload(self) -> None:

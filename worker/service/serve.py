@@ -19,6 +19,7 @@ from aiohttp import web
 from worker.aio import first_done
 from worker.config.settings import Settings, load_settings
 from worker.console.app import run_console
+from worker.errors import ListenError
 from worker.ingest import process as front
 from worker.ingest.endpoint import healthz
 from worker.ingest.limits import GuardedSite, Limits, track_requests
@@ -31,6 +32,7 @@ from worker.service.keys import (
     LIVENESS_KEY,
     SOLE_KEY,
 )
+from worker.service.listeners import Listeners, bound
 from worker.service.lock import serve_lock
 from worker.service.setup import build_service
 from worker.service.systemd import SystemdNotifier
@@ -51,29 +53,29 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
         shutdown_timeout=20.0,
         keepalive_timeout=settings.webhook.idle_timeout_s,
     )
-    with contextlib.ExitStack() as held:
-        # Before anything runs: the database's serve lock, shared with the other instances (the
-        # first one in releases the claims of instances gone), and the port: a second serve on
-        # this port leaves at once, having started nothing. SQLite: a lock on a file next to
-        # the database; PostgreSQL: an advisory lock held by a session of its own.
+    async with contextlib.AsyncExitStack() as held:
+        # Before anything runs: every listening port (webhook, operational endpoints,
+        # console), so that a port taken stops serve before it acts (`ListenError`, exit 2),
+        # then the database's serve lock, shared with the other instances (the first one in
+        # releases the claims of instances gone). SQLite: a lock on a file next to the
+        # database; PostgreSQL: an advisory lock held by a session of its own.
+        listeners = await held.enter_async_context(bound(settings))
         if settings.storage.path is not None:
             app[SOLE_KEY] = held.enter_context(serve_lock(settings.storage.path))
         else:
             app[SOLE_KEY] = held.enter_context(pg_serve_lock(settings.storage))
-        listener = held.enter_context(
-            await front.listen_socket(settings.webhook.host, settings.webhook.port)
-        )
-        return await _serve(settings, app, runner, listener, notifier)
+        return await _serve(settings, app, runner, listeners, notifier)
 
 
 async def _serve(
     settings: Settings,
     app: web.Application,
     runner: web.AppRunner,
-    listener: socket.socket,
+    listeners: Listeners,
     notifier: SystemdNotifier,
 ) -> int:
-    """`serve` once the database and the port are held."""
+    """`serve` once the ports and the database are held."""
+    listener = listeners.webhook
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -87,11 +89,16 @@ async def _serve(
                 ingress = await stack.enter_async_context(_ingress_process(settings, app, listener))
             else:
                 await GuardedSite(runner, listener, app[LIMITS_KEY]).start()
-            if settings.webhook.ops_listen is not None:
-                await stack.enter_async_context(_ops_listener(settings, app))
+            if listeners.ops is not None:
+                await stack.enter_async_context(_ops_listener(settings, app, listeners.ops))
             if settings.console is not None and CONSOLE_APP_KEY in app:
                 await stack.enter_async_context(
-                    run_console(app[CONSOLE_APP_KEY], settings.console.host, settings.console.port)
+                    run_console(
+                        app[CONSOLE_APP_KEY],
+                        settings.console.host,
+                        settings.console.port,
+                        sock=listeners.console,
+                    )
                 )
             log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
             notifier.ready()
@@ -121,10 +128,11 @@ _OPS_CONNECTIONS = 64
 
 
 @contextlib.asynccontextmanager
-async def _ops_listener(settings: Settings, app: web.Application) -> AsyncIterator[None]:
-    """/metrics, /readyz and /healthz on `webhook.ops_listen`, answered by this process."""
-    address = settings.webhook.ops_address
-    assert address is not None
+async def _ops_listener(
+    settings: Settings, app: web.Application, sock: socket.socket
+) -> AsyncIterator[None]:
+    """/metrics, /readyz and /healthz on `webhook.ops_listen` (bound already), answered by this
+    process."""
     limits = Limits(_OPS_CONNECTIONS, settings.webhook.head_timeout_s)
     ops = web.Application(middlewares=[track_requests(limits)])
     app[INGRESS_KEY].add_ops_routes(ops)
@@ -132,7 +140,6 @@ async def _ops_listener(settings: Settings, app: web.Application) -> AsyncIterat
     runner = web.AppRunner(ops, handle_signals=False, access_log=None, keepalive_timeout=15.0)
     await runner.setup()
     try:
-        sock = await front.listen_socket(*address)
         await GuardedSite(runner, sock, limits).start()
         log.info("operational endpoints", listen=settings.webhook.ops_listen)
         yield
@@ -206,6 +213,10 @@ def run_serve(args: argparse.Namespace) -> int:
     configure(settings.log.format, settings.log.level)
     try:
         return asyncio.run(serve(settings))
+    except ListenError as exc:
+        # A port taken: bad configuration for this host (exit 2), and nothing has run yet.
+        log.error("cannot listen", setting=exc.setting, listen=exc.address, error=exc.reason)
+        return 2
     except OSError as exc:
-        log.error("cannot serve", listen=settings.webhook.listen, error=str(exc))
+        log.error("cannot serve", error=str(exc))
         return 1

@@ -13,7 +13,7 @@ import asyncio
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 
 class SystemdNotifier:
@@ -53,10 +53,12 @@ class SystemdNotifier:
         usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
         self.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
 
-    def reloaded(self, error: str | None = None) -> None:
+    def reloaded(self, error: str | None = None, restart: Sequence[str] = ()) -> None:
         """READY=1 after a reload, with a STATUS= line saying whether the new rules were taken
-        or refused (the old ones stay in force)."""
+        or refused (the old ones stay in force), and the changed keys that need a restart."""
         text = "rules and profiles reloaded" if error is None else f"reload refused: {error}"
+        if restart:
+            text += f"; needs a restart: {', '.join(restart)}"
         self.notify("READY=1\nSTATUS=" + " ".join(text.split()))
 
     def stopping(self) -> None:

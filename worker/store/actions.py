@@ -133,6 +133,27 @@ def submission_key_used(db: sqlite_utils.Database, transaction_id: str, key: str
     return row is not None
 
 
+def submission_with_key(db: Db, transaction_id: str, key: str) -> dict[str, Any] | None:
+    """The deposit's first submission queued with this Idempotency-Key and not skipped (a
+    skipped one never reached the provider); None if there is none."""
+    row = db.execute(
+        "SELECT * FROM actions WHERE transaction_id=? AND action='submit_profile'"
+        " AND idempotency_key=? AND status != 'skipped' ORDER BY id LIMIT 1",
+        [transaction_id, key],
+    ).fetchone()
+    return None if row is None else dict(row)
+
+
+def open_submission(db: Db, transaction_id: str) -> dict[str, Any] | None:
+    """The deposit's submission still to be run or running; None if there is none."""
+    row = db.execute(
+        "SELECT * FROM actions WHERE transaction_id=? AND action='submit_profile'"
+        " AND status IN ('pending', 'running') ORDER BY id LIMIT 1",
+        [transaction_id],
+    ).fetchone()
+    return None if row is None else dict(row)
+
+
 def acted_on_event(db: sqlite_utils.Database, event_id: str, event_type: str) -> bool:
     """Did rules already run on this stored event's raw eventType (a row has it as trigger)?"""
     row = (

@@ -191,7 +191,15 @@ class Submitter:
         """Submit the profile that applies now; record the outcome, or retry or alert."""
         sub = self._pick(action_id, str(row["transaction_id"]), deposit, params, attempts)
         if sub is None:
-            await self._rows.finish(action_id, "skipped", "no profile applies any more")
+            outcome = "no profile applies any more"
+            if params.get("named"):
+                # Named by an operator or a rule: the profiles in force do not hold it (edited
+                # out, or added to the file without a reload).
+                outcome = (
+                    f"profile {params.get('profile')} is not among the profiles in force"
+                    " (reload the service after editing the profiles file)"
+                )
+            await self._rows.finish(action_id, "skipped", outcome)
             return
         try:
             await self._client.submit_payer(sub.tx, sub.body, idempotency_key=sub.key)

@@ -1,0 +1,100 @@
+"""`serve` binds every listener before any stage that acts: a taken port stops it (exit 2,
+naming the setting and HOST:PORT) before the database is opened; a clean stop logs no warning."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT, ServeProcess, free_port
+
+
+def _config(tmp_path: Path, provider_url: str, port: int, **extra: Any) -> Path:
+    token = tmp_path / "console_token"
+    token.write_text("a-console-token\n")
+    token.chmod(0o600)
+    cfg: dict[str, Any] = {
+        "provider": {
+            "base_url": provider_url,
+            "api_key": PROVIDER_KEY,
+            "api_secret": PROVIDER_SECRET,
+        },
+        "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
+        "storage": {"path": str(tmp_path / "depositd.db")},
+        "scheduler": {"history_interval_s": 1, "detail_interval_s": 1},
+        "rules": str(ROOT / "rules"),
+        "profiles": str(ROOT / "rules" / "profiles.yaml"),
+        "log": {"format": "json", "level": "info"},
+        **extra,
+    }
+    config = tmp_path / "depositd.yaml"
+    config.write_text(json.dumps(cfg))
+    return config
+
+
+def _lines(log: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in log.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            out.append({"level": "raw", "event": line})
+    return out
+
+
+@pytest.mark.parametrize("setting", ["console.listen", "webhook.ops_listen"])
+async def test_a_taken_port_stops_serve_before_it_acts(
+    tmp_path: Path, provider_url: str, setting: str
+) -> None:
+    """The console's (or the operational endpoints') port held by another process: serve exits
+    2 with one error naming that setting and HOST:PORT, and never opened the database (no
+    poll, no booking, no alert could have run)."""
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        extra: dict[str, Any] = {}
+        if setting == "console.listen":
+            extra["console"] = {"listen": f"127.0.0.1:{busy}", "token_file": "console_token"}
+        else:
+            extra["webhook"] = {
+                "listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws",
+                "ops_listen": f"127.0.0.1:{busy}",
+            }  # fmt: skip
+        config = _config(tmp_path, provider_url, port, **extra)
+        log = tmp_path / "serve.log"
+        proc = await ServeProcess(config, port, log).spawn()
+        assert await asyncio.wait_for(proc.wait(), 30) == 2
+    errors = [line for line in _lines(log) if line.get("level") == "error"]
+    assert len(errors) == 1, errors
+    assert errors[0]["setting"] == setting and errors[0]["listen"] == f"127.0.0.1:{busy}"
+    assert not (tmp_path / "depositd.db").exists()
+
+
+async def test_a_clean_stop_logs_no_warning(tmp_path: Path, provider_url: str) -> None:
+    """Started (leading the scheduler, console open) and stopped with SIGTERM: exit 0, and no
+    line at warning or above in the log."""
+    port, console_port = free_port(), free_port()
+    console = {"listen": f"127.0.0.1:{console_port}", "token_file": "console_token"}
+    config = _config(tmp_path, provider_url, port, console=console)
+    log = tmp_path / "serve.log"
+    serve = ServeProcess(config, port, log)
+    try:
+        await serve.start()
+        for _ in range(200):
+            if any(line.get("event") == "leading" for line in _lines(log)):
+                break
+            await asyncio.sleep(0.05)
+        assert await serve.signal(signal.SIGTERM) == 0
+    finally:
+        await serve.kill()
+    lines = _lines(log)
+    assert any(line.get("event") == "stopped" for line in lines)
+    loud = [line for line in lines if line.get("level") not in ("debug", "info")]
+    assert loud == [], loud
