@@ -4,13 +4,16 @@ waits on a virtual clock (worker.dev.polldriver.VirtualClock): nothing here is t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
+from prometheus_client.parser import text_string_to_metric_families
 
+from worker.dev.harness import Stack
 from worker.dev.polldriver import Calls, VirtualClock
 from worker.dev.sandbox.app import SANDBOX_KEY, create_app
 from worker.dev.sandbox.config import SandboxConfig
@@ -133,3 +136,48 @@ def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
     assert parse_retry_after("Thu, 26 Nov 2026 11:00:00 GMT", now) == 0.0
     assert parse_retry_after("soon", now) is None
     assert parse_retry_after(None, now) is None
+
+
+async def test_serve_metrics_show_the_rate_limit_the_backoff_and_the_wait(
+    start_stack: Callable[..., Awaitable[Stack]],
+) -> None:
+    """A running serve answered 429 with Retry-After: 2 on its history poll: /metrics counts the
+    call as rate_limited, shows the back-off while it lasts, and the time the poll waited."""
+    stack = await start_stack(history_interval_s=0.3, detail_interval_s=0.3)
+    stack.sandbox.set_fault("history", "rate_limit", count=1, retry_after_s=2)
+
+    async def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(stack.worker_url + "/metrics") as resp,
+        ):
+            text = await resp.text()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    limited = (
+        "depositd_provider_calls_total",
+        (("endpoint", "history"), ("outcome", "rate_limited")),
+    )
+    backoffs: list[float] = []
+
+    async def rate_limited() -> bool:
+        seen = await samples()
+        backoffs.append(seen[("depositd_provider_backoff_seconds", ())])
+        return seen.get(limited, 0) == 1
+
+    await stack.wait_for(rate_limited, 10, "the rate-limited history call")
+    assert 0 < backoffs[-1] <= 2
+
+    waited = ("depositd_provider_budget_wait_seconds_total", (("endpoint", "history"),))
+
+    async def waited_it_out() -> bool:
+        # The retry waits until the Retry-After has passed, not a moment less.
+        return (await samples()).get(waited, 0) >= 1.9
+
+    await stack.wait_for(waited_it_out, 10, "the history poll to wait out the back-off")
+    seen = await samples()
+    assert seen[("depositd_provider_backoff_seconds", ())] == 0
