@@ -35,6 +35,7 @@ from worker.poll.scheduler import Poller
 from worker.provider.budget import RequestBudget, polling
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
+from worker.store.ledger import all_booked
 from worker.store.writer import Store
 from worker.track.processor import Processor
 
@@ -189,10 +190,8 @@ class PollDriver:
     async def booked(self) -> set[str]:
         """The transactionIds in the ledger."""
         assert self.store is not None
-        rows = await self.store.read(
-            lambda db: db.execute("SELECT transaction_id FROM ledger").fetchall()
-        )
-        return {str(r[0]) for r in rows}
+        rows = await self.store.read(all_booked)
+        return {str(r["transaction_id"]) for r in rows}
 
     # --- the polls ----------------------------------------------------------------------------
 
