@@ -35,10 +35,10 @@ from worker.provider.budget import polling
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, Page
 from worker.provider.paging import pages
-from worker.store.deposits import blocked_since, detail_candidates, is_tracked
+from worker.store.deposits import blocked_since, detail_candidates, get_deposit_rows
 from worker.store.writer import Store
 from worker.track.facts import fact_from_order
-from worker.track.tracker import Fact, State
+from worker.track.tracker import Deposit, Fact, State, conflicts, observe
 
 log = get_logger(__name__)
 
@@ -61,6 +61,15 @@ SAFE_PAGE_SIZE = 50
 QUEUES = ("init", "rejected")
 
 Observe = Callable[[Fact], Awaitable[Any]]
+
+
+def says_nothing_new(deposit: Deposit, fact: Fact) -> bool:
+    """True when applying `fact` would change nothing: no field it states contradicts the
+    deposit, and the tracker's fold leaves the deposit as it is."""
+    if conflicts(deposit, fact):
+        return False
+    after, transitions = observe(deposit, fact)
+    return after == deposit and not transitions
 
 
 class PollStats:
@@ -115,9 +124,6 @@ class Poller:
         """Make a poll in flight end after the record in hand (shutdown must not wait for pages)."""
         self._stopping = True
 
-    async def _known(self, transaction_id: str) -> bool:
-        return await self._store.write(lambda db: is_tracked(db, transaction_id))
-
     async def poll_history(self) -> int:
         """Feed every record of the init and rejected queues to the tracker; returns the count."""
         return await self._guard("history", self._history)
@@ -156,24 +162,43 @@ class Poller:
         listed: set[str] = set()
         # Each queue has its own page cap (scheduler.max_pages), so a queue that pages on and
         # on cannot keep the other from being read in the same run.
+        tracked: dict[str, dict[str, Any]] = {}  # the page in hand's deposits, as stored
         for status in QUEUES:
-            async for order in self._queue(status):
-                listed.add(order.transactionId)
-                if not await self._known(order.transactionId):
-                    self.stats.found_by_poll += 1
-                    log.info("found by poll", transactionId=order.transactionId, poll="history")
-                await self._observe(fact_from_order(order, source="poll"))
+            async for order in self._queue(status, tracked):
+                tx = order.transactionId
+                listed.add(tx)
                 seen += 1
+                fact = fact_from_order(order, source="poll")
+                row = tracked.get(tx)
+                if row is None:
+                    self.stats.found_by_poll += 1
+                    log.info("found by poll", transactionId=tx, poll="history")
+                elif says_nothing_new(Deposit.from_row(row), fact):
+                    # Listed as it was last time: the tracker would change nothing (the
+                    # queues list thousands of waiting deposits every run).
+                    continue
+                await self._observe(fact)
                 if self._stopping:
                     return seen  # the rest is found by the next run after the restart
         self.plan.listed(Listing(started, self._clock(), frozenset(listed)))
         return seen
 
-    def _queue(self, status: str) -> AsyncIterator[DepositOrder]:
+    def _queue(
+        self, status: str, tracked: dict[str, dict[str, Any]]
+    ) -> AsyncIterator[DepositOrder]:
         """Every deposit of one work queue, a page at a time, at the largest page size the
-        provider takes: `scheduler.page_size`, or 50 once it refused that."""
+        provider takes: `scheduler.page_size`, or 50 once it refused that; `tracked` holds the
+        stored rows of each page's deposits while its records are read."""
 
         async def fetch(page_num: int) -> Page[DepositOrder]:
+            page = await fetch_page(page_num)
+            ids = [order.transactionId for order in page.records]
+            rows = await self._store.read(lambda db: get_deposit_rows(db, ids))
+            tracked.clear()
+            tracked.update(rows)
+            return page
+
+        async def fetch_page(page_num: int) -> Page[DepositOrder]:
             size = min(self._settings.page_size, self._queue_page_cap or self._settings.page_size)
             try:
                 return await self._client.history(
@@ -188,7 +213,7 @@ class Poller:
                     error=str(exc),
                 )
                 self._queue_page_cap = SAFE_PAGE_SIZE
-                return await fetch(page_num)
+                return await fetch_page(page_num)
 
         return pages(fetch, self._settings.max_pages, what=f"history {status}")
 
