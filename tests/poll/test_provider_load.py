@@ -55,6 +55,7 @@ async def test_1000_waiting_cost_under_300_calls_in_two_minutes_and_lost_approva
     await driver.run(120, at={approve_at: approve}, after_run=note_booked)
 
     calls = driver.calls.by_endpoint()
+    print(f"provider calls in two minutes: {driver.calls.total()} {calls}")
     assert driver.calls.total() <= 300, calls
     assert set(booked_at) == set(approved)
     late = {tx: t - approve_at for tx, t in booked_at.items() if t - approve_at > 3 * DETAIL_S}
