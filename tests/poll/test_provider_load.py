@@ -100,3 +100,34 @@ _ENTITY = {
     "walletType": "VASP",
     "provider": "Binance",
 }
+
+
+async def test_first_start_reads_an_empty_lookback_in_one_request(driver: PollDriver) -> None:
+    """No mark yet: the three days of lookback are one window (hourly windows cost 72 requests
+    for an empty history), and the mark is set to its end."""
+    assert driver.catchup is not None
+    stats = await driver.catchup.catch_up()
+    assert stats is not None and stats.complete and stats.windows == 1
+    assert driver.calls.by_endpoint() == {"history": 1}
+
+
+async def test_first_start_splits_only_a_full_window(tmp_path: Path) -> None:
+    """A lookback with more pages than the cap is split in halves until each fits: 1,200
+    deposits of the last three hours at 500 a page and 2 pages a window cost a few requests,
+    not one window an hour (72)."""
+    settings = SchedulerSettings.model_validate({"max_pages": 2})
+    polls = PollDriver(tmp_path, settings)
+    await polls.start()
+    try:
+        for hour in range(3):
+            polls.inject(400, f"Full{hour}")
+            polls.clock.ms += 3_600_000
+        assert polls.catchup is not None
+        stats = await polls.catchup.catch_up()
+        assert stats is not None and stats.complete and stats.new_deposits == 1200
+        print(f"first start over 1,200 deposits: {polls.calls.by_endpoint()} {stats}")
+        # One first page of each window too full (halving 72 h down to the last hours), then
+        # the pages of the windows that fit.
+        assert polls.calls.by_endpoint()["history"] <= 15, polls.calls.by_endpoint()
+    finally:
+        await polls.stop()

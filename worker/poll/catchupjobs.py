@@ -2,7 +2,8 @@
 
 - At start, every `scheduler.catchup_interval_s`, and as soon as the provider answers again
   after it was unreachable (connection errors, timeouts, 5xx): from the covered-until mark minus
-  `scheduler.catchup_margin_s` to now (no mark yet: now minus `scheduler.catchup_lookback_s`).
+  `scheduler.catchup_margin_s` to now (no mark yet: now minus `scheduler.catchup_lookback_s`,
+  as one window split only when it is full).
   A deposit whose webhooks were lost while depositd (or its webhook path) was down is found by
   the next of these, at the latest one interval later.
 - Daily at `scheduler.sweep_at` (UTC): the previous day's full history again, a safety net.

@@ -110,9 +110,8 @@ class Poller:
         self.backoff_max_s = backoff_max_s
         self._not_before: dict[str, float] = {}
         self._alerted: set[str] = set()
-        # Detail poll, per deposit: consecutive runs that failed to read or apply it, and the run
-        # in which it was last attempted (least recently attempted goes first: a run cut short
-        # cannot starve the deposits behind the one it stopped at).
+        # Detail poll, per deposit: consecutive runs that failed to read or apply it (read
+        # after the others; `plan` keeps when each was last attempted, least recent first).
         self._detail_failing: dict[str, int] = {}
         self._clock = clock
         self.plan = DetailPlan(settings, clock())
@@ -168,16 +167,17 @@ class Poller:
                 tx = order.transactionId
                 listed.add(tx)
                 seen += 1
-                fact = fact_from_order(order, source="poll")
+                fact: Fact | None = fact_from_order(order, source="poll")
                 row = tracked.get(tx)
                 if row is None:
                     self.stats.found_by_poll += 1
                     log.info("found by poll", transactionId=tx, poll="history")
-                elif says_nothing_new(Deposit.from_row(row), fact):
+                elif fact is not None and says_nothing_new(Deposit.from_row(row), fact):
                     # Listed as it was last time: the tracker would change nothing (the
                     # queues list thousands of waiting deposits every run).
-                    continue
-                await self._observe(fact)
+                    fact = None
+                if fact is not None:
+                    await self._observe(fact)
                 if self._stopping:
                     return seen  # the rest is found by the next run after the restart
         self.plan.listed(Listing(started, self._clock(), frozenset(listed)))
