@@ -97,6 +97,15 @@ class ProviderUnavailable(ProviderError):
     same_key = True
 
 
+class ProviderRateLimited(ProviderUnavailable):
+    """429, or a 5xx naming a rate limit: every poll backs off provider-wide for `retry_after`
+    seconds (None: the answer named no time)."""
+
+    def __init__(self, msg: str, *, retry_after: float | None = None, **kw: object) -> None:
+        self.retry_after = retry_after
+        super().__init__(msg, **kw)  # type: ignore[arg-type]
+
+
 class ProviderProtocolError(ProviderError):
     """The provider's answer could not be read as any known envelope."""
 

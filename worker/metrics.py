@@ -100,6 +100,18 @@ class Metrics:
             ["endpoint", "outcome"],
             registry=r,
         )
+        self.provider_budget_wait = Counter(
+            "depositd_provider_budget_wait_seconds",
+            "Time polls' provider calls waited on the request budget (provider.max_requests_per_s)"
+            " and on a rate-limit back-off, by endpoint.",
+            ["endpoint"],
+            registry=r,
+        )
+        self.provider_backoff = Gauge(
+            "depositd_provider_backoff_seconds",
+            "Seconds left of the provider-wide back-off after a rate-limit answer (0: none).",
+            registry=r,
+        )
         self.alerts_sent = Counter(
             "depositd_alerts_sent",
             'Alerts by channel ("log" when no channel is configured) and outcome.',

@@ -28,6 +28,7 @@ from worker.dev.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER, WebhookRe
 from worker.errors import (
     ProviderAuthError,
     ProviderBusinessError,
+    ProviderRateLimited,
     ProviderRetryLater,
     ProviderUnavailable,
 )
@@ -270,6 +271,27 @@ async def test_faults_over_control_api(sbx: Running) -> None:
     assert (await sbx.client.history(white_list_status="init")).records == []
     status, err = await sbx.call("POST", "/_sandbox/faults", {"endpoint": "x", "kind": "boom"})
     assert status == 409 and "kind" in err["error"]
+
+
+async def test_rate_limit_fault_answers_429_or_503_with_retry_after(sbx: Running) -> None:
+    """A rate_limit fault (control API) answers HTTP 429, or 503 naming the rate limit, with
+    its Retry-After header when one is given; the client reads it as a rate limit."""
+    body = {"endpoint": "history", "kind": "rate_limit", "retryAfterSeconds": 7, "count": 1}
+    status, fault = await sbx.call("POST", "/_sandbox/faults", body)
+    assert (status, fault["httpStatus"], fault["retryAfterSeconds"]) == (201, 429, 7)
+    url = f"http://{sbx.server.host}:{sbx.server.port}/v1/wallet/history"
+    headers = signed_headers(API_KEY, API_SECRET, "GET", "/v1/wallet/history", b"")
+    async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as resp:
+        assert (resp.status, resp.headers.get("Retry-After")) == (429, "7")
+        assert "rate limit" in (await resp.json())["msg"]
+    sbx.sandbox.set_fault("history", kind="rate_limit", http_status=503, count=1)
+    with pytest.raises(ProviderRateLimited) as caught:
+        await sbx.client.history(white_list_status="init")
+    assert (caught.value.http_status, caught.value.retry_after) == (503, None)
+    assert (await sbx.client.history(white_list_status="init")).records == []
+    bad = {"endpoint": "history", "kind": "rate_limit", "httpStatus": 500}
+    status, err = await sbx.call("POST", "/_sandbox/faults", bad)
+    assert status == 409 and "httpStatus" in err["error"]
 
 
 # --- persistence ---------------------------------------------------------------------------------

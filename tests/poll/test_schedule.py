@@ -75,6 +75,21 @@ async def env(aiohttp_server: object, tmp_path: Path) -> AsyncIterator[Env]:
         await store.close()
 
 
+@dataclass
+class Clock:
+    """The poller's wall clock (epoch ms), moved on by hand: every deposit read in a detail run
+    is due again once it moved on by `detail_interval_s`."""
+
+    ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def tick(self, seconds: float = 60.0) -> None:
+        """Move on by `seconds`."""
+        self.ms += int(seconds * 1000)
+
+
 def settings(**kw: float) -> SchedulerSettings:
     """Scheduler settings with short intervals unless told otherwise."""
     values: dict[str, float] = {"history_interval_s": 0.05, "detail_interval_s": 60.0}
@@ -319,22 +334,26 @@ async def mark_submitted(env: Env, tx: str) -> None:
     )
 
 
-async def test_detail_poll_reads_every_deposit_not_yet_final(env: Env) -> None:
-    """Detail is read for every deposit that is not final, waiting ones too; BLOCKED shows."""
+async def test_detail_poll_reads_deposits_in_motion_and_leaves_queued_ones_to_the_queue(
+    env: Env,
+) -> None:
+    """Detail is read for a deposit in motion (BLOCKED shows), never for one the work queue
+    lists; a blocked deposit is final for the detail poll."""
     waiting, submitted = inject(env.sandbox, 2)
     poller = Poller(env.client, env.store, env.processor.observe_fact, settings())
     await poller.poll_history()
     await mark_submitted(env, submitted)
+    await poller.poll_history()  # the init queue lists `waiting` alone now
     calls_before = env.calls.count("transaction_detail")
     env.sandbox.block(submitted)
-    assert await poller.poll_detail() == 2
-    assert env.calls.count("transaction_detail") == calls_before + 2
+    assert await poller.poll_detail() == 1
+    assert env.calls.count("transaction_detail") == calls_before + 1
     states = await env.store.write(
         lambda db: {r[0]: r[1] for r in db.execute("SELECT transaction_id, state FROM deposits")}
     )
     assert states == {waiting: "needs_details", submitted: "blocked"}
-    assert await poller.poll_detail() == 1, "a blocked deposit is final for the detail poll"
-    assert env.calls.count("transaction_detail") == calls_before + 3
+    assert await poller.poll_detail() == 0, "a blocked deposit is final for the detail poll"
+    assert env.calls.count("transaction_detail") == calls_before + 1
 
 
 async def states_of(env: Env) -> dict[str, str]:
@@ -426,6 +445,7 @@ async def test_one_failing_deposit_does_not_stop_the_detail_poll(env: Env, failu
 
 async def test_failing_deposit_is_read_after_the_others(env: Env) -> None:
     """A deposit that failed on its own is read last next time, though it is the stalest."""
+    clock = Clock()
     bad, second, third = await three_submitted(env)
     applied: list[str] = []
 
@@ -435,12 +455,18 @@ async def test_failing_deposit_is_read_after_the_others(env: Env) -> None:
             raise ValueError("cannot apply this fact")
         return await env.processor.observe_fact(fact)
 
-    poller = Poller(env.client, env.store, observe, settings())
-    assert await poller.poll_detail() == 3
+    poller = Poller(env.client, env.store, observe, settings(), clock=clock)
+    assert await detail(poller, clock) == 3
     assert applied == [bad, second, third]
     applied.clear()
-    assert await poller.poll_detail() == 3
+    assert await detail(poller, clock) == 3
     assert applied == [second, third, bad]
+
+
+async def detail(poller: Poller, clock: Clock) -> int:
+    """One detail run, `detail_interval_s` after the one before: every deposit is due again."""
+    clock.tick(60.0)
+    return await poller.poll_detail()
 
 
 async def detail_alerts(env: Env) -> list[tuple[str, str, str]]:
@@ -456,18 +482,19 @@ async def detail_alerts(env: Env) -> list[tuple[str, str, str]]:
 
 async def test_deposit_failing_three_runs_in_a_row_alerts_once(env: Env) -> None:
     """The same deposit failing on 3 consecutive detail runs queues one warning alert for it."""
+    clock = Clock()
     bad, good, _ = await three_submitted(env)
     env.sandbox.set_fault(one_deposit(bad), "code", count=None, code="10000101")
-    poller = Poller(env.client, env.store, env.processor.observe_fact, settings())
+    poller = Poller(env.client, env.store, env.processor.observe_fact, settings(), clock=clock)
     for run in range(1, FAILING_ALERT_AFTER):
-        assert await poller.poll_detail() == 3
+        assert await detail(poller, clock) == 3
         assert await detail_alerts(env) == [], f"alerted after {run} failed run(s)"
     env.sandbox.approve_review(good)
-    assert await poller.poll_detail() == 3
+    assert await detail(poller, clock) == 3
     assert await detail_alerts(env) == [(bad, "detail_failing", "warning")]
     assert (await states_of(env))[good] == "credited", "the other deposits are still read"
     for _ in range(3):
-        assert await poller.poll_detail() == 3
+        assert await detail(poller, clock) == 3
     assert await detail_alerts(env) == [(bad, "detail_failing", "warning")], "alerted twice"
     assert poller.stats.failures == {"detail": 0}
     assert poller.stats.detail_failed == FAILING_ALERT_AFTER + 3
@@ -475,6 +502,7 @@ async def test_deposit_failing_three_runs_in_a_row_alerts_once(env: Env) -> None
 
 async def test_detail_run_cut_short_starts_with_the_deposits_it_did_not_read(env: Env) -> None:
     """A provider-wide error at one deposit ends the run; the next run reads the others first."""
+    clock = Clock()
     stuck, credited, blocked = await three_submitted(env)
     env.sandbox.approve_review(credited)
     env.sandbox.block(blocked)
@@ -486,22 +514,24 @@ async def test_detail_run_cut_short_starts_with_the_deposits_it_did_not_read(env
         env.store,
         env.processor.observe_fact,
         settings(),
+        clock=clock,
         on_poll=lambda name, outcome: outcomes.append(f"{name}:{outcome}"),
         backoff_s=0,  # no waiting between the runs of this test
     )
     before = env.calls.count("transaction_detail")
-    assert await poller.poll_detail() == 0
+    assert await detail(poller, clock) == 0
     assert outcomes == ["detail:error"]
     assert env.calls.count("transaction_detail") == before + 1, "the run went on after a 5xx"
     assert await states_of(env) == {stuck: "submitted", credited: "submitted", blocked: "submitted"}
 
-    assert await poller.poll_detail() == 0
+    assert await detail(poller, clock) == 0
     assert outcomes == ["detail:error", "detail:error"]
     assert await states_of(env) == {stuck: "submitted", credited: "credited", blocked: "blocked"}
 
 
 async def test_alert_that_cannot_be_queued_does_not_kill_the_poll(env: Env) -> None:
     """Storage down fails the poll and its poll_failing alert; a later failed run queues it."""
+    clock = Clock()
     (tx,) = inject(env.sandbox, 1)
     await mark_submitted(env, tx)
 
@@ -512,17 +542,23 @@ async def test_alert_that_cannot_be_queued_does_not_kill_the_poll(env: Env) -> N
         )
 
     poller = Poller(
-        env.client, env.store, env.processor.observe_fact, settings(), alert=alert, backoff_s=0
+        env.client,
+        env.store,
+        env.processor.observe_fact,
+        settings(),
+        clock=clock,
+        alert=alert,
+        backoff_s=0,
     )
     await env.store.close()
     for _ in range(FAILING_ALERT_AFTER):
-        assert await poller.poll_detail() == 0  # the third failure's alert fails too
+        assert await detail(poller, clock) == 0  # the third failure's alert fails too
     assert poller.stats.failures == {"detail": FAILING_ALERT_AFTER}
 
     await env.store.open()
     env.sandbox.set_fault("detail", "5xx", count=None)
     for _ in range(2):
-        assert await poller.poll_detail() == 0
+        assert await detail(poller, clock) == 0
     assert poller.stats.failures == {"detail": FAILING_ALERT_AFTER + 2}
     queued = await env.store.write(
         lambda db: [

@@ -90,6 +90,9 @@ class ProviderSettings(Section):
     max_answer_bytes: int = Field(16 * 1024 * 1024, ge=65_536)
     # Plain http:// to a host other than loopback is refused unless this says it is meant.
     allow_insecure_http: bool = False
+    # The request budget every poll shares (submissions and operator reads go first); the
+    # provider publishes no limit (docs/polling.md says why 5).
+    max_requests_per_s: float = Field(5, gt=0, le=1000)
 
     _alg = field_validator("signature")(_check_algorithm)
 
@@ -209,11 +212,17 @@ class SchedulerSettings(Section):
     enabled: bool = True
     history_interval_s: float = Field(60, gt=0)
     detail_interval_s: float = Field(120, gt=0)
+    # A deposit in motion with no new fact for detail_young_s is read less often: the wait
+    # doubles each time its age doubles, up to detail_max_interval_s (docs/polling.md).
+    detail_young_s: float = Field(3600, ge=0)
+    detail_max_interval_s: float = Field(3600, gt=0)
     # BLOCKED deposits: their detail is read this often, for this long after they were blocked
     # (support may release them: blocked -> credited, trigger released).
     blocked_interval_s: float = Field(3600, gt=0)
     blocked_watch_days: float = Field(30, gt=0)
-    page_size: int = Field(50, ge=1, le=500)
+    # Records per page of every paged read: as large as the provider takes, so the work
+    # queues cost pages, not deposits (a provider refusing it on the queues: 50 is used).
+    page_size: int = Field(500, ge=1, le=500)
     # Pages one paged read (each history queue, the address list) fetches per run at most.
     max_pages: int = Field(100, ge=1)
     # Catch-up: the full history read from the covered-until mark (minus the margin) to now, in

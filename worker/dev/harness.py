@@ -338,6 +338,8 @@ class Stack:
                 "api_key": self.api_key,
                 "api_secret": self.api_secret,
                 "timeout_s": 5,
+                # Polls hundreds of times as often as the defaults: the budget scales with them.
+                "max_requests_per_s": 1000,
             },
             "webhook": {
                 "listen": f"127.0.0.1:{self._worker_port}",

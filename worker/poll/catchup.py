@@ -163,7 +163,7 @@ class HistoryReader:
         store: Store,
         reactor: Callable[[], Reactor | None],
         *,
-        page_size: int,
+        page_size: int | Callable[[], int],
         max_pages: int,
         after_commit: Callable[[], None] | None = None,
         on_applied: Callable[[Applied], None] | None = None,
@@ -171,7 +171,8 @@ class HistoryReader:
         self._client = client
         self._store = store
         self._reactor = reactor
-        self._page_size = page_size
+        # A callable: the setting as it is at each window (serve's settings may change).
+        self._page_size = page_size if callable(page_size) else lambda: page_size
         self._max_pages = max_pages
         self._after_commit = after_commit
         self._on_applied = on_applied
@@ -253,7 +254,7 @@ class HistoryReader:
             async def fetch(page_num: int, track: _Track = track) -> Page[dict[str, Any]]:
                 page = await self._client.history_records(
                     page_num=page_num,
-                    page_size=self._page_size,
+                    page_size=self._page_size(),
                     wallet_id=wallet_id,
                     start_time=start,
                     end_time=end,
@@ -271,7 +272,7 @@ class HistoryReader:
                     fact = self._fact(record, stats)
                     if fact is not None:
                         batch.append(fact)
-                    if len(batch) >= self._page_size:
+                    if len(batch) >= self._page_size():
                         await self._apply(batch, stats, progress)
                         batch = []
                     if self._stopping:

@@ -2,7 +2,8 @@
 
 - At start, every `scheduler.catchup_interval_s`, and as soon as the provider answers again
   after it was unreachable (connection errors, timeouts, 5xx): from the covered-until mark minus
-  `scheduler.catchup_margin_s` to now (no mark yet: now minus `scheduler.catchup_lookback_s`).
+  `scheduler.catchup_margin_s` to now (no mark yet: now minus `scheduler.catchup_lookback_s`,
+  as one window split only when it is full).
   A deposit whose webhooks were lost while depositd (or its webhook path) was down is found by
   the next of these, at the latest one interval later.
 - Daily at `scheduler.sweep_at` (UTC): the previous day's full history again, a safety net.
@@ -85,18 +86,24 @@ class CatchUp(IntervalAndDaily):
         s = self._settings
         end = self._clock()
         mark = await self._store.read(covered_until)
+        window_ms = int(s.catchup_window_s * 1000)
         if mark is None:
             start = end - int(s.catchup_lookback_s * 1000)
+            # First start: the whole lookback as one window, split only when it is full (more
+            # pages than scheduler.max_pages), so an empty or small history costs one request.
+            window_ms = max(window_ms, end - start)
         else:
             start = min(mark, end) - int(s.catchup_margin_s * 1000)
-        return await self._run("catchup", start, end, may_start=True)
+        return await self._run("catchup", start, end, may_start=True, window_ms=window_ms)
 
     async def sweep(self) -> ReadStats | None:
         """The previous UTC day's full history."""
         start, end = previous_day(self._clock())
         return await self._run("sweep", start, end, may_start=False)
 
-    async def _run(self, name: str, start: int, end: int, *, may_start: bool) -> ReadStats | None:
+    async def _run(
+        self, name: str, start: int, end: int, *, may_start: bool, window_ms: int | None = None
+    ) -> ReadStats | None:
         async with self._lock:
             if self._stopping:
                 return None
@@ -105,7 +112,7 @@ class CatchUp(IntervalAndDaily):
                 stats = await self._reader.read(
                     start,
                     end,
-                    int(self._settings.catchup_window_s * 1000),
+                    window_ms or int(self._settings.catchup_window_s * 1000),
                     may_start=may_start,
                 )
             except Exception as exc:  # storage or a bug: the job must not die unseen

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -29,12 +29,16 @@ from worker.errors import (
     ProviderUnavailable,
 )
 from worker.logs import get_logger
+from worker.poll.detailplan import DetailPlan, Listing
 from worker.poll.jobs import logged_run, poll_backoff
+from worker.provider.budget import polling
 from worker.provider.client import ProviderClient
-from worker.store.deposits import blocked_since, in_states, is_tracked
+from worker.provider.models import DepositOrder, Page
+from worker.provider.paging import pages
+from worker.store.deposits import blocked_since, detail_candidates, get_deposit_rows
 from worker.store.writer import Store
 from worker.track.facts import fact_from_order
-from worker.track.tracker import Fact, State
+from worker.track.tracker import Deposit, Fact, State, conflicts, observe
 
 log = get_logger(__name__)
 
@@ -44,14 +48,28 @@ log = get_logger(__name__)
 FINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.BLOCKED})
 # Every other tracked state may still change, needs_details and rejected included: a deposit can
 # leave the history queues (submitted on the provider's hosted page, a lost webhook, a crash
-# between the outbox's two commits) and then only its detail shows CREDITED or BLOCKED.
+# between the outbox's two commits) and then only its detail shows CREDITED or BLOCKED. Which
+# of them a run reads is `DetailPlan`'s choice (worker.poll.detailplan).
 DETAIL_STATES = tuple(s.value for s in State if s not in FINAL_STATES)
 FAILING_ALERT_AFTER = 3
 # Errors that say "not now" for the whole provider, not "no" for one deposit: they end the detail
 # run and back off the poll. Any other failure reading or applying one deposit is that deposit's.
 PROVIDER_WIDE = (ProviderAuthError, ProviderUnavailable, ProviderRetryLater)
+# The page size the interface's own example uses: the work queues fall back to it when the
+# provider refuses a larger `scheduler.page_size`.
+SAFE_PAGE_SIZE = 50
+QUEUES = ("init", "rejected")
 
 Observe = Callable[[Fact], Awaitable[Any]]
+
+
+def says_nothing_new(deposit: Deposit, fact: Fact) -> bool:
+    """True when applying `fact` would change nothing: no field it states contradicts the
+    deposit, and the tracker's fold leaves the deposit as it is."""
+    if conflicts(deposit, fact):
+        return False
+    after, transitions = observe(deposit, fact)
+    return after == deposit and not transitions
 
 
 class PollStats:
@@ -79,6 +97,7 @@ class Poller:
         on_poll: Callable[[str, str], None] | None = None,
         backoff_s: float = 1.0,
         backoff_max_s: float = 600.0,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self._client = client
         self._store = store
@@ -91,12 +110,12 @@ class Poller:
         self.backoff_max_s = backoff_max_s
         self._not_before: dict[str, float] = {}
         self._alerted: set[str] = set()
-        # Detail poll, per deposit: consecutive runs that failed to read or apply it, and the run
-        # in which it was last attempted (least recently attempted goes first: a run cut short
-        # cannot starve the deposits behind the one it stopped at).
+        # Detail poll, per deposit: consecutive runs that failed to read or apply it (read
+        # after the others; `plan` keeps when each was last attempted, least recent first).
         self._detail_failing: dict[str, int] = {}
-        self._detail_turn: dict[str, int] = {}
-        self._detail_runs = 0
+        self._clock = clock
+        self.plan = DetailPlan(settings, clock())
+        self._queue_page_cap: int | None = None  # 50 once the provider refused page_size
         self._stopping = False
         self.stats = PollStats()
 
@@ -104,15 +123,13 @@ class Poller:
         """Make a poll in flight end after the record in hand (shutdown must not wait for pages)."""
         self._stopping = True
 
-    async def _known(self, transaction_id: str) -> bool:
-        return await self._store.write(lambda db: is_tracked(db, transaction_id))
-
     async def poll_history(self) -> int:
         """Feed every record of the init and rejected queues to the tracker; returns the count."""
         return await self._guard("history", self._history)
 
     async def poll_detail(self) -> int:
-        """Read the detail of every tracked deposit that is not final; returns the count."""
+        """Read the detail of the deposits not yet final whose read is due (`DetailPlan`);
+        returns the count."""
         return await self._guard("detail", self._detail)
 
     async def poll_blocked(self) -> int:
@@ -140,38 +157,80 @@ class Poller:
 
     async def _history(self) -> int:
         seen = 0
+        started = self._clock()
+        listed: set[str] = set()
         # Each queue has its own page cap (scheduler.max_pages), so a queue that pages on and
         # on cannot keep the other from being read in the same run.
-        for status in ("init", "rejected"):
-            async for order in self._client.iter_history(
-                white_list_status=status,
-                page_size=self._settings.page_size,
-                max_pages=self._settings.max_pages,
-            ):
-                if not await self._known(order.transactionId):
-                    self.stats.found_by_poll += 1
-                    log.info("found by poll", transactionId=order.transactionId, poll="history")
-                await self._observe(fact_from_order(order, source="poll"))
+        tracked: dict[str, dict[str, Any]] = {}  # the page in hand's deposits, as stored
+        for status in QUEUES:
+            async for order in self._queue(status, tracked):
+                tx = order.transactionId
+                listed.add(tx)
                 seen += 1
+                fact: Fact | None = fact_from_order(order, source="poll")
+                row = tracked.get(tx)
+                if row is None:
+                    self.stats.found_by_poll += 1
+                    log.info("found by poll", transactionId=tx, poll="history")
+                elif fact is not None and says_nothing_new(Deposit.from_row(row), fact):
+                    # Listed as it was last time: the tracker would change nothing (the
+                    # queues list thousands of waiting deposits every run).
+                    fact = None
+                if fact is not None:
+                    await self._observe(fact)
                 if self._stopping:
                     return seen  # the rest is found by the next run after the restart
+        self.plan.listed(Listing(started, self._clock(), frozenset(listed)))
         return seen
 
+    def _queue(
+        self, status: str, tracked: dict[str, dict[str, Any]]
+    ) -> AsyncIterator[DepositOrder]:
+        """Every deposit of one work queue, a page at a time, at the largest page size the
+        provider takes: `scheduler.page_size`, or 50 once it refused that; `tracked` holds the
+        stored rows of each page's deposits while its records are read."""
+
+        async def fetch(page_num: int) -> Page[DepositOrder]:
+            page = await fetch_page(page_num)
+            ids = [order.transactionId for order in page.records]
+            rows = await self._store.read(lambda db: get_deposit_rows(db, ids))
+            tracked.clear()
+            tracked.update(rows)
+            return page
+
+        async def fetch_page(page_num: int) -> Page[DepositOrder]:
+            size = min(self._settings.page_size, self._queue_page_cap or self._settings.page_size)
+            try:
+                return await self._client.history(
+                    white_list_status=status, page_num=page_num, page_size=size
+                )
+            except ProviderBusinessError as exc:
+                if page_num != 1 or size <= SAFE_PAGE_SIZE:
+                    raise
+                log.warning(
+                    "provider refused the page size; the work queues are read at 50",
+                    pageSize=size,
+                    error=str(exc),
+                )
+                self._queue_page_cap = SAFE_PAGE_SIZE
+                return await fetch_page(page_num)
+
+        return pages(fetch, self._settings.max_pages, what=f"history {status}")
+
     async def _detail(self) -> int:
-        rows = await self._store.write(lambda db: in_states(db, DETAIL_STATES))
-        tracked = set(rows)
-        for memo in (self._detail_failing, self._detail_turn):
-            for tx in [t for t in memo if t not in tracked]:
-                del memo[tx]  # final now, or gone: nothing more to remember
+        rows = await self._store.write(lambda db: detail_candidates(db, DETAIL_STATES))
+        tracked = {tx for tx, _, _ in rows}
+        for tx in [t for t in self._detail_failing if t not in tracked]:
+            del self._detail_failing[tx]  # final now, or gone: nothing more to remember
+        due = self.plan.due(rows, self._clock())
         # Deposits failing on their own go last, then the least recently attempted first; the
         # sort is stable, so ties keep the stalest-first order of the query.
-        rows.sort(key=lambda t: (t in self._detail_failing, self._detail_turn.get(t, -1)))
-        self._detail_runs += 1
+        due.sort(key=lambda t: (t in self._detail_failing, self.plan.last_read(t) or -1))
         attempted = 0
-        for tx in rows:
+        for tx in due:
             if self._stopping:
                 break
-            self._detail_turn[tx] = self._detail_runs
+            self.plan.read(tx, self._clock())
             attempted += 1
             await self._detail_one(tx)
         return attempted
@@ -238,7 +297,8 @@ class Poller:
         if now < self._not_before.get(name, 0.0):
             return 0
         try:
-            count = await poll()
+            with polling():
+                count = await poll()
         except ProviderError as exc:
             kind = "auth" if isinstance(exc, ProviderAuthError) else "error"
             await self._failed(name, kind, str(exc))

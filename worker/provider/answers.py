@@ -15,7 +15,9 @@ from pydantic import ValidationError
 from worker.errors import (
     ProviderAuthError,
     ProviderBusinessError,
+    ProviderError,
     ProviderProtocolError,
+    ProviderRateLimited,
     ProviderRetryLater,
     ProviderUnavailable,
 )
@@ -79,6 +81,29 @@ def read_answer(endpoint: str, http_status: int, payload: bytes, envelope: Envel
     if code == WalletCode.CANNOT_SUBMIT_NOW.value:
         raise ProviderRetryLater(msg or "cannot submit right now", **common)
     raise ProviderBusinessError(msg or f"failed (HTTP {http_status})", **common)
+
+
+# Words by which a 5xx answer names a rate limit (lower case).
+_RATE_LIMIT_WORDS = ("rate limit", "ratelimit", "rate-limit", "too many requests", "throttl")
+
+
+def rate_limited(
+    exc: ProviderError, http_status: int, retry_after: float | None
+) -> ProviderRateLimited | None:
+    """The rate-limit error an answer means (429, or a 5xx whose message names a rate limit),
+    or None when it is no rate limit."""
+    text = f"{exc.msg} {exc.code or ''}".lower()
+    named = any(word in text for word in _RATE_LIMIT_WORDS)
+    if http_status != 429 and not (http_status >= 500 and named):
+        return None
+    return ProviderRateLimited(
+        exc.msg if named or http_status != 429 else f"rate limited (HTTP 429): {exc.msg}",
+        retry_after=retry_after,
+        code=exc.code,
+        trace_id=exc.trace_id,
+        http_status=http_status,
+        endpoint=exc.endpoint,
+    )
 
 
 _WALLET_CODES = frozenset(c.value for c in WalletCode)

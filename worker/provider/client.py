@@ -39,12 +39,14 @@ from worker.errors import (
     ProviderBusinessError,
     ProviderError,
     ProviderProtocolError,
+    ProviderRateLimited,
     ProviderRequestRefused,
     ProviderUnavailable,
 )
 from worker.logs import get_logger
 from worker.provider import jsonio
-from worker.provider.answers import Envelope, first_problem, read_answer
+from worker.provider.answers import Envelope, first_problem, rate_limited, read_answer
+from worker.provider.budget import RequestBudget, is_polling, parse_retry_after
 from worker.provider.models import (
     AssetBalance,
     DepositOrder,
@@ -72,7 +74,7 @@ OnCall = Callable[[str, str], None]
 DEFAULT_MAX_ANSWER_BYTES = 16 * 1024 * 1024
 """The largest answer body read (`provider.max_answer_bytes`); a bigger one is a protocol error."""
 
-OUTCOMES = ("ok", "business_error", "auth_error", "unavailable", "protocol_error")
+OUTCOMES = ("ok", "business_error", "auth_error", "unavailable", "rate_limited", "protocol_error")
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 JSON = "application/json"
@@ -89,6 +91,8 @@ def _as_is(data: Any) -> Any:
 def _outcome(exc: ProviderError) -> str:
     if isinstance(exc, ProviderAuthError):
         return "auth_error"
+    if isinstance(exc, ProviderRateLimited):
+        return "rate_limited"
     if isinstance(exc, ProviderUnavailable):
         return "unavailable"
     if isinstance(exc, ProviderBusinessError):
@@ -178,6 +182,7 @@ class ProviderClient(ResourceCalls):
         session: aiohttp.ClientSession | None = None,
         on_call: OnCall | None = None,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        budget: RequestBudget | None = None,
     ) -> None:
         signer(algorithm)  # fail at construction, not at the first call
         parts = urlsplit(base_url)
@@ -197,14 +202,22 @@ class ProviderClient(ResourceCalls):
         self._own_session = session is None
         self._on_call = on_call
         self._max_answer_bytes = max_answer_bytes
+        # Polls' calls wait for it; the others spend from it (worker.provider.budget).
+        self.budget = budget
         # Named in connection errors: host and port only, never a path or a query.
         self._where = host_port(base_url)
 
     @classmethod
     def from_settings(
-        cls, settings: ProviderSettings, *, retries: int = 3, on_call: OnCall | None = None
+        cls,
+        settings: ProviderSettings,
+        *,
+        retries: int = 3,
+        on_call: OnCall | None = None,
+        on_wait: Callable[[str, float], None] | None = None,
     ) -> ProviderClient:
-        """A client for the configured provider (base URL, credentials, algorithm, timeout)."""
+        """A client for the configured provider (base URL, credentials, algorithm, timeout,
+        request budget; `on_wait(endpoint, seconds)` after a poll's call waited on it)."""
         return cls(
             settings.base_url,
             settings.api_key.get_secret_value(),
@@ -214,6 +227,7 @@ class ProviderClient(ResourceCalls):
             retries=retries,
             on_call=on_call,
             max_answer_bytes=settings.max_answer_bytes,
+            budget=RequestBudget(settings.max_requests_per_s, on_wait=on_wait),
         )
 
     async def close(self) -> None:
@@ -508,16 +522,26 @@ class ProviderClient(ResourceCalls):
         target = self._prefix + build_target(path, query)
         raw = _body_bytes(body) if method != "GET" else b""
         attempts = 1 + (self._retries if retry else 0)
+        held = is_polling()
         for attempt in range(1, attempts + 1):
+            if self.budget is not None:
+                if held:
+                    await self.budget.acquire(endpoint)
+                else:
+                    self.budget.spend()
             try:
                 data = await self._attempt(endpoint, method, target, raw, idempotency_key, envelope)
                 result = parse(data)
             except ProviderError as exc:
                 exc.endpoint = endpoint
                 self._report(endpoint, _outcome(exc))
-                if not isinstance(exc, ProviderUnavailable) or attempt >= attempts:
-                    raise
                 delay = self._delay(attempt)
+                if isinstance(exc, ProviderRateLimited):
+                    delay = self._rate_limited(exc, held, delay)
+                elif self.budget is not None:
+                    self.budget.answered()
+                if not isinstance(exc, ProviderUnavailable) or attempt >= attempts or delay < 0:
+                    raise
                 log.warning(
                     "provider unavailable, retrying",
                     endpoint=endpoint,
@@ -528,9 +552,26 @@ class ProviderClient(ResourceCalls):
                 )
                 await asyncio.sleep(delay)
                 continue
+            if self.budget is not None:
+                self.budget.answered()
             self._report(endpoint, "ok")
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _rate_limited(self, exc: ProviderRateLimited, held: bool, delay: float) -> float:
+        """Back every poll off; how long this call waits before its next attempt (-1: it
+        gives up now, the wait being longer than a call's own back-off)."""
+        wait = self.budget.back_off(exc.retry_after) if self.budget is not None else delay
+        log.warning(
+            "provider rate limit; polls back off",
+            endpoint=exc.endpoint,
+            retryAfter=exc.retry_after,
+            backoffSeconds=round(wait, 3),
+            traceId=exc.trace_id,
+        )
+        if held and self.budget is not None:
+            return 0.0  # the next attempt waits in the budget for the back-off to end
+        return max(delay, wait) if wait <= self._backoff_max_s else -1.0
 
     def _delay(self, attempt: int) -> float:
         base: float = min(self._backoff_max_s, self._backoff_s * 2.0 ** (attempt - 1))
@@ -583,6 +624,7 @@ class ProviderClient(ResourceCalls):
                 allow_redirects=False,
             ) as resp:
                 status = resp.status
+                retry_after = resp.headers.get("Retry-After")
                 payload = await self._read_bounded(endpoint, resp)
         except TimeoutError:
             raise ProviderUnavailable(f"timeout ({self._where})", endpoint=endpoint) from None
@@ -597,7 +639,13 @@ class ProviderClient(ResourceCalls):
             raise ProviderUnavailable(
                 f"transport error: {type(exc).__name__} from {self._where}", endpoint=endpoint
             ) from None
-        return read_answer(endpoint, status, payload, envelope)
+        try:
+            return read_answer(endpoint, status, payload, envelope)
+        except ProviderError as exc:
+            limited = rate_limited(exc, status, parse_retry_after(retry_after))
+            if limited is not None:
+                raise limited from None
+            raise
 
     async def _read_bounded(self, endpoint: str, resp: aiohttp.ClientResponse) -> bytes:
         """The answer body, never holding more than `max_answer_bytes` of it: a bigger one

@@ -236,7 +236,7 @@ class LeaderJobs:
             self.client,
             store,
             lambda: self.reactor,
-            page_size=s.page_size,
+            page_size=lambda: s.page_size,
             max_pages=s.max_pages,
             after_commit=wake_all,
             on_applied=on_applied,

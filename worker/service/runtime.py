@@ -267,9 +267,14 @@ class Runtime(LeaderJobs, ConsoleOperations):
             if self.catchup is not None:
                 self.catchup.note_call(endpoint, outcome)
 
+        def on_wait(endpoint: str, seconds: float) -> None:
+            metrics.provider_budget_wait.labels(endpoint=endpoint).inc(seconds)
+
         self.client = ProviderClient.from_settings(
-            self.settings.provider, retries=self._client_retries, on_call=on_call
+            self.settings.provider, retries=self._client_retries, on_call=on_call, on_wait=on_wait
         )
+        if self.client.budget is not None:
+            metrics.provider_backoff.set_function(self.client.budget.backoff_remaining)
         return self.client
 
     def build_outbox(self, observe: Observe) -> Outbox:

@@ -88,6 +88,20 @@ def in_states(db: Db, states: Sequence[str]) -> list[str]:
     ]
 
 
+def detail_candidates(db: Db, states: Sequence[str]) -> list[tuple[str, str, int]]:
+    """(transactionId, state, last change in epoch ms) of the deposits in `states`, least
+    recently updated first: what the detail poll chooses from (docs/polling.md)."""
+    marks = ",".join("?" for _ in states)
+    return [
+        (str(tx), str(state), ms_from_iso(updated_at))
+        for tx, state, updated_at in db.execute(
+            f"SELECT transaction_id, state, updated_at FROM deposits WHERE state IN ({marks})"
+            " ORDER BY updated_at, transaction_id",
+            list(states),
+        ).fetchall()
+    ]
+
+
 def blocked_since(db: Db) -> list[tuple[str, int]]:
     """Every blocked deposit and the provider's time (epoch ms) of the fact that blocked it
     (the deposit's last update when no such time is recorded), oldest first; for the watch on

@@ -302,6 +302,8 @@ async def provider_edge(request: web.Request, handler: Handler) -> web.StreamRes
             return _unavailable("gateway timeout (injected fault)")
         if fault.kind == "code":
             return respond(fail_envelope(fault.code, f"injected failure {fault.code}"))
+        if fault.kind == "rate_limit":
+            return _rate_limited(fault.http_status, fault.retry_after_s)
         await asyncio.sleep(fault.latency_s)
     try:
         return await handler(request)
@@ -314,6 +316,15 @@ async def provider_edge(request: web.Request, handler: Handler) -> web.StreamRes
 def _unavailable(msg: str) -> web.Response:
     body = {"status": 503, "code": None, "msg": msg, "traceId": _trace_id(), "data": None}
     return respond(body, status=503)
+
+
+def _rate_limited(status: int, retry_after_s: int | None) -> web.Response:
+    msg = "too many requests: rate limit exceeded (injected fault)"
+    body = {"status": status, "code": None, "msg": msg, "traceId": _trace_id(), "data": None}
+    answer = respond(body, status=status)
+    if retry_after_s is not None:
+        answer.headers["Retry-After"] = str(retry_after_s)
+    return answer
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:

@@ -143,7 +143,7 @@ async def webhooks_idle(request: web.Request, sb: Sandbox) -> web.Response:
 
 
 async def set_fault(request: web.Request, sb: Sandbox) -> web.Response:
-    """POST faults {endpoint, kind, count, latencySeconds, code}."""
+    """POST faults {endpoint, kind, count, latencySeconds, code, httpStatus, retryAfterSeconds}."""
     body = await _body(request)
     count = body.get("count", 1)
     if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
@@ -151,12 +151,19 @@ async def set_fault(request: web.Request, sb: Sandbox) -> web.Response:
     latency = body.get("latencySeconds", 0)
     if not isinstance(latency, int | Decimal) or isinstance(latency, bool):
         raise BadRequest("latencySeconds must be a number")
+    status = body.get("httpStatus", 429)
+    retry_after = body.get("retryAfterSeconds")
+    for name, value in (("httpStatus", status), ("retryAfterSeconds", retry_after)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise BadRequest(f"{name} must be a whole number")
     fault = sb.set_fault(
         _text(body, "endpoint") or "",
         kind=_text(body, "kind", required=False) or "5xx",
         count=count,
         latency_s=float(latency),
         code=_text(body, "code", required=False) or "10000104",
+        http_status=429 if status is None else status,
+        retry_after_s=retry_after,
     )
     return _answer(fault, 201)
 

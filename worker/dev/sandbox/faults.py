@@ -1,4 +1,5 @@
-"""Injected faults on the provider API: 5xx, timeout, latency or a business failure code.
+"""Injected faults on the provider API: 5xx, timeout, latency, a business failure code, or a
+rate limit (HTTP 429, or a 503 naming a rate limit, with an optional Retry-After).
 
 A fault matches an endpoint by name ("history" also matches "history_alt"; "*" matches every
 endpoint) or by path prefix ("/v1/wallet/history"). Each matching request uses up one of its
@@ -14,7 +15,8 @@ from typing import Any
 from worker.errors import SandboxError
 from worker.provider.codes import WALLET_CODES
 
-KINDS = ("5xx", "timeout", "latency", "code")
+KINDS = ("5xx", "timeout", "latency", "code", "rate_limit")
+RATE_LIMIT_STATUSES = (429, 503)
 
 
 @dataclass
@@ -26,6 +28,8 @@ class Fault:
     count: int | None = 1
     latency_s: float = 0.0
     code: str = "10000104"
+    http_status: int = 429  # rate_limit: 429, or 503 naming the rate limit in its message
+    retry_after_s: int | None = None  # rate_limit: the Retry-After header (None: none sent)
 
     def matches(self, name: str, path: str) -> bool:
         """Does this fault apply to a request of endpoint `name` at `path`?"""
@@ -43,6 +47,8 @@ class Fault:
             "count": self.count,
             "latencySeconds": self.latency_s,
             "code": self.code,
+            "httpStatus": self.http_status,
+            "retryAfterSeconds": self.retry_after_s,
         }
 
 
@@ -65,6 +71,10 @@ class Faults:
             raise SandboxError(f"unknown wallet code {fault.code!r}")
         if fault.latency_s < 0:
             raise SandboxError("latencySeconds must not be negative")
+        if fault.http_status not in RATE_LIMIT_STATUSES:
+            raise SandboxError("httpStatus must be 429 or 503")
+        if fault.retry_after_s is not None and fault.retry_after_s < 0:
+            raise SandboxError("retryAfterSeconds must not be negative")
         if self.release.is_set():
             self.release = asyncio.Event()
         self.active.append(fault)

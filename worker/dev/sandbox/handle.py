@@ -239,9 +239,11 @@ class Sandbox:
         count: int | None = 1,
         latency_s: float = 0.0,
         code: str = "10000104",
+        http_status: int = 429,
+        retry_after_s: int | None = None,
     ) -> dict[str, Any]:
         """Inject a fault on provider endpoints matching `endpoint_pattern`."""
-        fault = Fault(endpoint_pattern, kind, count, latency_s, code)
+        fault = Fault(endpoint_pattern, kind, count, latency_s, code, http_status, retry_after_s)
         self.faults.add(fault)
         return fault.doc()
 

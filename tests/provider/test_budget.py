@@ -1,0 +1,183 @@
+"""The request budget every poll shares, and the provider-wide back-off after a rate-limit
+answer (docs/polling.md), against the sandbox answering 429 / 503 with Retry-After. The budget
+waits on a virtual clock (worker.dev.polldriver.VirtualClock): nothing here is timed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+from prometheus_client.parser import text_string_to_metric_families
+
+from worker.dev.harness import Stack
+from worker.dev.polldriver import Calls, VirtualClock
+from worker.dev.sandbox.app import SANDBOX_KEY, create_app
+from worker.dev.sandbox.config import SandboxConfig
+from worker.dev.sandbox.handle import Sandbox
+from worker.dev.sandbox.testing import ENTITY_PAYER
+from worker.errors import ProviderRateLimited
+from worker.provider.budget import (
+    DEFAULT_BACKOFF_S,
+    MAX_BACKOFF_S,
+    RequestBudget,
+    parse_retry_after,
+    polling,
+)
+from worker.provider.client import ProviderClient
+
+KEY, SECRET = "budget-key", "budget-secret"
+
+
+@dataclass
+class Env:
+    """A sandbox and a client of it whose budget waits on a virtual clock."""
+
+    sandbox: Sandbox
+    client: ProviderClient
+    clock: VirtualClock
+    calls: Calls
+    waits: list[tuple[str, float]]
+
+
+@pytest.fixture
+async def env(aiohttp_server: object) -> AsyncIterator[Env]:
+    """The sandbox on loopback; the client's budget: 2 requests per second."""
+    app = create_app(SandboxConfig(api_key=KEY, api_secret=SECRET))
+    server: TestServer = await aiohttp_server(app)  # type: ignore[operator]
+    clock = VirtualClock()
+    waits: list[tuple[str, float]] = []
+    budget = RequestBudget(
+        2, clock=clock.monotonic, sleep=clock.sleep, on_wait=lambda e, s: waits.append((e, s))
+    )
+    calls = Calls()
+    client = ProviderClient(
+        str(server.make_url("/")), KEY, SECRET, retries=1, on_call=calls, budget=budget
+    )
+    try:
+        yield Env(app[SANDBOX_KEY], client, clock, calls, waits)
+    finally:
+        await client.close()
+
+
+async def test_polls_wait_for_the_budget_and_submissions_go_first(env: Env) -> None:
+    """At 2 per second, the polls' third read waits half a second; a submission is never held
+    and the polls after it wait for the token it used."""
+    (tx,) = [env.sandbox.inject_deposit(1001, "USDT", "TRON", "5", "TBudget1")["transactionId"]]
+    start = env.clock.ms
+    with polling():
+        for _ in range(3):
+            await env.client.transaction_detail(tx)
+    assert env.clock.ms - start == 500, "two at once (one second's burst), the third 0.5 s later"
+    await env.client.submit_payer(tx, ENTITY_PAYER, idempotency_key="k1")
+    assert env.clock.ms - start == 500, "the submission was held"
+    with polling():
+        await env.client.transaction_detail(tx)
+    assert env.clock.ms - start == 1500, "the poll waited for the submission's token too"
+    assert [round(s, 3) for _, s in env.waits] == [0.5, 1.0]
+    assert {e for e, _ in env.waits} == {"transaction_detail"}
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_rate_limit_with_retry_after_backs_off_every_poll_for_that_long(
+    env: Env, status: int
+) -> None:
+    """A 429 (or a 503 naming a rate limit) with Retry-After: 30 on the history holds every
+    poll, the detail reads included, 30 s; a submission still goes at once."""
+    (tx,) = [env.sandbox.inject_deposit(1001, "USDT", "TRON", "5", "TBudget2")["transactionId"]]
+    env.sandbox.set_fault("history", "rate_limit", count=1, http_status=status, retry_after_s=30)
+    start = env.clock.ms
+    with polling():
+        page = await env.client.history(white_list_status="init")  # retried after the back-off
+    assert [o.transactionId for o in page.records] == [tx]
+    assert env.calls.seen[("history", "rate_limited")] == 1
+    assert env.calls.seen[("history", "ok")] == 1
+    assert env.clock.ms - start >= 30_000, "the retry went before Retry-After"
+    assert env.client.budget is not None and env.client.budget.backoff_remaining() == 0
+
+    env.sandbox.set_fault("history", "rate_limit", count=1, http_status=status, retry_after_s=30)
+    once = ProviderClient(env.client._origin, KEY, SECRET, retries=0, budget=env.client.budget)
+    async with once:
+        with polling(), pytest.raises(ProviderRateLimited):
+            # No retry left (the poll fails and backs off); the back-off stays for the others.
+            await once.history(white_list_status="init")
+    held_from = env.clock.ms
+    await env.client.submit_payer(tx, ENTITY_PAYER, idempotency_key="k2")
+    assert env.clock.ms == held_from, "a submission waited on the polls' back-off"
+    with polling():
+        await env.client.transaction_detail(tx)
+    assert env.clock.ms - held_from >= 30_000, "a detail read went during the back-off"
+
+
+def test_backoff_without_retry_after_doubles_and_is_capped() -> None:
+    """No Retry-After: 5 s, then 10 s, 20 s ... while rate-limit answers follow one another;
+    an ordinary answer starts again at 5 s; a Retry-After above an hour counts as an hour."""
+    clock = VirtualClock()
+    budget = RequestBudget(5, clock=clock.monotonic, sleep=clock.sleep)
+    assert [budget.back_off(None) for _ in range(3)] == [
+        DEFAULT_BACKOFF_S,
+        2 * DEFAULT_BACKOFF_S,
+        4 * DEFAULT_BACKOFF_S,
+    ]
+    budget.answered()
+    assert budget.back_off(None) == DEFAULT_BACKOFF_S
+    assert budget.back_off(10 * 86_400) == MAX_BACKOFF_S
+    assert budget.backoff_remaining() == MAX_BACKOFF_S
+
+
+def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
+    """Retry-After: delta-seconds or an HTTP date; anything else is no Retry-After."""
+    now = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
+    assert parse_retry_after("120", now) == 120.0
+    assert parse_retry_after("Thu, 26 Nov 2026 12:01:30 GMT", now) == 90.0
+    assert parse_retry_after("Thu, 26 Nov 2026 11:00:00 GMT", now) == 0.0
+    assert parse_retry_after("soon", now) is None
+    assert parse_retry_after(None, now) is None
+
+
+async def test_serve_metrics_show_the_rate_limit_the_backoff_and_the_wait(
+    start_stack: Callable[..., Awaitable[Stack]],
+) -> None:
+    """A running serve answered 429 with Retry-After: 2 on its history poll: /metrics counts the
+    call as rate_limited, shows the back-off while it lasts, and the time the poll waited."""
+    stack = await start_stack(history_interval_s=0.3, detail_interval_s=0.3)
+    stack.sandbox.set_fault("history", "rate_limit", count=1, retry_after_s=2)
+
+    async def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(stack.worker_url + "/metrics") as resp,
+        ):
+            text = await resp.text()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    limited = (
+        "depositd_provider_calls_total",
+        (("endpoint", "history"), ("outcome", "rate_limited")),
+    )
+    backoffs: list[float] = []
+
+    async def rate_limited() -> bool:
+        seen = await samples()
+        backoffs.append(seen[("depositd_provider_backoff_seconds", ())])
+        return seen.get(limited, 0) == 1
+
+    await stack.wait_for(rate_limited, 10, "the rate-limited history call")
+    assert 0 < backoffs[-1] <= 2
+
+    waited = ("depositd_provider_budget_wait_seconds_total", (("endpoint", "history"),))
+
+    async def waited_it_out() -> bool:
+        # The retry waits until the Retry-After has passed, not a moment less.
+        return (await samples()).get(waited, 0) >= 1.9
+
+    await stack.wait_for(waited_it_out, 10, "the history poll to wait out the back-off")
+    seen = await samples()
+    assert seen[("depositd_provider_backoff_seconds", ())] == 0
