@@ -25,7 +25,7 @@ from worker.act.kinds import SPECS
 from worker.act.kinds.submit import Submitter
 from worker.act.reactor import RuleReactor
 from worker.act.rows import ActionRows
-from worker.clock import iso_from_ms, ms_from_iso, utc_now
+from worker.clock import iso_from_ms, ms_from_iso, now_ms, utc_now
 from worker.commands.cli import main
 from worker.commands.ops import status_report
 from worker.commands.resolve import _resolve
@@ -392,7 +392,7 @@ async def test_amount_contradicting_the_first_fact_holds_booking_until_decided(
 
 async def test_far_future_timestamp_does_not_hide_a_later_rejection(env: Env) -> None:
     """A REQUIRED stamped a year ahead, then our submission: the genuine FAILED event an hour
-    later still rejects the deposit (its time was capped at receive time plus tolerance)."""
+    later still rejects the deposit (its time was capped at its arrival)."""
     year = 365 * 24 * 3600 * 1000
     ev = webhook("DEPOSIT_WHITELIST_REQUIRED", "TXT", NOW + year)
     await env.store.queue_event(
@@ -412,6 +412,22 @@ async def test_far_future_timestamp_does_not_hide_a_later_rejection(env: Env) ->
     submitted = Fact("TXT", "submit", after, white_list_status=WhiteListStatus.PENDING)
     await env.processor.observe_fact(submitted)
     failed = webhook("DEPOSIT_WHITELIST_FAILED", "TXT", NOW, failMessage="name mismatch")
+    await deliver(env.store, failed)
+    await env.processor.run_until_idle()
+    [row] = await rows(env.store, "SELECT state, white_list_status FROM deposits")
+    assert row == {"state": "rejected", "white_list_status": "rejected"}
+
+
+async def test_a_rejection_right_after_a_far_future_fact_is_not_hidden(env: Env) -> None:
+    """A REQUIRED stamped a year ahead, stored now, then a FAILED stamped a second later: the
+    deposit is rejected at once (a fact's time is never later than its arrival), not after
+    the webhook tolerance has passed."""
+    year = 365 * 24 * 3600 * 1000
+    await deliver(env.store, webhook("DEPOSIT_WHITELIST_REQUIRED", "TXY", now_ms() + year))
+    await env.processor.run_until_idle()
+    [row] = await rows(env.store, "SELECT * FROM deposits")
+    assert Deposit.from_row(row).white_list_time() <= now_ms()
+    failed = webhook("DEPOSIT_WHITELIST_FAILED", "TXY", now_ms() + 1000, failMessage="no")
     await deliver(env.store, failed)
     await env.processor.run_until_idle()
     [row] = await rows(env.store, "SELECT state, white_list_status FROM deposits")

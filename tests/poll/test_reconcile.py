@@ -171,7 +171,8 @@ async def cli(stack: Stack, *argv: str) -> tuple[int, str, str]:
 
 async def test_reconcile_command_json_exit_status_ack_and_status(start_stack: MakeStack) -> None:
     """`reconcile --json` prints one object per finding and exits 3; 0 on a clean day;
-    `--ack` records who and why, and `status` shows the last run and what is still open."""
+    `--ack` records who and why (a second `--ack` exits 1 and replaces nothing), and `status`
+    shows the last run and what is still open."""
     stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
     await catchups_done(stack)
     day, txs = await booked_day(stack, 1)
@@ -206,6 +207,13 @@ async def test_reconcile_command_json_exit_status_ack_and_status(start_stack: Ma
     assert json.loads(out)["reconciliation"]["openFindings"] == {}
     row = await stack.store.read(lambda db: findings_store.get_finding(db, item["id"]))
     assert row is not None and (row["acknowledged_by"], row["note"]) == ("ana", "checked")
+    # A second acknowledgement is refused (exit 1) and replaces nothing.
+    code, out, err = await cli(
+        stack, "reconcile", "--ack", str(item["id"]), "--by", "bob", "--note", "mine"
+    )
+    assert code == 1 and "acknowledged already by ana" in err
+    again = await stack.store.read(lambda db: findings_store.get_finding(db, item["id"]))
+    assert again == row
 
 
 async def test_a_report_of_many_pages_is_read_whole(start_stack: MakeStack) -> None:

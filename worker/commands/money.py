@@ -69,16 +69,27 @@ async def _reconcile(settings: Settings, day: dt.date, as_json: bool) -> int:
 async def _ack(settings: Settings, finding_id: int, by: str, note: str) -> int:
     from worker.clock import utc_now
 
+    def job(db: Any) -> dict[str, Any] | None:
+        if findings_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now()):
+            return {}
+        return findings_store.get_finding(db, finding_id)
+
     store = store_for(settings.storage)
     await store.open()
     try:
-        done = await store.write(
-            lambda db: findings_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now())
-        )
+        refused = await store.write(job)
     finally:
         await store.close()
-    if not done:
+    if refused is None:
         print(f"depositd: reconcile: no finding {finding_id}", file=sys.stderr)
+        return 1
+    if refused:
+        # An acknowledgement stands: who acknowledged, when and why are never replaced.
+        print(
+            f"depositd: reconcile: finding {finding_id} was acknowledged already by"
+            f" {refused['acknowledged_by']} at {refused['acknowledged_at']}",
+            file=sys.stderr,
+        )
         return 1
     print(f"finding {finding_id} acknowledged by {by}")
     return 0

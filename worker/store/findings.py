@@ -196,9 +196,15 @@ def get_finding(db: sqlite_utils.Database, finding_id: int) -> dict[str, Any] | 
 def acknowledge(
     db: sqlite_utils.Database, finding_id: int, *, by: str, note: str, now: str
 ) -> bool:
-    """Record who acknowledged a finding, when and why; False when there is no such finding."""
+    """Record who acknowledged a finding, when and why, unless it is acknowledged already;
+    False when there is no such finding or it was acknowledged before (the first stands).
+
+    One conditional statement: of two acknowledgements at the same moment on PostgreSQL, the
+    second waits for the first's row lock, then finds the row acknowledged and changes nothing.
+    """
     cur = db.execute(
-        "UPDATE findings SET acknowledged_by=?, acknowledged_at=?, note=? WHERE id=?",
+        "UPDATE findings SET acknowledged_by=?, acknowledged_at=?, note=?"
+        " WHERE id=? AND acknowledged_at IS NULL",
         [by, now, note, finding_id],
     )
     return cur.rowcount == 1
