@@ -288,3 +288,24 @@ async def test_a_missed_reconciliation_runs_once_when_the_jobs_start(
     assert days[before:] == [yesterday]
     await money.reconcile_missed()  # completed already: not again
     assert await runs() == days
+
+
+async def test_a_missed_day_runs_even_when_a_later_day_was_reconciled(
+    start_stack: MakeStack,
+) -> None:
+    """Today reconciled from the console does not stand for yesterday: the missed run of
+    yesterday still happens when the jobs start."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    money = stack.runtime.money
+    assert money is not None
+    today = dt.datetime.now(dt.UTC).date()
+    result = await money.reconcile(today)
+    assert result is not None and result.outcome == "clean"
+    await money.reconcile_missed()
+
+    def days(db: Any) -> list[str]:
+        return [r[0] for r in db.execute("SELECT day FROM reconcile_runs ORDER BY id")]
+
+    yesterday = (today - dt.timedelta(days=1)).isoformat()
+    assert (await stack.store.read(days))[-2:] == [today.isoformat(), yesterday]

@@ -224,6 +224,15 @@ def last_reconciled_day(db: sqlite_utils.Database) -> str | None:
     return None if row is None or row[0] is None else str(row[0])
 
 
+def day_reconciled(db: sqlite_utils.Database, day: str) -> bool:
+    """Did a run of `day` complete (clean or with findings)?"""
+    row = db.execute(
+        "SELECT 1 FROM reconcile_runs WHERE day=? AND outcome IN ('clean', 'findings') LIMIT 1",
+        [day],
+    ).fetchone()
+    return row is not None
+
+
 def reconciliation_status(db: Any) -> dict[str, Any] | None:
     """What `status` shows of reconciliation: the last run and the open findings by kind;
     None on a database without the findings table (not migrated yet)."""
