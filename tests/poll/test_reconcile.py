@@ -309,3 +309,47 @@ async def test_a_missed_day_runs_even_when_a_later_day_was_reconciled(
 
     yesterday = (today - dt.timedelta(days=1)).isoformat()
     assert (await stack.store.read(days))[-2:] == [today.isoformat(), yesterday]
+
+
+def other_zone_day(now: dt.datetime) -> str:
+    """A zone in which the UTC moment `now` falls on another calendar day."""
+    return "Etc/GMT-14" if now.hour >= 12 else "Etc/GMT+12"  # UTC+14 / UTC-12
+
+
+async def test_the_report_is_asked_for_utc_days(start_stack: MakeStack) -> None:
+    """A provider whose report defaults to another zone: reconciliation asks for UTC, so the
+    deposits credited on the UTC day are the ones compared (clean)."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, _ = await booked_day(stack, 1)
+    stack.sandbox.cfg.report_default_timezone = other_zone_day(dt.datetime.now(dt.UTC))
+    money = stack.runtime.money
+    assert money is not None
+    result = await money.reconcile(day)
+    assert result is not None and (result.outcome, result.findings) == ("clean", [])
+
+
+async def test_a_report_in_another_zone_fails_the_run_alerted_once(
+    start_stack: MakeStack,
+) -> None:
+    """A report answered in another zone than asked: the run fails (nothing compared, no
+    finding), recorded and alerted once however often it is tried."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, _ = await booked_day(stack, 1)
+    stack.sandbox.cfg.report_timezone = "Asia/Shanghai"
+    money = stack.runtime.money
+    assert money is not None
+    for _ in range(2):
+        result = await money.reconcile(day)
+        assert result is not None and result.outcome == "failed"
+        assert "timezone 'Asia/Shanghai'" in (result.error or "")
+    assert await open_findings(stack, day) == {}
+    await stack.settle()
+    await stack.wait_for(
+        lambda: any("condition `reconcile_failed`" in json.dumps(p) for p in stack.slack),
+        10,
+        "the failure alert",
+    )
+    failed = [p for p in stack.slack if "condition `reconcile_failed`" in json.dumps(p)]
+    assert len(failed) == 1

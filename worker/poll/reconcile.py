@@ -48,6 +48,9 @@ KINDS = (
 HELD_STATES = ("processing", "needs_details", "submitted", "rejected", "blocked")
 _DRIFT_META = "held_balance_drift"
 PAGE_SIZE = 200
+# The report is asked for UTC days (the ledger's days); an answer in another zone fails the run.
+REPORT_TIMEZONE = "UTC"
+UTC_NAMES = frozenset({"UTC", "ETC/UTC", "GMT", "ETC/GMT", "Z"})
 
 
 class ReportUnreadable(Exception):
@@ -335,8 +338,18 @@ class Reconciler:
         page = 1
         while True:
             daily = await self._client.settlement_daily_records(
-                settlement_date=text, record_type="IN", page=page, page_size=self._page_size
+                settlement_date=text,
+                timezone=REPORT_TIMEZONE,
+                record_type="IN",
+                page=page,
+                page_size=self._page_size,
             )
+            if daily.timezone.strip().upper() not in UTC_NAMES:
+                # The ledger's days are UTC days: a report of another zone's day compares
+                # other hours and would find (or hide) differences that are not there.
+                raise ReportUnreadable(
+                    f"the report is in timezone {daily.timezone!r}, not {REPORT_TIMEZONE}"
+                )
             if first is None:
                 first = daily
             elif (daily.total, daily.summary) != (first.total, first.summary):
