@@ -14,6 +14,7 @@ import pytest
 from stores import StoreMaker
 from test_catchup import ACTIVE_SOURCE, UNKNOWN_SOURCE, catchups_done, make_active
 
+from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.poll.reconcile import Reconciler
 from worker.store import findings as findings_store
@@ -113,12 +114,17 @@ async def test_every_finding_kind_is_found_reported_once_and_resolved_when_fixed
     # Money held at the provider that depositd never heard of: a drift on two checks in a row.
     sb.drop_webhooks(5)
     sb.inject_deposit(1002, "USDT", "TRON", "5", UNKNOWN_SOURCE)
-    money = stack.runtime.money
-    assert money is not None
-    await money.reconcile(day)
+    at = [now_ms()]
+    client = stack.runtime.client
+    assert client is not None
+    reconciler = Reconciler(
+        client, stack.store, lambda: stack.runtime.rules, drift_after_s=60, clock=lambda: at[0]
+    )
+    await reconciler.run(day)
     first = await open_findings(stack, day)
     assert "held_balance_drift" not in first  # one check is not enough
-    result = await money.reconcile(day)
+    at[0] += 60_000  # the second check, `drift_after_s` later
+    result = await reconciler.run(day)
     assert result is not None and result.outcome == "findings"
     found = await open_findings(stack, day)
     assert set(found) == {
@@ -139,12 +145,12 @@ async def test_every_finding_kind_is_found_reported_once_and_resolved_when_fixed
     await stack.settle()
     await stack.wait_for(lambda: len(finding_alerts(stack)) >= 6, 10, "finding alerts")
     assert len(finding_alerts(stack)) == 6  # one per finding (one rule, one Slack channel)
-    await money.reconcile(day)
+    await reconciler.run(day)
     await stack.settle()
     assert len(finding_alerts(stack)) == 6  # a re-run reports nothing again
 
     sb.clear_discrepancies()
-    result = await money.reconcile(day)
+    result = await reconciler.run(day)
     await stack.settle()
     assert result is not None
     left = await open_findings(stack, day)
@@ -353,3 +359,33 @@ async def test_a_report_in_another_zone_fails_the_run_alerted_once(
     )
     failed = [p for p in stack.slack if "condition `reconcile_failed`" in json.dumps(p)]
     assert len(failed) == 1
+
+
+async def test_held_balance_drift_is_of_the_time_it_was_read(start_stack: MakeStack) -> None:
+    """Two checks seconds apart (the daily job and a console click) do not make a credit in
+    flight a finding; checks `detail_interval_s` apart do, dated the day the balances were
+    read, whichever day is reconciled."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, _ = await booked_day(stack, 1)
+    stack.sandbox.drop_webhooks(5)
+    stack.sandbox.inject_deposit(1002, "USDT", "TRON", "5", UNKNOWN_SOURCE)
+    money = stack.runtime.money
+    assert money is not None
+    for _ in range(2):
+        result = await money.reconcile(day)
+        assert result is not None and (result.outcome, result.findings) == ("clean", [])
+    client = stack.runtime.client
+    assert client is not None
+    later = now_ms() + int(NEVER * 1000)
+    reconciler = Reconciler(
+        client, stack.store, lambda: stack.runtime.rules, drift_after_s=NEVER, clock=lambda: later
+    )
+    old_day = day - dt.timedelta(days=3)
+    result = await reconciler.run(old_day)
+    read_day = dt.datetime.fromtimestamp(later / 1000, dt.UTC).date()
+    assert [(f.kind, f.day) for f in result.findings] == [
+        ("held_balance_drift", read_day.isoformat())
+    ]
+    assert await open_findings(stack, old_day) == {}
+    assert set(await open_findings(stack, read_day)) == {"held_balance_drift"}

@@ -272,5 +272,7 @@ def money_jobs(
         max_pages=settings.max_pages,
         after_commit=wake,
     )
-    reconciler = Reconciler(client, store, rules, after_commit=wake)
+    reconciler = Reconciler(
+        client, store, rules, after_commit=wake, drift_after_s=settings.detail_interval_s
+    )
     return MoneyJobs(poll, reconciler, store, settings, metrics, alert=alert, backoff_s=backoff_s)

@@ -22,7 +22,7 @@ import sqlite_utils
 
 from worker.act.records import fire_record
 from worker.act.rows import enqueue_alert
-from worker.clock import utc_now
+from worker.clock import now_ms, utc_now
 from worker.errors import ProviderError
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
@@ -48,6 +48,8 @@ KINDS = (
 HELD_STATES = ("processing", "needs_details", "submitted", "rejected", "blocked")
 _DRIFT_META = "held_balance_drift"
 PAGE_SIZE = 200
+# A drift of held balances must last this long (scheduler.detail_interval_s, its default).
+DRIFT_AFTER_S = 120.0
 # The report is asked for UTC days (the ledger's days); an answer in another zone fails the run.
 REPORT_TIMEZONE = "UTC"
 UTC_NAMES = frozenset({"UTC", "ETC/UTC", "GMT", "ETC/GMT", "Z"})
@@ -284,6 +286,8 @@ class Reconciler:
         after_commit: Callable[[], None] | None = None,
         page_size: int = PAGE_SIZE,
         max_pages: int = 10_000,
+        drift_after_s: float = DRIFT_AFTER_S,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self._client = client
         self._store = store_
@@ -291,6 +295,8 @@ class Reconciler:
         self._after_commit = after_commit
         self._page_size = page_size
         self._max_pages = max_pages
+        self._drift_after_s = drift_after_s
+        self._clock = clock
 
     async def run(self, day: dt.date) -> RunResult:
         """Reconcile `day`; the result is recorded whatever it is."""
@@ -370,14 +376,15 @@ class Reconciler:
             raise ReportUnreadable(f"the report lists {first.total} records, {seen} were read")
         cmp.summary(first)
         cmp.leftovers()
-        drift_found, drift = await self._held(text)
+        drift_found, drift = await self._held()
         cmp.found.extend(drift_found)
         outcome = "findings" if cmp.found else "clean"
         return RunResult(text, outcome, cmp.found), drift
 
-    async def _held(self, day: str) -> tuple[list[Finding], str]:
-        """Unavailable balances against the deposits held; a drift seen on two checks in a
-        row is a finding (one check may fall between a credit and its webhook)."""
+    async def _held(self) -> tuple[list[Finding], str]:
+        """Unavailable balances against the deposits held, as they are now: a drift seen on
+        every check for at least `drift_after_s` (two checks that far apart; one may fall
+        between a credit and its webhook) is a finding of the day it is read (UTC)."""
 
         def read(db: sqlite_utils.Database) -> tuple[list[int], dict[str, Decimal], str | None]:
             sums: dict[str, Decimal] = defaultdict(Decimal)
@@ -386,8 +393,10 @@ class Reconciler:
             return store.tracked_wallets(db), sums, get_meta(db, _DRIFT_META)
 
         wallets, sums, before = await self._store.read(read)
-        previous = json.loads(before or "{}")
-        current: dict[str, str] = {}
+        since = _drift_since(before)
+        now = self._clock()
+        today = dt.datetime.fromtimestamp(now / 1000, dt.UTC).date().isoformat()
+        current: dict[str, int] = {}
         found: list[Finding] = []
         for wallet in wallets:
             for bal in await self._client.asset_balance(wallet):
@@ -395,11 +404,11 @@ class Reconciler:
                 held = sums.get(key, Decimal(0))
                 if bal.unavailable == held:
                     continue
-                current[key] = decimal_str(bal.unavailable - held)
-                if key in previous:
+                current[key] = since.get(key, now)
+                if now - current[key] >= self._drift_after_s * 1000:
                     found.append(
                         Finding(
-                            day=day,
+                            day=today,
                             kind="held_balance_drift",
                             subject=key,
                             wallet_id=wallet,
@@ -410,3 +419,15 @@ class Reconciler:
                         )
                     )
         return found, json.dumps(current, sort_keys=True)
+
+
+def _drift_since(stored: str | None) -> dict[str, int]:
+    """wallet:currency -> when (epoch ms) its drift was first seen on the checks since; a value
+    of the earlier format (the drifted amount) counts from now."""
+    try:
+        raw = json.loads(stored or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool)}

@@ -98,13 +98,20 @@ def tracked_wallets(db: sqlite_utils.Database) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
+# Drift of held balances belongs to the day it was read, not to the day a run reconciles: only
+# a balance check resolves it (`save_findings`).
+DRIFT = "held_balance_drift"
+
+
 def save_findings(
     db: sqlite_utils.Database, day: str, found: Sequence[Finding], now: str
 ) -> list[int]:
     """Store one run's findings of `day`; returns the ids of findings new to the table.
 
     Seen again: `last_seen` moves (and a resolved one is open again). Not seen this time: marked
-    resolved now, never reported again.
+    resolved now, never reported again: the findings of `day`, and the held-balance drifts of
+    any day (each run checks the balances as they are now; `found` holds the drifts of this
+    check, dated the day they were read).
     """
     new: list[int] = []
     cols = ", ".join(FINDING_COLUMNS)
@@ -121,13 +128,26 @@ def save_findings(
             db.execute(
                 "UPDATE findings SET last_seen=?, resolved_at=NULL, ledger_amount=?,"
                 " report_amount=?, detail=? WHERE day=? AND kind=? AND subject=?",
-                [now, f.ledger_amount, f.report_amount, f.detail, day, f.kind, f.subject],
+                [now, f.ledger_amount, f.report_amount, f.detail, f.day, f.kind, f.subject],
             )
     db.execute(
-        "UPDATE findings SET resolved_at=? WHERE day=? AND resolved_at IS NULL AND last_seen<>?",
-        [now, day, now],
+        "UPDATE findings SET resolved_at=? WHERE day=? AND kind<>? AND resolved_at IS NULL"
+        " AND last_seen<>?",
+        [now, day, DRIFT, now],
+    )
+    db.execute(
+        "UPDATE findings SET resolved_at=? WHERE kind=? AND resolved_at IS NULL AND last_seen<>?",
+        [now, DRIFT, now],
     )
     return new
+
+
+def open_drift(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+    """The open held-balance drifts (of whichever day they were read), oldest first."""
+    rows = db.execute(
+        "SELECT * FROM findings WHERE kind=? AND resolved_at IS NULL ORDER BY day, id", [DRIFT]
+    )
+    return [dict(r) for r in rows]
 
 
 def record_run(
