@@ -1,8 +1,9 @@
 """Reconciliation: one day of the ledger against the provider's daily settlement report and
 its asset balances.
 
-The report is read page by page (one page in memory), the ledger side of the day is a dict of
-txHash -> booked deposit; amounts are compared as exact decimals. A run writes everything it
+The report is read page by page (one page in memory) and compared with the ledger rows of the
+day (`worker.poll.matching`: by id, then txHash; amount, asset, network and txHash compared,
+amounts as exact decimals). A run writes everything it
 found in one transaction at its end (`save_findings` + the run's record), or, when the provider
 fails or the report changes under it, records only that it failed: never half a run.
 """
@@ -25,6 +26,7 @@ from worker.act.rows import enqueue_alert
 from worker.clock import now_ms, utc_now
 from worker.errors import ProviderError
 from worker.logs import get_logger
+from worker.poll.matching import Booked, DayMatch, hash_key
 from worker.provider.client import ProviderClient
 from worker.provider.jsonio import decimal_str
 from worker.provider.resources import SettlementDaily, SettlementRecord
@@ -40,6 +42,10 @@ KINDS = (
     "missing_in_ledger",
     "missing_in_report",
     "amount_differs",
+    "asset_differs",
+    "tx_hash_differs",
+    "settled_on_other_day",
+    "duplicate_in_report",
     "provider_mismatch",
     "provider_review",
     "held_balance_drift",
@@ -69,117 +75,28 @@ class RunResult:
     error: str | None = None
 
 
-def _ledger_side(db: sqlite_utils.Database, day: str) -> dict[str, tuple[Any, ...]]:
-    out: dict[str, tuple[Any, ...]] = {}
-    for tx_hash, tx_id, amount, currency, network in store.ledger_rows_for_day(db, day):
-        out[tx_hash or f"tx:{tx_id}"] = (tx_id, amount, currency, network, tx_hash)
-    return out
+def _booked(row: tuple[Any, ...]) -> Booked:
+    tx_id, amount, currency, network, tx_hash, day = row
+    return Booked(str(tx_id), Decimal(str(amount)), currency, network, tx_hash, day)
 
 
-def _status_kind(status: str | None) -> str | None:
-    if status is None or status.upper() == "MATCHED":
-        return None
-    return "provider_review" if status.upper() == "MANUAL_REVIEW" else "provider_mismatch"
+def _ledger_side(db: sqlite_utils.Database, day: str) -> list[Booked]:
+    return [_booked(row) for row in store.ledger_rows_for_day(db, day)]
 
 
-class _Day:
-    """The comparison of one day, fed one report record at a time."""
-
-    def __init__(self, day: str, ledger: dict[str, tuple[Any, ...]]) -> None:
-        self.day = day
-        self.ledger = ledger
-        self.matched: set[str] = set()
-        self.found: list[Finding] = []
-        self.elsewhere: list[SettlementRecord] = []  # not in this day's ledger side
-
-    def record(self, rec: SettlementRecord) -> None:
-        subject = rec.tx_hash or f"record:{rec.settlement_record_id}"
-        common: dict[str, Any] = {
-            "day": self.day,
-            "subject": subject,
-            "transaction_id": rec.platform_order_id,
-            "tx_hash": rec.tx_hash,
-            "report_amount": decimal_str(rec.amount),
-            "currency": rec.asset,
-            "network": rec.network,
-        }
-        kind = _status_kind(rec.reconciliation_status)
-        if kind is not None:
-            detail = f"reconciliation_status {rec.reconciliation_status}"
-            self.found.append(Finding(kind=kind, detail=detail, **common))
-        if subject in self.matched:
-            return
-        booked = self.ledger.pop(subject, None) if rec.tx_hash else None
-        if booked is None:
-            self.elsewhere.append(rec)
-            return
-        self.matched.add(subject)
-        self.compare(rec, booked, common)
-
-    def compare(
-        self, rec: SettlementRecord, booked: tuple[Any, ...], common: dict[str, Any]
-    ) -> None:
-        tx_id, amount = booked[0], Decimal(str(booked[1]))
-        if amount != rec.amount:
-            common = {**common, "transaction_id": tx_id}
-            self.found.append(
-                Finding(kind="amount_differs", ledger_amount=decimal_str(amount), **common)
-            )
-
-    def summary(self, daily: SettlementDaily) -> None:
-        counts = (
-            ("provider_mismatch", daily.summary.mismatched_count),
-            ("provider_review", daily.summary.manual_review_count),
-        )
-        for kind, count in counts:
-            if count > 0 and not any(f.kind == kind for f in self.found):
-                detail = f"the report's summary counts {count} record(s) {kind.split('_')[1]}"
-                self.found.append(
-                    Finding(day=self.day, kind=kind, subject="summary", detail=detail)
-                )
-
-    def leftovers(self) -> None:
-        for subject, (tx_id, amount, currency, network, tx_hash) in self.ledger.items():
-            self.found.append(
-                Finding(
-                    day=self.day,
-                    kind="missing_in_report",
-                    subject=subject,
-                    transaction_id=tx_id,
-                    tx_hash=tx_hash,
-                    ledger_amount=decimal_str(Decimal(str(amount))),
-                    currency=currency,
-                    network=network,
-                )
-            )
-
-
-def _elsewhere(db: sqlite_utils.Database, recs: list[SettlementRecord], day: str) -> list[Finding]:
-    """Report records not booked on that day: booked on another (compare) or never."""
+def _elsewhere(
+    db: sqlite_utils.Database, recs: list[SettlementRecord]
+) -> list[tuple[SettlementRecord, Booked | None]]:
+    """Report records not matched to the day's ledger rows, each with its ledger row of
+    another day (by id; by txHash for a record without one), or None: never booked."""
     out = []
     for rec in recs:
-        booked = store.ledger_row_by_tx_hash(db, rec.tx_hash) if rec.tx_hash else None
-        common: dict[str, Any] = {
-            "day": day,
-            "subject": rec.tx_hash or f"record:{rec.settlement_record_id}",
-            "tx_hash": rec.tx_hash,
-            "report_amount": decimal_str(rec.amount),
-            "currency": rec.asset,
-            "network": rec.network,
-        }
-        if booked is None:
-            out.append(
-                Finding(kind="missing_in_ledger", transaction_id=rec.platform_order_id, **common)
-            )
-        elif Decimal(str(booked[1])) != rec.amount:
-            out.append(
-                Finding(
-                    kind="amount_differs",
-                    transaction_id=booked[0],
-                    ledger_amount=decimal_str(Decimal(str(booked[1]))),
-                    **common,
-                )
-            )
+        key = hash_key(rec.tx_hash)
+        if rec.platform_order_id:
+            row = store.ledger_row_by_id(db, rec.platform_order_id)
+        else:
+            row = store.ledger_row_by_tx_hash(db, key) if key is not None else None
+        out.append((rec, None if row is None else _booked(row)))
     return out
 
 
@@ -338,7 +255,7 @@ class Reconciler:
     async def _compare(self, day: dt.date) -> tuple[RunResult, str]:
         text = day.isoformat()
         ledger = await self._store.read(partial(_ledger_side, day=text))
-        cmp = _Day(text, ledger)
+        cmp = DayMatch(text, ledger)
         first: SettlementDaily | None = None
         seen = 0
         page = 1
@@ -365,21 +282,25 @@ class Reconciler:
                     cmp.record(rec)
             seen += len(daily.records)
             # Records not booked that day are looked up page by page: memory stays one page.
-            cmp.found.extend(
-                await self._store.read(partial(_elsewhere, recs=cmp.elsewhere, day=text))
-            )
-            cmp.elsewhere.clear()
+            await self._place(cmp)
             if not daily.records or seen >= daily.total or page >= self._max_pages:
                 break
             page += 1
         if seen != first.total:
             raise ReportUnreadable(f"the report lists {first.total} records, {seen} were read")
-        cmp.summary(first)
+        cmp.by_tx_hash()
+        await self._place(cmp)
+        cmp.summary(first.summary.mismatched_count, first.summary.manual_review_count)
         cmp.leftovers()
         drift_found, drift = await self._held()
         cmp.found.extend(drift_found)
         outcome = "findings" if cmp.found else "clean"
         return RunResult(text, outcome, cmp.found), drift
+
+    async def _place(self, cmp: DayMatch) -> None:
+        for rec, booked in await self._store.read(partial(_elsewhere, recs=cmp.elsewhere)):
+            cmp.placed(rec, booked)
+        cmp.elsewhere.clear()
 
     async def _held(self) -> tuple[list[Finding], str]:
         """Unavailable balances against the deposits held, as they are now: a drift seen on

@@ -52,28 +52,50 @@ class Finding:
         return [getattr(self, c) for c in FINDING_COLUMNS]
 
 
-def ledger_rows_for_day(db: sqlite_utils.Database, day: str) -> Iterator[tuple[Any, ...]]:
-    """(txHash, transactionId, amount, currency, network) of each deposit booked whose credit
-    fell on `day` (the provider's credit time; the booking time when none is known)."""
-    credit_day = (
+def _credit_day(db: sqlite_utils.Database) -> str:
+    """The UTC day a booked deposit's credit fell on (the booking time when none is known)."""
+    credit = (
         "to_char(to_timestamp((d.fact_time::jsonb ->> 'credit_status')::bigint / 1000)"
         " AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
         if is_postgres(db)
         else "date(json_extract(d.fact_time, '$.credit_status') / 1000, 'unixepoch')"
     )
+    return f"COALESCE({credit}, substr(l.booked_at, 1, 10))"
+
+
+_LEDGER_SELECT = (
+    "SELECT l.transaction_id, l.amount, l.currency, l.network, l.tx_hash, {day} FROM ledger l"
+    " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
+)
+
+
+def ledger_rows_for_day(db: sqlite_utils.Database, day: str) -> Iterator[tuple[Any, ...]]:
+    """(transactionId, amount, currency, network, txHash, credit day) of each deposit booked
+    whose credit fell on `day` (the provider's credit time; the booking time when none is
+    known)."""
+    credit_day = _credit_day(db)
     yield from db.execute(
-        "SELECT l.tx_hash, l.transaction_id, l.amount, l.currency, l.network FROM ledger l"
-        " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
-        f" WHERE COALESCE({credit_day}, substr(l.booked_at, 1, 10)) = ?",
+        _LEDGER_SELECT.format(day=credit_day) + f" WHERE {credit_day} = ?"
+        " ORDER BY l.transaction_id",
         [day],
     )
 
 
-def ledger_row_by_tx_hash(db: sqlite_utils.Database, tx_hash: str) -> tuple[Any, ...] | None:
-    """(transactionId, amount, currency, network) of the deposit booked with this txHash."""
+def ledger_row_by_id(db: sqlite_utils.Database, transaction_id: str) -> tuple[Any, ...] | None:
+    """The booked deposit with this transactionId, as `ledger_rows_for_day` gives it."""
     row = db.execute(
-        "SELECT transaction_id, amount, currency, network FROM ledger WHERE tx_hash=? LIMIT 1",
-        [tx_hash],
+        _LEDGER_SELECT.format(day=_credit_day(db)) + " WHERE l.transaction_id = ?",
+        [transaction_id],
+    ).fetchone()
+    return None if row is None else tuple(row)
+
+
+def ledger_row_by_tx_hash(db: sqlite_utils.Database, tx_hash: str) -> tuple[Any, ...] | None:
+    """A booked deposit with this txHash (case-blind), as `ledger_rows_for_day` gives it."""
+    row = db.execute(
+        _LEDGER_SELECT.format(day=_credit_day(db))
+        + " WHERE lower(l.tx_hash) = ? ORDER BY l.transaction_id LIMIT 1",
+        [tx_hash.strip().lower()],
     ).fetchone()
     return None if row is None else tuple(row)
 
