@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from stores import StoreMaker
-from test_catchup import catchups_done
+from test_catchup import ACTIVE_SOURCE, catchups_done, make_active
 from test_reconcile import NEVER, booked_day, open_findings
 
 from worker.dev.harness import Stack
@@ -125,3 +125,34 @@ async def test_records_without_an_id_match_by_tx_hash_case_blind_and_once(
     assert await kinds(stack, day) == []
     sb.add_discrepancy(extra(day, row, transactionId="", txHash=row["tx_hash"]))
     assert await kinds(stack, day) == [("duplicate_in_report", None)]
+
+
+async def test_two_deposits_of_one_batch_transfer_are_booked_and_reconciled(
+    start_stack: MakeStack,
+) -> None:
+    """A batch transfer: one txHash, two outputs (500 and 250), two transactionIds at the
+    provider: each is booked once under its own id, no alert, and the day is clean."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    make_active(stack, 1002)
+    tx_hash = "0x" + "ab" * 32
+    txs = [
+        stack.sandbox.inject_deposit(1002, "USDT", "TRON", amount, ACTIVE_SOURCE, tx_hash=tx_hash)[
+            "transactionId"
+        ]
+        for amount in ("500", "250")
+    ]
+    await stack.wait_for(lambda: ledger_size(stack, 2), 20, "both deposits booked")
+    ledger = await stack.ledger()
+    assert sorted(r["transaction_id"] for r in ledger) == sorted(txs)
+    assert {r["tx_hash"] for r in ledger} == {tx_hash}
+    day = dt.datetime.now(dt.UTC).date()
+    assert await kinds(stack, day) == []
+    assert not [p for p in stack.slack if "duplicate_tx_hash" in str(p)]
+
+
+async def ledger_size(stack: Stack, size: int) -> bool:
+    """Are `size` deposits booked (after the sandbox's webhooks are processed)?"""
+    await stack.sandbox.delivered_idle()
+    await stack.settle()
+    return len(await stack.ledger()) >= size
