@@ -127,7 +127,7 @@ async def test_funds_past_the_page_cap_are_all_seen_within_a_few_polls(
     """Nine unmatched funds, two per page, at most two pages per poll: each poll goes on where
     the last one stopped, so every fund is stored and alerted once within four polls; the next
     poll starts at page 1 again."""
-    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    stack = await start_stack(scheduler=False)  # only this test's polls read the list
     for i in range(9):
         stack.sandbox.inject_abnormal_fund({**FUND, "txHash": f"0xcap{i:02d}"})
     client = stack.runtime.client
