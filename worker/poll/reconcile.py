@@ -1,11 +1,11 @@
 """Reconciliation: one day of the ledger against the provider's daily settlement report and
 its asset balances.
 
-The report is read page by page (one page in memory) and compared with the ledger rows of the
-day (`worker.poll.matching`: by id, then txHash; amount, asset, network and txHash compared,
-amounts as exact decimals). A run writes everything it
-found in one transaction at its end (`save_findings` + the run's record), or, when the provider
-fails or the report changes under it, records only that it failed: never half a run.
+The report (asked for UTC days) is read page by page (one page in memory) and compared with the
+ledger rows of the day (`worker.poll.matching`: by id, then txHash; amount, asset, network and
+txHash compared, amounts as exact decimals). A run writes everything it found in one transaction
+at its end (`save_findings` + the run's record), or, when the provider fails, the report changes
+under it or is in another zone, records only that it failed: never half a run.
 """
 
 from __future__ import annotations
