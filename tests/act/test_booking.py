@@ -252,6 +252,8 @@ async def test_a_likely_duplicate_is_held_alerted_once_and_resolve_decides(
         ("TXB", "duplicate_tx_hash", "critical")
     ]
     cfg = str(write_config(tmp_path, make_store.storage("d.db")))
+    assert main(["resolve", "--config", cfg, "TXB"]) == 0
+    assert "duplicate: txHash 0xSAME is booked for TXA" in capsys.readouterr().out
     assert main(["resolve", "--config", cfg, "TXB", "--set", "duplicate=no", "--by", "ann"]) == 0
     assert "booked" in capsys.readouterr().out
     ledger = await rows(env.store, "SELECT transaction_id FROM ledger ORDER BY transaction_id")
