@@ -48,3 +48,8 @@ def ms_from_iso(text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+# No deposit can be older than the first block of the first chain (Bitcoin, 2009-01-03 UTC):
+# `backfill --since` refuses an earlier time.
+HISTORY_FLOOR = "2009-01-03T00:00:00Z"

@@ -11,7 +11,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,11 @@ from stores import StoreMaker
 from structlog.testing import capture_logs
 
 from worker.act.kinds import SPECS
+from worker.act.kinds.book import book_checked
 from worker.act.kinds.submit import Submitter
 from worker.act.reactor import RuleReactor
 from worker.act.rows import ActionRows
-from worker.clock import iso_from_ms, ms_from_iso, utc_now
+from worker.clock import iso_from_ms, ms_from_iso, now_ms, utc_now
 from worker.commands.cli import main
 from worker.commands.ops import status_report
 from worker.commands.resolve import _resolve
@@ -44,7 +45,7 @@ from worker.store.pg import connect as pg_connect
 from worker.store.writer import Store, event_row
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
-from worker.track.tracker import Deposit, Fact
+from worker.track.tracker import Deposit, Fact, State
 
 FROM = "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB"
 BOOK_ON_CREDITED = (
@@ -226,19 +227,67 @@ async def test_submission_detail_read_about_another_id_records_nothing_and_alert
     assert ("TXA", "detail_mismatch", "critical") in await alerts(env.store)
 
 
-async def test_tx_hash_booked_under_another_id_is_refused_and_alerted(env: Env) -> None:
-    """A second transactionId with a txHash already in the ledger is not booked; critical alert."""
+async def test_a_likely_duplicate_is_held_alerted_once_and_resolve_decides(
+    env: Env, tmp_path: Path, capsys: pytest.CaptureFixture[str], make_store: StoreMaker
+) -> None:
+    """A second transactionId with the txHash (in another case), amount, receiving address and
+    currency of a booked deposit is held with one critical alert; `resolve --set duplicate=no`
+    books it once under its own id."""
+    done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
+    await env.processor.observe_fact(_fact_of(order("TXA", **done)))
+    await env.processor.observe_fact(
+        _fact_of(order("TXB", **{**done, "transactionHash": "0xSAME"}))
+    )
+    await env.processor.observe_fact(_fact_of(order("TXB", **done, updateTime=1_700_000_000_001)))
+    ledger = await rows(env.store, "SELECT transaction_id FROM ledger")
+    assert ledger == [{"transaction_id": "TXA"}]
+    [held, *_] = await rows(
+        env.store,
+        "SELECT status, outcome FROM actions WHERE action='book' AND transaction_id='TXB'"
+        " ORDER BY id",
+    )
+    assert held["status"] == "skipped"
+    assert held["outcome"].startswith("held: likely duplicate of TXA")
+    assert [a for a in await alerts(env.store) if a[0] == "TXB"] == [
+        ("TXB", "duplicate_tx_hash", "critical")
+    ]
+    cfg = str(write_config(tmp_path, make_store.storage("d.db")))
+    assert main(["resolve", "--config", cfg, "TXB"]) == 0
+    assert "duplicate: txHash 0xSAME is booked for TXA" in capsys.readouterr().out
+    assert main(["resolve", "--config", cfg, "TXB", "--set", "duplicate=no", "--by", "ann"]) == 0
+    assert "booked" in capsys.readouterr().out
+    ledger = await rows(env.store, "SELECT transaction_id FROM ledger ORDER BY transaction_id")
+    assert ledger == [{"transaction_id": "TXA"}, {"transaction_id": "TXB"}]
+
+
+async def test_a_likely_duplicate_decided_a_duplicate_is_never_booked(
+    env: Env, tmp_path: Path, make_store: StoreMaker
+) -> None:
+    """`resolve --set duplicate=yes`: the second id is never booked, whatever comes later."""
     done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
     await env.processor.observe_fact(_fact_of(order("TXA", **done)))
     await env.processor.observe_fact(_fact_of(order("TXB", **done)))
+    cfg = str(write_config(tmp_path, make_store.storage("d.db")))
+    assert main(["resolve", "--config", cfg, "TXB", "--set", "duplicate=yes", "--by", "ann"]) == 0
+    await env.processor.observe_fact(_fact_of(order("TXB", **done, updateTime=1_700_000_000_009)))
     ledger = await rows(env.store, "SELECT transaction_id FROM ledger")
     assert ledger == [{"transaction_id": "TXA"}]
-    [refused] = await rows(
-        env.store,
-        "SELECT status, outcome FROM actions WHERE action='book' AND transaction_id='TXB'",
-    )
-    assert refused == {"status": "skipped", "outcome": "refused: txHash already booked for TXA"}
-    assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
+
+
+async def test_two_deposits_of_one_on_chain_transaction_are_both_booked(env: Env) -> None:
+    """A batch transfer: transactionIds the provider lists with one txHash and an amount or a
+    receiving address of their own are deposits of their own, each booked once, no alert."""
+    done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xbatch"}
+    await env.processor.observe_fact(_fact_of(order("TXA", **done, amount="500")))
+    await env.processor.observe_fact(_fact_of(order("TXB", **done, amount="250")))
+    await env.processor.observe_fact(_fact_of(order("TXC", **done, amount="500", toAddress="T2")))
+    ledger = await rows(env.store, "SELECT transaction_id, amount FROM ledger ORDER BY 1")
+    assert ledger == [
+        {"transaction_id": "TXA", "amount": "500"},
+        {"transaction_id": "TXB", "amount": "250"},
+        {"transaction_id": "TXC", "amount": "500"},
+    ]
+    assert await alerts(env.store) == []
 
 
 # --- 2: book only when credited -----------------------------------------------------------------
@@ -392,7 +441,7 @@ async def test_amount_contradicting_the_first_fact_holds_booking_until_decided(
 
 async def test_far_future_timestamp_does_not_hide_a_later_rejection(env: Env) -> None:
     """A REQUIRED stamped a year ahead, then our submission: the genuine FAILED event an hour
-    later still rejects the deposit (its time was capped at receive time plus tolerance)."""
+    later still rejects the deposit (its time was capped at its arrival)."""
     year = 365 * 24 * 3600 * 1000
     ev = webhook("DEPOSIT_WHITELIST_REQUIRED", "TXT", NOW + year)
     await env.store.queue_event(
@@ -416,6 +465,59 @@ async def test_far_future_timestamp_does_not_hide_a_later_rejection(env: Env) ->
     await env.processor.run_until_idle()
     [row] = await rows(env.store, "SELECT state, white_list_status FROM deposits")
     assert row == {"state": "rejected", "white_list_status": "rejected"}
+
+
+async def test_a_rejection_right_after_a_far_future_fact_is_not_hidden(env: Env) -> None:
+    """A REQUIRED stamped a year ahead, stored now, then a FAILED stamped a second later: the
+    deposit is rejected at once (a fact's time is never later than its arrival), not after
+    the webhook tolerance has passed."""
+    year = 365 * 24 * 3600 * 1000
+    await deliver(env.store, webhook("DEPOSIT_WHITELIST_REQUIRED", "TXY", now_ms() + year))
+    await env.processor.run_until_idle()
+    [row] = await rows(env.store, "SELECT * FROM deposits")
+    assert Deposit.from_row(row).white_list_time() <= now_ms()
+    failed = webhook("DEPOSIT_WHITELIST_FAILED", "TXY", now_ms() + 1000, failMessage="no")
+    await deliver(env.store, failed)
+    await env.processor.run_until_idle()
+    [row] = await rows(env.store, "SELECT state, white_list_status FROM deposits")
+    assert row == {"state": "rejected", "white_list_status": "rejected"}
+
+
+@pytest.mark.parametrize("engine", ["postgres"])
+async def test_two_instances_booking_a_likely_duplicate_at_once_book_one(
+    env: Env, make_store: StoreMaker
+) -> None:
+    """PostgreSQL, READ COMMITTED: two instances booking two ids of one txHash (same amount,
+    receiving address and currency) in the same moment: the second waits for the first's
+    commit, then holds its deposit as a likely duplicate; one ledger row."""
+    for tx in ("TXA", "TXB"):
+        await env.processor.observe_fact(_fact_of(order(tx, transactionHash="0xone")))
+    found = await rows(env.store, "SELECT * FROM deposits ORDER BY transaction_id")
+    credited = [replace(Deposit.from_row(r), state=State.CREDITED) for r in found]
+    url = make_store.url("d.db")
+    one, two = PgDatabase(pg_connect(url)), PgDatabase(pg_connect(url))
+    try:
+        one.execute("BEGIN")
+        assert book_checked(one, credited[0], "credited") == ("done", "booked")  # type: ignore[arg-type]
+
+        def second() -> tuple[str, str]:
+            two.execute("BEGIN")
+            try:
+                return book_checked(two, credited[1], "credited")  # type: ignore[arg-type]
+            finally:
+                two.execute("COMMIT")
+
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(second)
+            await asyncio.sleep(0.5)
+            assert not running.done()  # waits for the first's txHash
+            one.execute("COMMIT")
+            status, outcome = running.result(10)
+    finally:
+        one.close()
+        two.close()
+    assert status == "skipped" and outcome.startswith("held: likely duplicate of TXA")
+    assert await rows(env.store, "SELECT transaction_id FROM ledger") == [{"transaction_id": "TXA"}]
 
 
 @pytest.mark.parametrize("engine", ["postgres"])

@@ -10,6 +10,7 @@ from typing import Any
 
 from worker.clock import now_ms
 from worker.dev.harness import Stack
+from worker.poll.abnormal import AbnormalPoll
 from worker.store import abnormal as abnormal_store
 
 NEVER = 3600.0
@@ -118,3 +119,26 @@ async def test_the_notification_webhook_starts_a_poll(start_stack: MakeStack) ->
         if await stored():
             break
     assert await stored()
+
+
+async def test_funds_past_the_page_cap_are_all_seen_within_a_few_polls(
+    start_stack: MakeStack,
+) -> None:
+    """Nine unmatched funds, two per page, at most two pages per poll: each poll goes on where
+    the last one stopped, so every fund is stored and alerted once within four polls; the next
+    poll starts at page 1 again."""
+    stack = await start_stack(scheduler=False)  # only this test's polls read the list
+    for i in range(9):
+        stack.sandbox.inject_abnormal_fund({**FUND, "txHash": f"0xcap{i:02d}"})
+    client = stack.runtime.client
+    assert client is not None
+    poll = AbnormalPoll(client, stack.store, lambda: stack.runtime.rules, page_size=2, max_pages=2)
+    for _ in range(4):
+        await poll.run()
+    rows = await stack.store.read(abnormal_store.list_abnormal)
+    assert len(rows) == 9
+    await stack.settle()
+    await stack.wait_for(lambda: len(alerts(stack, "abnormal_fund")) >= 9, 10, "nine alerts")
+    assert await poll.run() == 4  # pages 1 and 2 again
+    await stack.settle()
+    assert len(alerts(stack, "abnormal_fund")) == 9

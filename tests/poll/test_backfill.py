@@ -9,6 +9,7 @@ import pty
 import sqlite3
 import subprocess
 import sys
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -299,3 +300,43 @@ async def test_backfill_of_100k_deposits_streams_in_bounded_memory_with_progress
     print(f"peak RSS: small backfill {small_kib} KiB, 100k backfill {large_kib} KiB")
     settings = load_settings(tmp_path / "large" / "depositd.yaml")
     assert db_rows(settings, "SELECT COUNT(DISTINCT transaction_id) FROM ledger") == [(100_000,)]
+
+
+def test_backfill_refuses_a_since_before_the_history_floor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--since 0001-01-01`: exit 2 naming the floor (no deposit is older), nothing read."""
+    config = str(write_config(tmp_path, "http://127.0.0.1:9"))
+    assert main(["backfill", "--config", config, "--since", "0001-01-01"]) == 2
+    assert "2009-01-03T00:00:00Z" in capsys.readouterr().err
+    assert not (tmp_path / "depositd.db").exists()
+
+
+async def test_a_ten_year_read_makes_its_windows_as_it_reads_them(
+    tmp_path: Path, aiohttp_server: MakeServer
+) -> None:
+    """A read of ten years in ten-minute windows (525,960 of them) stopped after its first
+    page: it made the windows it read, not all of them first (memory stays flat)."""
+    url = await serve_fake(aiohttp_server, FakeHistory(BASE, 10, step_ms=10))
+    settings = load_settings(write_config(tmp_path, url))
+    bundle = load_bundle(settings)
+    reactor = RuleReactor(lambda: bundle.rules, lambda: bundle.profiles)
+    store = Store(settings.storage.path)
+    await store.open()
+    ten_years = 3653 * DAY_MS
+    try:
+        async with ProviderClient.from_settings(settings.provider, retries=0) as client:
+            reader = HistoryReader(client, store, lambda: reactor, page_size=50, max_pages=100)
+            tracemalloc.start()
+            try:
+                stats = await reader.read(
+                    BASE, BASE + ten_years, 600_000, progress=lambda _: reader.stop()
+                )
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+    finally:
+        await store.close()
+    assert (stats.windows, stats.records, stats.complete) == (1, 10, False)
+    # All windows first: over 50 MB (two ints and a tuple each); one at a time: little.
+    assert peak < 5_000_000, peak

@@ -14,6 +14,7 @@ import pytest
 from stores import StoreMaker
 from test_catchup import ACTIVE_SOURCE, UNKNOWN_SOURCE, catchups_done, make_active
 
+from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.poll.reconcile import Reconciler
 from worker.store import findings as findings_store
@@ -113,12 +114,17 @@ async def test_every_finding_kind_is_found_reported_once_and_resolved_when_fixed
     # Money held at the provider that depositd never heard of: a drift on two checks in a row.
     sb.drop_webhooks(5)
     sb.inject_deposit(1002, "USDT", "TRON", "5", UNKNOWN_SOURCE)
-    money = stack.runtime.money
-    assert money is not None
-    await money.reconcile(day)
+    at = [now_ms()]
+    client = stack.runtime.client
+    assert client is not None
+    reconciler = Reconciler(
+        client, stack.store, lambda: stack.runtime.rules, drift_after_s=60, clock=lambda: at[0]
+    )
+    await reconciler.run(day)
     first = await open_findings(stack, day)
     assert "held_balance_drift" not in first  # one check is not enough
-    result = await money.reconcile(day)
+    at[0] += 60_000  # the second check, `drift_after_s` later
+    result = await reconciler.run(day)
     assert result is not None and result.outcome == "findings"
     found = await open_findings(stack, day)
     assert set(found) == {
@@ -139,12 +145,12 @@ async def test_every_finding_kind_is_found_reported_once_and_resolved_when_fixed
     await stack.settle()
     await stack.wait_for(lambda: len(finding_alerts(stack)) >= 6, 10, "finding alerts")
     assert len(finding_alerts(stack)) == 6  # one per finding (one rule, one Slack channel)
-    await money.reconcile(day)
+    await reconciler.run(day)
     await stack.settle()
     assert len(finding_alerts(stack)) == 6  # a re-run reports nothing again
 
     sb.clear_discrepancies()
-    result = await money.reconcile(day)
+    result = await reconciler.run(day)
     await stack.settle()
     assert result is not None
     left = await open_findings(stack, day)
@@ -171,7 +177,8 @@ async def cli(stack: Stack, *argv: str) -> tuple[int, str, str]:
 
 async def test_reconcile_command_json_exit_status_ack_and_status(start_stack: MakeStack) -> None:
     """`reconcile --json` prints one object per finding and exits 3; 0 on a clean day;
-    `--ack` records who and why, and `status` shows the last run and what is still open."""
+    `--ack` records who and why (a second `--ack` exits 1 and replaces nothing), and `status`
+    shows the last run and what is still open."""
     stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
     await catchups_done(stack)
     day, txs = await booked_day(stack, 1)
@@ -206,6 +213,13 @@ async def test_reconcile_command_json_exit_status_ack_and_status(start_stack: Ma
     assert json.loads(out)["reconciliation"]["openFindings"] == {}
     row = await stack.store.read(lambda db: findings_store.get_finding(db, item["id"]))
     assert row is not None and (row["acknowledged_by"], row["note"]) == ("ana", "checked")
+    # A second acknowledgement is refused (exit 1) and replaces nothing.
+    code, out, err = await cli(
+        stack, "reconcile", "--ack", str(item["id"]), "--by", "bob", "--note", "mine"
+    )
+    assert code == 1 and "acknowledged already by ana" in err
+    again = await stack.store.read(lambda db: findings_store.get_finding(db, item["id"]))
+    assert again == row
 
 
 async def test_a_report_of_many_pages_is_read_whole(start_stack: MakeStack) -> None:
@@ -280,3 +294,98 @@ async def test_a_missed_reconciliation_runs_once_when_the_jobs_start(
     assert days[before:] == [yesterday]
     await money.reconcile_missed()  # completed already: not again
     assert await runs() == days
+
+
+async def test_a_missed_day_runs_even_when_a_later_day_was_reconciled(
+    start_stack: MakeStack,
+) -> None:
+    """Today reconciled from the console does not stand for yesterday: the missed run of
+    yesterday still happens when the jobs start."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    money = stack.runtime.money
+    assert money is not None
+    today = dt.datetime.now(dt.UTC).date()
+    result = await money.reconcile(today)
+    assert result is not None and result.outcome == "clean"
+    await money.reconcile_missed()
+
+    def days(db: Any) -> list[str]:
+        return [r[0] for r in db.execute("SELECT day FROM reconcile_runs ORDER BY id")]
+
+    yesterday = (today - dt.timedelta(days=1)).isoformat()
+    assert (await stack.store.read(days))[-2:] == [today.isoformat(), yesterday]
+
+
+def other_zone_day(now: dt.datetime) -> str:
+    """A zone in which the UTC moment `now` falls on another calendar day."""
+    return "Etc/GMT-14" if now.hour >= 12 else "Etc/GMT+12"  # UTC+14 / UTC-12
+
+
+async def test_the_report_is_asked_for_utc_days(start_stack: MakeStack) -> None:
+    """A provider whose report defaults to another zone: reconciliation asks for UTC, so the
+    deposits credited on the UTC day are the ones compared (clean)."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, _ = await booked_day(stack, 1)
+    stack.sandbox.cfg.report_default_timezone = other_zone_day(dt.datetime.now(dt.UTC))
+    money = stack.runtime.money
+    assert money is not None
+    result = await money.reconcile(day)
+    assert result is not None and (result.outcome, result.findings) == ("clean", [])
+
+
+async def test_a_report_in_another_zone_fails_the_run_alerted_once(
+    start_stack: MakeStack,
+) -> None:
+    """A report answered in another zone than asked: the run fails (nothing compared, no
+    finding), recorded and alerted once however often it is tried."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, _ = await booked_day(stack, 1)
+    stack.sandbox.cfg.report_timezone = "Asia/Shanghai"
+    money = stack.runtime.money
+    assert money is not None
+    for _ in range(2):
+        result = await money.reconcile(day)
+        assert result is not None and result.outcome == "failed"
+        assert "timezone 'Asia/Shanghai'" in (result.error or "")
+    assert await open_findings(stack, day) == {}
+    await stack.settle()
+    await stack.wait_for(
+        lambda: any("condition `reconcile_failed`" in json.dumps(p) for p in stack.slack),
+        10,
+        "the failure alert",
+    )
+    failed = [p for p in stack.slack if "condition `reconcile_failed`" in json.dumps(p)]
+    assert len(failed) == 1
+
+
+async def test_held_balance_drift_is_of_the_time_it_was_read(start_stack: MakeStack) -> None:
+    """Two checks seconds apart (the daily job and a console click) do not make a credit in
+    flight a finding; checks `detail_interval_s` apart do, dated the day the balances were
+    read, whichever day is reconciled."""
+    stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    day, _ = await booked_day(stack, 1)
+    stack.sandbox.drop_webhooks(5)
+    stack.sandbox.inject_deposit(1002, "USDT", "TRON", "5", UNKNOWN_SOURCE)
+    money = stack.runtime.money
+    assert money is not None
+    for _ in range(2):
+        result = await money.reconcile(day)
+        assert result is not None and (result.outcome, result.findings) == ("clean", [])
+    client = stack.runtime.client
+    assert client is not None
+    later = now_ms() + int(NEVER * 1000)
+    reconciler = Reconciler(
+        client, stack.store, lambda: stack.runtime.rules, drift_after_s=NEVER, clock=lambda: later
+    )
+    old_day = day - dt.timedelta(days=3)
+    result = await reconciler.run(old_day)
+    read_day = dt.datetime.fromtimestamp(later / 1000, dt.UTC).date()
+    assert [(f.kind, f.day) for f in result.findings] == [
+        ("held_balance_drift", read_day.isoformat())
+    ]
+    assert await open_findings(stack, old_day) == {}
+    assert set(await open_findings(stack, read_day)) == {"held_balance_drift"}

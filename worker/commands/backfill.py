@@ -17,7 +17,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from worker.clock import iso_from_ms, ms_from_iso, now_ms
+from worker.clock import HISTORY_FLOOR, iso_from_ms, ms_from_iso, now_ms
 from worker.commands.read import parse_since
 from worker.config.settings import Settings, load_settings
 from worker.logs import configure
@@ -82,6 +82,8 @@ def window(args: argparse.Namespace) -> tuple[int, int] | str:
             until = ms_from_iso(parse_since(args.until))
         except ValueError as exc:
             return f"--until {exc}"
+    if since < ms_from_iso(HISTORY_FLOOR):
+        return f"--since must not be before {HISTORY_FLOOR} (no deposit is older)"
     if since >= until:
         return "--since must be before --until (default: now)"
     return since, until

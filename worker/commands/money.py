@@ -14,6 +14,7 @@ import asyncio
 import datetime as dt
 import json
 import sys
+from functools import partial
 from typing import Any
 
 from worker.config.settings import Settings, load_settings
@@ -42,14 +43,27 @@ def _finding_line(row: dict[str, Any]) -> str:
     return f"#{row['id']}  {f['date']}  {f['kind']:<19} {ids}  {money} {where}{ack}".rstrip()
 
 
+def _run_findings(db: Any, day: str) -> list[dict[str, Any]]:
+    """The open findings of the day, and the held-balance drifts the run saw (dated the day
+    the balances were read)."""
+    rows = findings_store.findings_of_day(db, day)
+    return rows + [r for r in findings_store.open_drift(db) if r["day"] != day]
+
+
 async def _reconcile(settings: Settings, day: dt.date, as_json: bool) -> int:
     bundle = load_bundle(settings)
     store = store_for(settings.storage)
     await store.open()
     try:
         async with ProviderClient.from_settings(settings.provider) as client:
-            result = await Reconciler(client, store, lambda: bundle.rules).run(day)
-        rows = await store.read(lambda db: findings_store.findings_of_day(db, day.isoformat()))
+            reconciler = Reconciler(
+                client,
+                store,
+                lambda: bundle.rules,
+                drift_after_s=settings.scheduler.detail_interval_s,
+            )
+            result = await reconciler.run(day)
+        rows = await store.read(partial(_run_findings, day=day.isoformat()))
     finally:
         await store.close()
     if result.outcome == "failed":
@@ -69,16 +83,27 @@ async def _reconcile(settings: Settings, day: dt.date, as_json: bool) -> int:
 async def _ack(settings: Settings, finding_id: int, by: str, note: str) -> int:
     from worker.clock import utc_now
 
+    def job(db: Any) -> dict[str, Any] | None:
+        if findings_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now()):
+            return {}
+        return findings_store.get_finding(db, finding_id)
+
     store = store_for(settings.storage)
     await store.open()
     try:
-        done = await store.write(
-            lambda db: findings_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now())
-        )
+        refused = await store.write(job)
     finally:
         await store.close()
-    if not done:
+    if refused is None:
         print(f"depositd: reconcile: no finding {finding_id}", file=sys.stderr)
+        return 1
+    if refused:
+        # An acknowledgement stands: who acknowledged, when and why are never replaced.
+        print(
+            f"depositd: reconcile: finding {finding_id} was acknowledged already by"
+            f" {refused['acknowledged_by']} at {refused['acknowledged_at']}",
+            file=sys.stderr,
+        )
         return 1
     print(f"finding {finding_id} acknowledged by {by}")
     return 0

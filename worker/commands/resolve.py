@@ -25,7 +25,7 @@ from worker.store.conflicts import open_conflicts as open_of
 from worker.store.deposits import get_deposit_row, lock_deposit
 from worker.store.pg import PgConnection, PgDatabase
 from worker.store.writer import transaction
-from worker.track.conflicts import FIELD_OF, WIRE_NAMES, decide, decided_value
+from worker.track.conflicts import DUPLICATE, FIELD_OF, WIRE_NAMES, decide, decided_value
 from worker.track.tracker import Deposit
 
 
@@ -38,12 +38,19 @@ def _show(db: sqlite_utils.Database, tx: str, out: TextIO) -> int:
         name = WIRE_NAMES.get(r["field"], r["field"])
         where = f"{r['source']} event {r['event_id']}" if r["event_id"] else f"{r['source']} fact"
         line = f"{name}: was {r['fixed_value']}, {where} said {r['seen_value']} ({r['created_at']})"
+        if r["field"] == DUPLICATE:
+            line = (
+                f"duplicate: txHash {r['seen_value']} is booked for {r['fixed_value']} with the"
+                f" same amount, toAddress and currency ({r['created_at']})"
+            )
         if r["decided_at"]:
             line += f"; decided {r['decided_value']} by {r['decided_by']} at {r['decided_at']}"
             if r["note"]:
                 line += f" ({r['note']})"
         else:
             line += "; open: booking held"
+            if r["field"] == DUPLICATE:
+                line += " (--set duplicate=yes: never booked, no: booked)"
         print(line, file=out)
     return 0
 

@@ -196,13 +196,12 @@ async def acknowledge(request: web.Request) -> web.StreamResponse:
     def job(db: sqlite_utils.Database) -> str | None:
         # An acknowledgement stands: a second one (double click, second tab) does not replace
         # who acknowledged, when and why.
+        if finding_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now()):
+            return "acknowledged"
         finding = finding_store.get_finding(db, finding_id)
         if finding is None:
             return None
-        if finding.get("acknowledged_at"):
-            return f"refused: acknowledged already by {finding.get('acknowledged_by')}"
-        finding_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now())
-        return "acknowledged"
+        return f"refused: acknowledged already by {finding.get('acknowledged_by')}"
 
     outcome = await _change_and_record(request, "ack_finding", f"finding#{finding_id}", note, job)
     if outcome is None:

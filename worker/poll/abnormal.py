@@ -1,5 +1,8 @@
 """The abnormal-fund poll: every page of the provider's list, each record stored by its id.
 
+A poll reads at most `max_pages` pages and the next one goes on where it stopped, so a list
+longer than the cap is read whole within a few polls (not page 1 to the cap again and again).
+
 Each record is written in a transaction of its own together with the triggers it fires, so a
 crash in the middle of a poll loses nothing (the next poll reads the rest) and repeats nothing
 (a fired trigger is marked in the same write): `abnormal_fund` fires once per record,
@@ -22,11 +25,14 @@ from worker.provider.jsonio import decimal_str
 from worker.provider.resources import AbnormalFund
 from worker.rules import RuleBook
 from worker.store.abnormal import mark_alerted, upsert_abnormal
+from worker.store.meta import get_meta, set_meta
 from worker.store.writer import Store
 
 log = get_logger(__name__)
 
 UNMATCHED = "UNMATCHED"
+# Where the next poll starts (meta): the page the last one stopped on past the page cap.
+RESUME_KEY = "abnormal_next_page"
 EXPIRING_WITHIN_MS = 24 * 3600 * 1000
 
 
@@ -90,6 +96,10 @@ def apply_fund(db: sqlite_utils.Database, fund: AbnormalFund, rules: RuleBook, n
     return queued
 
 
+def _page_of(stored: str | None) -> int:
+    return int(stored) if stored is not None and stored.isdigit() and int(stored) > 0 else 1
+
+
 class AbnormalPoll:
     """Reads every page of the abnormal-fund list and applies each record."""
 
@@ -118,19 +128,46 @@ class AbnormalPoll:
         self._stopping = True
 
     async def run(self) -> int:
-        """One poll; returns the records read. Provider errors propagate (the job backs off)."""
-        seen = 0
-        async for fund in self._client.iter_abnormal_funds(
-            page_size=self._page_size, max_pages=self._max_pages
-        ):
-            queued = await self._store.write(
-                partial(apply_fund, fund=fund, rules=self._rules(), now=self._clock())
+        """One poll of at most `max_pages` pages, starting where the last one stopped (page 1
+        after a poll that reached the last page), so every record is seen within a few polls
+        whatever the list's length; returns the records read. Provider errors propagate (the
+        job backs off; the next poll starts again where this one was to start)."""
+        first = _page_of(await self._store.read(partial(get_meta, key=RESUME_KEY)))
+        page_num, seen, previous = first, 0, None
+        while True:
+            page = await self._client.abnormal_funds(
+                {"pageNum": page_num, "pageSize": self._page_size}
             )
-            if queued:
-                log.info("abnormal fund alerted", abnormalFundId=fund.id, status=fund.status)
-                if self._after_commit is not None:
-                    self._after_commit()
-            seen += 1
-            if self._stopping:
+            if previous is not None and page.records == previous:
+                log.warning("paging stopped: page repeats the previous one", paged="abnormal")
+                resume = 1
                 break
+            for fund in page.records:
+                await self._apply(fund)
+                seen += 1
+                if self._stopping:
+                    break
+            done = not (page.records or page.refused) or page_num >= page.totalPage
+            if done or self._stopping or page_num - first + 1 >= self._max_pages:
+                # Past the cap the next poll starts on this run's last page again: a record
+                # added or gone meanwhile shifts the pages by less than one.
+                if done:
+                    resume = 1
+                elif self._stopping:
+                    resume = page_num  # this page again: its rest is unread
+                else:
+                    resume = max(first + 1, page_num)
+                break
+            previous = page.records
+            page_num += 1
+        await self._store.write(partial(set_meta, key=RESUME_KEY, value=str(resume)))
         return seen
+
+    async def _apply(self, fund: AbnormalFund) -> None:
+        queued = await self._store.write(
+            partial(apply_fund, fund=fund, rules=self._rules(), now=self._clock())
+        )
+        if queued:
+            log.info("abnormal fund alerted", abnormalFundId=fund.id, status=fund.status)
+            if self._after_commit is not None:
+                self._after_commit()

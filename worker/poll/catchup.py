@@ -13,9 +13,8 @@ page or a total that keeps changing leave it where it was, and the next read sta
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -44,6 +43,18 @@ COVERED_KEY = "history_covered_until"
 REREADS = 3
 # A window whose pages pass the page cap is halved down to this size (ms) before giving up.
 MIN_WINDOW_MS = 1000
+
+
+def windows(start_ms: int, end_ms: int, window_ms: int) -> Iterator[tuple[int, int]]:
+    """The windows [start, end] of `window_ms` (the last one shorter) covering [start_ms,
+    end_ms], oldest first, made one at a time as they are read: memory stays flat whatever
+    the span."""
+    step = max(1, window_ms)
+    start = start_ms
+    while start < end_ms:
+        end = min(start + step, end_ms)
+        yield start, end
+        start = end
 
 
 def covered_until(db: sqlite_utils.Database) -> int | None:
@@ -196,9 +207,15 @@ class HistoryReader:
         """Read [start_ms, end_ms] in windows of `window_ms`, oldest first; the mark follows
         each complete window (never with `wallet_id`: one wallet is not the whole history)."""
         stats = ReadStats()
-        bounds = [*range(start_ms, end_ms, max(1, window_ms)), end_ms]
-        todo = list(itertools.pairwise(bounds))[::-1]
-        while todo and not self._stopping:
+        ahead = windows(start_ms, end_ms, window_ms)
+        # Halves of a split window and a window to read again, read before the next of `ahead`.
+        todo: list[tuple[int, int]] = []
+        while not self._stopping:
+            if not todo:
+                nxt = next(ahead, None)
+                if nxt is None:
+                    break
+                todo.append(nxt)
             start, end = todo.pop()
             try:
                 outcome = await self._window(start, end, wallet_id, stats, progress)
@@ -235,7 +252,7 @@ class HistoryReader:
                 await self._store.write(
                     partial(advance_mark, start_ms=start, end_ms=end, may_start=may_start)
                 )
-        if todo and stats.complete:  # stopped before the end
+        if (todo or next(ahead, None) is not None) and stats.complete:  # stopped before the end
             stats.complete, stats.error = False, "stopped"
         return stats
 

@@ -10,6 +10,7 @@ import datetime as dt
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -158,14 +159,17 @@ class MoneyJobs(IntervalAndDaily):
             self.fire("reconcile-missed")
 
     async def reconcile_missed(self) -> None:
-        """Yesterday's reconciliation, unless a run completed it already."""
+        """Yesterday's reconciliation, unless a run completed that day already (decided per
+        day: a later day reconciled from the console says nothing about yesterday)."""
         day = yesterday()
         try:
-            done = await self._store.read(findings_store.last_reconciled_day)
+            done = await self._store.read(
+                partial(findings_store.day_reconciled, day=day.isoformat())
+            )
         except Exception as exc:  # storage: the daily job tomorrow, or a restart, tries again
             log.warning("missed reconciliation not checked", error=str(exc))
             return
-        if done is None or done < day.isoformat():
+        if not done:
             log.info("reconciliation missed at its minute; running it now", day=day.isoformat())
             await self.daily_reconcile(day)
 
@@ -268,5 +272,7 @@ def money_jobs(
         max_pages=settings.max_pages,
         after_commit=wake,
     )
-    reconciler = Reconciler(client, store, rules, after_commit=wake)
+    reconciler = Reconciler(
+        client, store, rules, after_commit=wake, drift_after_s=settings.detail_interval_s
+    )
     return MoneyJobs(poll, reconciler, store, settings, metrics, alert=alert, backoff_s=backoff_s)

@@ -1,10 +1,11 @@
 """Reconciliation: one day of the ledger against the provider's daily settlement report and
 its asset balances.
 
-The report is read page by page (one page in memory), the ledger side of the day is a dict of
-txHash -> booked deposit; amounts are compared as exact decimals. A run writes everything it
-found in one transaction at its end (`save_findings` + the run's record), or, when the provider
-fails or the report changes under it, records only that it failed: never half a run.
+The report (asked for UTC days) is read page by page (one page in memory) and compared with the
+ledger rows of the day (`worker.poll.matching`: by id, then txHash; amount, asset, network and
+txHash compared, amounts as exact decimals). A run writes everything it found in one transaction
+at its end (`save_findings` + the run's record), or, when the provider fails, the report changes
+under it or is in another zone, records only that it failed: never half a run.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import sqlite_utils
 
 from worker.act.records import fire_record
 from worker.act.rows import enqueue_alert
-from worker.clock import utc_now
+from worker.clock import now_ms, utc_now
 from worker.errors import ProviderError
 from worker.logs import get_logger
+from worker.poll.matching import Booked, DayMatch, hash_key
 from worker.provider.client import ProviderClient
 from worker.provider.jsonio import decimal_str
 from worker.provider.resources import SettlementDaily, SettlementRecord
@@ -40,6 +42,10 @@ KINDS = (
     "missing_in_ledger",
     "missing_in_report",
     "amount_differs",
+    "asset_differs",
+    "tx_hash_differs",
+    "settled_on_other_day",
+    "duplicate_in_report",
     "provider_mismatch",
     "provider_review",
     "held_balance_drift",
@@ -48,6 +54,11 @@ KINDS = (
 HELD_STATES = ("processing", "needs_details", "submitted", "rejected", "blocked")
 _DRIFT_META = "held_balance_drift"
 PAGE_SIZE = 200
+# A drift of held balances must last this long (scheduler.detail_interval_s, its default).
+DRIFT_AFTER_S = 120.0
+# The report is asked for UTC days (the ledger's days); an answer in another zone fails the run.
+REPORT_TIMEZONE = "UTC"
+UTC_NAMES = frozenset({"UTC", "ETC/UTC", "GMT", "ETC/GMT", "Z"})
 
 
 class ReportUnreadable(Exception):
@@ -64,117 +75,28 @@ class RunResult:
     error: str | None = None
 
 
-def _ledger_side(db: sqlite_utils.Database, day: str) -> dict[str, tuple[Any, ...]]:
-    out: dict[str, tuple[Any, ...]] = {}
-    for tx_hash, tx_id, amount, currency, network in store.ledger_rows_for_day(db, day):
-        out[tx_hash or f"tx:{tx_id}"] = (tx_id, amount, currency, network, tx_hash)
-    return out
+def _booked(row: tuple[Any, ...]) -> Booked:
+    tx_id, amount, currency, network, tx_hash, day = row
+    return Booked(str(tx_id), Decimal(str(amount)), currency, network, tx_hash, day)
 
 
-def _status_kind(status: str | None) -> str | None:
-    if status is None or status.upper() == "MATCHED":
-        return None
-    return "provider_review" if status.upper() == "MANUAL_REVIEW" else "provider_mismatch"
+def _ledger_side(db: sqlite_utils.Database, day: str) -> list[Booked]:
+    return [_booked(row) for row in store.ledger_rows_for_day(db, day)]
 
 
-class _Day:
-    """The comparison of one day, fed one report record at a time."""
-
-    def __init__(self, day: str, ledger: dict[str, tuple[Any, ...]]) -> None:
-        self.day = day
-        self.ledger = ledger
-        self.matched: set[str] = set()
-        self.found: list[Finding] = []
-        self.elsewhere: list[SettlementRecord] = []  # not in this day's ledger side
-
-    def record(self, rec: SettlementRecord) -> None:
-        subject = rec.tx_hash or f"record:{rec.settlement_record_id}"
-        common: dict[str, Any] = {
-            "day": self.day,
-            "subject": subject,
-            "transaction_id": rec.platform_order_id,
-            "tx_hash": rec.tx_hash,
-            "report_amount": decimal_str(rec.amount),
-            "currency": rec.asset,
-            "network": rec.network,
-        }
-        kind = _status_kind(rec.reconciliation_status)
-        if kind is not None:
-            detail = f"reconciliation_status {rec.reconciliation_status}"
-            self.found.append(Finding(kind=kind, detail=detail, **common))
-        if subject in self.matched:
-            return
-        booked = self.ledger.pop(subject, None) if rec.tx_hash else None
-        if booked is None:
-            self.elsewhere.append(rec)
-            return
-        self.matched.add(subject)
-        self.compare(rec, booked, common)
-
-    def compare(
-        self, rec: SettlementRecord, booked: tuple[Any, ...], common: dict[str, Any]
-    ) -> None:
-        tx_id, amount = booked[0], Decimal(str(booked[1]))
-        if amount != rec.amount:
-            common = {**common, "transaction_id": tx_id}
-            self.found.append(
-                Finding(kind="amount_differs", ledger_amount=decimal_str(amount), **common)
-            )
-
-    def summary(self, daily: SettlementDaily) -> None:
-        counts = (
-            ("provider_mismatch", daily.summary.mismatched_count),
-            ("provider_review", daily.summary.manual_review_count),
-        )
-        for kind, count in counts:
-            if count > 0 and not any(f.kind == kind for f in self.found):
-                detail = f"the report's summary counts {count} record(s) {kind.split('_')[1]}"
-                self.found.append(
-                    Finding(day=self.day, kind=kind, subject="summary", detail=detail)
-                )
-
-    def leftovers(self) -> None:
-        for subject, (tx_id, amount, currency, network, tx_hash) in self.ledger.items():
-            self.found.append(
-                Finding(
-                    day=self.day,
-                    kind="missing_in_report",
-                    subject=subject,
-                    transaction_id=tx_id,
-                    tx_hash=tx_hash,
-                    ledger_amount=decimal_str(Decimal(str(amount))),
-                    currency=currency,
-                    network=network,
-                )
-            )
-
-
-def _elsewhere(db: sqlite_utils.Database, recs: list[SettlementRecord], day: str) -> list[Finding]:
-    """Report records not booked on that day: booked on another (compare) or never."""
+def _elsewhere(
+    db: sqlite_utils.Database, recs: list[SettlementRecord]
+) -> list[tuple[SettlementRecord, Booked | None]]:
+    """Report records not matched to the day's ledger rows, each with its ledger row of
+    another day (by id; by txHash for a record without one), or None: never booked."""
     out = []
     for rec in recs:
-        booked = store.ledger_row_by_tx_hash(db, rec.tx_hash) if rec.tx_hash else None
-        common: dict[str, Any] = {
-            "day": day,
-            "subject": rec.tx_hash or f"record:{rec.settlement_record_id}",
-            "tx_hash": rec.tx_hash,
-            "report_amount": decimal_str(rec.amount),
-            "currency": rec.asset,
-            "network": rec.network,
-        }
-        if booked is None:
-            out.append(
-                Finding(kind="missing_in_ledger", transaction_id=rec.platform_order_id, **common)
-            )
-        elif Decimal(str(booked[1])) != rec.amount:
-            out.append(
-                Finding(
-                    kind="amount_differs",
-                    transaction_id=booked[0],
-                    ledger_amount=decimal_str(Decimal(str(booked[1]))),
-                    **common,
-                )
-            )
+        key = hash_key(rec.tx_hash)
+        if rec.platform_order_id:
+            row = store.ledger_row_by_id(db, rec.platform_order_id)
+        else:
+            row = store.ledger_row_by_tx_hash(db, key) if key is not None else None
+        out.append((rec, None if row is None else _booked(row)))
     return out
 
 
@@ -281,6 +203,8 @@ class Reconciler:
         after_commit: Callable[[], None] | None = None,
         page_size: int = PAGE_SIZE,
         max_pages: int = 10_000,
+        drift_after_s: float = DRIFT_AFTER_S,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self._client = client
         self._store = store_
@@ -288,6 +212,8 @@ class Reconciler:
         self._after_commit = after_commit
         self._page_size = page_size
         self._max_pages = max_pages
+        self._drift_after_s = drift_after_s
+        self._clock = clock
 
     async def run(self, day: dt.date) -> RunResult:
         """Reconcile `day`; the result is recorded whatever it is."""
@@ -329,14 +255,24 @@ class Reconciler:
     async def _compare(self, day: dt.date) -> tuple[RunResult, str]:
         text = day.isoformat()
         ledger = await self._store.read(partial(_ledger_side, day=text))
-        cmp = _Day(text, ledger)
+        cmp = DayMatch(text, ledger)
         first: SettlementDaily | None = None
         seen = 0
         page = 1
         while True:
             daily = await self._client.settlement_daily_records(
-                settlement_date=text, record_type="IN", page=page, page_size=self._page_size
+                settlement_date=text,
+                timezone=REPORT_TIMEZONE,
+                record_type="IN",
+                page=page,
+                page_size=self._page_size,
             )
+            if daily.timezone.strip().upper() not in UTC_NAMES:
+                # The ledger's days are UTC days: a report of another zone's day compares
+                # other hours and would find (or hide) differences that are not there.
+                raise ReportUnreadable(
+                    f"the report is in timezone {daily.timezone!r}, not {REPORT_TIMEZONE}"
+                )
             if first is None:
                 first = daily
             elif (daily.total, daily.summary) != (first.total, first.summary):
@@ -346,25 +282,30 @@ class Reconciler:
                     cmp.record(rec)
             seen += len(daily.records)
             # Records not booked that day are looked up page by page: memory stays one page.
-            cmp.found.extend(
-                await self._store.read(partial(_elsewhere, recs=cmp.elsewhere, day=text))
-            )
-            cmp.elsewhere.clear()
+            await self._place(cmp)
             if not daily.records or seen >= daily.total or page >= self._max_pages:
                 break
             page += 1
         if seen != first.total:
             raise ReportUnreadable(f"the report lists {first.total} records, {seen} were read")
-        cmp.summary(first)
+        cmp.by_tx_hash()
+        await self._place(cmp)
+        cmp.summary(first.summary.mismatched_count, first.summary.manual_review_count)
         cmp.leftovers()
-        drift_found, drift = await self._held(text)
+        drift_found, drift = await self._held()
         cmp.found.extend(drift_found)
         outcome = "findings" if cmp.found else "clean"
         return RunResult(text, outcome, cmp.found), drift
 
-    async def _held(self, day: str) -> tuple[list[Finding], str]:
-        """Unavailable balances against the deposits held; a drift seen on two checks in a
-        row is a finding (one check may fall between a credit and its webhook)."""
+    async def _place(self, cmp: DayMatch) -> None:
+        for rec, booked in await self._store.read(partial(_elsewhere, recs=cmp.elsewhere)):
+            cmp.placed(rec, booked)
+        cmp.elsewhere.clear()
+
+    async def _held(self) -> tuple[list[Finding], str]:
+        """Unavailable balances against the deposits held, as they are now: a drift seen on
+        every check for at least `drift_after_s` (two checks that far apart; one may fall
+        between a credit and its webhook) is a finding of the day it is read (UTC)."""
 
         def read(db: sqlite_utils.Database) -> tuple[list[int], dict[str, Decimal], str | None]:
             sums: dict[str, Decimal] = defaultdict(Decimal)
@@ -373,8 +314,10 @@ class Reconciler:
             return store.tracked_wallets(db), sums, get_meta(db, _DRIFT_META)
 
         wallets, sums, before = await self._store.read(read)
-        previous = json.loads(before or "{}")
-        current: dict[str, str] = {}
+        since = _drift_since(before)
+        now = self._clock()
+        today = dt.datetime.fromtimestamp(now / 1000, dt.UTC).date().isoformat()
+        current: dict[str, int] = {}
         found: list[Finding] = []
         for wallet in wallets:
             for bal in await self._client.asset_balance(wallet):
@@ -382,11 +325,11 @@ class Reconciler:
                 held = sums.get(key, Decimal(0))
                 if bal.unavailable == held:
                     continue
-                current[key] = decimal_str(bal.unavailable - held)
-                if key in previous:
+                current[key] = since.get(key, now)
+                if now - current[key] >= self._drift_after_s * 1000:
                     found.append(
                         Finding(
-                            day=day,
+                            day=today,
                             kind="held_balance_drift",
                             subject=key,
                             wallet_id=wallet,
@@ -397,3 +340,15 @@ class Reconciler:
                         )
                     )
         return found, json.dumps(current, sort_keys=True)
+
+
+def _drift_since(stored: str | None) -> dict[str, int]:
+    """wallet:currency -> when (epoch ms) its drift was first seen on the checks since; a value
+    of the earlier format (the drifted amount) counts from now."""
+    try:
+        raw = json.loads(stored or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool)}

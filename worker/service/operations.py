@@ -69,7 +69,13 @@ class ConsoleOperations:
         """Reconcile one day again now, as `depositd reconcile --date` does; the outcome."""
         assert self.client is not None and self.store is not None
         wake = self.outbox.wake if self.outbox is not None else None
-        reconciler = Reconciler(self.client, self.store, lambda: self.rules, after_commit=wake)
+        reconciler = Reconciler(
+            self.client,
+            self.store,
+            lambda: self.rules,
+            after_commit=wake,
+            drift_after_s=self.settings.scheduler.detail_interval_s,
+        )
         result = await reconciler.run(day)
         if result.outcome == "failed":
             return f"failed: {result.error}"

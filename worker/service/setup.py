@@ -98,7 +98,6 @@ def build_app(
         reactor=reactor,
         metrics=metrics,
         sweep_interval_s=sweep_interval_s,
-        future_tolerance_s=settings.webhook.tolerance_s,
     )
 
     async def processor_running() -> str | None:

@@ -62,6 +62,16 @@ def open_conflicts(db: Db, transaction_id: str) -> list[dict[str, Any]]:
     return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
+def decided_value_of(db: Db, transaction_id: str, field: str) -> str | None:
+    """The latest decision on the field's conflicts, or None when none was decided."""
+    row = db.execute(
+        "SELECT decided_value FROM conflicts WHERE transaction_id=? AND field=?"
+        " AND decided_at IS NOT NULL ORDER BY id DESC LIMIT 1",
+        [transaction_id, field],
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
 def all_conflicts(db: Db, transaction_id: str) -> list[dict[str, Any]]:
     """Every conflict of one deposit with its decision, oldest first."""
     cur = db.execute(

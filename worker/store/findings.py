@@ -52,28 +52,50 @@ class Finding:
         return [getattr(self, c) for c in FINDING_COLUMNS]
 
 
-def ledger_rows_for_day(db: sqlite_utils.Database, day: str) -> Iterator[tuple[Any, ...]]:
-    """(txHash, transactionId, amount, currency, network) of each deposit booked whose credit
-    fell on `day` (the provider's credit time; the booking time when none is known)."""
-    credit_day = (
+def _credit_day(db: sqlite_utils.Database) -> str:
+    """The UTC day a booked deposit's credit fell on (the booking time when none is known)."""
+    credit = (
         "to_char(to_timestamp((d.fact_time::jsonb ->> 'credit_status')::bigint / 1000)"
         " AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
         if is_postgres(db)
         else "date(json_extract(d.fact_time, '$.credit_status') / 1000, 'unixepoch')"
     )
+    return f"COALESCE({credit}, substr(l.booked_at, 1, 10))"
+
+
+_LEDGER_SELECT = (
+    "SELECT l.transaction_id, l.amount, l.currency, l.network, l.tx_hash, {day} FROM ledger l"
+    " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
+)
+
+
+def ledger_rows_for_day(db: sqlite_utils.Database, day: str) -> Iterator[tuple[Any, ...]]:
+    """(transactionId, amount, currency, network, txHash, credit day) of each deposit booked
+    whose credit fell on `day` (the provider's credit time; the booking time when none is
+    known)."""
+    credit_day = _credit_day(db)
     yield from db.execute(
-        "SELECT l.tx_hash, l.transaction_id, l.amount, l.currency, l.network FROM ledger l"
-        " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
-        f" WHERE COALESCE({credit_day}, substr(l.booked_at, 1, 10)) = ?",
+        _LEDGER_SELECT.format(day=credit_day) + f" WHERE {credit_day} = ?"
+        " ORDER BY l.transaction_id",
         [day],
     )
 
 
-def ledger_row_by_tx_hash(db: sqlite_utils.Database, tx_hash: str) -> tuple[Any, ...] | None:
-    """(transactionId, amount, currency, network) of the deposit booked with this txHash."""
+def ledger_row_by_id(db: sqlite_utils.Database, transaction_id: str) -> tuple[Any, ...] | None:
+    """The booked deposit with this transactionId, as `ledger_rows_for_day` gives it."""
     row = db.execute(
-        "SELECT transaction_id, amount, currency, network FROM ledger WHERE tx_hash=? LIMIT 1",
-        [tx_hash],
+        _LEDGER_SELECT.format(day=_credit_day(db)) + " WHERE l.transaction_id = ?",
+        [transaction_id],
+    ).fetchone()
+    return None if row is None else tuple(row)
+
+
+def ledger_row_by_tx_hash(db: sqlite_utils.Database, tx_hash: str) -> tuple[Any, ...] | None:
+    """A booked deposit with this txHash (case-blind), as `ledger_rows_for_day` gives it."""
+    row = db.execute(
+        _LEDGER_SELECT.format(day=_credit_day(db))
+        + " WHERE lower(l.tx_hash) = ? ORDER BY l.transaction_id LIMIT 1",
+        [tx_hash.strip().lower()],
     ).fetchone()
     return None if row is None else tuple(row)
 
@@ -98,13 +120,20 @@ def tracked_wallets(db: sqlite_utils.Database) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
+# Drift of held balances belongs to the day it was read, not to the day a run reconciles: only
+# a balance check resolves it (`save_findings`).
+DRIFT = "held_balance_drift"
+
+
 def save_findings(
     db: sqlite_utils.Database, day: str, found: Sequence[Finding], now: str
 ) -> list[int]:
     """Store one run's findings of `day`; returns the ids of findings new to the table.
 
     Seen again: `last_seen` moves (and a resolved one is open again). Not seen this time: marked
-    resolved now, never reported again.
+    resolved now, never reported again: the findings of `day`, and the held-balance drifts of
+    any day (each run checks the balances as they are now; `found` holds the drifts of this
+    check, dated the day they were read).
     """
     new: list[int] = []
     cols = ", ".join(FINDING_COLUMNS)
@@ -121,13 +150,26 @@ def save_findings(
             db.execute(
                 "UPDATE findings SET last_seen=?, resolved_at=NULL, ledger_amount=?,"
                 " report_amount=?, detail=? WHERE day=? AND kind=? AND subject=?",
-                [now, f.ledger_amount, f.report_amount, f.detail, day, f.kind, f.subject],
+                [now, f.ledger_amount, f.report_amount, f.detail, f.day, f.kind, f.subject],
             )
     db.execute(
-        "UPDATE findings SET resolved_at=? WHERE day=? AND resolved_at IS NULL AND last_seen<>?",
-        [now, day, now],
+        "UPDATE findings SET resolved_at=? WHERE day=? AND kind<>? AND resolved_at IS NULL"
+        " AND last_seen<>?",
+        [now, day, DRIFT, now],
+    )
+    db.execute(
+        "UPDATE findings SET resolved_at=? WHERE kind=? AND resolved_at IS NULL AND last_seen<>?",
+        [now, DRIFT, now],
     )
     return new
+
+
+def open_drift(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+    """The open held-balance drifts (of whichever day they were read), oldest first."""
+    rows = db.execute(
+        "SELECT * FROM findings WHERE kind=? AND resolved_at IS NULL ORDER BY day, id", [DRIFT]
+    )
+    return [dict(r) for r in rows]
 
 
 def record_run(
@@ -196,9 +238,15 @@ def get_finding(db: sqlite_utils.Database, finding_id: int) -> dict[str, Any] | 
 def acknowledge(
     db: sqlite_utils.Database, finding_id: int, *, by: str, note: str, now: str
 ) -> bool:
-    """Record who acknowledged a finding, when and why; False when there is no such finding."""
+    """Record who acknowledged a finding, when and why, unless it is acknowledged already;
+    False when there is no such finding or it was acknowledged before (the first stands).
+
+    One conditional statement: of two acknowledgements at the same moment on PostgreSQL, the
+    second waits for the first's row lock, then finds the row acknowledged and changes nothing.
+    """
     cur = db.execute(
-        "UPDATE findings SET acknowledged_by=?, acknowledged_at=?, note=? WHERE id=?",
+        "UPDATE findings SET acknowledged_by=?, acknowledged_at=?, note=?"
+        " WHERE id=? AND acknowledged_at IS NULL",
         [by, now, note, finding_id],
     )
     return cur.rowcount == 1
@@ -216,6 +264,15 @@ def last_reconciled_day(db: sqlite_utils.Database) -> str | None:
         "SELECT MAX(day) FROM reconcile_runs WHERE outcome IN ('clean', 'findings')"
     ).fetchone()
     return None if row is None or row[0] is None else str(row[0])
+
+
+def day_reconciled(db: sqlite_utils.Database, day: str) -> bool:
+    """Did a run of `day` complete (clean or with findings)?"""
+    row = db.execute(
+        "SELECT 1 FROM reconcile_runs WHERE day=? AND outcome IN ('clean', 'findings') LIMIT 1",
+        [day],
+    ).fetchone()
+    return row is not None
 
 
 def reconciliation_status(db: Any) -> dict[str, Any] | None:

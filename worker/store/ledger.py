@@ -11,6 +11,7 @@ from typing import Any
 import sqlite_utils
 
 from worker.clock import utc_now
+from worker.store.pg import is_postgres
 from worker.store.tx import Db, conn_of
 
 
@@ -20,18 +21,35 @@ def is_booked(db: sqlite_utils.Database, transaction_id: str) -> bool:
     return found.fetchone() is not None
 
 
-def booked_under_other_id(
-    db: sqlite_utils.Database, tx_hash: str, transaction_id: str
+def lock_tx_hash(db: sqlite_utils.Database, tx_hash: str) -> None:
+    """Hold the txHash (case-blind) to the end of the transaction: on PostgreSQL two instances
+    booking two ids of one txHash at the same moment take turns, so the second reads the
+    first's ledger row before it decides (`likely_duplicate_of`). Nothing on SQLite, whose
+    write lock orders every write transaction already. The two-key lock space is not the one
+    of the deposit locks (`deposits.lock_deposit`)."""
+    if is_postgres(db):
+        db.execute("SELECT pg_advisory_xact_lock(1, hashtext(lower(?)))", [tx_hash]).fetchone()
+
+
+def likely_duplicate_of(
+    db: sqlite_utils.Database,
+    *,
+    transaction_id: str,
+    tx_hash: str,
+    amount: str | None,
+    currency: str | None,
+    to_address: str | None,
 ) -> str | None:
-    """The transactionId another ledger row with this txHash is booked under, if any."""
-    other = (
-        conn_of(db)
-        .execute(
-            "SELECT transaction_id FROM ledger WHERE tx_hash=? AND transaction_id<>? LIMIT 1",
-            (tx_hash, transaction_id),
-        )
-        .fetchone()
-    )
+    """The transactionId of a booked deposit with the same txHash (case-blind), amount,
+    currency and receiving address under another id, if any."""
+    other = db.execute(
+        "SELECT l.transaction_id FROM ledger l LEFT JOIN deposits d"
+        " ON d.transaction_id = l.transaction_id WHERE lower(l.tx_hash) = lower(?)"
+        " AND l.transaction_id <> ? AND l.amount IS ? AND upper(COALESCE(l.currency, ''))"
+        " = upper(COALESCE(?, ''))"
+        " AND d.to_address IS ? ORDER BY l.transaction_id LIMIT 1",
+        [tx_hash, transaction_id, amount, currency, to_address],
+    ).fetchone()
     return None if other is None else str(other[0])
 
 

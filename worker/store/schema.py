@@ -210,6 +210,12 @@ def _migrate_instances(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE alerts ADD COLUMN lease_until TEXT")
 
 
+def _migrate_ledger_tx_hash_case_blind(db: sqlite_utils.Database) -> None:
+    # txHashes are compared case-blind (booking's likely-duplicate check under the txHash lock,
+    # reconciliation's matching of records without an id): an index on the lower-cased hash.
+    db.execute("CREATE INDEX IF NOT EXISTS ledger_tx_hash_lower ON ledger (lower(tx_hash))")
+
+
 # Append only.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_v1,
@@ -219,5 +225,6 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_orders,
     _migrate_operator_actions,
     _migrate_instances,
+    _migrate_ledger_tx_hash_case_blind,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

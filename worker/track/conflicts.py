@@ -53,7 +53,13 @@ def held_by(db: sqlite_utils.Database, transaction_id: str) -> list[dict[str, An
     return open_conflicts(db, transaction_id)
 
 
-# The options of `depositd resolve --set`: the wire names of the fixed fields.
+# A second transactionId whose txHash, amount, receiving address and currency all equal a
+# booked deposit's: held like a conflict until a person decides `duplicate=yes` (never booked)
+# or `duplicate=no` (its own deposit: booked under its own id). Not a field of the deposit.
+DUPLICATE = "duplicate"
+DUPLICATE_VALUES = ("yes", "no")
+
+# The options of `depositd resolve --set`: the wire names of the fixed fields, and `duplicate`.
 WIRE_NAMES = {
     "wallet_id": "walletId",
     "currency": "currency",
@@ -61,6 +67,7 @@ WIRE_NAMES = {
     "amount": "amount",
     "from_address": "fromAddress",
     "to_address": "toAddress",
+    DUPLICATE: DUPLICATE,
 }
 FIELD_OF = {wire: name for name, wire in WIRE_NAMES.items()}
 
@@ -105,6 +112,10 @@ def decided_value(name: str, text: str) -> Any:
             return parse_amount(text, positive=True)
         except AmountError as exc:
             raise ValueError(str(exc)) from None
+    if name == DUPLICATE:
+        if text.strip().lower() not in DUPLICATE_VALUES:
+            raise ValueError("duplicate must be yes (never booked) or no (its own deposit)")
+        return text.strip().lower()
     if name == "wallet_id":
         if not text.isascii() or not text.isdigit():
             raise ValueError(f"walletId must be a number, not {text!r}")
@@ -127,11 +138,33 @@ def decide(
     now = utc_now()
     lock_deposit(db, transaction_id)  # not beside a batch that read the deposit before
     for name, value in values.items():
-        if name not in FIXED_FIELDS:
+        if name not in FIXED_FIELDS and name != DUPLICATE:
             raise ValueError(f"{name} is not a fixed field")
         record_decision(db, transaction_id, name, as_text(value), by=by, note=note, now=now)
+        if name == DUPLICATE:
+            continue
         stored = format(value, "f") if isinstance(value, Decimal) else value
         set_field(db, transaction_id, name, stored, now)
+
+
+def hold_likely_duplicate(db: sqlite_utils.Database, deposit: Deposit, other: str) -> bool:
+    """Record the deposit as a likely duplicate of the booked `other` (held until decided);
+    True when it was not recorded before (alert it)."""
+    tx = deposit.transaction_id
+    if has_conflict(db, tx, DUPLICATE):
+        return False
+    insert_conflict(
+        db,
+        tx,
+        DUPLICATE,
+        fixed_value=other,
+        seen_value=str(deposit.tx_hash),
+        source="ledger",
+        event_id=None,
+        observed_at=None,
+        now=utc_now(),
+    )
+    return True
 
 
 def alert_conflict(db: sqlite_utils.Database, deposit: Deposit, fact: Fact, name: str) -> None:

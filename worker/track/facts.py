@@ -109,12 +109,11 @@ def fact_from_order(
     )
 
 
-def cap_time(fact: Fact, received_ms: int, tolerance_s: float) -> Fact:
-    """The fact with its time no later than its receive time plus the tolerance.
+def cap_time(fact: Fact, received_ms: int) -> Fact:
+    """The fact with its time no later than its arrival (the moment it was stored).
 
-    Every field keeps the time of the newest fact that set it, so a time stamped far ahead would
-    make every genuine later fact look older and change nothing (a real FAILED after a REQUIRED
-    dated a year ahead would fire nothing).
+    Every field keeps the time of the newest fact that set it, so a time stamped ahead would
+    make every genuine later fact look older and change nothing (a FAILED sent right after a
+    REQUIRED dated a year ahead would fire nothing): no fact is dated after it arrived.
     """
-    limit = received_ms + int(tolerance_s * 1000)
-    return fact if fact.observed_at <= limit else replace(fact, observed_at=limit)
+    return fact if fact.observed_at <= received_ms else replace(fact, observed_at=received_ms)

@@ -184,11 +184,8 @@ class Processor:
         drain_time_s: float = 0.04,
         busy_share: float = 0.15,
         lag_target_s: float = 5.0,
-        future_tolerance_s: float = 300.0,
     ) -> None:
         self.store = store
-        # A fact's time is capped at its receive time plus this (webhook.tolerance_s).
-        self.future_tolerance_s = future_tolerance_s
         # Assignable after construction: the rules engine is built once the store is open.
         self.reactor = reactor
         # Called when an ABNORMAL_FUND_NOTIFICATION is processed: the list is read at once.
@@ -289,7 +286,7 @@ class Processor:
     async def observe_fact(self, fact: Fact) -> list[Transition]:
         """Apply one fact from a poll (or a submission) the way an event's fact is applied."""
         reactor = self.reactor
-        fact = cap_time(fact, int(time.time() * 1000), self.future_tolerance_s)
+        fact = cap_time(fact, int(time.time() * 1000))
         _, transitions, lines = await self.store.write(lambda db: apply_fact(db, fact, reactor))
         for message, fields in lines:
             log.info(message, **fields)
@@ -421,7 +418,7 @@ class Processor:
         if fact is None:
             return _Outcome(event, "ignored")
         if received is not None:
-            fact = cap_time(fact, received, self.future_tolerance_s)
+            fact = cap_time(fact, received)
         _, transitions, lines = apply_fact(db, fact, reactor, batch)
         return _Outcome(event, "processed", transitions, lines=lines)
 

@@ -12,7 +12,8 @@ from worker.act.rows import enqueue_alert
 from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
 from worker.store import ledger
-from worker.track.conflicts import WIRE_NAMES, held_by
+from worker.store.conflicts import decided_value_of
+from worker.track.conflicts import DUPLICATE, WIRE_NAMES, held_by, hold_likely_duplicate
 from worker.track.tracker import Deposit, State
 
 # The states in which the deposit is credited at this moment: credited, or completed (an order
@@ -48,10 +49,10 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     """Book the deposit if it may be booked now; the book action's (status, outcome).
 
     Whatever trigger a rule names, a deposit is booked only while credited, never while a fixed
-    field is in conflict (`worker.track.conflicts`), and never when its txHash is already booked
-    under another transactionId (that one alerts, critical). A deposit already booked says so
-    whatever else holds now (the ledger is read only when booking is refused: otherwise the
-    INSERT OR IGNORE itself says whether the row was new).
+    field is in conflict (`worker.track.conflicts`), and never while it is a likely duplicate of
+    another transactionId booked with the same txHash (held, one critical alert). A deposit
+    already booked says so whatever else holds now (the ledger is read only when booking is
+    refused: otherwise the INSERT OR IGNORE itself says whether the row was new).
     """
     refused = _refusal(db, deposit, trigger)
     if refused is not None:
@@ -84,14 +85,43 @@ def _refusal(
             None,
         )
     if deposit.tx_hash:
-        other = ledger.booked_under_other_id(db, deposit.tx_hash, tx)
-        if other is not None:
-            detail = (
-                f"txHash {deposit.tx_hash} is already booked for {other}; "
-                f"{tx} is not booked (a deposit booked twice?)"
-            )
-            return "skipped", f"refused: txHash already booked for {other}", detail
+        return _duplicate(db, deposit)
     return None
+
+
+def _duplicate(db: sqlite_utils.Database, deposit: Deposit) -> tuple[str, str, str | None] | None:
+    """A second transactionId of a booked txHash is its own deposit (a batch transfer has one
+    txHash and several outputs) unless its amount, receiving address and currency all equal
+    the booked one's: a likely duplicate, held (one alert) until `depositd resolve` decides."""
+    tx = deposit.transaction_id
+    decided = decided_value_of(db, tx, DUPLICATE)
+    if decided == "yes":
+        return "skipped", "not booked: decided a duplicate (depositd resolve)", None
+    if decided == "no":
+        return None
+    assert deposit.tx_hash is not None
+    ledger.lock_tx_hash(db, deposit.tx_hash)  # two instances at once: one reads the other's row
+    other = ledger.likely_duplicate_of(
+        db,
+        transaction_id=tx,
+        tx_hash=deposit.tx_hash,
+        amount=_amount(deposit),
+        currency=deposit.currency,
+        to_address=deposit.to_address,
+    )
+    if other is None:
+        return None
+    new = hold_likely_duplicate(db, deposit, other)
+    detail = (
+        f"txHash {deposit.tx_hash} is booked for {other} with the same amount, toAddress and"
+        f" currency; {tx} is held as a likely duplicate: depositd resolve {tx}"
+        " --set duplicate=yes|no --by NAME"
+    )
+    outcome = (
+        f"held: likely duplicate of {other}; waiting for a decision"
+        f" (depositd resolve {tx} --set duplicate=yes|no)"
+    )
+    return "skipped", outcome, detail if new else None
 
 
 def record(rec: Recording) -> None:

@@ -77,6 +77,11 @@ class SandboxConfig:
     auto_review: bool = False
     auto_review_delay_s: float = 0.05
     tolerance_s: float = 300
+    # The settlement report's zone when the request names none (the interface says UTC), and a
+    # zone every report is answered in whatever the request asks (None: the one asked): stand-ins
+    # for a provider whose reports are not in UTC.
+    report_default_timezone: str = "UTC"
+    report_timezone: str | None = None
     # How long a "timeout" fault holds a request: longer than any sane client timeout.
     fault_timeout_s: float = 30
     # Where the hosted deposit Travel Rule page lives (None: this sandbox's /hosted).

@@ -206,8 +206,11 @@ def _extra_fields(spec: Mapping[str, Any], day: dt.date) -> dict[str, Any]:
         settled = day_bounds(day, zone("UTC"))[0] + 12 * 3_600_000
     if not isinstance(settled, int) or isinstance(settled, bool):
         raise SandboxError("settledAt must be epoch milliseconds")
+    tx_id = spec.get("transactionId")
     return {
-        "transactionId": str(spec.get("transactionId") or new_id("X")),
+        # "" lists a record without the provider's id of the deposit (platform_order_id).
+        "transactionId": "" if tx_id == "" else str(tx_id or new_id("X")),
+        "recordId": new_id("SR"),
         "asset": spec["asset"],
         "network": spec["network"],
         "txHash": str(spec.get("txHash") or "0x" + new_id("")[:20].lower()),
@@ -223,7 +226,7 @@ def _apply(records: list[dict[str, Any]], change: dict[str, Any], day: dt.date) 
         at = change["settledAt"]
         records.append(
             {
-                "settlement_record_id": "SR" + change["transactionId"],
+                "settlement_record_id": change.get("recordId") or "SR" + change["transactionId"],
                 "settlement_date": day.isoformat(),
                 "record_type": RECORD_IN,
                 "business_type": DEPOSIT_BUSINESS,

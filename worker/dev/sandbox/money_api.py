@@ -84,7 +84,7 @@ async def settlement_daily_records(request: web.Request) -> web.Response:
         day = dt.date.fromisoformat(raw_day)
     except ValueError:
         raise PartnerFailure("settlement_date must be yyyy-MM-dd") from None
-    tz_name = q.get("timezone") or "UTC"
+    tz_name = sb.cfg.report_timezone or q.get("timezone") or sb.cfg.report_default_timezone
     status = q.get("reconciliation_status") or None
     if status is not None and status not in money.RECONCILIATION_STATUSES:
         raise PartnerFailure(f"reconciliation_status {status!r} is not known")

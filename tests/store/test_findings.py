@@ -1,0 +1,96 @@
+"""The findings table: an acknowledgement stands (never overwritten), on both engines and under
+two PostgreSQL connections acknowledging at the same moment."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+from pgcluster import Cluster
+from stores import StoreMaker
+
+from worker.store import findings as findings_store
+from worker.store.findings import Finding
+from worker.store.pg import PgDatabase, connect
+from worker.store.pgstore import PgStore
+from worker.store.writer import Store
+
+
+@pytest.fixture
+async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
+    """An open store on a fresh database, on SQLite and on PostgreSQL."""
+    s = make_store()
+    await s.open()
+    yield s
+    await s.close()
+
+
+def _one_finding(db: object) -> int:
+    found = [Finding(day="2026-11-20", kind="missing_in_ledger", subject="0xabc")]
+    return findings_store.save_findings(db, "2026-11-20", found, "2026-11-21T00:00:00Z")[0]  # type: ignore[arg-type]
+
+
+async def test_a_second_acknowledgement_changes_nothing(store: Store) -> None:
+    """The first acknowledgement's who, when and why stand; the second is refused."""
+    finding_id = await store.write(_one_finding)
+
+    async def ack(by: str, now: str) -> bool:
+        return await store.write(
+            lambda db: findings_store.acknowledge(db, finding_id, by=by, note=by, now=now)
+        )
+
+    assert await ack("ana", "2026-11-21T01:00:00Z") is True
+    assert await ack("bob", "2026-11-21T02:00:00Z") is False
+    row = await store.read(lambda db: findings_store.get_finding(db, finding_id))
+    assert row is not None
+    assert (row["acknowledged_by"], row["acknowledged_at"], row["note"]) == (
+        "ana",
+        "2026-11-21T01:00:00Z",
+        "ana",
+    )
+    assert (
+        await store.write(lambda db: findings_store.acknowledge(db, 999, by="x", note="x", now="x"))
+        is False
+    )
+
+
+async def test_two_connections_acknowledging_at_once_one_wins(pg_cluster: Cluster) -> None:
+    """PostgreSQL, READ COMMITTED: while one connection's acknowledgement is uncommitted, a
+    second one waits; once the first commits, the second acknowledges nothing."""
+    url = pg_cluster.create_database()
+    try:
+        store = PgStore(url)
+        await store.open()
+        finding_id = await store.write(_one_finding)
+        await store.close()
+        one, two = PgDatabase(connect(url)), PgDatabase(connect(url))
+        try:
+            one.execute("BEGIN")
+            first = findings_store.acknowledge(one, finding_id, by="ana", note="a", now="t1")  # type: ignore[arg-type]
+            assert first is True
+            outcome: list[bool] = []
+
+            def second() -> None:
+                two.execute("BEGIN")
+                outcome.append(
+                    findings_store.acknowledge(two, finding_id, by="bob", note="b", now="t2")  # type: ignore[arg-type]
+                )
+                two.execute("COMMIT")
+
+            thread = threading.Thread(target=second)
+            thread.start()
+            thread.join(0.5)  # the second waits on the first's row lock
+            one.execute("COMMIT")
+            thread.join(10)
+            assert not thread.is_alive(), "the second acknowledgement never returned"
+            assert outcome == [False]
+            row = one.execute(
+                "SELECT acknowledged_by, note FROM findings WHERE id=?", [finding_id]
+            ).fetchone()
+            assert tuple(row) == ("ana", "a")
+        finally:
+            one.close()
+            two.close()
+    finally:
+        pg_cluster.drop_database(url)
