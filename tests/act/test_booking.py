@@ -197,7 +197,8 @@ FAILED = "failed, not credited"
 
 async def test_detail_about_another_transaction_id_records_nothing_and_alerts(env: Env) -> None:
     """A detail answer labelled `txa` for `TXA` is not tracked or booked; a critical alert."""
-    await env.processor.observe_fact(_fact_of(order("TXA")))
+    # Submitted and under review: a deposit in motion, which the detail poll reads.
+    await env.processor.observe_fact(_fact_of(order("TXA", whiteListStatus="pending")))
     credited = order("txa", transactionHash="0xhash-txa", status="SUCCESS", creditStatus="CREDITED")
     env.provider.details["TXA"] = ok(credited)
     await env.poller.poll_detail()
