@@ -7,56 +7,49 @@ Exit status: 0 success, 2 bad usage or bad configuration, 1 other failure. Each 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from worker import __version__
-from worker.commands import (
-    addresses,
-    backfill,
-    check,
-    init,
-    money,
-    ops,
-    orders,
-    read,
-    resolve,
-    rules,
-    selftest,
-    serve,
-)
-from worker.dev import commands as dev
 from worker.errors import ConfigError, DepositdError
-from worker.logs import configure
 
-# command -> the function that runs it. The service, the address flow and the development tools
-# are imported by their command's function (commands/serve.py, commands/addresses.py,
-# dev/commands.py): the other commands start without them.
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "serve": serve.run,
-    "check": check.run,
-    "rules": rules.run,
-    "ledger": read.run_ledger,
-    "deposits": read.run_deposits,
-    "events": read.run_events,
-    "addresses": read.run_addresses,
-    "orders": orders.run,
-    "replay": ops.run_replay,
-    "retry-failed": ops.run_retry_failed,
-    "resolve": resolve.run,
-    "backup": ops.run_backup,
-    "status": ops.run_status,
-    "register-address": addresses.run,
-    "backfill": backfill.run,
-    "reconcile": money.run_reconcile,
-    "abnormal": money.run_abnormal,
-    "sandbox": dev.run_sandbox,
-    "demo": dev.run_demo,
-    "init": init.run,
-    "selftest": selftest.run,
+# command -> "module:function" that runs it. The module is imported only when its command runs,
+# so `--help` and a quick command such as `status` load no more than they use (nothing here
+# imports aiohttp, pydantic or the rule engine; tests/commands/test_cli_imports.py holds it).
+# One line per command.
+COMMANDS: dict[str, str] = {
+    "serve": "worker.commands.serve:run",
+    "check": "worker.commands.check:run",
+    "rules": "worker.commands.rules:run",
+    "ledger": "worker.commands.read:run_ledger",
+    "deposits": "worker.commands.read:run_deposits",
+    "events": "worker.commands.read:run_events",
+    "addresses": "worker.commands.read:run_addresses",
+    "orders": "worker.commands.orders:run",
+    "replay": "worker.commands.ops:run_replay",
+    "retry-failed": "worker.commands.ops:run_retry_failed",
+    "resolve": "worker.commands.resolve:run",
+    "backup": "worker.commands.ops:run_backup",
+    "status": "worker.commands.ops:run_status",
+    "register-address": "worker.commands.addresses:run",
+    "backfill": "worker.commands.backfill:run",
+    "reconcile": "worker.commands.money:run_reconcile",
+    "abnormal": "worker.commands.money:run_abnormal",
+    "sandbox": "worker.dev.commands:run_sandbox",
+    "demo": "worker.dev.commands:run_demo",
+    "init": "worker.commands.init:run",
+    "selftest": "worker.commands.selftest:run",
 }
+
+
+def command(name: str) -> Callable[[argparse.Namespace], int]:
+    """The function that runs a command, its module imported now."""
+    module, _, function = COMMANDS[name].partition(":")
+    run: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), function)
+    return run
 
 
 # The tracked states (worker.track.tracker.State), listed here so that parsing imports no model.
@@ -286,13 +279,25 @@ def _port(text: str) -> int:
     return port
 
 
+def _log_to_stderr() -> None:
+    """Log lines go to stderr at warning, never into a command's output (serve sets its own
+    from config): now if logging is loaded, else when it is (`worker.logdefault`)."""
+    if "worker.logs" in sys.modules:
+        from worker.logs import configure
+
+        configure(None, "warning")
+    else:
+        from worker import logdefault
+
+        logdefault.requested = (None, "warning")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `depositd` and `python -m worker`."""
     args = build_parser().parse_args(argv)
-    # Log lines go to stderr, never into a command's output (serve sets its own from config).
-    configure(None, "warning")
     try:
-        result: int = COMMANDS[args.command](args)
+        _log_to_stderr()
+        result: int = command(args.command)(args)
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)

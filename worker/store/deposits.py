@@ -6,13 +6,14 @@ import functools
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from worker.clock import ms_from_iso
 from worker.store.pg import Row, is_postgres
 from worker.store.tx import Db, conn_of
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
 def get_deposit_row(db: Db, transaction_id: str) -> dict[str, Any] | None:

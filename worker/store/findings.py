@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from worker.store.database import has_table
 from worker.store.pg import is_postgres
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 FINDING_COLUMNS = (
     "day",

@@ -6,12 +6,13 @@ Each function runs inside the caller's transaction (`Store.write` jobs).
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from worker.clock import utc_now
 from worker.store.tx import Db, conn_of
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
 def is_booked(db: sqlite_utils.Database, transaction_id: str) -> bool:

@@ -1,0 +1,104 @@
+"""How fast the command line answers: `depositd --help` and `depositd status`, wall time.
+
+Not a test. Runs, in turns (paired: each round runs every case once, so a busy machine weighs on
+all of them alike), each in a fresh interpreter:
+
+- `import aiohttp`: the yardstick (`python -c 'import aiohttp'`);
+- `--help` and `status` as `depositd` runs them now (a command's modules imported when it runs);
+- `--help (eager)`: `--help` after importing every command's module first, as the command line
+  did before it imported lazily: the baseline `--help` is compared with.
+
+`status` reads a fresh database of an `init --sandbox` setup in a temporary folder. Prints the
+median of each case and the median of the per-round ratios.
+
+    .venv/bin/python bench/cli.py [--rounds 21]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EAGER = (
+    "import importlib, sys; from worker.commands.cli import COMMANDS, main; "
+    "[importlib.import_module(t.partition(':')[0]) for t in COMMANDS.values()]; "
+    "sys.exit(main(['--help']))"
+)
+
+
+def cases(config: Path) -> dict[str, list[str]]:
+    """Each case's command line."""
+    py = sys.executable
+    return {
+        "import aiohttp": [py, "-c", "import aiohttp"],
+        "--help": [py, "-m", "worker", "--help"],
+        "--help (eager)": [py, "-c", EAGER],
+        "status": [py, "-m", "worker", "status", "--config", str(config)],
+    }
+
+
+def setup(folder: Path) -> Path:
+    """An `init --sandbox` setup with its database created; the config's path."""
+    import sqlite_utils
+
+    from worker.store.writer import migrate
+
+    subprocess.run(
+        [sys.executable, "-m", "worker", "init", "--sandbox", str(folder / "s")],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
+    db = sqlite_utils.Database(folder / "s" / "depositd.db")
+    migrate(db)
+    db.close()
+    return folder / "s" / "depositd.yaml"
+
+
+def measure(commands: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:
+    """Seconds per run of each case, `rounds` rounds of one run each, in turns."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for name, argv in commands.items():  # warm the file cache once
+        subprocess.run(argv, capture_output=True, cwd=ROOT, check=False)
+    for _ in range(rounds):
+        for name, argv in commands.items():
+            start = time.perf_counter()
+            done = subprocess.run(argv, capture_output=True, cwd=ROOT, check=False)
+            times[name].append(time.perf_counter() - start)
+            if done.returncode != 0:
+                raise SystemExit(f"{name}: exit {done.returncode}: {done.stderr.decode()[-500:]}")
+    return times
+
+
+def ratio(times: dict[str, list[float]], a: str, b: str) -> float:
+    """The median over the rounds of a/b."""
+    return statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
+
+
+def main() -> None:
+    """Measure and print."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=21, help="rounds of paired runs")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        times = measure(cases(setup(Path(tmp))), args.rounds)
+    print(f"{args.rounds} rounds, python {sys.version.split()[0]}, median wall time per run:")
+    for name, values in times.items():
+        print(f"  {name:16} {statistics.median(values) * 1000:7.0f} ms")
+    print("ratios (median of the per-round ratios):")
+    print(
+        f"  --help / --help (eager)   {ratio(times, '--help', '--help (eager)'):.2f}  (goal <= 0.50)"
+    )
+    print(
+        f"  status / import aiohttp   {ratio(times, 'status', 'import aiohttp'):.2f}  (goal <= 1.00)"
+    )
+
+
+if __name__ == "__main__":
+    main()
