@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from worker import __version__
+from worker.dev import sandboxctl
 from worker.errors import ConfigError, DepositdError
 
 # command -> "module:function" that runs it. The module is imported only when its command runs,
@@ -236,22 +237,11 @@ def _sandbox(sub: Any, common: argparse.ArgumentParser) -> None:
     actions = p.add_subparsers(
         dest="sandbox_command",
         parser_class=_Parser,
-        metavar="[inject]",
-        help="optional: without it the sandbox runs until SIGINT or SIGTERM",
+        metavar="VERB",
+        help="optional: without it the sandbox runs until SIGINT or SIGTERM; with it, one"
+        " control call to the running sandbox (docs/sandbox.md)",
     )
-    q = actions.add_parser(
-        "inject", help="inject an on-chain deposit into the running sandbox", parents=[common]
-    )
-    q.add_argument("--amount", required=True, metavar="AMOUNT", help="decimal amount, e.g. 125.50")
-    q.add_argument("--wallet", type=int, default=1002, metavar="ID", help="walletId (1002)")
-    q.add_argument("--currency", default="USDT", help="currency (USDT)")
-    q.add_argument("--network", default="TRON", help="network (TRON)")
-    q.add_argument(
-        "--from",
-        dest="from_address",
-        metavar="ADDR",
-        help="source address (default: a new one the provider does not know)",
-    )
+    sandboxctl.add_verbs(actions, common)
 
 
 def _state(text: str) -> str:
