@@ -99,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         "event_file",
         nargs="?",
         metavar="EVENT.json",
-        help="a webhook body as the provider posts it (a JSON file)",
+        help="a webhook body as the provider posts it (a JSON file), or the name of an example"
+        " that ships in rules/events/: needs_details, rejected, submitted, credited, completed,"
+        " blocked, failed, order_updated",
     )
     src.add_argument("--event", metavar="EVENT_ID", help="a stored event, by its eventId")
 
