@@ -248,3 +248,14 @@ def failure_alerted(db: sqlite_utils.Database, day: str) -> bool:
         [day],
     ).fetchone()
     return row is not None
+
+
+def findings_between(
+    db: sqlite_utils.Database, first_day: str, last_day: str
+) -> list[dict[str, Any]]:
+    """Every finding (open, acknowledged or resolved) of the days from one to another
+    (YYYY-MM-DD, both included), by day."""
+    rows = db.execute(
+        "SELECT * FROM findings WHERE day BETWEEN ? AND ? ORDER BY day, id", [first_day, last_day]
+    )
+    return [dict(r) for r in rows]

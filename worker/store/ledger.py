@@ -106,3 +106,14 @@ def count_booked(db: Db) -> int:
 def snapshot(db: Db) -> tuple[Any, ...]:
     """Figures that change whenever a deposit is booked."""
     return tuple(db.execute("SELECT COUNT(*) FROM ledger").fetchone())
+
+
+def booked_between(db: Db, first_day: str, last_day: str) -> list[dict[str, Any]]:
+    """The deposits booked from one UTC day to another (YYYY-MM-DD, both included), in booking
+    order."""
+    rows = db.execute(
+        "SELECT * FROM ledger WHERE substr(booked_at, 1, 10) BETWEEN ? AND ?"
+        " ORDER BY booked_at, transaction_id",
+        [first_day, last_day],
+    )
+    return [dict(r) for r in rows]
