@@ -33,7 +33,7 @@ class Unreachable(Exception):
 
 @dataclass(frozen=True)
 class Call:
-    """One control call: method, path under /_sandbox/, JSON body."""
+    """One control call: HTTP method (lower case), path under /_sandbox/, JSON body."""
 
     method: str
     path: str
@@ -166,7 +166,7 @@ def _inject(args: argparse.Namespace) -> tuple[Call, Callable[[Any], str]]:
         "fromAddress": source,
     }
     return (
-        Call("POST", "deposits", body),
+        Call("post", "deposits", body),
         lambda order: (
             f"deposit {order['transactionId']}: {args.amount} {args.currency} ({args.network}) into"
             f" wallet {args.wallet} from {source}"
@@ -177,7 +177,7 @@ def _inject(args: argparse.Namespace) -> tuple[Call, Callable[[Any], str]]:
 def _step(verb: str, done: str) -> Callable[[argparse.Namespace], tuple[Call, Any]]:
     def build(args: argparse.Namespace) -> tuple[Call, Callable[[Any], str]]:
         body = {"failMessage": args.message} if verb == "reject" else None
-        call = Call("POST", f"deposits/{_segment(args.transaction_id)}/{verb}", body)
+        call = Call("post", f"deposits/{_segment(args.transaction_id)}/{verb}", body)
         return call, lambda order: _order_line(done, order)
 
     return build
@@ -186,7 +186,7 @@ def _step(verb: str, done: str) -> Callable[[argparse.Namespace], tuple[Call, An
 def _address_step(verb: str) -> Callable[[argparse.Namespace], tuple[Call, Any]]:
     def build(args: argparse.Namespace) -> tuple[Call, Callable[[Any], str]]:
         body = {"failMessage": args.message} if verb == "reject" else None
-        call = Call("POST", f"addresses/{_segment(args.address_id)}/{verb}", body)
+        call = Call("post", f"addresses/{_segment(args.address_id)}/{verb}", body)
         return (
             call,
             lambda record: (
@@ -214,7 +214,7 @@ def _abnormal_call(args: argparse.Namespace) -> tuple[Call, Callable[[Any], str]
         body["addressRiskRemark"] = args.remark
     sent = "no webhook" if args.no_notify else "ABNORMAL_FUND_NOTIFICATION sent"
     return (
-        Call("POST", "abnormal-funds", body),
+        Call("post", "abnormal-funds", body),
         lambda fund: (
             f"abnormal fund {fund['id']}: {fund['amount']} {fund['currency']} ({fund['network']})"
             f" from {fund['fromAddress']} to {fund['toAddress']}, {fund['status']}, risk"
@@ -225,7 +225,7 @@ def _abnormal_call(args: argparse.Namespace) -> tuple[Call, Callable[[Any], str]
 
 def _discrepancy_call(args: argparse.Namespace) -> tuple[Call, Callable[[Any], str]]:
     if args.kind == "clear":
-        call = Call("DELETE", "settlement/discrepancies")
+        call = Call("delete", "settlement/discrepancies")
         return call, lambda _: "settlement reports: every discrepancy removed"
     day = args.date or dt.datetime.now(dt.UTC).date().isoformat()
     body: dict[str, Any] = {"kind": args.kind, "date": day}
@@ -252,7 +252,7 @@ def _discrepancy_call(args: argparse.Namespace) -> tuple[Call, Callable[[Any], s
         "status": lambda c: f"deposit {c['transactionId']} {c['reconciliationStatus']}",
     }
     what = says[args.kind]
-    call = Call("POST", "settlement/discrepancies", body)
+    call = Call("post", "settlement/discrepancies", body)
     return call, lambda change: f"settlement report of {change['date']}: {what(change)}"
 
 
@@ -260,7 +260,7 @@ def _drop(args: argparse.Namespace) -> tuple[Call, Callable[[Any], str]]:
     if args.count < 0:
         raise Refused("N must not be negative")
     return (
-        Call("POST", "webhooks/drop", {"count": args.count}),
+        Call("post", "webhooks/drop", {"count": args.count}),
         lambda answer: (
             f"the next {args.count} webhook(s) will not be delivered"
             f" ({answer['dropsOwed']} still to drop)"
@@ -302,7 +302,7 @@ def control(base_url: str, call: Call) -> Any:
         f"{base_url.rstrip('/')}/_sandbox/{call.path}",
         data=data,
         headers={"Content-Type": "application/json"} if data is not None else {},
-        method=call.method,
+        method=call.method.upper(),
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
