@@ -47,7 +47,10 @@ def setup(folder: Path) -> Path:
     """An `init --sandbox` setup with its database created; the config's path."""
     import sqlite_utils
 
+    from worker.logs import configure
     from worker.store.writer import migrate
+
+    configure(None, "warning")
 
     subprocess.run(
         [sys.executable, "-m", "worker", "init", "--sandbox", str(folder / "s")],

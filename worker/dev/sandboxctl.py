@@ -9,13 +9,12 @@ a step the state does not allow) prints the sandbox's reason and exits 1.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import secrets
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
+
+# `depositd --help` builds these verbs' parsers: this module imports nothing else at its top.
 
 _BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 DEFAULT_FAIL_MESSAGE = "payer details do not match (sandbox)"
@@ -31,8 +30,7 @@ class Unreachable(Exception):
     """No sandbox answers at provider.base_url."""
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(NamedTuple):
     """One control call: HTTP method (lower case), path under /_sandbox/, JSON body."""
 
     method: str
@@ -146,6 +144,8 @@ def _discrepancy(actions: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _address() -> str:
+    import secrets
+
     return "T" + "".join(secrets.choice(_BASE58) for _ in range(33))
 
 
@@ -227,6 +227,8 @@ def _discrepancy_call(args: argparse.Namespace) -> tuple[Call, Callable[[Any], s
     if args.kind == "clear":
         call = Call("delete", "settlement/discrepancies")
         return call, lambda _: "settlement reports: every discrepancy removed"
+    import datetime as dt
+
     day = args.date or dt.datetime.now(dt.UTC).date().isoformat()
     body: dict[str, Any] = {"kind": args.kind, "date": day}
     if args.kind != "extra":
