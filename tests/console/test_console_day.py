@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+import pytest
+from stores import StoreMaker
 
 from worker.config.shipped import shipped_rules
 from worker.console.export import FINDING_COLUMNS, cell, to_csv
@@ -28,6 +30,13 @@ rules:
     "on": [needs_details]
     then: [{alert: {severity: warning}}]
 """
+
+
+@pytest.fixture
+def stack_stores(make_store: StoreMaker) -> StoreMaker:
+    """The stacks of this module run on both engines (the search and export SQL differ from
+    the lists')."""
+    return make_store
 
 
 def _client() -> aiohttp.ClientSession:
