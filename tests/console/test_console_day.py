@@ -11,6 +11,7 @@ import re
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -19,6 +20,7 @@ from stores import StoreMaker
 from worker.config.shipped import shipped_rules
 from worker.console.export import FINDING_COLUMNS, cell, to_csv
 from worker.dev.harness import Stack
+from worker.store import abnormal
 
 MakeStack = Callable[..., Awaitable[Stack]]
 EVIL_WALLET = '=HYPERLINK("http://evil.invalid","open")'
@@ -179,6 +181,30 @@ async def test_findings_export_of_a_day_range(start_stack: MakeStack) -> None:
         assert row["txHash"] == "'-2+3+cmd"
         for bad in (f"from={today}&to={week}", "from=yesterday", f"from=2020-01-01&to={today}"):
             assert (await _get(session, f"{base}/export/findings.csv?{bad}"))[0] == 400, bad
+        # The report's txHash finds the finding (it has no deposit to find).
+        status, _, html = await _get(session, f"{base}/search?q={quote('-2+3+CMD')}")
+        assert status == 200 and 'id="search-findings"' in html and "missing_in_ledger" in html
+
+        # An abnormal fund is found by its txHash.
+        stack.sandbox.inject_abnormal_fund(
+            {
+                "amount": "5",
+                "currency": "USDT",
+                "network": "TRON",
+                "fromAddress": "TFromAbnormal",
+                "toAddress": "TToAbnormal",
+                "txHash": "0xFEED0042",
+            },
+            notify=True,
+        )
+
+        async def stored() -> bool:
+            found = await stack.store.read(lambda db: abnormal.search_abnormal(db, "0xfeed0042"))
+            return bool(found)
+
+        await stack.wait_for(stored, what="the abnormal fund")
+        status, _, html = await _get(session, f"{base}/search?q=0xfeed0042")
+        assert status == 200 and 'id="search-abnormal"' in html and "0xFEED0042" in html
 
 
 def test_no_cell_is_a_formula_and_money_stays_exact() -> None:

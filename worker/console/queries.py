@@ -208,7 +208,8 @@ SEARCH_LIMIT = 50
 
 
 def search(db: sqlite_utils.Database, text: str) -> dict[str, Any]:
-    """Deposits and registered source addresses that a transactionId, txHash or address names."""
+    """Deposits, registered source addresses, reconciliation findings and abnormal funds that
+    a transactionId, txHash or address names."""
     keys = ("id", "wallet_id", "wallet_address", "network", "status", "profile", "updated_at")
     return {
         "deposits": [
@@ -217,6 +218,8 @@ def search(db: sqlite_utils.Database, text: str) -> dict[str, Any]:
         "addresses": [
             {k: r[k] for k in keys} for r in addresses.search_addresses(conn_of(db), text)
         ],
+        "findings": findings.search_findings(db, text),
+        "abnormal": abnormal.search_abnormal(db, text),
     }
 
 

@@ -259,3 +259,14 @@ def findings_between(
         "SELECT * FROM findings WHERE day BETWEEN ? AND ? ORDER BY day, id", [first_day, last_day]
     )
     return [dict(r) for r in rows]
+
+
+def search_findings(db: sqlite_utils.Database, text: str) -> list[dict[str, Any]]:
+    """Findings about the deposit `text` (a transactionId) or the txHash `text` (whatever its
+    case), latest day first: a report record depositd never booked has a txHash only."""
+    rows = db.execute(
+        "SELECT * FROM findings WHERE transaction_id = ? OR lower(tx_hash) = lower(?)"
+        " ORDER BY day DESC, id LIMIT 50",
+        [text, text],
+    )
+    return [dict(r) for r in rows]
