@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from worker.config.settings import load_settings
+from worker.config.settings import Settings, load_settings
 from worker.store.database import probe_schema
 from worker.store.sqlite import connect
 
@@ -24,9 +24,12 @@ class NoDatabase(Exception):
 
 
 @contextmanager
-def open_db(args: argparse.Namespace, *, readonly: bool = True) -> Iterator[sqlite3.Connection]:
+def open_db(
+    args: argparse.Namespace, *, readonly: bool = True, settings: Settings | None = None
+) -> Iterator[sqlite3.Connection]:
     """A connection to the configured database (read-only by default); `NoDatabase` if absent."""
-    settings = load_settings(args.config)
+    if settings is None:
+        settings = load_settings(args.config)
     if settings.storage.url is not None:
         from worker.store.pgstore import command_connection  # psycopg: only for PostgreSQL
 
@@ -81,11 +84,18 @@ def _wal_has_content(path: Path) -> bool:
         return True  # cannot tell: do not risk skipping commits
 
 
-def run_on_db(args: argparse.Namespace, body: Any, *, readonly: bool = True) -> int:
-    """Run `body(conn, args, out)` on the configured database; exit 1 when it cannot be read."""
+def run_on_db(
+    args: argparse.Namespace,
+    body: Any,
+    *,
+    readonly: bool = True,
+    settings: Settings | None = None,
+) -> int:
+    """Run `body(conn, args, out)` on the configured database; exit 1 when it cannot be read.
+    `settings`: the caller's, when it has read them already (the file is read once)."""
     out = sys.stdout
     try:
-        with open_db(args, readonly=readonly) as conn:
+        with open_db(args, readonly=readonly, settings=settings) as conn:
             result: int = body(conn, args, out)
             return result
     except NoDatabase as exc:

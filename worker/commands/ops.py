@@ -229,7 +229,8 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
 
 def run_status(args: argparse.Namespace) -> int:
     """`depositd status`: from the running service's database."""
-    storage = load_settings(args.config).storage
+    settings = load_settings(args.config)
+    storage = settings.storage
     # SQLite: the serve lock's file; PostgreSQL: the serve lock's advisory lock in pg_locks.
     if storage.path is not None:
         in_use = serving(storage.path)
@@ -242,4 +243,4 @@ def run_status(args: argparse.Namespace) -> int:
         print(json.dumps(status_report(conn, in_use), indent=2), file=out)
         return 0
 
-    return run_on_db(args, body)
+    return run_on_db(args, body, settings=settings)
