@@ -19,6 +19,13 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/depositd demo
 
+# axe-core checks every console page for accessibility in the browser tests
+# (tests/console/test_console_browser.py reads $DEPOSITD_AXE, by default this place).
+AXE_DIR ?= $(HOME)/.cache/depositd-test-tools
+AXE_VERSION := 4.11.0
+
+export DEPOSITD_AXE ?= $(AXE_DIR)/node_modules/axe-core/axe.min.js
+
 # promtool (Debian's prometheus package) checks the shipped alert rules and /metrics;
 # PostgreSQL's server binaries run the throwaway cluster the tests of the second store use.
 tools:
@@ -40,6 +47,14 @@ tools:
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -q --no-install-recommends postgresql; } || { \
 	    echo "PostgreSQL missing: run apt-get install -y postgresql (as root)" >&2; exit 1; }
+	@# axe-core from the npm registry, this exact version, outside the checkout.
+	@grep -qs '"version": "$(AXE_VERSION)"' $(AXE_DIR)/node_modules/axe-core/package.json || { \
+	    command -v npm >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q --no-install-recommends npm; } ; } && \
+	    mkdir -p $(AXE_DIR) && npm install --prefix $(AXE_DIR) --no-audit --no-fund \
+	    --save-exact axe-core@$(AXE_VERSION) >/dev/null || { \
+	    echo "axe-core missing: install npm, then run make tools" >&2; exit 1; }
 
 # The suite on two workers (pytest-xdist): each starts its own PostgreSQL cluster and browser.
 test: $(STAMP) tools

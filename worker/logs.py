@@ -139,3 +139,13 @@ LogLine = tuple[str, dict[str, Any]]
 def get_logger(name: str) -> Any:
     """A bound structlog logger named after its module."""
     return structlog.get_logger(name)
+
+
+def _apply_requested() -> None:
+    from worker import logdefault
+
+    if logdefault.requested is not None:
+        configure(*logdefault.requested)
+
+
+_apply_requested()

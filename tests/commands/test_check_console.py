@@ -42,7 +42,7 @@ def token(tmp_path: Path, text: str = "s3cret-console-token\n", mode: int = 0o60
 def test_a_private_token_file_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A readable, non-empty token file only this user reads: no console problem or warning."""
     token(tmp_path)
-    code, err = run_check(tmp_path, "  hosted_url: https://hosted.provider.example\n", capsys)
+    code, err = run_check(tmp_path, "  hosted_url: https://hosted.provider.com\n", capsys)
     assert code == 0, err
     assert "console" not in err
 

@@ -265,3 +265,91 @@ def test_a_post_without_csrf_token_is_refused(live: LiveStack, browser: webdrive
         live.stack.store.read(lambda db: operator_store.recent(db, subject="day#2026-01-01"))
     )
     assert done == []
+
+
+# --- accessibility (axe-core from npm, installed by `make tools`) ---------------------------------
+
+AXE = Path(
+    os.environ.get(
+        "DEPOSITD_AXE",
+        Path.home() / ".cache" / "depositd-test-tools" / "node_modules" / "axe-core" / "axe.min.js",
+    )
+)
+# Every element a person acts on: what the keyboard must reach.
+ACTIONABLE = (
+    "a[href], button:not([disabled]), input:not([type=hidden]):not([disabled]),"
+    " select:not([disabled]), textarea:not([disabled]), iframe, [tabindex]"
+)
+MARK_ACTIONABLE = """
+const found = [...document.querySelectorAll(arguments[0])].filter(
+  (e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden');
+found.forEach((e, i) => e.setAttribute('data-a11y', String(i)));
+document.activeElement && document.activeElement.blur();
+return found.length;
+"""
+
+
+def _axe_violations(driver: webdriver.Chrome, source: str) -> list[str]:
+    """The serious and critical violations axe-core finds on the page, one line each."""
+    driver.execute_script(source)
+    result = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "axe.run(document, {resultTypes: ['violations']})"
+        ".then((r) => done(r.violations), (e) => done([{id: 'axe-error', impact: 'critical',"
+        " help: String(e), nodes: []}]));"
+    )
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']}: {[n['target'] for n in v['nodes']][:5]}"
+        for v in result
+        if v["impact"] in ("serious", "critical")
+    ]
+
+
+def _unreached_by_tab(driver: webdriver.Chrome) -> list[str]:
+    """The actionable elements that pressing Tab from the top of the page never focuses."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    total = int(driver.execute_script(MARK_ACTIONABLE, ACTIONABLE))
+    reached: set[str] = set()
+    # A date field takes three stops (day, month, year): up to four presses per element.
+    for _ in range(4 * total + 5):
+        if len(reached) == total:
+            break
+        ActionChains(driver).send_keys(Keys.TAB).perform()
+        mark = driver.execute_script(
+            "const e = document.activeElement; return e && e.getAttribute('data-a11y');"
+        )
+        if mark is not None:
+            reached.add(str(mark))
+    return [
+        str(driver.execute_script(
+            "const e = document.querySelector(`[data-a11y=\"${arguments[0]}\"]`);"
+            "return e.outerHTML.slice(0, 120);", str(i)
+        ))
+        for i in range(total)
+        if str(i) not in reached
+    ]  # fmt: skip
+
+
+def test_every_page_passes_axe_and_every_action_is_keyboard_reachable(
+    live: LiveStack, browser: webdriver.Chrome
+) -> None:
+    """axe-core finds no serious or critical violation on any console page (the login, every
+    list, a deposit's timeline, search, not booked), and Tab reaches every link, button and
+    field on each."""
+    assert AXE.is_file(), f"{AXE} missing: run `make tools` (npm install of axe-core)"
+    source = AXE.read_text(encoding="utf-8")
+    tx = _waiting_deposit(live, "TConsoleNoProfile000000000000005")
+    pages = (*PAGES, "/unbooked", f"/search?q={tx}", f"/deposits/{tx}")
+    problems: dict[str, list[str]] = {}
+    browser.get(live.stack.console_url + "/login")
+    problems["/login"] = _axe_violations(browser, source) + _unreached_by_tab(browser)
+    log_in(browser, live)
+    for path in pages:
+        browser.get(live.stack.console_url + path)
+        found = _axe_violations(browser, source) + _unreached_by_tab(browser)
+        if found:
+            problems[path] = found
+    found = [f"{path}: {problem}" for path, some in problems.items() for problem in some]
+    assert found == [], "\n".join(found)

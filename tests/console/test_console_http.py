@@ -12,7 +12,16 @@ from worker.console.auth import FREE_FAILURES, Sessions
 from worker.dev.harness import Stack
 
 MakeStack = Callable[..., Awaitable[Stack]]
-PAGES = ("/", "/deposits", "/events", "/ledger", "/findings", "/addresses")
+PAGES = (
+    "/",
+    "/deposits",
+    "/events",
+    "/ledger",
+    "/findings",
+    "/addresses",
+    "/unbooked",
+    "/search?q=T1",
+)
 
 
 def _client() -> aiohttp.ClientSession:

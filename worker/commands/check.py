@@ -75,6 +75,47 @@ def silent_alerts(settings: Settings, rules: RuleBook) -> list[str]:
     ]
 
 
+# Names reserved for examples and documentation (RFC 2606, RFC 6761): nothing real answers
+# there, so a setting that names one was copied from an example and not filled in.
+_PLACEHOLDER_TLDS = ("example", "invalid", "test")
+_PLACEHOLDER_DOMAINS = ("example.com", "example.net", "example.org")
+
+
+def is_placeholder_host(host: str) -> bool:
+    """Whether `host` is a reserved example name such as `provider.example`."""
+    host = host.lower().rstrip(".")
+    return host.rpartition(".")[2] in _PLACEHOLDER_TLDS or any(
+        host == d or host.endswith("." + d) for d in _PLACEHOLDER_DOMAINS
+    )
+
+
+def placeholder_hosts(settings: Settings) -> list[str]:
+    """A warning for each setting that names a placeholder host (the Slack URL by its host
+    alone: the rest of it is a secret)."""
+    from urllib.parse import urlsplit
+
+    named: list[tuple[str, str | None]] = [
+        ("provider.base_url", urlsplit(settings.provider.base_url).hostname)
+    ]
+    if settings.console is not None and settings.console.hosted_url:
+        named.append(("console.hosted_url", urlsplit(settings.console.hosted_url).hostname))
+    email, slack = settings.notify.email, settings.notify.slack
+    if email is not None:
+        named.append(("notify.email.host", email.host))
+        named.append(("notify.email.from", email.from_.rpartition("@")[2]))
+        named.extend(("notify.email.to", to.rpartition("@")[2]) for to in email.to)
+    if slack is not None:
+        named.append(
+            ("notify.slack.webhook_url", urlsplit(slack.webhook_url.get_secret_value()).hostname)
+        )
+    return [
+        f"{settings.config_path}: {key}: {host} is a placeholder name (reserved for examples);"
+        " put the real one"
+        for key, host in named
+        if host and is_placeholder_host(host)
+    ]
+
+
 async def unknown_providers(settings: Settings, profiles: Profiles) -> list[str]:
     """Problems for profiles whose `provider` the options endpoint does not offer."""
     from worker.provider.client import ProviderClient
@@ -113,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return 2
-    for warning in [*bundle.warnings, *silent_alerts(settings, bundle.rules)]:
+    warnings = [*bundle.warnings, *silent_alerts(settings, bundle.rules)]
+    for warning in [*warnings, *placeholder_hosts(settings)]:
         print(f"warning: {warning}", file=sys.stderr)
     # Checked here, not in load_bundle: serve starts without the secret (each forward waits
     # for it, alerting once); check, run where serve runs, says so before it matters.

@@ -7,60 +7,52 @@ Exit status: 0 success, 2 bad usage or bad configuration, 1 other failure. Each 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from worker import __version__
-from worker.commands import (
-    addresses,
-    backfill,
-    check,
-    init,
-    money,
-    ops,
-    orders,
-    read,
-    resolve,
-    rules,
-    schema,
-    selftest,
-    serve,
-    submit,
-)
-from worker.dev import commands as dev
+from worker.dev import sandboxctl
 from worker.errors import ConfigError, DepositdError
-from worker.logs import configure
 
-# command -> the function that runs it. The service, the address flow and the development tools
-# are imported by their command's function (commands/serve.py, commands/addresses.py,
-# dev/commands.py): the other commands start without them.
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "serve": serve.run,
-    "check": check.run,
-    "rules": rules.run,
-    "ledger": read.run_ledger,
-    "deposits": read.run_deposits,
-    "events": read.run_events,
-    "addresses": read.run_addresses,
-    "orders": orders.run,
-    "replay": ops.run_replay,
-    "retry-failed": ops.run_retry_failed,
-    "resolve": resolve.run,
-    "submit": submit.run,
-    "backup": ops.run_backup,
-    "status": ops.run_status,
-    "register-address": addresses.run,
-    "backfill": backfill.run,
-    "reconcile": money.run_reconcile,
-    "abnormal": money.run_abnormal,
-    "sandbox": dev.run_sandbox,
-    "demo": dev.run_demo,
-    "init": init.run,
-    "selftest": selftest.run,
-    "schema": schema.run,
+# command -> "module:function" that runs it. The module is imported only when its command runs,
+# so `--help` and a quick command such as `status` load no more than they use (nothing here
+# imports aiohttp, pydantic or the rule engine; tests/commands/test_cli_imports.py holds it).
+# One line per command.
+COMMANDS: dict[str, str] = {
+    "serve": "worker.commands.serve:run",
+    "check": "worker.commands.check:run",
+    "rules": "worker.commands.rules:run",
+    "ledger": "worker.commands.read:run_ledger",
+    "deposits": "worker.commands.read:run_deposits",
+    "events": "worker.commands.read:run_events",
+    "addresses": "worker.commands.read:run_addresses",
+    "orders": "worker.commands.orders:run",
+    "replay": "worker.commands.ops:run_replay",
+    "retry-failed": "worker.commands.ops:run_retry_failed",
+    "resolve": "worker.commands.resolve:run",
+    "submit": "worker.commands.submit:run",
+    "backup": "worker.commands.ops:run_backup",
+    "status": "worker.commands.ops:run_status",
+    "register-address": "worker.commands.addresses:run",
+    "backfill": "worker.commands.backfill:run",
+    "reconcile": "worker.commands.money:run_reconcile",
+    "abnormal": "worker.commands.money:run_abnormal",
+    "sandbox": "worker.dev.commands:run_sandbox",
+    "demo": "worker.dev.commands:run_demo",
+    "init": "worker.commands.init:run",
+    "selftest": "worker.commands.selftest:run",
+    "schema": "worker.commands.schema:run",
 }
+
+
+def command(name: str) -> Callable[[argparse.Namespace], int]:
+    """The function that runs a command, its module imported now."""
+    module, _, function = COMMANDS[name].partition(":")
+    run: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), function)
+    return run
 
 
 # The tracked states (worker.track.tracker.State), listed here so that parsing imports no model.
@@ -109,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
         "event_file",
         nargs="?",
         metavar="EVENT.json",
-        help="a webhook body as the provider posts it (a JSON file)",
+        help="a webhook body as the provider posts it (a JSON file), or the name of an example"
+        " that ships in rules/events/: needs_details, rejected, submitted, credited, completed,"
+        " blocked, failed, order_updated",
     )
     src.add_argument("--event", metavar="EVENT_ID", help="a stored event, by its eventId")
 
@@ -215,7 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
         "selftest", parents=[common], help="send a signed test event through the public URL"
     )
     p.add_argument("--url", required=True, help="the public webhook URL the provider posts to")
-    schema.add_parser(sub, common)
+    p = sub.add_parser("schema", parents=[common], help="print a file kind's JSON Schema")
+    p.add_argument(
+        "kind",
+        choices=("config", "rules", "profiles"),
+        help="depositd.yaml, a rule file or a profiles file",
+    )
     return parser
 
 
@@ -268,22 +267,11 @@ def _sandbox(sub: Any, common: argparse.ArgumentParser) -> None:
     actions = p.add_subparsers(
         dest="sandbox_command",
         parser_class=_Parser,
-        metavar="[inject]",
-        help="optional: without it the sandbox runs until SIGINT or SIGTERM",
+        metavar="VERB",
+        help="optional: without it the sandbox runs until SIGINT or SIGTERM; with it, one"
+        " control call to the running sandbox (docs/sandbox.md)",
     )
-    q = actions.add_parser(
-        "inject", help="inject an on-chain deposit into the running sandbox", parents=[common]
-    )
-    q.add_argument("--amount", required=True, metavar="AMOUNT", help="decimal amount, e.g. 125.50")
-    q.add_argument("--wallet", type=int, default=1002, metavar="ID", help="walletId (1002)")
-    q.add_argument("--currency", default="USDT", help="currency (USDT)")
-    q.add_argument("--network", default="TRON", help="network (TRON)")
-    q.add_argument(
-        "--from",
-        dest="from_address",
-        metavar="ADDR",
-        help="source address (default: a new one the provider does not know)",
-    )
+    sandboxctl.add_verbs(actions, common)
 
 
 def _state(text: str) -> str:
@@ -311,13 +299,25 @@ def _port(text: str) -> int:
     return port
 
 
+def _log_to_stderr() -> None:
+    """Log lines go to stderr at warning, never into a command's output (serve sets its own
+    from config): now if logging is loaded, else when it is (`worker.logdefault`)."""
+    if "worker.logs" in sys.modules:
+        from worker.logs import configure
+
+        configure(None, "warning")
+    else:
+        from worker import logdefault
+
+        logdefault.requested = (None, "warning")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `depositd` and `python -m worker`."""
     args = build_parser().parse_args(argv)
-    # Log lines go to stderr, never into a command's output (serve sets its own from config).
-    configure(None, "warning")
     try:
-        result: int = COMMANDS[args.command](args)
+        _log_to_stderr()
+        result: int = command(args.command)(args)
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)

@@ -11,9 +11,13 @@ alert channel is configured: alerts are logged only, as the config file's commen
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import secrets
+import shlex
+import shutil
 import socket
+import sys
 from pathlib import Path
 
 from worker.commands.schema import KINDS, text_of
@@ -23,9 +27,9 @@ from worker.errors import ConfigError
 _CONFIG = """\
 # yaml-language-server: $schema=schemas/config.schema.json
 # A local setup against the provider sandbox, written by `depositd init --sandbox`.
-# Terminal 1: depositd sandbox --config {config} --auto-review
-# Terminal 2: depositd serve --config {config}
-# Then:       depositd sandbox inject --config {config} --amount 125.50
+# Terminal 1: {depositd} sandbox --config {config} --auto-review
+# Terminal 2: {depositd} serve --config {config}
+# Then:       {depositd} sandbox inject --config {config} --amount 125.50
 # Every key is described in docs/reference.md. Relative paths resolve against this folder.
 
 provider:
@@ -90,7 +94,21 @@ def default_rules() -> Path:
     return shipped_rules() / "default.yaml"
 
 
-def write_sandbox_setup(folder: Path) -> Path:
+def invoked_as(argv0: str | None = None) -> str:
+    """The command as this process was started, for the commands `init` prints: `depositd`
+    when that name on PATH is this very program, else its path (`.venv/bin/depositd` made
+    absolute), or `PYTHON -m worker`."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if Path(argv0).name == "__main__.py" or not argv0:
+        return f"{shlex.quote(sys.executable)} -m worker"
+    name = Path(argv0).name
+    found = shutil.which(name)
+    if found is not None and os.path.realpath(found) == os.path.realpath(argv0):
+        return name
+    return shlex.quote(os.path.abspath(argv0))
+
+
+def write_sandbox_setup(folder: Path, depositd: str = "depositd") -> Path:
     """Write the setup into `folder` (created; must be empty); return the config's path."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ConfigError([f"{folder}: exists and is not an empty folder; give a new one"])
@@ -108,7 +126,9 @@ def write_sandbox_setup(folder: Path) -> Path:
     while webhook_port == sandbox_port:
         webhook_port = _free_port()
     config.write_text(
-        _CONFIG.format(config=config, sandbox_port=sandbox_port, webhook_port=webhook_port),
+        _CONFIG.format(
+            config=config, sandbox_port=sandbox_port, webhook_port=webhook_port, depositd=depositd
+        ),
         encoding="utf-8",
     )
     (folder / "rules.yaml").write_text(_schema_line(rules, "rules"), encoding="utf-8")
@@ -131,15 +151,17 @@ _MODELINE = re.compile(r"^# yaml-language-server: \$schema=.*\n", re.M)
 
 def run(args: argparse.Namespace) -> int:
     """`depositd init --sandbox DIR`."""
-    config = write_sandbox_setup(Path(args.sandbox).resolve())
+    depositd = invoked_as()
+    config = write_sandbox_setup(Path(args.sandbox).resolve(), depositd)
+    quoted = shlex.quote(str(config))
     print(
         f"wrote depositd.yaml, rules.yaml, profiles.yaml, schemas/ and secrets/ in {config.parent}"
     )
     print("next, in two terminals:")
-    print(f"  depositd sandbox --config {config} --auto-review")
-    print(f"  depositd serve --config {config}")
+    print(f"  {depositd} sandbox --config {quoted} --auto-review")
+    print(f"  {depositd} serve --config {quoted}")
     print("then inject a deposit and look:")
-    print(f"  depositd sandbox inject --config {config} --amount 125.50")
-    print(f"  depositd deposits --config {config}")
-    print(f"  depositd ledger --config {config}")
+    print(f"  {depositd} sandbox inject --config {quoted} --amount 125.50")
+    print(f"  {depositd} deposits --config {quoted}")
+    print(f"  {depositd} ledger --config {quoted}")
     return 0

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 from worker import __version__
 from worker.clock import ms_from_iso, utc_now
-from worker.commands.read import run_on_db
+from worker.commands.dbopen import run_on_db
 from worker.config.settings import load_settings
 from worker.service.lock import serving
 from worker.store import actions, alerts, events, leases
@@ -231,14 +231,18 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
 
 def run_status(args: argparse.Namespace) -> int:
     """`depositd status`: from the running service's database."""
-    storage = load_settings(args.config).storage
-    from worker.store.pgstore import serving as pg_serving  # psycopg: only when asked
-
+    settings = load_settings(args.config)
+    storage = settings.storage
     # SQLite: the serve lock's file; PostgreSQL: the serve lock's advisory lock in pg_locks.
-    in_use = serving(storage.path) if storage.path is not None else pg_serving(storage)
+    if storage.path is not None:
+        in_use = serving(storage.path)
+    else:
+        from worker.store.pgstore import serving as pg_serving  # psycopg: only when asked
+
+        in_use = pg_serving(storage)
 
     def body(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
         print(json.dumps(status_report(conn, in_use), indent=2), file=out)
         return 0
 
-    return run_on_db(args, body)
+    return run_on_db(args, body, settings=settings)

@@ -11,7 +11,8 @@ from typing import Any, TextIO
 
 import sqlite_utils
 
-from worker.commands.read import _json_line, run_on_db, table
+from worker.commands.dbopen import run_on_db
+from worker.commands.read import _json_line, table
 from worker.rules import RecordView, RuleBook
 from worker.rules.engine import failing_record_condition
 from worker.rules.records import ORDER_TRIGGER

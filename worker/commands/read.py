@@ -12,84 +12,19 @@ import argparse
 import json
 import sqlite3
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from worker.commands import eventfilter
-from worker.config.settings import load_settings
+from worker.commands.dbopen import run_on_db
 from worker.provider import jsonio
 from worker.store.actions import actions_of, failed_with_events
 from worker.store.addresses import list_addresses
 from worker.store.alerts import failed_alerts
-from worker.store.database import probe_schema
 from worker.store.deposits import get_deposit_row, list_deposits
 from worker.store.facts import facts_of
 from worker.store.ledger import booked_since
-from worker.store.pgstore import command_connection
-from worker.store.writer import connect
 from worker.track.tracker import Deposit, State
-
-
-class NoDatabase(Exception):
-    """The configured database file does not exist yet."""
-
-
-@contextmanager
-def open_db(args: argparse.Namespace, *, readonly: bool = True) -> Iterator[sqlite3.Connection]:
-    """A connection to the configured database (read-only by default); `NoDatabase` if absent."""
-    settings = load_settings(args.config)
-    if settings.storage.url is not None:
-        pg = command_connection(settings.storage, readonly=readonly)
-        try:
-            yield pg  # type: ignore[misc]  # answers like a sqlite3.Connection
-        finally:
-            pg.close()
-        return
-    path = settings.storage.file
-    if not path.exists():
-        raise NoDatabase(f"no database at {path} (has `depositd serve` run yet?)")
-    conn = connect(path, readonly=readonly, synchronous=settings.storage.synchronous)
-    if readonly:
-        conn = _readable(conn, path)
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
-def _readable(conn: sqlite3.Connection, path: Path) -> sqlite3.Connection:
-    """`conn`, or an immutable reader when a read-only WAL reader cannot start here.
-
-    A WAL reader needs the -shm file; with none left (the service stopped cleanly) and a folder
-    this user cannot write, SQLite cannot create it and refuses to read ("attempt to write a
-    readonly database"). With no -wal content the main file holds every commit, so reading it
-    as immutable is complete (as `rules test` does). A -wal with content is never skipped.
-    """
-    try:
-        probe_schema(conn)
-        return conn
-    except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY or _wal_has_content(path):
-            conn.close()
-            raise
-    conn.close()
-    immutable = sqlite3.connect(
-        f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, timeout=5.0
-    )
-    immutable.row_factory = sqlite3.Row
-    return immutable
-
-
-def _wal_has_content(path: Path) -> bool:
-    wal = path.with_name(path.name + "-wal")
-    try:
-        return wal.stat().st_size > 0
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # cannot tell: do not risk skipping commits
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO) -> None:
@@ -113,21 +48,6 @@ def _cell(value: Any) -> str:
 
 def _json_line(obj: Mapping[str, Any], out: TextIO) -> None:
     print(jsonio.dumps(dict(obj)), file=out)
-
-
-def run_on_db(args: argparse.Namespace, body: Any, *, readonly: bool = True) -> int:
-    """Run `body(conn, args, out)` on the configured database; exit 1 when it cannot be read."""
-    out = sys.stdout
-    try:
-        with open_db(args, readonly=readonly) as conn:
-            result: int = body(conn, args, out)
-            return result
-    except NoDatabase as exc:
-        print(f"depositd: {exc}", file=sys.stderr)
-        return 1
-    except sqlite3.Error as exc:
-        print(f"depositd: cannot read the database: {exc}", file=sys.stderr)
-        return 1
 
 
 # --- events ------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import sqlite_utils
 
 from worker.act.kinds.book import book_checked
 from worker.act.rows import add_action
-from worker.commands.read import run_on_db
+from worker.commands.dbopen import run_on_db
 from worker.store.actions import held_booking, set_rule
 from worker.store.conflicts import all_conflicts
 from worker.store.conflicts import open_conflicts as open_of

@@ -9,6 +9,7 @@ named, never shown.
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 from worker.commands.orders import explain_order
 from worker.config.profiles import Profiles
 from worker.config.settings import load_settings
+from worker.config.shipped import example_events
 from worker.errors import ConfigError
 from worker.provider import jsonio
 from worker.provider.models import DEPOSIT_EVENT_TYPES, DepositOrder, WebhookEnvelope
@@ -68,6 +70,19 @@ def _read_file(path: Path) -> Any:
         raise _Usage(f"{path}: cannot read event: {exc.strerror}") from None
     except ValueError as exc:
         raise _Usage(f"{path}: not JSON: {exc}") from None
+
+
+def _event_path(given: str) -> Path:
+    """The file given, or the shipped example event of that name (`rules test credited`)."""
+    path = Path(given)
+    if path.exists() or os.sep in given:
+        return path
+    examples = example_events()
+    example = examples.get(path.name.removesuffix(".json"))
+    if example is None:
+        names = ", ".join(examples) or "none found"
+        raise _Usage(f"{given}: no such file, nor an example event of that name ({names})")
+    return example
 
 
 def _read_stored(conn: sqlite3.Connection | None, db_path: Path | str, event_id: str) -> Any:
@@ -180,7 +195,8 @@ def explain_fact(
             if intent.action == "submit_profile":
                 name = intent.params.get("profile") or (match.name if match else None)
                 profile = f" profile {name}" if name else " (no profile applies: skipped)"
-            params = {k: v for k, v in intent.params.items() if k != "profile"}
+            # Unset parameters (None: the default, e.g. every configured channel) are left out.
+            params = {k: v for k, v in intent.params.items() if k != "profile" and v is not None}
             shown = f" {jsonio.dumps(params)}" if params else ""
             out(f"  would run: {intent.action}{profile}{shown} (rule {intent.rule!r})")
         if not intents:
@@ -210,7 +226,7 @@ def run(args: argparse.Namespace, out: Out = print) -> int:
         if getattr(args, "event", None):
             data, source = _read_stored(conn, db_path, args.event), f"event {args.event}"
         elif getattr(args, "event_file", None):
-            path = Path(args.event_file)
+            path = _event_path(args.event_file)
             data, source = _read_file(path), str(path)
         else:
             raise _Usage("give EVENT.json or --event EVENT_ID")

@@ -34,12 +34,6 @@ def text_of(kind: str) -> str:
     return json.dumps(schema_of(kind), indent=2, ensure_ascii=False) + "\n"
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    """The `schema` subcommand."""
-    p = sub.add_parser("schema", parents=[common], help="print a file kind's JSON Schema")
-    p.add_argument("kind", choices=KINDS, help="depositd.yaml, a rule file or a profiles file")
-
-
 def run(args: argparse.Namespace) -> int:
     """`depositd schema KIND`."""
     print(text_of(args.kind), end="")

@@ -25,7 +25,7 @@ from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 from worker.store.events import status_of
 from worker.store.pgstore import command_connection
-from worker.store.writer import connect
+from worker.store.sqlite import connect
 
 EVENT_TYPE = "DEPOSITD_SELFTEST"
 _TIMEOUT_S = 20.0

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import sqlite_utils
 
 from worker.act.approve import Approval, approve, operator_name
-from worker.commands.read import run_on_db
+from worker.commands.dbopen import run_on_db
 from worker.config.profiles import Profiles
 from worker.config.settings import Settings, load_settings
 from worker.service.lock import serving

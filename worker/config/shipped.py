@@ -15,3 +15,13 @@ def shipped_rules() -> Path:
         if (base / "rules" / "default.yaml").is_file():
             return base / "rules"
     raise ConfigError(["rules/: the shipped rules folder was not found (run from the checkout)"])
+
+
+def example_events() -> dict[str, Path]:
+    """The example events that ship in `rules/events/` (a webhook body, or a deposit order as a
+    poll reads it, for each trigger), by name: `needs_details`, `credited`, ..."""
+    try:
+        folder = shipped_rules() / "events"
+    except ConfigError:
+        return {}
+    return {path.stem: path for path in sorted(folder.glob("*.json"))}

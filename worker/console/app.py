@@ -17,7 +17,7 @@ import jinja2
 from aiohttp import web
 
 from worker.config.settings import ConsoleSettings
-from worker.console import actions, pages
+from worker.console import actions, export, pages
 from worker.console.auth import guard, security_headers
 from worker.console.queries import age, path_segment, utc
 from worker.console.state import CONSOLE, Console, Operations
@@ -55,6 +55,7 @@ def build_console(
     env.filters["seg"] = path_segment
     pages.add_routes(app)
     actions.add_routes(app)
+    export.add_routes(app)
     app.router.add_static("/static/", STATIC, append_version=True)
     return app
 

@@ -47,6 +47,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/ledger", ledger_list)
     app.router.add_get("/findings", finding_list)
     app.router.add_get("/addresses", address_list)
+    app.router.add_get("/search", search)
+    app.router.add_get("/unbooked", unbooked_list)
 
 
 def render(
@@ -253,7 +255,32 @@ async def finding_list(request: web.Request) -> dict[str, Any]:
     rows = await request.app[CONSOLE].store.read(
         lambda db: queries.finding_page(db, open_only, page)
     )
-    return {**_paged(rows, request, page), "open_only": open_only}
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    return {**_paged(rows, request, page), "open_only": open_only, "today": today}
+
+
+MAX_SEARCH = 200  # longer than any transactionId, txHash or address
+
+
+@page("search.html")
+async def search(request: web.Request) -> dict[str, Any]:
+    """Deposits and source addresses by transactionId, txHash or address (exact, the hash and
+    addresses whatever their case)."""
+    text = request.query.get("q", "").strip()
+    if len(text) > MAX_SEARCH:
+        raise web.HTTPBadRequest(text=f"a search is at most {MAX_SEARCH} characters")
+    found: dict[str, Any] = {"deposits": [], "addresses": [], "findings": [], "abnormal": []}
+    if text:
+        found = await request.app[CONSOLE].store.read(lambda db: queries.search(db, text))
+    return {"q": text, **found}
+
+
+@page("unbooked.html")
+async def unbooked_list(request: web.Request) -> dict[str, Any]:
+    """Deposits credited or completed at the provider that the ledger does not hold."""
+    page = _page(request)
+    rows = await request.app[CONSOLE].store.read(lambda db: queries.unbooked_page(db, page))
+    return _paged(rows, request, page)
 
 
 @page("addresses.html")

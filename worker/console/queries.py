@@ -202,3 +202,28 @@ def path_segment(value: object) -> str:
     """A value (a transactionId, an eventId) as one URL path segment: "/", "?", "#" and the
     rest percent-encoded, so an id cannot point a link or a form at another path."""
     return quote(str(value), safe="")
+
+
+SEARCH_LIMIT = 50
+
+
+def search(db: sqlite_utils.Database, text: str) -> dict[str, Any]:
+    """Deposits, registered source addresses, reconciliation findings and abnormal funds that
+    a transactionId, txHash or address names."""
+    keys = ("id", "wallet_id", "wallet_address", "network", "status", "profile", "updated_at")
+    return {
+        "deposits": [
+            deposit_view(r) for r in deposits.search_deposits(db, text, limit=SEARCH_LIMIT)
+        ],
+        "addresses": [
+            {k: r[k] for k in keys} for r in addresses.search_addresses(conn_of(db), text)
+        ],
+        "findings": findings.search_findings(db, text),
+        "abnormal": abnormal.search_abnormal(db, text),
+    }
+
+
+def unbooked_page(db: sqlite_utils.Database, page: int) -> list[dict[str, Any]]:
+    """One page of the deposits credited or completed but not in the ledger."""
+    rows = deposits.completed_not_booked(db, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
+    return [deposit_view(r) for r in rows]

@@ -6,7 +6,12 @@ import argparse
 
 
 def run_sandbox(args: argparse.Namespace) -> int:
-    """Run the provider sandbox (`worker.dev.sandbox.cli`)."""
+    """Run the provider sandbox (`worker.dev.sandbox.cli`), or one control call to the running
+    one (`worker.dev.sandboxctl`)."""
+    if getattr(args, "sandbox_command", None):
+        from worker.dev import sandboxctl
+
+        return sandboxctl.run(args)
     from worker.dev.sandbox.cli import run
 
     return run(args)

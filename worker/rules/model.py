@@ -148,14 +148,15 @@ class Action:
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
-        """A short human form, e.g. `alert(severity=critical, channels=slack)`."""
-        if not self.params:
-            return self.name
+        """A short human form, e.g. `alert(severity=critical, channels=slack)`; a parameter
+        left unset (None: its default, e.g. every configured channel) is not shown."""
         parts = []
         for key, value in self.params.items():
+            if value is None:
+                continue
             shown = ",".join(value) if isinstance(value, list | tuple) else value
             parts.append(f"{key}={shown}")
-        return f"{self.name}({', '.join(parts)})"
+        return f"{self.name}({', '.join(parts)})" if parts else self.name
 
 
 @dataclass(frozen=True)

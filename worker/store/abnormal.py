@@ -66,3 +66,12 @@ def counts_by_status(db: sqlite_utils.Database) -> dict[str, int]:
     """Stored abnormal funds per status."""
     rows = db.execute("SELECT status, COUNT(*) FROM abnormal_funds GROUP BY status")
     return {str(r[0]): int(r[1]) for r in rows}
+
+
+def search_abnormal(db: sqlite_utils.Database, tx_hash: str) -> list[dict[str, Any]]:
+    """Abnormal funds whose txHash is `tx_hash`, whatever its case."""
+    rows = db.execute(
+        "SELECT * FROM abnormal_funds WHERE lower(tx_hash) = lower(?) ORDER BY first_seen",
+        [tx_hash],
+    )
+    return [dict(r) for r in rows]

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from worker.clock import utc_now
 from worker.store.tx import Db, conn_of
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
 def insert_action(

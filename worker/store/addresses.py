@@ -113,3 +113,11 @@ def list_addresses(conn: Db) -> list[Any]:
 def snapshot(db: Db) -> tuple[Any, ...]:
     """Figures that change whenever an address does."""
     return tuple(db.execute("SELECT COUNT(*), MAX(updated_at) FROM addresses").fetchone())
+
+
+def search_addresses(db: Db, text: str) -> list[Any]:
+    """Registered source addresses that are `text`, whatever its case."""
+    return db.execute(
+        "SELECT * FROM addresses WHERE lower(wallet_address) = lower(?) ORDER BY created_at",
+        [text],
+    ).fetchall()

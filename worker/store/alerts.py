@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from worker.clock import utc_now
 from worker.store.tx import Db
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
 def claim_alert(

@@ -6,13 +6,14 @@ import functools
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from worker.clock import ms_from_iso
 from worker.store.pg import Row, is_postgres
 from worker.store.tx import Db, conn_of
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
 def get_deposit_row(db: Db, transaction_id: str) -> dict[str, Any] | None:
@@ -194,3 +195,28 @@ def _as_dict(row: Any) -> dict[str, Any]:
     if isinstance(row, sqlite3.Row | Row):
         return dict(zip(row.keys(), row, strict=True))
     raise TypeError("connection must use sqlite3.Row")
+
+
+def search_deposits(db: Db, text: str, *, limit: int) -> list[dict[str, Any]]:
+    """Deposits whose transactionId is `text`, or whose txHash, source or receiving address is
+    `text` whatever its case (a hash or an EVM address is pasted in either), latest change
+    first."""
+    rows = db.execute(
+        "SELECT * FROM deposits WHERE transaction_id = ? OR lower(tx_hash) = lower(?)"
+        " OR lower(from_address) = lower(?) OR lower(to_address) = lower(?)"
+        " ORDER BY updated_at DESC, transaction_id LIMIT ?",
+        [text, text, text, text, limit],
+    )
+    return [dict(r) for r in rows]
+
+
+def completed_not_booked(db: Db, *, limit: int, offset: int) -> list[dict[str, Any]]:
+    """Deposits credited or completed at the provider that the ledger does not hold (no rule
+    booked them, or their booking waits: a conflict, a failed action), longest waiting first."""
+    rows = db.execute(
+        "SELECT d.* FROM deposits d LEFT JOIN ledger l ON l.transaction_id = d.transaction_id"
+        " WHERE d.state IN ('credited', 'completed') AND l.transaction_id IS NULL"
+        " ORDER BY d.updated_at, d.transaction_id LIMIT ? OFFSET ?",
+        [limit, offset],
+    )
+    return [dict(r) for r in rows]

@@ -5,13 +5,14 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from worker.clock import utc_now
 from worker.store.pg import is_postgres
 from worker.store.tx import Db
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 EVENT_STATUSES = ("pending", "processed", "ignored", "failed")
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from worker.store.database import has_table
 from worker.store.pg import is_postgres
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 FINDING_COLUMNS = (
     "day",
@@ -304,3 +305,25 @@ def failure_alerted(db: sqlite_utils.Database, day: str) -> bool:
         [day],
     ).fetchone()
     return row is not None
+
+
+def findings_between(
+    db: sqlite_utils.Database, first_day: str, last_day: str
+) -> list[dict[str, Any]]:
+    """Every finding (open, acknowledged or resolved) of the days from one to another
+    (YYYY-MM-DD, both included), by day."""
+    rows = db.execute(
+        "SELECT * FROM findings WHERE day BETWEEN ? AND ? ORDER BY day, id", [first_day, last_day]
+    )
+    return [dict(r) for r in rows]
+
+
+def search_findings(db: sqlite_utils.Database, text: str) -> list[dict[str, Any]]:
+    """Findings about the deposit `text` (a transactionId) or the txHash `text` (whatever its
+    case), latest day first: a report record depositd never booked has a txHash only."""
+    rows = db.execute(
+        "SELECT * FROM findings WHERE transaction_id = ? OR lower(tx_hash) = lower(?)"
+        " ORDER BY day DESC, id LIMIT 50",
+        [text, text],
+    )
+    return [dict(r) for r in rows]

@@ -6,13 +6,14 @@ Each function runs inside the caller's transaction (`Store.write` jobs).
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from worker.clock import utc_now
 from worker.store.pg import is_postgres
 from worker.store.tx import Db, conn_of
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
 def is_booked(db: sqlite_utils.Database, transaction_id: str) -> bool:
@@ -123,3 +124,14 @@ def count_booked(db: Db) -> int:
 def snapshot(db: Db) -> tuple[Any, ...]:
     """Figures that change whenever a deposit is booked."""
     return tuple(db.execute("SELECT COUNT(*) FROM ledger").fetchone())
+
+
+def booked_between(db: Db, first_day: str, last_day: str) -> list[dict[str, Any]]:
+    """The deposits booked from one UTC day to another (YYYY-MM-DD, both included), in booking
+    order."""
+    rows = db.execute(
+        "SELECT * FROM ledger WHERE substr(booked_at, 1, 10) BETWEEN ? AND ?"
+        " ORDER BY booked_at, transaction_id",
+        [first_day, last_day],
+    )
+    return [dict(r) for r in rows]

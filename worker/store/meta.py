@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite_utils
+from typing import TYPE_CHECKING
 
 from worker.store.pg import is_postgres
 from worker.store.tx import Db
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
 def get_meta(db: Db, key: str) -> str | None:

@@ -21,14 +21,16 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
-from functools import lru_cache
-from typing import Any
-
-import psycopg
-from psycopg import pq
-from psycopg.adapt import Dumper
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING, Any
 
 from worker.urls import mask_url
+
+if TYPE_CHECKING:
+    import psycopg
+
+# psycopg is imported by the functions that need it, not here: the table modules import this
+# one for `is_postgres`, and a command on SQLite (`depositd status`) should not load psycopg.
 
 # Tables whose integer key is generated: an INSERT returns it (the cursor's `lastrowid`).
 _GENERATED_KEYS = {
@@ -44,15 +46,22 @@ _GENERATED_KEYS = {
 CONNECT_TIMEOUT_S = 5
 
 
-class _UntypedDumper(Dumper):
-    """A number or bool sent like a literal: the server gives it the type its context wants."""
+@cache
+def _untyped_dumper() -> type[Any]:
+    from psycopg.adapt import Dumper
 
-    oid = 0
+    class UntypedDumper(Dumper):
+        """A number or bool sent like a literal: the server gives it the type its context
+        wants."""
 
-    def dump(self, obj: Any) -> bytes:
-        if isinstance(obj, bool):
-            return b"1" if obj else b"0"
-        return str(obj).encode()
+        oid = 0
+
+        def dump(self, obj: Any) -> bytes:
+            if isinstance(obj, bool):
+                return b"1" if obj else b"0"
+            return str(obj).encode()
+
+    return UntypedDumper
 
 
 class Row(tuple[Any, ...]):
@@ -159,21 +168,26 @@ def translate(sql: str, *, many: bool = False) -> tuple[str, bool]:
 
 # --- errors ---------------------------------------------------------------------------------
 
-_SAME_CLASS: tuple[tuple[type[psycopg.Error], type[sqlite3.Error]], ...] = (
-    (psycopg.IntegrityError, sqlite3.IntegrityError),
-    (psycopg.OperationalError, sqlite3.OperationalError),
-    (psycopg.ProgrammingError, sqlite3.ProgrammingError),
-    (psycopg.DataError, sqlite3.DataError),
-    (psycopg.NotSupportedError, sqlite3.NotSupportedError),
-    (psycopg.InternalError, sqlite3.InternalError),
-    (psycopg.InterfaceError, sqlite3.OperationalError),  # the connection is gone
-)
+
+@cache
+def _same_class() -> tuple[tuple[type[psycopg.Error], type[sqlite3.Error]], ...]:
+    import psycopg
+
+    return (
+        (psycopg.IntegrityError, sqlite3.IntegrityError),
+        (psycopg.OperationalError, sqlite3.OperationalError),
+        (psycopg.ProgrammingError, sqlite3.ProgrammingError),
+        (psycopg.DataError, sqlite3.DataError),
+        (psycopg.NotSupportedError, sqlite3.NotSupportedError),
+        (psycopg.InternalError, sqlite3.InternalError),
+        (psycopg.InterfaceError, sqlite3.OperationalError),  # the connection is gone
+    )
 
 
 def as_sqlite_error(exc: psycopg.Error) -> sqlite3.Error:
     """The `sqlite3` exception of the same DB-API class, with the server's message."""
     message = str(exc).strip() or type(exc).__name__
-    for pg_class, lite_class in _SAME_CLASS:
+    for pg_class, lite_class in _same_class():
         if isinstance(exc, pg_class):
             error: sqlite3.Error = lite_class(message)
             break
@@ -185,6 +199,8 @@ def as_sqlite_error(exc: psycopg.Error) -> sqlite3.Error:
 
 @contextmanager
 def _sqlite_errors() -> Iterator[None]:
+    import psycopg
+
     try:
         yield
     except psycopg.Error as exc:
@@ -264,6 +280,8 @@ class PgConnection:
     @property
     def in_transaction(self) -> bool:
         """Whether a transaction is open (a failed one too, until it is rolled back)."""
+        from psycopg import pq
+
         return self.raw.info.transaction_status in (
             pq.TransactionStatus.INTRANS,
             pq.TransactionStatus.INERROR,
@@ -363,6 +381,8 @@ def connect(
 ) -> PgConnection:
     """A connection in autocommit mode with rows by name; `sqlite3.OperationalError` (the
     URL's password masked) when the server cannot be reached."""
+    import psycopg
+
     try:
         extra: dict[str, Any] = {"password": password} if password is not None else {}
         raw = psycopg.connect(
@@ -385,10 +405,11 @@ def connect(
             message = message.replace(password, "***")
         raise sqlite3.OperationalError(f"cannot connect to {mask_url(url)}: {message}") from exc
     raw.row_factory = _row_factory
+    dumper = _untyped_dumper()
     for kind in (int, bool, float):
-        raw.adapters.register_dumper(kind, _UntypedDumper)
+        raw.adapters.register_dumper(kind, dumper)
     # The Decimal strings of money columns stay exact; a Decimal sent is sent as its text.
-    raw.adapters.register_dumper(Decimal, _UntypedDumper)
+    raw.adapters.register_dumper(Decimal, dumper)
     return PgConnection(raw)
 
 

@@ -5,21 +5,24 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypeAlias
-
-import sqlite_utils
+from typing import TYPE_CHECKING, TypeAlias
 
 from worker.store.pg import PgConnection, PgDatabase
 
+if TYPE_CHECKING:
+    import sqlite_utils
+
 # What the table helpers run on: the store's database, or a command's connection (SQLite's, or
 # their PostgreSQL stand-ins from `worker.store.pg`).
-Db: TypeAlias = sqlite_utils.Database | sqlite3.Connection | PgDatabase | PgConnection
+Db: TypeAlias = "sqlite_utils.Database | sqlite3.Connection | PgDatabase | PgConnection"
 
 
 def conn_of(db: Db) -> sqlite3.Connection | PgConnection:
     """The connection itself: statements on the processor's path skip sqlite-utils'
     `execute` wrapper (they always run inside the caller's transaction)."""
-    return db.conn if isinstance(db, sqlite_utils.Database | PgDatabase) else db
+    # Both wrappers (sqlite-utils' Database, PgDatabase) hold the connection as `.conn`; the
+    # check names the connections so that sqlite-utils need not be imported to tell them apart.
+    return db if isinstance(db, sqlite3.Connection | PgConnection) else db.conn
 
 
 @contextmanager

@@ -28,6 +28,7 @@ from worker.logs import get_logger
 from worker.store.database import has_table
 from worker.store.meta import set_meta, set_meta_unless_busy
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
+from worker.store.sqlite import connect
 
 log = get_logger(__name__)
 
@@ -72,21 +73,6 @@ def event_row(
 class _Insert:
     row: EventRow
     future: asyncio.Future[bool]
-
-
-def connect(path: Path, *, synchronous: str = "FULL", readonly: bool = False) -> sqlite3.Connection:
-    """A connection with depositd's pragmas (WAL, synchronous, busy timeout, Row factory)."""
-    if readonly:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
-    else:
-        conn = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False)
-    conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA busy_timeout = 5000")
-    if not readonly:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {synchronous}")
-        conn.execute("PRAGMA temp_store = MEMORY")
-    return conn
 
 
 @contextmanager

@@ -1,14 +1,10 @@
 """`depositd sandbox --config FILE [--port N] [--state FILE] [--auto-review]`: run the sandbox
-until signalled; `depositd sandbox inject --amount A`: a deposit into the running one."""
+until signalled (its control verbs, `depositd sandbox inject ...`, are `worker.dev.sandboxctl`)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import secrets
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from aiohttp import web
@@ -54,8 +50,6 @@ def listen_address(base_url: str, port: int | None = None) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sandbox until SIGINT/SIGTERM; exit 0 after a clean stop."""
-    if getattr(args, "sandbox_command", None) == "inject":
-        return inject(args)
     settings = load_settings(args.config)
     configure(settings.log.format, settings.log.level)
     state = getattr(args, "state", None)
@@ -81,44 +75,4 @@ def run(args: argparse.Namespace) -> int:
         log.error("sandbox cannot listen", listen=f"{host}:{port}", error=exc.strerror or str(exc))
         return 1
     log.info("sandbox stopped")
-    return 0
-
-
-def inject(args: argparse.Namespace) -> int:
-    """POST one deposit to the running sandbox's control API; print its transactionId."""
-    settings = load_settings(args.config)
-    source = args.from_address or "T" + "".join(secrets.choice(_BASE58) for _ in range(33))
-    body = {
-        "walletId": args.wallet,
-        "currency": args.currency,
-        "network": args.network,
-        "amount": args.amount,
-        "fromAddress": source,
-    }
-    url = f"{settings.provider.base_url}/_sandbox/deposits"
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            order = json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        error = json.loads(exc.read() or b"{}").get("error", exc.reason)
-        print(f"depositd: the sandbox refused the deposit: {error}", file=sys.stderr)
-        return 1
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        print(
-            f"depositd: no sandbox at {settings.provider.base_url} ({reason}); start it with"
-            f" `depositd sandbox --config {settings.config_path}`",
-            file=sys.stderr,
-        )
-        return 1
-    print(
-        f"deposit {order['transactionId']}: {args.amount} {args.currency} ({args.network}) into"
-        f" wallet {args.wallet} from {source}"
-    )
     return 0

@@ -1,0 +1,106 @@
+"""The configured database as the commands open it: read-only by default, beside `serve`.
+
+Kept apart from the commands that print (`worker.commands.read`) so that a command such as
+`status` opens the database without loading the tracker, the models or sqlite-utils.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from worker.config.settings import Settings, load_settings
+from worker.store.database import probe_schema
+from worker.store.sqlite import connect
+
+
+class NoDatabase(Exception):
+    """The configured database file does not exist yet."""
+
+
+@contextmanager
+def open_db(
+    args: argparse.Namespace, *, readonly: bool = True, settings: Settings | None = None
+) -> Iterator[sqlite3.Connection]:
+    """A connection to the configured database (read-only by default); `NoDatabase` if absent."""
+    if settings is None:
+        settings = load_settings(args.config)
+    if settings.storage.url is not None:
+        from worker.store.pgstore import command_connection  # psycopg: only for PostgreSQL
+
+        pg = command_connection(settings.storage, readonly=readonly)
+        try:
+            yield pg  # type: ignore[misc]  # answers like a sqlite3.Connection
+        finally:
+            pg.close()
+        return
+    path = settings.storage.file
+    if not path.exists():
+        raise NoDatabase(f"no database at {path} (has `depositd serve` run yet?)")
+    conn = connect(path, readonly=readonly, synchronous=settings.storage.synchronous)
+    if readonly:
+        conn = _readable(conn, path)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _readable(conn: sqlite3.Connection, path: Path) -> sqlite3.Connection:
+    """`conn`, or an immutable reader when a read-only WAL reader cannot start here.
+
+    A WAL reader needs the -shm file; with none left (the service stopped cleanly) and a folder
+    this user cannot write, SQLite cannot create it and refuses to read ("attempt to write a
+    readonly database"). With no -wal content the main file holds every commit, so reading it
+    as immutable is complete (as `rules test` does). A -wal with content is never skipped.
+    """
+    try:
+        probe_schema(conn)
+        return conn
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY or _wal_has_content(path):
+            conn.close()
+            raise
+    conn.close()
+    immutable = sqlite3.connect(
+        f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, timeout=5.0
+    )
+    immutable.row_factory = sqlite3.Row
+    return immutable
+
+
+def _wal_has_content(path: Path) -> bool:
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return wal.stat().st_size > 0
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: do not risk skipping commits
+
+
+def run_on_db(
+    args: argparse.Namespace,
+    body: Any,
+    *,
+    readonly: bool = True,
+    settings: Settings | None = None,
+) -> int:
+    """Run `body(conn, args, out)` on the configured database; exit 1 when it cannot be read.
+    `settings`: the caller's, when it has read them already (the file is read once)."""
+    out = sys.stdout
+    try:
+        with open_db(args, readonly=readonly, settings=settings) as conn:
+            result: int = body(conn, args, out)
+            return result
+    except NoDatabase as exc:
+        print(f"depositd: {exc}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as exc:
+        print(f"depositd: cannot read the database: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,137 @@
+"""The console's CSV exports: the ledger and the reconciliation findings of a range of days.
+
+A spreadsheet runs a cell that starts with `=`, `+`, `-` or `@` (and, in some, a tab or a
+carriage return) as a formula: such a text cell is written with a leading `'`, so a value
+that came from outside (a wallet name, an address, a note) is shown, never run. Money columns
+are the stored exact decimal strings, written as they are (a plain decimal is no formula).
+docs/console.md, "CSV export".
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlite_utils
+from aiohttp import web
+
+from worker.console.state import CONSOLE
+from worker.store import findings, ledger
+
+MAX_DAYS = 366
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+
+# (CSV header, row key) per export; the ledger's headers are the keys of `ledger --json`.
+LEDGER_COLUMNS = (
+    ("transactionId", "transaction_id"),
+    ("walletId", "wallet_id"),
+    ("walletName", "wallet_name"),
+    ("currency", "currency"),
+    ("network", "network"),
+    ("amount", "amount"),
+    ("fromAddress", "from_address"),
+    ("txHash", "tx_hash"),
+    ("bookedAt", "booked_at"),
+    ("trigger", "trigger"),
+)
+FINDING_COLUMNS = (
+    ("id", "id"),
+    ("date", "day"),
+    ("kind", "kind"),
+    ("transactionId", "transaction_id"),
+    ("txHash", "tx_hash"),
+    ("subject", "subject"),
+    ("ledgerAmount", "ledger_amount"),
+    ("reportAmount", "report_amount"),
+    ("currency", "currency"),
+    ("network", "network"),
+    ("walletId", "wallet_id"),
+    ("detail", "detail"),
+    ("firstSeen", "first_seen"),
+    ("lastSeen", "last_seen"),
+    ("resolvedAt", "resolved_at"),
+    ("acknowledgedBy", "acknowledged_by"),
+    ("acknowledgedAt", "acknowledged_at"),
+    ("note", "note"),
+)
+MONEY = frozenset({"amount", "ledger_amount", "report_amount"})
+
+
+def cell(value: Any, *, money: bool = False) -> str:
+    """One CSV cell: empty for None, a money value as its exact decimal string, any other text
+    that a spreadsheet would run as a formula with a leading `'`."""
+    if value is None:
+        return ""
+    text = str(value)
+    if money and _DECIMAL.fullmatch(text):
+        return text
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def to_csv(columns: Sequence[tuple[str, str]], rows: Iterable[Mapping[str, Any]]) -> str:
+    """The rows as CSV text (a header line, then one line per row; RFC 4180 quoting)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow([header for header, _ in columns])
+    for row in rows:
+        writer.writerow([cell(row[key], money=key in MONEY) for _, key in columns])
+    return out.getvalue()
+
+
+def day_range(query: Mapping[str, str]) -> tuple[str, str]:
+    """`from` and `to` (YYYY-MM-DD, UTC; `to` defaults to `from`, `from` to today): 400 when
+    either is no date, `to` is before `from`, or the range is over `MAX_DAYS` days."""
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    raw_first = query.get("from") or today
+    raw_last = query.get("to") or raw_first
+    try:
+        first, last = dt.date.fromisoformat(raw_first), dt.date.fromisoformat(raw_last)
+    except ValueError:
+        raise web.HTTPBadRequest(text="from and to must be dates, YYYY-MM-DD") from None
+    if last < first:
+        raise web.HTTPBadRequest(text="to must not be before from")
+    if (last - first).days + 1 > MAX_DAYS:
+        raise web.HTTPBadRequest(text=f"a range is at most {MAX_DAYS} days")
+    return first.isoformat(), last.isoformat()
+
+
+def _attachment(text: str, name: str) -> web.Response:
+    return web.Response(
+        text=text,
+        content_type="text/csv",
+        charset="utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
+
+
+async def ledger_csv(request: web.Request) -> web.Response:
+    """GET /export/ledger.csv?from=&to=: the deposits booked on those days."""
+    first, last = day_range(request.query)
+
+    def read(db: sqlite_utils.Database) -> str:
+        return to_csv(LEDGER_COLUMNS, ledger.booked_between(db, first, last))
+
+    text = await request.app[CONSOLE].store.read(read)
+    return _attachment(text, f"depositd-ledger-{first}-to-{last}.csv")
+
+
+async def findings_csv(request: web.Request) -> web.Response:
+    """GET /export/findings.csv?from=&to=: every finding of those days."""
+    first, last = day_range(request.query)
+
+    def read(db: sqlite_utils.Database) -> str:
+        return to_csv(FINDING_COLUMNS, findings.findings_between(db, first, last))
+
+    text = await request.app[CONSOLE].store.read(read)
+    return _attachment(text, f"depositd-findings-{first}-to-{last}.csv")
+
+
+def add_routes(app: web.Application) -> None:
+    """The export routes (GET: they change nothing)."""
+    app.router.add_get("/export/ledger.csv", ledger_csv)
+    app.router.add_get("/export/findings.csv", findings_csv)
