@@ -34,7 +34,7 @@ from worker.config.yamlkeys import duplicate_keys
 from worker.config.yamlsrc import Loc, YamlSource, yaml_error
 from worker.config.yamlsrc import load as load_yaml
 from worker.errors import ConfigError
-from worker.provider.signing import ALGORITHMS, DEFAULT_ALGORITHM
+from worker.provider.signing import DEFAULT, SETTING, Scheme
 from worker.urls import mask_url
 
 DEFAULT_CONFIG = "depositd.yaml"
@@ -58,10 +58,32 @@ def _non_empty(value: SecretStr) -> SecretStr:
 Credential = Annotated[SecretStr, AfterValidator(_non_empty)]
 
 
-def _check_algorithm(value: str) -> str:
-    if value not in ALGORITHMS:
-        raise ValueError(f"unknown signature algorithm {value!r} (known: {', '.join(ALGORITHMS)})")
-    return value
+def _choices(key: str) -> Any:
+    """What `schema config` shows editors for one signature key: its choices."""
+    return Field(json_schema_extra={"enum": list(SETTING[key].choices)})
+
+
+# The signature keys (docs/signatures.md): each one of its choices in
+# `worker.provider.signing.SETTINGS`; an old name is read as the new one.
+SignatureName = Annotated[str, AfterValidator(SETTING["signature"].check), _choices("signature")]
+SignatureHash = Annotated[
+    str, AfterValidator(SETTING["signature_hash"].check), _choices("signature_hash")
+]
+SignatureEncoding = Annotated[
+    str, AfterValidator(SETTING["signature_encoding"].check), _choices("signature_encoding")
+]
+SignatureParams = Annotated[
+    str, AfterValidator(SETTING["signature_params"].check), _choices("signature_params")
+]
+
+
+class Signed(Section):
+    """A section with the signature keys (`signature`, `signature_hash`, ...)."""
+
+    @property
+    def scheme(self) -> Scheme:
+        """The signature scheme these keys select."""
+        return Scheme.of(self)
 
 
 def _checked_listen(value: str, example: str) -> str:
@@ -78,20 +100,22 @@ def _host_port(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class ProviderSettings(Section):
+class ProviderSettings(Signed):
     """How to reach and authenticate to the provider."""
 
     base_url: str
     api_key: Credential
     api_secret: Credential
     timeout_s: float = Field(10, gt=0)
-    signature: str = DEFAULT_ALGORITHM
+    # How requests are signed (docs/signatures.md).
+    signature: SignatureName = DEFAULT.name
+    signature_hash: SignatureHash = DEFAULT.hash
+    signature_encoding: SignatureEncoding = DEFAULT.encoding
+    signature_params: SignatureParams = DEFAULT.params
     # An answer body above this is a protocol error, never read whole (a real page is KBs).
     max_answer_bytes: int = Field(16 * 1024 * 1024, ge=65_536)
     # Plain http:// to a host other than loopback is refused unless this says it is meant.
     allow_insecure_http: bool = False
-
-    _alg = field_validator("signature")(_check_algorithm)
 
     @field_validator("base_url")
     @classmethod
@@ -106,7 +130,7 @@ class ProviderSettings(Section):
         return value.rstrip("/")
 
 
-class WebhookSettings(Section):
+class WebhookSettings(Signed):
     """The webhook endpoint."""
 
     listen: str = "127.0.0.1:8080"
@@ -115,7 +139,11 @@ class WebhookSettings(Section):
     secret: list[Credential] = Field(min_length=1)
     tolerance_s: float = Field(300, gt=0)
     max_body_bytes: int = Field(1_048_576, gt=0)
-    signature: str = DEFAULT_ALGORITHM
+    # How deliveries are signed (docs/signatures.md).
+    signature: SignatureName = DEFAULT.name
+    signature_hash: SignatureHash = DEFAULT.hash
+    signature_encoding: SignatureEncoding = DEFAULT.encoding
+    signature_params: SignatureParams = DEFAULT.params
     # `serve` answers webhooks from a process of its own (worker.ingest.process); false: in its own.
     ingress_process: bool = True
     # Connection limits of the webhook listener (worker.ingest.limits).
@@ -126,8 +154,6 @@ class WebhookSettings(Section):
     body_budget_bytes: int = Field(67_108_864, gt=0)
     # HOST:PORT of a listener for /metrics and /readyz; set: the webhook port no longer serves them.
     ops_listen: str | None = None
-
-    _alg = field_validator("signature")(_check_algorithm)
 
     @field_validator("secret", mode="before")
     @classmethod
