@@ -58,23 +58,12 @@ def _non_empty(value: SecretStr) -> SecretStr:
 Credential = Annotated[SecretStr, AfterValidator(_non_empty)]
 
 
-def _choices(key: str) -> Any:
-    """What `schema config` shows editors for one signature key: its choices."""
-    return Field(json_schema_extra={"enum": list(SETTING[key].choices)})
-
-
 # The signature keys (docs/signatures.md): each one of its choices in
 # `worker.provider.signing.SETTINGS`; an old name is read as the new one.
-SignatureName = Annotated[str, AfterValidator(SETTING["signature"].check), _choices("signature")]
-SignatureHash = Annotated[
-    str, AfterValidator(SETTING["signature_hash"].check), _choices("signature_hash")
-]
-SignatureEncoding = Annotated[
-    str, AfterValidator(SETTING["signature_encoding"].check), _choices("signature_encoding")
-]
-SignatureParams = Annotated[
-    str, AfterValidator(SETTING["signature_params"].check), _choices("signature_params")
-]
+SignatureName = Annotated[str, AfterValidator(SETTING["signature"].check)]
+SignatureHash = Annotated[str, AfterValidator(SETTING["signature_hash"].check)]
+SignatureEncoding = Annotated[str, AfterValidator(SETTING["signature_encoding"].check)]
+SignatureParams = Annotated[str, AfterValidator(SETTING["signature_params"].check)]
 
 
 class Signed(Section):
