@@ -103,7 +103,6 @@ class Setting:
     key: str
     attr: str  # the `Scheme` field it sets
     choices: tuple[str, ...]
-    meaning: str
     aliases: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -119,30 +118,16 @@ class Setting:
         return value
 
 
+# What each decides is in docs/signatures.md ("Settings"); tests/project checks that table.
 SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "signature",
-        "name",
-        tuple(SOURCES),
-        "what is signed: `published` (request content + `&` + API-TIMESTAMP) or"
-        " `method-path-v1` (API-TIMESTAMP + METHOD + path and query + body)",
-        {"hmac-sha256-v1": "method-path-v1"},
-    ),
-    Setting("signature_hash", "hash", tuple(HASHES), "the hash of the HMAC"),
-    Setting(
-        "signature_encoding",
-        "encoding",
-        tuple(ENCODINGS),
-        "how API-SIGNATURE is written: `hex` (lowercase sent, either case accepted) or"
-        " `base64` (standard alphabet, padded)",
-    ),
-    Setting(
-        "signature_params",
-        "params",
-        tuple(PARAMS),
-        "`published` only, for a request without a body: its query parameters sorted by"
-        " name or as sent (depositd sends them sorted, so this matters when verifying)",
-    ),
+    # what is signed
+    Setting("signature", "name", tuple(SOURCES), {"hmac-sha256-v1": "method-path-v1"}),
+    # the hash of the HMAC
+    Setting("signature_hash", "hash", tuple(HASHES)),
+    # how API-SIGNATURE is written
+    Setting("signature_encoding", "encoding", tuple(ENCODINGS)),
+    # `published` without a body: the parameters sorted by name, or as sent
+    Setting("signature_params", "params", tuple(PARAMS)),
 )
 SETTING = {s.key: s for s in SETTINGS}
 
