@@ -18,7 +18,7 @@ from worker.config.profiles import Profiles
 from worker.dev.harness import Stack
 from worker.errors import StorageError
 from worker.provider.client import ProviderClient
-from worker.provider.signing import verify
+from worker.provider.signing import METHOD_PATH_V1, verify
 from worker.store.writer import Store
 from worker.track.tracker import Fact
 
@@ -133,6 +133,7 @@ async def test_forward_with_missing_secret_is_not_sent_unsigned(
         api_key=headers["API-KEY"],
         secrets=["forward-secret-2"],
         tolerance_s=60,
+        scheme=METHOD_PATH_V1,  # forward's own scheme, whatever the provider's (docs/signatures.md)
     )
     assert (await forward_row())["status"] == "done"
     assert len(stack.slack) == 1 and len(stack.emails) == 1

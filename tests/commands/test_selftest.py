@@ -3,6 +3,7 @@ of a running depositd endpoint: passes through a straight proxy, names the fault
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Awaitable, Callable
 from contextlib import closing
@@ -46,14 +47,27 @@ def proxy(upstream: str, rewrite: Callable[[str], str]) -> web.Application:
     return app
 
 
+def strip(path: str) -> str:
+    """What a proxy that strips the public prefix passes on."""
+    return path.removeprefix("/depositd")
+
+
 @pytest.mark.parametrize(
-    ("public_path", "rewrite", "code", "expected"),
+    ("public_path", "rewrite", "code", "expected", "scheme"),
     [
-        (PATH, lambda p: p, 0, "stored: yes (ignored)"),
-        ("/depositd" + PATH, lambda p: p.removeprefix("/depositd"), 1, "check: path rewritten"),
-        (PATH, lambda p: "/upstream" + p, 1, "check: 404"),
+        (PATH, lambda p: p, 0, "stored: yes (ignored)", "published"),
+        (PATH, lambda p: p, 0, "stored: yes (ignored)", "method-path-v1"),
+        ("/depositd" + PATH, strip, 1, "check: path rewritten", "method-path-v1"),
+        ("/depositd" + PATH, strip, 0, "stored: yes (ignored)", "published"),
+        (PATH, lambda p: "/upstream" + p, 1, "check: 404", "published"),
     ],
-    ids=["straight", "strips-prefix", "wrong-upstream-path"],
+    ids=[
+        "straight",
+        "straight-method-path-v1",
+        "strips-prefix-method-path-v1",
+        "strips-prefix-published",
+        "wrong-upstream-path",
+    ],
 )
 async def test_selftest_through_a_proxy(
     aiohttp_server: ServerFactory,
@@ -62,11 +76,17 @@ async def test_selftest_through_a_proxy(
     rewrite: Callable[[str], str],
     code: int,
     expected: str,
+    scheme: str,
 ) -> None:
-    """Through a straight proxy the selftest event is stored (ignored) and selftest exits 0;
-    a proxy that strips a path prefix fails with the signed and the arrived path named, one
-    that forwards to another path fails with the 404 hint; neither stores anything."""
+    """selftest signs with the configured webhook scheme. Through a straight proxy the selftest
+    event is stored (ignored) and selftest exits 0; a proxy that strips a path prefix fails
+    under method-path-v1 (which signs the path) with the signed and the arrived path named,
+    and passes under the published scheme (which does not); one that forwards to another path
+    fails with the 404 hint. A failure stores nothing."""
     config = write_config(tmp_path)
+    cfg = json.loads(config.read_text())
+    cfg["webhook"]["signature"] = scheme
+    config.write_text(json.dumps(cfg))
     settings = load_settings(config)
     backend = await aiohttp_server(build_app(settings, sweep_interval_s=0.05))
     front = await aiohttp_server(proxy(str(backend.make_url("")).rstrip("/"), rewrite))

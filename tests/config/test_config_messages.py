@@ -52,8 +52,8 @@ def test_config_problems_say_what_would_be_right(tmp_path: Path) -> None:
         " or webhook.secret_file (a file holding it, e.g. a systemd credential)",
         f"{config}:8: webhook.secrte: unknown key; did you mean 'secret'? (known here: listen,"
         " path, api_key, api_key_file, secret, secret_file, tolerance_s, max_body_bytes,"
-        " signature, ingress_process, head_timeout_s, idle_timeout_s, max_connections,"
-        " body_budget_bytes, ops_listen)",
+        " signature, signature_hash, signature_encoding, signature_params, ingress_process,"
+        " head_timeout_s, idle_timeout_s, max_connections, body_budget_bytes, ops_listen)",
         f"{config}:1: storage: missing: the file needs a `storage:` section (with storage.path,"
         " or storage.url for PostgreSQL)",
     ]

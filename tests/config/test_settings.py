@@ -11,6 +11,7 @@ import pytest
 from worker.commands.cli import main
 from worker.config.settings import load_settings
 from worker.errors import ConfigError
+from worker.provider.signing import DEFAULT, METHOD_PATH_V1
 
 # Line 1 of every config below; the lines the tests name count from here.
 BASE = """\
@@ -269,3 +270,32 @@ def test_check_refuses_an_instance_lease_under_a_second(
     assert len(err) == 1 and err[0].startswith(f"{config}:11: instance.lease_s:"), err
     good = write(tmp_path, "ok.yaml", BASE + "instance:\n  lease_s: 5\n")
     assert load_settings(good).instance.lease_s == 5
+
+
+# --- signature keys ----------------------------------------------------------------------------
+
+
+def test_signature_keys_default_to_the_published_scheme(tmp_path: Path) -> None:
+    """Without signature keys both sections use the published scheme (docs/signatures.md)."""
+    settings = load_settings(write(tmp_path, "depositd.yaml", BASE))
+    assert settings.provider.scheme == settings.webhook.scheme == DEFAULT
+    assert settings.provider.signature == "published"
+
+
+def test_old_scheme_name_is_read_as_method_path_v1(tmp_path: Path) -> None:
+    """A config that says `signature: hmac-sha256-v1` keeps the old scheme, under its new name."""
+    text = BASE.replace("  api_secret: provider-secret\n", "  api_secret: provider-secret\n"
+                        "  signature: hmac-sha256-v1\n")  # fmt: skip
+    settings = load_settings(write(tmp_path, "depositd.yaml", text))
+    assert settings.provider.scheme == METHOD_PATH_V1
+    assert settings.webhook.scheme == DEFAULT
+
+
+def test_unknown_signature_setting_names_the_choices(tmp_path: Path) -> None:
+    """An unknown value of a signature key is an error naming file, line, key and the choices."""
+    text = BASE.replace("  secret: hook-secret\n", "  secret: hook-secret\n"
+                        "  signature_encoding: base32\n")  # fmt: skip
+    config = write(tmp_path, "depositd.yaml", text)
+    assert problems(config) == [
+        f"{config}:8: webhook.signature_encoding: must be one of: hex, base64"
+    ]

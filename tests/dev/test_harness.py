@@ -71,6 +71,31 @@ async def test_known_payer_deposit_flows_end_to_end(tmp_path: Path) -> None:
         assert stack.slack == [] and stack.emails == []
 
 
+@pytest.mark.parametrize(
+    "signature",
+    [{}, {"signature": "method-path-v1", "signature_encoding": "base64"}],
+    ids=["default", "method-path-v1-base64"],
+)
+async def test_the_stack_runs_the_configured_scheme_end_to_end(
+    tmp_path: Path, signature: dict[str, str]
+) -> None:
+    """The sandbox checks requests and signs deliveries with the scheme the config selects
+    (the published one by default): the deposit's webhooks are stored and its profile is
+    submitted, and unsigned or otherwise-signed calls are refused."""
+    async with Stack(tmp_path, signature=signature) as stack:
+        scheme = stack.settings.provider.scheme
+        assert stack.sandbox.cfg.signature == scheme == stack.settings.webhook.scheme
+        assert stack.sandbox.cfg.webhook_signature == scheme
+        assert scheme.name == signature.get("signature", "published")
+        order = stack.sandbox.inject_deposit(1002, "USDT", "TRON", "7", KNOWN_PAYER)
+        tx = order["transactionId"]
+        await stack.wait_for(
+            lambda: stack.sandbox.state.orders[tx].white_list_status is WhiteListStatus.PENDING,
+            what="the stored profile submitted",
+        )
+        assert [e["event_type"] for e in await stack.events(tx)] == ["DEPOSIT_WHITELIST_REQUIRED"]
+
+
 async def test_alert_reaches_slack_and_email(tmp_path: Path) -> None:
     """A deposit without a profile raises one warning in Slack and one e-mail."""
     async with Stack(tmp_path) as stack:

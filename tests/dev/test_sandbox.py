@@ -35,7 +35,7 @@ from worker.errors import (
 from worker.provider import jsonio
 from worker.provider.client import ProviderClient
 from worker.provider.models import WhiteListStatus
-from worker.provider.signing import signed_headers
+from worker.provider.signing import DEFAULT, METHOD_PATH_V1, signed_headers
 
 API_KEY, API_SECRET = "sbx-key", "sbx-secret"
 HOOK_KEY, HOOK_SECRET = "hook-key", "hook-secret"
@@ -567,3 +567,19 @@ def test_sandbox_config_from_settings(tmp_path: Path) -> None:
     assert cfg.webhook_url == "http://127.0.0.1:8080/hooks/p"
     assert listen_address(settings.provider.base_url) == ("127.0.0.1", 9100)
     assert listen_address(settings.provider.base_url, 7000) == ("127.0.0.1", 7000)
+    assert cfg.signature == cfg.webhook_signature == DEFAULT
+
+
+def test_sandbox_takes_each_section_scheme(tmp_path: Path) -> None:
+    """`depositd init --sandbox` writes the published scheme; the sandbox checks requests with
+    provider's scheme and signs deliveries with webhook's, each as configured."""
+    assert cli_main(["init", "--sandbox", str(tmp_path / "s")]) == 0
+    config = tmp_path / "s" / "depositd.yaml"
+    text = config.read_text()
+    assert text.count("  signature: published ") == 2
+    cfg = sandbox_config(load_settings(config))
+    assert cfg.signature == cfg.webhook_signature == DEFAULT
+    text = text.replace("  signature: published ", "  signature: method-path-v1 ", 1)
+    config.write_text(text)
+    cfg = sandbox_config(load_settings(config))
+    assert (cfg.signature, cfg.webhook_signature) == (METHOD_PATH_V1, DEFAULT)

@@ -23,7 +23,7 @@ from pytest_aiohttp import AiohttpServer
 
 from worker.dev.harness import WEBHOOK_PATH, Stack
 from worker.provider import jsonio
-from worker.provider.signing import signed_headers, verify
+from worker.provider.signing import METHOD_PATH_V1, signed_headers, verify
 from worker.track.facts import fact_from_order
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -569,6 +569,7 @@ async def test_forward_posts_signed_deposit_and_retries_after_500(
         api_key=headers["API-KEY"],
         secrets=["forward-secret-1"],
         tolerance_s=60,
+        scheme=METHOD_PATH_V1,  # forward's own scheme, whatever the provider's
     )
     [forward] = await actions_of(stack, tx, "forward")
     assert forward["status"] == "done" and forward["attempts"] == 2

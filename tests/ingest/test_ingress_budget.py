@@ -26,7 +26,7 @@ from worker.config.settings import Settings, load_settings
 from worker.ingest import endpoint as ingress_mod
 from worker.logs import configure
 from worker.provider.jsonio import dumpb
-from worker.provider.signing import signed_headers
+from worker.provider.signing import METHOD_PATH_V1, signed_headers
 from worker.service.keys import PROCESSOR_KEY, STORE_KEY
 from worker.service.setup import build_app
 
@@ -160,11 +160,12 @@ async def test_wrong_path_is_logged_and_counted(
 async def test_bad_signature_names_the_signed_path_a_proxy_reports(
     aiohttp_client: ClientFactory, tmp_path: Path, header: str, value: str
 ) -> None:
-    """A delivery signed for /public/... that a proxy passed on as PATH is refused 401, and the
-    answer names the path it was signed for, which the proxy's header revealed."""
-    client, settings, _ = await start(aiohttp_client, tmp_path)
+    """Under method-path-v1, a delivery signed for /public/... that a proxy passed on as PATH
+    is refused 401, and the answer names the path it was signed for, which the proxy's header
+    revealed."""
+    client, settings, _ = await start(aiohttp_client, tmp_path, signature="method-path-v1")
     raw = dumpb(deposit_event())
-    headers = signed_headers(API_KEY, SECRET, "POST", "/public" + PATH, raw)
+    headers = signed_headers(API_KEY, SECRET, "POST", "/public" + PATH, raw, scheme=METHOD_PATH_V1)
     headers[header] = value
     resp = await client.post(PATH, data=raw, headers=headers)
     assert resp.status == 401
@@ -172,6 +173,20 @@ async def test_bad_signature_names_the_signed_path_a_proxy_reports(
     assert f"checked over POST {PATH}," in error
     assert f"it verifies for the path /public{PATH}: a proxy rewrote the path" in error
     assert stored(settings) == []
+
+
+async def test_a_rewritten_path_is_harmless_under_the_published_scheme(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    """The published scheme does not sign the path: a delivery the provider sent to /public/...
+    that a proxy passed on as PATH is stored."""
+    client, settings, _ = await start(aiohttp_client, tmp_path)
+    raw = dumpb(deposit_event())
+    headers = signed_headers(API_KEY, SECRET, "POST", "/public" + PATH, raw)
+    headers["X-Forwarded-Prefix"] = "/public"
+    resp = await client.post(PATH, data=raw, headers=headers)
+    assert resp.status == 200
+    assert len(stored(settings)) == 1
 
 
 async def test_a_proxy_header_the_signature_does_not_verify_for_is_not_repeated(

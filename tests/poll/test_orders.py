@@ -41,7 +41,14 @@ async def endpoint(aiohttp_server: AiohttpServer) -> tuple[str, list[tuple[bytes
 
     async def receive(request: web.Request) -> web.Response:
         body = await request.read()
-        signing.verify_signature(request.headers, "POST", request.path_qs, body, secrets=[SECRET])
+        signing.verify_signature(
+            request.headers,
+            "POST",
+            request.path_qs,
+            body,
+            secrets=[SECRET],
+            scheme=signing.METHOD_PATH_V1,  # forward's own scheme
+        )
         got.append((body, request.headers))
         return web.json_response({})
 

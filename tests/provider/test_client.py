@@ -471,7 +471,7 @@ async def test_iter_history_pages_lazily(client: ProviderClient, provider: FakeP
     rest = [o.transactionId async for o in it]
     assert rest == ["tx-1-1", "tx-2-0", "tx-2-1", "tx-3-0", "tx-3-1"]
     assert [s.target for s in provider.seen] == [
-        f"/v1/wallet/history?whiteListStatus=rejected&pageNum={n}&pageSize=2&walletId=1001"
+        f"/v1/wallet/history?pageNum={n}&pageSize=2&walletId=1001&whiteListStatus=rejected"
         for n in (1, 2, 3)
     ]
 
@@ -479,14 +479,15 @@ async def test_iter_history_pages_lazily(client: ProviderClient, provider: FakeP
 async def test_signature_covers_query_string(
     client: ProviderClient, provider: FakeProvider
 ) -> None:
-    """The signed target is the exact path and query sent; without the query it does not verify."""
+    """The query string is sent sorted by name and signed as sent; without it the signature
+    does not verify."""
     provider.script(Reply(ok(page([]))))
     await client.history(white_list_status="init", currency="USD T&x=1", start_time=5)
     [seen] = provider.seen
     assert seen.signature_ok
     assert seen.target == (
-        "/v1/wallet/history?whiteListStatus=init&pageNum=1&pageSize=50&currency=USD+T%26x%3D1"
-        "&startTime=5"
+        "/v1/wallet/history?currency=USD+T%26x%3D1&pageNum=1&pageSize=50&startTime=5"
+        "&whiteListStatus=init"
     )
     with pytest.raises(SignatureError):
         verify(
@@ -588,7 +589,7 @@ ROUTES: list[tuple[str, Call, str, str, Any, bool]] = [
         "history alt",
         lambda c: c.history(alt_path=True, end_time=9),
         "GET",
-        "/v1/wallet/transaction/list?pageNum=1&pageSize=50&endTime=9",
+        "/v1/wallet/transaction/list?endTime=9&pageNum=1&pageSize=50",
         page([order()]),
         False,
     ),
@@ -596,7 +597,7 @@ ROUTES: list[tuple[str, Call, str, str, Any, bool]] = [
         "deposit address",
         lambda c: c.deposit_address(1001, "USDT", "TRON"),
         "GET",
-        "/v1/wallet/deposit-address?walletId=1001&currency=USDT&network=TRON",
+        "/v1/wallet/deposit-address?currency=USDT&network=TRON&walletId=1001",
         {"address": "T1"},
         False,
     ),
@@ -604,7 +605,7 @@ ROUTES: list[tuple[str, Call, str, str, Any, bool]] = [
         "asset balance",
         lambda c: c.asset_balance(1001, "USDT"),
         "GET",
-        "/v1/wallet/asset-balance?walletId=1001&currency=USDT",
+        "/v1/wallet/asset-balance?currency=USDT&walletId=1001",
         [],
         False,
     ),
@@ -691,7 +692,7 @@ PARTNER_ROUTES: list[tuple[str, Call, str, str, dict[str, Any]]] = [
         "settlement",
         lambda c: c.settlement_daily_records(settlement_date="2026-11-22", page=2),
         "GET",
-        "/api/v1/settlement/daily-records?settlement_date=2026-11-22&page=2",
+        "/api/v1/settlement/daily-records?page=2&settlement_date=2026-11-22",
         DAILY,
     ),
 ]

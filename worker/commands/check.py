@@ -8,7 +8,8 @@ import sys
 
 from worker.config.profiles import Profiles
 from worker.config.settings import Loaded, Settings, read_settings
-from worker.errors import ConfigError, ProviderError
+from worker.errors import ConfigError, ProviderAuthError, ProviderError
+from worker.provider.signing import Scheme, variants
 from worker.rules import RuleBook
 from worker.service.bundle import Bundle, load_bundle, naming_channels
 from worker.service.wallets import name_note
@@ -140,6 +141,74 @@ async def online_problems(settings: Settings, bundle: Bundle) -> tuple[list[str]
     return problems + wallets, notes
 
 
+async def accepted_scheme(settings: Settings) -> Scheme | None:
+    """The first other known scheme (fewest settings changed) under which the provider answers
+    the options endpoint, a signed read that changes nothing; None when it refuses them all.
+    The parameter order is not tried: depositd sends parameters sorted, so it changes nothing
+    it signs."""
+    import aiohttp
+
+    from worker.provider.client import ProviderClient
+
+    provider = settings.provider
+    configured = provider.scheme
+    async with aiohttp.ClientSession() as session:
+        for scheme in variants(configured):
+            if scheme.params != configured.params:
+                continue
+            client = ProviderClient(
+                provider.base_url,
+                provider.api_key.get_secret_value(),
+                provider.api_secret.get_secret_value(),
+                scheme=scheme,
+                timeout_s=provider.timeout_s,
+                retries=0,
+                session=session,
+                max_answer_bytes=provider.max_answer_bytes,
+            )
+            try:
+                await client.options()
+            except ProviderAuthError:
+                continue
+            return scheme
+    return None
+
+
+def refused_as_unauthorised(settings: Settings, exc: ProviderError) -> None:
+    """Print what `check --online` found when the provider refused the configured scheme."""
+    configured = settings.provider.scheme
+    print(
+        f"provider: the options endpoint refused the request as unauthorised: {exc}",
+        file=sys.stderr,
+    )
+    try:
+        other = asyncio.run(accepted_scheme(settings))
+    except ProviderError as again:
+        print(f"provider: could not try the other signature schemes: {again}", file=sys.stderr)
+        return
+    if other is None:
+        print(
+            "provider: no known signature scheme is accepted either (tried every one);"
+            " check provider.api_key, provider.api_secret and this machine's clock",
+            file=sys.stderr,
+        )
+        return
+    lines = ", ".join(f"provider.{line}" for line in other.changes_from(configured))
+    print(
+        f"provider: it accepts {other.describe()}, not {configured.describe()}:"
+        f" put {lines} in {settings.config_path} (docs/signatures.md)",
+        file=sys.stderr,
+    )
+
+
+def signature_lines(settings: Settings) -> list[str]:
+    """The schemes in force, as `check` prints them."""
+    return [
+        f"provider requests signed with {settings.provider.scheme.describe()}",
+        f"webhooks verified with {settings.webhook.scheme.describe()}",
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate; print problems (exit 2) or a short summary (exit 0)."""
     loaded = read_settings(args.config)
@@ -171,6 +240,9 @@ def run(args: argparse.Namespace) -> int:
     if online:
         try:
             bad, notes = asyncio.run(online_problems(settings, bundle))
+        except ProviderAuthError as exc:
+            refused_as_unauthorised(settings, exc)
+            return 1
         except ProviderError as exc:
             print(f"provider: options or wallet list failed: {exc}", file=sys.stderr)
             return 1
@@ -184,4 +256,6 @@ def run(args: argparse.Namespace) -> int:
         f"ok: {settings.config_path}: {len(bundle.rules.rulesets)} rule set(s), "
         f"{len(bundle.profiles.names())} profile(s)"
     )
+    for line in signature_lines(settings):
+        print(line)
     return 0

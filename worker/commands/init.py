@@ -36,12 +36,14 @@ provider:
   base_url: http://127.0.0.1:{sandbox_port}   # where `depositd sandbox` listens
   api_key_file: secrets/provider_api_key
   api_secret_file: secrets/provider_api_secret
+  signature: published                        # how requests are signed (docs/signatures.md)
 
 webhook:
   listen: 127.0.0.1:{webhook_port}            # where the sandbox delivers webhooks
   path: /webhooks/provider
   api_key_file: secrets/provider_api_key
   secret_file: secrets/webhook_secret
+  signature: published                        # how deliveries are signed; the sandbox follows
 
 storage:
   path: depositd.db

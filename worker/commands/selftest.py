@@ -43,6 +43,7 @@ class Sent:
     status: int | None
     answer: str
     location: str | None = None
+    covers_path: bool = False  # the webhook scheme signs the path (method-path-v1)
 
 
 async def send(url: str, settings: Settings) -> Sent:
@@ -69,10 +70,11 @@ async def send(url: str, settings: Settings) -> Sent:
         "POST",
         path,
         body,
-        algorithm=hook.signature,
+        scheme=hook.scheme,
         timestamp_ms=ts,
     )
     headers["Content-Type"] = "application/json"
+    covers = hook.scheme.covers_path
     timeout = aiohttp.ClientTimeout(total=_TIMEOUT_S)
     try:
         async with (
@@ -80,9 +82,10 @@ async def send(url: str, settings: Settings) -> Sent:
             session.post(url, data=body, headers=headers, allow_redirects=False) as resp,
         ):
             text = (await resp.content.read(4096)).decode("utf-8", "replace")
-            return Sent(url, path, body, event_id, resp.status, text, resp.headers.get("Location"))
+            location = resp.headers.get("Location")
+            return Sent(url, path, body, event_id, resp.status, text, location, covers)
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        return Sent(url, path, body, event_id, None, f"{type(exc).__name__}: {exc}")
+        return Sent(url, path, body, event_id, None, f"{type(exc).__name__}: {exc}", None, covers)
 
 
 def stored_status(settings: Settings, event_id: str) -> str | None:
@@ -99,7 +102,7 @@ def stored_status(settings: Settings, event_id: str) -> str | None:
 
 def _unauthorized_hint(sent: Sent, answer: str) -> str:
     checked = _CHECKED.search(answer)
-    if checked and "a proxy rewrote the path" in answer:
+    if checked and sent.covers_path and "a proxy rewrote the path" in answer:
         return (
             f"path rewritten: signed for {sent.path.partition('?')[0]}, arrived as"
             f" {checked.group(2)} (the proxy says so). The signature covers the path: make the"
@@ -108,7 +111,7 @@ def _unauthorized_hint(sent: Sent, answer: str) -> str:
     if checked:
         _, arrived, size, digest = checked.groups()
         signed = sent.path.partition("?")[0]
-        if arrived != signed:
+        if sent.covers_path and arrived != signed:
             return (
                 f"path rewritten: signed for {signed}, arrived as {arrived}. The signature covers"
                 " the path: make the proxy pass it unchanged (webhook.path is then the public"
@@ -120,9 +123,10 @@ def _unauthorized_hint(sent: Sent, answer: str) -> str:
                 f"body changed by the proxy: sent {len(sent.body)} bytes, {size} arrived (or"
                 " other bytes): the proxy must pass the body as it is"
             )
+        intact = "path and body arrived intact" if sent.covers_path else "the body arrived intact"
         return (
-            "wrong secret: path and body arrived intact, so the service at this URL verifies"
-            " with another webhook secret than this config's"
+            f"wrong secret or scheme: {intact}, so the service at this URL verifies with"
+            " another webhook secret, or another webhook.signature scheme, than this config's"
         )
     if "unknown API-KEY" in answer:
         return "wrong API key: the service at this URL expects another webhook.api_key"

@@ -34,7 +34,7 @@ from worker.config.yamlkeys import duplicate_keys
 from worker.config.yamlsrc import Loc, YamlSource, yaml_error
 from worker.config.yamlsrc import load as load_yaml
 from worker.errors import ConfigError
-from worker.provider.signing import ALGORITHMS, DEFAULT_ALGORITHM
+from worker.provider.signing import DEFAULT, SETTING, Scheme
 from worker.urls import mask_url
 
 DEFAULT_CONFIG = "depositd.yaml"
@@ -58,10 +58,21 @@ def _non_empty(value: SecretStr) -> SecretStr:
 Credential = Annotated[SecretStr, AfterValidator(_non_empty)]
 
 
-def _check_algorithm(value: str) -> str:
-    if value not in ALGORITHMS:
-        raise ValueError(f"unknown signature algorithm {value!r} (known: {', '.join(ALGORITHMS)})")
-    return value
+# The signature keys (docs/signatures.md): each one of its choices in
+# `worker.provider.signing.SETTINGS`; an old name is read as the new one.
+SignatureName = Annotated[str, AfterValidator(SETTING["signature"].check)]
+SignatureHash = Annotated[str, AfterValidator(SETTING["signature_hash"].check)]
+SignatureEncoding = Annotated[str, AfterValidator(SETTING["signature_encoding"].check)]
+SignatureParams = Annotated[str, AfterValidator(SETTING["signature_params"].check)]
+
+
+class Signed(Section):
+    """A section with the signature keys (`signature`, `signature_hash`, ...)."""
+
+    @property
+    def scheme(self) -> Scheme:
+        """The signature scheme these keys select."""
+        return Scheme.of(self)
 
 
 def _checked_listen(value: str, example: str) -> str:
@@ -78,14 +89,18 @@ def _host_port(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class ProviderSettings(Section):
+class ProviderSettings(Signed):
     """How to reach and authenticate to the provider."""
 
     base_url: str
     api_key: Credential
     api_secret: Credential
     timeout_s: float = Field(10, gt=0)
-    signature: str = DEFAULT_ALGORITHM
+    # How requests are signed (docs/signatures.md).
+    signature: SignatureName = DEFAULT.name
+    signature_hash: SignatureHash = DEFAULT.hash
+    signature_encoding: SignatureEncoding = DEFAULT.encoding
+    signature_params: SignatureParams = DEFAULT.params
     # An answer body above this is a protocol error, never read whole (a real page is KBs).
     max_answer_bytes: int = Field(16 * 1024 * 1024, ge=65_536)
     # Plain http:// to a host other than loopback is refused unless this says it is meant.
@@ -93,8 +108,6 @@ class ProviderSettings(Section):
     # The request budget every poll shares (submissions and operator reads go first); the
     # provider publishes no limit (docs/polling.md says why 5).
     max_requests_per_s: float = Field(5, gt=0, le=1000)
-
-    _alg = field_validator("signature")(_check_algorithm)
 
     @field_validator("base_url")
     @classmethod
@@ -109,7 +122,7 @@ class ProviderSettings(Section):
         return value.rstrip("/")
 
 
-class WebhookSettings(Section):
+class WebhookSettings(Signed):
     """The webhook endpoint."""
 
     listen: str = "127.0.0.1:8080"
@@ -118,7 +131,11 @@ class WebhookSettings(Section):
     secret: list[Credential] = Field(min_length=1)
     tolerance_s: float = Field(300, gt=0)
     max_body_bytes: int = Field(1_048_576, gt=0)
-    signature: str = DEFAULT_ALGORITHM
+    # How deliveries are signed (docs/signatures.md).
+    signature: SignatureName = DEFAULT.name
+    signature_hash: SignatureHash = DEFAULT.hash
+    signature_encoding: SignatureEncoding = DEFAULT.encoding
+    signature_params: SignatureParams = DEFAULT.params
     # `serve` answers webhooks from a process of its own (worker.ingest.process); false: in its own.
     ingress_process: bool = True
     # Connection limits of the webhook listener (worker.ingest.limits).
@@ -129,8 +146,6 @@ class WebhookSettings(Section):
     body_budget_bytes: int = Field(67_108_864, gt=0)
     # HOST:PORT of a listener for /metrics and /readyz; set: the webhook port no longer serves them.
     ops_listen: str | None = None
-
-    _alg = field_validator("signature")(_check_algorithm)
 
     @field_validator("secret", mode="before")
     @classmethod

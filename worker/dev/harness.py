@@ -80,10 +80,14 @@ class Stack:
         console: bool = False,
         storage: dict[str, str] | None = None,
         sole: bool = True,
+        signature: dict[str, str] | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         # False: another stack's worker runs on the same `storage` (its claims and lease live).
         self.sole = sole
+        # Signature keys (`signature`, `signature_encoding`, ...) for both the provider and the
+        # webhook section; the sandbox takes the schemes they select (docs/signatures.md).
+        self.signature = dict(signature or {})
         # The `storage` section (a PostgreSQL `url`); by default a SQLite file in `workdir`.
         self.storage = storage
         self.rules_source = rules
@@ -340,12 +344,14 @@ class Stack:
                 "timeout_s": 5,
                 # Polls hundreds of times as often as the defaults: the budget scales with them.
                 "max_requests_per_s": 1000,
+                **self.signature,
             },
             "webhook": {
                 "listen": f"127.0.0.1:{self._worker_port}",
                 "path": WEBHOOK_PATH,
                 "api_key": self.webhook_api_key,
                 "secret": self.webhook_secret,
+                **self.signature,
             },
             "storage": self.storage or {"path": str(self.db_path)},
             "scheduler": {
@@ -376,6 +382,8 @@ class Stack:
             webhook_url=self.webhook_url,
             webhook_api_key=self.webhook_api_key,
             webhook_secret=self.webhook_secret,
+            signature=self.settings.provider.scheme,
+            webhook_signature=self.settings.webhook.scheme,
             wallets=wallets_with(self.auto_collection),
             delivery_retry_base_s=0.05,
             delivery_retry_max_s=0.5,

@@ -34,7 +34,12 @@ from worker.metrics import (
 )
 from worker.provider import jsonio
 from worker.provider.models import DEPOSIT_EVENT_TYPES, KNOWN_EVENT_TYPES
-from worker.provider.signing import SignatureError, verify_headers, verify_signature
+from worker.provider.signing import (
+    SignatureError,
+    verify_headers,
+    verify_signature,
+    verifying_scheme,
+)
 from worker.store.deposits import deposits_by_state
 from worker.store.events import oldest_pending_received_at, open_depths
 from worker.store.meta import probe, set_meta
@@ -80,6 +85,9 @@ class Refused:
     outcome: str  # the events_received outcome: unauthorized, bad_request, too_large, unavailable
     reason: str  # finer, for the refusal counts and the sampled log: bad_signature, ...
     retry_after: int | None = None
+    # Worked out only for a log line that is written (it costs an HMAC per known scheme):
+    # what else the log line should say, e.g. the scheme a bad signature verifies with.
+    more: Callable[[], dict[str, str]] | None = None
 
     def response(self) -> web.Response:
         answer = _error(self.status, self.message)
@@ -127,6 +135,7 @@ class Gate:
         self.settings = settings
         self._api_key = settings.api_key.get_secret_value()
         self._secrets = [s.get_secret_value() for s in settings.secret]
+        self.scheme = settings.scheme
         self.budget = BodyBudget(settings.body_budget_bytes)
 
     async def _read_body(self, request: web.Request) -> bytes:
@@ -207,7 +216,7 @@ class Gate:
                 request.raw_path,
                 body,
                 secrets=self._secrets,
-                algorithm=self.settings.signature,
+                scheme=self.scheme,
             )
         except SignatureError:
             return self._bad_signature(request, body)
@@ -222,10 +231,25 @@ class Gate:
             f"bad API-SIGNATURE (checked over {request.method} {arrived_path(request)},"
             f" {len(body)} body bytes, sha256 {digest}, as they arrived)"
         )
-        signed = self._signed_path(request, body)
+        signed = self._signed_path(request, body) if self.scheme.covers_path else None
         if signed is not None:
             message += f"; it verifies for the path {signed}: a proxy rewrote the path"
-        return Refused(401, message, "unauthorized", "bad_signature")
+        headers, method, target = request.headers, request.method, request.raw_path
+
+        def other_scheme() -> dict[str, str]:
+            other = verifying_scheme(
+                headers, method, target, body, secrets=self._secrets, configured=self.scheme
+            )
+            if other is None:
+                return {}
+            lines = ", ".join(f"webhook.{line}" for line in other.changes_from(self.scheme))
+            return {
+                "verifiesWith": lines,
+                "hint": f"the provider signs with {other.describe()}, not with"
+                f" {self.scheme.describe()}: set {lines} (docs/signatures.md)",
+            }
+
+        return Refused(401, message, "unauthorized", "bad_signature", more=other_scheme)
 
     def _signed_path(self, request: web.Request, body: bytes) -> str | None:
         """A path a proxy says the request had (X-Original-URI, X-Forwarded-Uri,
@@ -248,7 +272,7 @@ class Gate:
                     path,
                     body,
                     secrets=self._secrets,
-                    algorithm=self.settings.signature,
+                    scheme=self.scheme,
                 )
             except SignatureError:
                 continue
@@ -314,6 +338,7 @@ def webhook_handler(
                     status=verdict.status,
                     reason=verdict.message,
                     remote=request.remote,
+                    **(verdict.more() if verdict.more is not None else {}),
                 )
             return verdict.response()
         try:

@@ -1,8 +1,8 @@
 """`ProviderClient`: the provider's HTTP interface over aiohttp.
 
-Every request is signed over the request target exactly as sent (path plus the query string this
-module builds itself) and the exact body bytes. Answers are read with exact decimals and turned
-into typed errors from `worker.errors`:
+Every request is signed (`worker.provider.signing`, docs/signatures.md) over the exact body bytes
+or, without a body, the query string this module builds itself, parameters sorted by name.
+Answers are read with exact decimals and turned into typed errors from `worker.errors`:
 
 - `ProviderBusinessError` (`ProviderRetryLater` for 10000104): the provider refused the call;
   never retried here, the caller decides (docs/concepts.md).
@@ -58,7 +58,7 @@ from worker.provider.models import (
 from worker.provider.paging import DEFAULT_MAX_PAGES, pages
 from worker.provider.resource_calls import ResourceCalls
 from worker.provider.resources import WalletGroup
-from worker.provider.signing import DEFAULT_ALGORITHM, signed_headers, signer
+from worker.provider.signing import DEFAULT, Scheme, signed_headers
 from worker.urls import host_port
 
 if TYPE_CHECKING:
@@ -111,8 +111,15 @@ def _query_value(value: Any) -> str:
 
 
 def build_target(path: str, query: Mapping[str, Any] | None = None) -> str:
-    """The request target `path?query` as sent and signed; None values are left out."""
-    params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
+    """The request target `path?query` as sent and signed; None values are left out.
+
+    The parameters go sorted by name, so the parameter string the provider signs reads the same
+    "as sent" and "sorted" (docs/signatures.md); a value that needs no escaping goes as it is.
+    """
+    params = sorted(
+        ((k, _query_value(v)) for k, v in (query or {}).items() if v is not None),
+        key=lambda kv: kv[0],
+    )
     return f"{path}?{urlencode(params)}" if params else path
 
 
@@ -174,7 +181,7 @@ class ProviderClient(ResourceCalls):
         api_key: str,
         api_secret: str,
         *,
-        algorithm: str = DEFAULT_ALGORITHM,
+        scheme: Scheme = DEFAULT,
         timeout_s: float = 10,
         retries: int = 3,
         backoff_s: float = 0.5,
@@ -184,7 +191,6 @@ class ProviderClient(ResourceCalls):
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         budget: RequestBudget | None = None,
     ) -> None:
-        signer(algorithm)  # fail at construction, not at the first call
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"provider base_url must be an http(s) URL, got {base_url!r}")
@@ -193,7 +199,7 @@ class ProviderClient(ResourceCalls):
         self._prefix = parts.path.rstrip("/")
         self._api_key = api_key
         self._secret = api_secret
-        self._algorithm = algorithm
+        self._scheme = scheme
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._retries = max(0, retries)
         self._backoff_s = backoff_s
@@ -216,13 +222,13 @@ class ProviderClient(ResourceCalls):
         on_call: OnCall | None = None,
         on_wait: Callable[[str, float], None] | None = None,
     ) -> ProviderClient:
-        """A client for the configured provider (base URL, credentials, algorithm, timeout,
+        """A client for the configured provider (base URL, credentials, scheme, timeout,
         request budget; `on_wait(endpoint, seconds)` after a poll's call waited on it)."""
         return cls(
             settings.base_url,
             settings.api_key.get_secret_value(),
             settings.api_secret.get_secret_value(),
-            algorithm=settings.signature,
+            scheme=settings.scheme,
             timeout_s=settings.timeout_s,
             retries=retries,
             on_call=on_call,
@@ -604,7 +610,7 @@ class ProviderClient(ResourceCalls):
     ) -> Any:
         # Signed afresh on every attempt: a retry must not carry a stale timestamp.
         headers = signed_headers(
-            self._api_key, self._secret, method, target, raw, algorithm=self._algorithm
+            self._api_key, self._secret, method, target, raw, scheme=self._scheme
         )
         headers["Accept"] = JSON
         if method != "GET":

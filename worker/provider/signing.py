@@ -1,36 +1,35 @@
-"""Request and webhook signatures (docs/configuration.md).
+"""Request and webhook signatures: every scheme and every setting of one, in one table.
 
-The default scheme, ``hmac-sha256-v1``::
+What users read about it is docs/signatures.md. The default scheme, ``published``, is the string
+to sign of the provider's public documentation::
 
-    API-SIGNATURE = hex(HMAC-SHA256(secret, API-TIMESTAMP + METHOD + PATH_AND_QUERY + BODY))
+    API-SIGNATURE = lowercase hex( HMAC-SHA256( secret, request_content + "&" + API-TIMESTAMP ) )
 
-(lowercase hex.)
+``request_content`` is the body exactly as sent; for a request without a body, its query
+parameters ``name=value&name=value`` (sorted by name, or as sent); empty when there are none.
+No method, no path. ``method-path-v1`` (named ``hmac-sha256-v1`` before) signs
+``API-TIMESTAMP + METHOD + PATH_AND_QUERY + BODY`` instead.
 
-Another provider algorithm is one more function in `ALGORITHMS`, chosen by name in config.
+What the provider leaves open (the hash, the encoding, the parameter order) are settings, not
+code: `SETTINGS` holds one row per config key of `provider:` and `webhook:`, its choices (the
+first is the default) and what each does.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from itertools import product
+from typing import Any, NamedTuple
 
 from worker.clock import now_ms
-
-DEFAULT_ALGORITHM = "hmac-sha256-v1"
 
 HEADER_KEY = "API-KEY"
 HEADER_TIMESTAMP = "API-TIMESTAMP"
 HEADER_SIGNATURE = "API-SIGNATURE"
-
-Signer = Callable[[bytes, bytes], str]
-
-
-def _hmac_sha256_v1(secret: bytes, message: bytes) -> str:
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()
-
-
-ALGORITHMS: dict[str, Signer] = {DEFAULT_ALGORITHM: _hmac_sha256_v1}
 
 
 class SignatureError(Exception):
@@ -43,36 +42,200 @@ def _as_bytes(value: str | bytes) -> bytes:
     return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
 
 
-def signer(algorithm: str) -> Signer:
-    """The signing function for an algorithm name; ValueError names the known ones."""
-    try:
-        return ALGORITHMS[algorithm]
-    except KeyError:
-        known = ", ".join(sorted(ALGORITHMS))
-        raise ValueError(f"unknown signature algorithm {algorithm!r} (known: {known})") from None
+# --- the parts a scheme is made of ---------------------------------------------------------
+
+ParamString = Callable[[str], str]
+"""The parameter string signed for a query string (without the "?")."""
+
+
+def _sorted_params(query: str) -> str:
+    # Sorted by name; pairs with the same name keep their order. Names and values stay as they
+    # travel (a value that needed escaping is signed escaped).
+    pairs = [pair for pair in query.split("&") if pair]
+    return "&".join(sorted(pairs, key=lambda pair: pair.partition("=")[0]))
+
+
+def _as_sent_params(query: str) -> str:
+    return query
+
+
+Source = Callable[[str, str, str, bytes, ParamString], bytes]
+"""The message a scheme signs: (timestamp, METHOD, path and query, body, parameter string)."""
+
+
+def _published(ts: str, method: str, target: str, body: bytes, params: ParamString) -> bytes:
+    content = body if body else _as_bytes(params(target.partition("?")[2]))
+    return content + b"&" + _as_bytes(ts)
+
+
+def _method_path(ts: str, method: str, target: str, body: bytes, params: ParamString) -> bytes:
+    return _as_bytes(f"{ts}{method.upper()}{target}") + body
+
+
+class Encoding(NamedTuple):
+    """How a MAC is written in API-SIGNATURE, and whether comparing it ignores case."""
+
+    encode: Callable[[bytes], str]
+    case_blind: bool
+
+
+SOURCES: dict[str, Source] = {"published": _published, "method-path-v1": _method_path}
+HASHES: dict[str, Callable[[], Any]] = {
+    "sha256": hashlib.sha256,
+    "sha384": hashlib.sha384,
+    "sha512": hashlib.sha512,
+}
+ENCODINGS: dict[str, Encoding] = {
+    "hex": Encoding(bytes.hex, case_blind=True),
+    "base64": Encoding(lambda mac: base64.b64encode(mac).decode("ascii"), case_blind=False),
+}
+PARAMS: dict[str, ParamString] = {"sorted": _sorted_params, "as-sent": _as_sent_params}
+
+
+# --- the table -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One config key of a scheme (under `provider:` and `webhook:`): its choices, the first
+    being the default, and names still accepted for a choice (`aliases`)."""
+
+    key: str
+    attr: str  # the `Scheme` field it sets
+    choices: tuple[str, ...]
+    aliases: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def default(self) -> str:
+        """The choice when the key is absent."""
+        return self.choices[0]
+
+    def check(self, value: str) -> str:
+        """The choice `value` names (an alias gives its new name); ValueError otherwise."""
+        value = self.aliases.get(value, value)
+        if value not in self.choices:
+            raise ValueError(f"must be one of: {', '.join(self.choices)}")
+        return value
+
+
+# What each decides is in docs/signatures.md ("Settings"); tests/project checks that table.
+SETTINGS: tuple[Setting, ...] = (
+    # what is signed
+    Setting("signature", "name", tuple(SOURCES), {"hmac-sha256-v1": "method-path-v1"}),
+    # the hash of the HMAC
+    Setting("signature_hash", "hash", tuple(HASHES)),
+    # how API-SIGNATURE is written
+    Setting("signature_encoding", "encoding", tuple(ENCODINGS)),
+    # `published` without a body: the parameters sorted by name, or as sent
+    Setting("signature_params", "params", tuple(PARAMS)),
+)
+SETTING = {s.key: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """One way of signing: what is signed and how the MAC is made and written."""
+
+    name: str = SETTINGS[0].default
+    hash: str = SETTINGS[1].default
+    encoding: str = SETTINGS[2].default
+    params: str = SETTINGS[3].default
+
+    def __post_init__(self) -> None:
+        for s in SETTINGS:
+            object.__setattr__(self, s.attr, s.check(getattr(self, s.attr)))
+
+    @classmethod
+    def of(cls, section: object) -> Scheme:
+        """The scheme of a config section holding the `SETTINGS` keys."""
+        return cls(**{s.attr: getattr(section, s.key) for s in SETTINGS})
+
+    @property
+    def covers_path(self) -> bool:
+        """True when the method and path are signed (so a rewritten path fails)."""
+        return self.name == "method-path-v1"
+
+    def applies(self, setting: Setting) -> bool:
+        """Whether a setting changes what this scheme signs."""
+        return setting.attr != "params" or self.name == "published"
+
+    def values(self) -> dict[str, str]:
+        """Config key -> value, for the settings that apply."""
+        return {s.key: getattr(self, s.attr) for s in SETTINGS if self.applies(s)}
+
+    def describe(self) -> str:
+        """One line for people: `published (HMAC-SHA256, hex, parameters sorted)`."""
+        parts = [f"HMAC-{self.hash.upper()}", self.encoding]
+        if self.name == "published":
+            parts.append(f"parameters {self.params.replace('-', ' ')}")
+        return f"{self.name} ({', '.join(parts)})"
+
+    def changes_from(self, other: Scheme) -> list[str]:
+        """The `key: value` lines that turn `other` into this scheme."""
+        mine = self.values()
+        return [f"{k}: {v}" for k, v in mine.items() if getattr(other, SETTING[k].attr) != v]
+
+    def message(self, timestamp: str | int, method: str, target: str, body: bytes) -> bytes:
+        """The bytes signed for one request."""
+        return SOURCES[self.name](str(timestamp), method, target, body, PARAMS[self.params])
+
+    def sign(
+        self, secret: str | bytes, timestamp: str | int, method: str, target: str, body: bytes
+    ) -> str:
+        """The API-SIGNATURE value for one request."""
+        mac = hmac.new(
+            _as_bytes(secret), self.message(timestamp, method, target, body), HASHES[self.hash]
+        )
+        return ENCODINGS[self.encoding].encode(mac.digest())
+
+    def matches(self, expected: str, given: str) -> bool:
+        """`given` equals `expected` (in constant time; hex ignoring case)."""
+        if ENCODINGS[self.encoding].case_blind:
+            given = given.lower()
+        return hmac.compare_digest(expected.encode("ascii"), _as_bytes(given))
+
+
+DEFAULT = Scheme()
+METHOD_PATH_V1 = Scheme("method-path-v1")
+
+
+def variants(configured: Scheme) -> list[Scheme]:
+    """Every other known scheme, the fewest changed settings first (then in table order); a
+    setting that does not apply to a scheme is left as configured."""
+    found: list[Scheme] = []
+    for values in product(*(s.choices for s in SETTINGS)):
+        scheme = Scheme(*values)
+        if scheme.name != "published":  # the parameter order is not part of it
+            scheme = replace(scheme, params=configured.params)
+        if scheme != configured and scheme not in found:
+            found.append(scheme)
+    found.sort(key=lambda s: len(s.changes_from(configured)))
+    return found
+
+
+# --- signing and checking ------------------------------------------------------------------
 
 
 def sign(
     secret: str | bytes,
     timestamp: str | int,
     method: str,
-    path_and_query: str,
+    target: str,
     body: bytes = b"",
-    algorithm: str = DEFAULT_ALGORITHM,
+    scheme: Scheme = DEFAULT,
 ) -> str:
-    """The API-SIGNATURE value for one request."""
-    message = _as_bytes(f"{timestamp}{method.upper()}{path_and_query}") + body
-    return signer(algorithm)(_as_bytes(secret), message)
+    """The API-SIGNATURE value for one request (`target`: the path and query as sent)."""
+    return scheme.sign(secret, timestamp, method, target, body)
 
 
 def signed_headers(
     api_key: str,
     secret: str | bytes,
     method: str,
-    path_and_query: str,
+    target: str,
     body: bytes = b"",
     *,
-    algorithm: str = DEFAULT_ALGORITHM,
+    scheme: Scheme = DEFAULT,
     timestamp_ms: int | None = None,
 ) -> dict[str, str]:
     """The three authentication headers for one request."""
@@ -80,7 +243,7 @@ def signed_headers(
     return {
         HEADER_KEY: api_key,
         HEADER_TIMESTAMP: ts,
-        HEADER_SIGNATURE: sign(secret, ts, method, path_and_query, body, algorithm),
+        HEADER_SIGNATURE: scheme.sign(secret, ts, method, target, body),
     }
 
 
@@ -119,34 +282,56 @@ def verify_headers(
 def verify_signature(
     headers: Mapping[str, str],
     method: str,
-    path_and_query: str,
+    target: str,
     body: bytes,
     *,
     secrets: Iterable[str | bytes],
-    algorithm: str = DEFAULT_ALGORITHM,
+    scheme: Scheme = DEFAULT,
 ) -> None:
     """Check API-SIGNATURE (after `verify_headers`); `SignatureError` when no secret verifies."""
     ts = headers.get(HEADER_TIMESTAMP) or ""
-    given_b = _as_bytes((headers.get(HEADER_SIGNATURE) or "").lower())
+    given = headers.get(HEADER_SIGNATURE) or ""
     ok = False
     for secret in secrets:
-        expected = sign(secret, ts, method, path_and_query, body, algorithm).encode()
+        expected = scheme.sign(secret, ts, method, target, body)
         # Compare against every secret so timing does not reveal which one matched.
-        ok = hmac.compare_digest(expected, given_b) or ok
+        ok = scheme.matches(expected, given) or ok
     if not ok:
         raise SignatureError("bad API-SIGNATURE")
+
+
+def verifying_scheme(
+    headers: Mapping[str, str],
+    method: str,
+    target: str,
+    body: bytes,
+    *,
+    secrets: Iterable[str | bytes],
+    configured: Scheme,
+) -> Scheme | None:
+    """The known scheme other than `configured` under which API-SIGNATURE verifies (the one
+    fewest settings away), else None. Only a signature made with one of `secrets` verifies, so
+    naming the scheme tells nothing to a sender without them."""
+    keys = list(secrets)
+    for scheme in variants(configured):
+        try:
+            verify_signature(headers, method, target, body, secrets=keys, scheme=scheme)
+        except SignatureError:
+            continue
+        return scheme
+    return None
 
 
 def verify(
     headers: Mapping[str, str],
     method: str,
-    path_and_query: str,
+    target: str,
     body: bytes,
     *,
     api_key: str,
     secrets: Iterable[str | bytes],
     tolerance_s: float,
-    algorithm: str = DEFAULT_ALGORITHM,
+    scheme: Scheme = DEFAULT,
     now: int | None = None,
 ) -> None:
     """Check the three headers; raise `SignatureError` saying what was wrong.
@@ -155,4 +340,4 @@ def verify(
     `tolerance_s` of now in either direction.
     """
     verify_headers(headers, api_key=api_key, tolerance_s=tolerance_s, now=now)
-    verify_signature(headers, method, path_and_query, body, secrets=secrets, algorithm=algorithm)
+    verify_signature(headers, method, target, body, secrets=secrets, scheme=scheme)

@@ -175,7 +175,11 @@ class Forwarder:
         path = "/" + target.split("/", 1)[1] if "/" in target else "/"
         headers = {
             "Content-Type": "application/json",
-            **signing.signed_headers("depositd", secret, "POST", path, body),
+            # Its own scheme, not the provider's: merchant systems verify method-path-v1
+            # (docs/signatures.md, "forward").
+            **signing.signed_headers(
+                "depositd", secret, "POST", path, body, scheme=signing.METHOD_PATH_V1
+            ),
         }
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))

@@ -285,7 +285,7 @@ async def provider_edge(request: web.Request, handler: Handler) -> web.StreamRes
             api_key=cfg.api_key,
             secrets=[cfg.api_secret],
             tolerance_s=cfg.tolerance_s,
-            algorithm=cfg.signature,
+            scheme=cfg.signature,
         )
     except SignatureError as exc:
         body = {"status": 401, "code": None, "msg": _auth_message(str(exc)), "traceId": _trace_id()}

@@ -36,7 +36,8 @@ def sandbox_config(settings: Settings, state_path: Path | None = None) -> Sandbo
         webhook_url=f"http://{host}:{webhook.port}{webhook.path}",
         webhook_api_key=webhook.api_key.get_secret_value(),
         webhook_secret=webhook.secret[0].get_secret_value(),
-        signature=settings.provider.signature,
+        signature=settings.provider.scheme,
+        webhook_signature=webhook.scheme,
         state_path=state_path,
     )
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.provider.signing import DEFAULT_ALGORITHM
+from worker.provider.signing import DEFAULT, Scheme
 
 DEFAULT_PROVIDERS = ("Binance", "Coinbase", "Kraken", "OKX", "Bybit")
 DEFAULT_RATES = {
@@ -64,7 +64,9 @@ class SandboxConfig:
     webhook_url: str | None = None
     webhook_api_key: str = ""
     webhook_secret: str = ""
-    signature: str = DEFAULT_ALGORITHM
+    # How requests are checked (`provider.signature...`) and deliveries signed (`webhook.`).
+    signature: Scheme = DEFAULT
+    webhook_signature: Scheme = DEFAULT
     state_path: Path | None = None
     providers: list[str] = field(default_factory=lambda: list(DEFAULT_PROVIDERS))
     wallets: list[WalletSpec] = field(default_factory=default_wallets)

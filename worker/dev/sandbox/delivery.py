@@ -200,7 +200,7 @@ class Deliverer:
             "POST",
             url.raw_path_qs,
             body,
-            algorithm=self.cfg.signature,
+            scheme=self.cfg.webhook_signature,
         )
         headers["Content-Type"] = "application/json"
         delivery.attempts += 1

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from worker.provider import jsonio
-from worker.provider.signing import DEFAULT_ALGORITHM, SignatureError, verify
+from worker.provider.signing import DEFAULT, Scheme, SignatureError, verify
 
 ENTITY_PAYER: dict[str, Any] = {
     "correspondentType": "ENTITY",
@@ -47,12 +47,12 @@ class WebhookRecorder:
         secret: str,
         *,
         path: str = "/webhooks/provider",
-        algorithm: str = DEFAULT_ALGORITHM,
+        scheme: Scheme = DEFAULT,
     ) -> None:
         self.api_key = api_key
         self.secret = secret
         self.path = path
-        self.algorithm = algorithm
+        self.scheme = scheme
         self.url: str | None = None  # set by whoever serves the app
         self.events: list[dict[str, Any]] = []
         self.attempts: list[dict[str, Any]] = []
@@ -82,7 +82,7 @@ class WebhookRecorder:
                 api_key=self.api_key,
                 secrets=[self.secret],
                 tolerance_s=300,
-                algorithm=self.algorithm,
+                scheme=self.scheme,
             )
         except SignatureError as exc:
             self.rejected.append(str(exc))
