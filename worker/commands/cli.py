@@ -18,6 +18,7 @@ from worker.commands import (
     backfill,
     check,
     init,
+    migrate,
     money,
     ops,
     orders,
@@ -56,6 +57,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": dev.run_demo,
     "init": init.run,
     "selftest": selftest.run,
+    "migrate-store": migrate.run,
 }
 
 
@@ -171,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("backup", parents=[common], help="consistent online copy of the database")
     p.add_argument("path", metavar="PATH", help="file to write (not the database itself)")
     sub.add_parser("status", parents=[common], help="state of the running service")
+    migrate.add_parser(sub, common)
     _register_address(sub, common)
 
     p = sub.add_parser(

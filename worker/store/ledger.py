@@ -6,6 +6,7 @@ Each function runs inside the caller's transaction (`Store.write` jobs).
 from __future__ import annotations
 
 import sqlite3
+from decimal import Decimal
 from typing import Any
 
 import sqlite_utils
@@ -105,3 +106,14 @@ def count_booked(db: Db) -> int:
 def snapshot(db: Db) -> tuple[Any, ...]:
     """Figures that change whenever a deposit is booked."""
     return tuple(db.execute("SELECT COUNT(*) FROM ledger").fetchone())
+
+
+def sums_by_currency(conn: Db) -> dict[str, Decimal]:
+    """The ledger's booked amounts summed per currency, exactly (`depositd migrate-store`
+    compares them on both sides)."""
+    sums: dict[str, Decimal] = {}
+    for currency, amount in conn.execute("SELECT currency, amount FROM ledger").fetchall():
+        if amount is not None:
+            key = str(currency)
+            sums[key] = sums.get(key, Decimal(0)) + Decimal(str(amount))
+    return dict(sorted(sums.items()))

@@ -146,8 +146,10 @@ class PgStore(Store):
             settled += first
             # The processor's batches stay on the loop (they are CPU-bound and call back into
             # it); their statements are short round trips on a local network.
-            for job in inline:
-                settled.append((job.future, *_in_savepoint(opened, job.fn)))  # type: ignore[arg-type]
+            # In pipeline mode: the statements whose results are not read share round trips.
+            with opened.conn.pipeline():
+                for job in inline:
+                    settled.append((job.future, *_in_savepoint(opened, job.fn)))  # type: ignore[arg-type]
             finishing = loop.run_in_executor(self._writer, self._finish_on, opened, threaded)
             try:
                 settled += await asyncio.shield(finishing)
