@@ -38,8 +38,8 @@ T = TypeVar("T")
 STORED_HEADERS = ("API-TIMESTAMP", "Content-Type", "User-Agent")
 
 
-# One events row as inserted (see `worker.store.events.insert_events`); built by `event_row`. A plain tuple, so
-# that the ingress process can hand it over as it is (`worker.ingest.link`).
+# One events row as inserted (`worker.store.events.insert_events`); built by `event_row`. A
+# plain tuple, so that the ingress process can hand it over as it is (`worker.ingest.link`).
 EventRow = tuple[str, str | None, str | None, str | None, bytes, str, str, str, str | None]
 EVENT_ROW_RECEIVED_AT = 6  # index of received_at in an EventRow
 EVENT_ROW_STATUS = 7  # index of status in an EventRow
