@@ -12,6 +12,7 @@ from typing import Any
 import sqlite_utils
 
 from worker.clock import utc_now
+from worker.store.pg import is_postgres
 from worker.store.tx import Db, conn_of
 
 
@@ -67,6 +68,45 @@ def insert_booking(
         ],
     )
     return cur.rowcount == 1
+
+
+# The row unless the deposit is booked, or its txHash is booked under another transactionId:
+# one statement (one round trip on PostgreSQL) for the booking that goes through. PostgreSQL
+# types the values of a SELECT list itself: they are cast to the columns' types.
+_BOOK_UNLESS_TAKEN = {
+    "sqlite": "INSERT OR IGNORE INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    " network, amount, from_address, tx_hash, booked_at, trigger)"
+    " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+    " WHERE NOT EXISTS (SELECT 1 FROM ledger WHERE tx_hash = ? AND transaction_id <> ?)",
+    "postgres": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    " network, amount, from_address, tx_hash, booked_at, trigger)"
+    " SELECT ?::text, ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text,"
+    " ?::text, ?::text"
+    " WHERE NOT EXISTS (SELECT 1 FROM ledger WHERE tx_hash = ?::text AND transaction_id <> ?)"
+    " ON CONFLICT DO NOTHING",
+}
+
+
+def book_unless_taken(
+    db: sqlite_utils.Database,
+    *,
+    transaction_id: str,
+    wallet_id: int | None,
+    wallet_name: str | None,
+    currency: str | None,
+    network: str | None,
+    amount: str | None,
+    from_address: str | None,
+    tx_hash: str | None,
+    trigger: str,
+) -> bool:
+    """Write the deposit's ledger row unless it exists or its txHash is booked under another
+    transactionId; True when written (False: `is_booked` and `booked_under_other_id` say
+    which)."""
+    sql = _BOOK_UNLESS_TAKEN["postgres" if is_postgres(db) else "sqlite"]
+    values = [transaction_id, wallet_id, wallet_name, currency, network, amount, from_address]
+    values += [tx_hash, utc_now(), trigger, tx_hash, transaction_id]
+    return conn_of(db).execute(sql, values).rowcount == 1
 
 
 # --- reads and commands outside the outbox ---

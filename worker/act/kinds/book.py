@@ -5,6 +5,8 @@ Nothing runs after the commit: the row records what booking did (`book_checked`)
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlite_utils
 
 from worker.act.kinds.base import Kind, Recording
@@ -24,20 +26,19 @@ CREDITED_STATES = frozenset({State.CREDITED, State.COMPLETED})
 BOOK_TRIGGERS = frozenset({"credited", "completed", "released"})
 
 
-def book(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> bool:
-    """Write the ledger row for a deposit once; False when it was already booked."""
-    return ledger.insert_booking(
-        db,
-        transaction_id=deposit.transaction_id,
-        wallet_id=deposit.wallet_id,
-        wallet_name=deposit.wallet_name,
-        currency=deposit.currency,
-        network=deposit.network,
-        amount=_amount(deposit),
-        from_address=deposit.from_address,
-        tx_hash=deposit.tx_hash,
-        trigger=trigger,
-    )
+def _booking(deposit: Deposit, trigger: str) -> dict[str, Any]:
+    """The ledger row's values."""
+    return {
+        "transaction_id": deposit.transaction_id,
+        "wallet_id": deposit.wallet_id,
+        "wallet_name": deposit.wallet_name,
+        "currency": deposit.currency,
+        "network": deposit.network,
+        "amount": _amount(deposit),
+        "from_address": deposit.from_address,
+        "tx_hash": deposit.tx_hash,
+        "trigger": trigger,
+    }
 
 
 def _amount(deposit: Deposit) -> str | None:
@@ -50,21 +51,23 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     Whatever trigger a rule names, a deposit is booked only while credited, never while a fixed
     field is in conflict (`worker.track.conflicts`), and never when its txHash is already booked
     under another transactionId (that one alerts, critical). A deposit already booked says so
-    whatever else holds now (the ledger is read only when booking is refused: otherwise the
-    INSERT OR IGNORE itself says whether the row was new).
+    whatever else holds now (the ledger is read only when booking is refused or did not
+    happen: otherwise the one INSERT that checks the txHash says the row was new).
     """
     refused = _refusal(db, deposit, trigger)
-    if refused is not None:
-        if ledger.is_booked(db, deposit.transaction_id):
+    if refused is None:
+        # The usual case in one statement: booked unless booked, or the txHash is taken.
+        if ledger.book_unless_taken(db, **_booking(deposit, trigger)):
+            return "done", "booked"
+        refused = _taken(db, deposit)
+        if refused is None:
             return "done", "already booked"
-        status, outcome, alert = refused
-        if alert is not None:
-            enqueue_alert(
-                db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=alert
-            )
-        return status, outcome
-    booked = book(db, deposit, trigger)
-    return "done", "booked" if booked else "already booked"
+    if ledger.is_booked(db, deposit.transaction_id):
+        return "done", "already booked"
+    status, outcome, alert = refused
+    if alert is not None:
+        enqueue_alert(db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=alert)
+    return status, outcome
 
 
 def _refusal(
@@ -83,6 +86,12 @@ def _refusal(
             f"held: {names} in conflict; waiting for a decision (depositd resolve)",
             None,
         )
+    return None
+
+
+def _taken(db: sqlite_utils.Database, deposit: Deposit) -> tuple[str, str, str | None] | None:
+    """Refused when the deposit's txHash is booked under another transactionId."""
+    tx = deposit.transaction_id
     if deposit.tx_hash:
         other = ledger.booked_under_other_id(db, deposit.tx_hash, tx)
         if other is not None:
