@@ -230,3 +230,55 @@ async def test_a_failed_copy_leaves_the_target_empty(
     assert main(["migrate-store", "--config", str(config), "--to", url]) == 1
     assert "the target is left as it was" in capsys.readouterr().err
     assert pg_tables(url) == []
+
+
+async def test_the_password_file_is_read_and_never_shown(
+    tmp_path: Path,
+    pg_cluster: Cluster,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--password-file NAME` names a credential the unit loads (depositctl); a file that
+    cannot be read is refused (exit 2) before anything is copied; the password is never
+    printed."""
+    db = tmp_path / "depositd.db"
+    await seed_sqlite(db)
+    config = write_config(tmp_path, {"path": str(db)})
+    url = pg_cluster.create_database()
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "db_password").write_text("pw-from-credential\n")
+    assert (
+        main(
+            [
+                "migrate-store",
+                "--config",
+                str(config),
+                "--to",
+                url,
+                "--password-file",
+                "db_password",
+            ]
+        )
+        == 2
+    )
+    assert "cannot read the password file" in capsys.readouterr().err
+    assert pg_tables(url) == []
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(credentials))
+    assert (
+        main(
+            [
+                "migrate-store",
+                "--config",
+                str(config),
+                "--to",
+                url,
+                "--password-file",
+                "db_password",
+            ]
+        )
+        == 0
+    )
+    out, err = capsys.readouterr()
+    assert "rows per table and ledger sums match" in out
+    assert "pw-from-credential" not in out + err

@@ -31,7 +31,7 @@ from worker.service.lock import lock_path
 from worker.store import transfer
 from worker.store.database import table_columns
 from worker.store.pg import PgDatabase, connect
-from worker.store.pgstore import SERVE_LOCK, command_connection, serving_on
+from worker.store.pgstore import command_connection, hold_serve_lock_alone, serving_on
 from worker.store.writer import connect as sqlite_connect
 from worker.store.writer import migrate
 from worker.urls import mask_url
@@ -52,8 +52,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--to",
         required=True,
         metavar="URL|PATH",
-        help="a postgresql:// URL (from SQLite), or a SQLite file (from PostgreSQL); its"
-        " password from the URL or libpq's PGPASSWORD / PGPASSFILE",
+        help="a postgresql:// URL (from SQLite), or a SQLite file (from PostgreSQL)",
+    )
+    p.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help="the URL's password: a file, or the name of a credential the unit loads"
+        " (with depositctl); else libpq's PGPASSWORD or PGPASSFILE",
     )
 
 
@@ -69,10 +74,17 @@ def run(args: argparse.Namespace) -> int:
                 f"--to must be a database of the other engine than {storage.where}"
                 " (a postgresql:// URL from SQLite, a file from PostgreSQL)"
             )
-        with _held_source(storage) as source, _target(args.to, to_postgres) as target:
+        password = _password(args.password_file)
+        with (
+            _held_source(storage) as source,
+            _target(args.to, to_postgres, password) as target,
+        ):
             figures = _copy(source, target, _progress())
     except Refused as exc:
         print(f"depositd: migrate-store refused: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"depositd: migrate-store: cannot read the password file: {exc}", file=sys.stderr)
         return 2
     except (StorageError, sqlite3.Error, ValueError) as exc:
         print(
@@ -108,14 +120,14 @@ def _copy(
         mine, theirs = transfer.figures(source, tables), transfer.figures(target, tables)
         if mine != theirs:
             raise ValueError(f"the copy differs from the source: {mine} != {theirs}")
-        target.execute("COMMIT")
+        transfer.end(target, commit=True)
     except BaseException:
         with contextlib.suppress(Exception):
-            target.execute("ROLLBACK")
+            transfer.end(target, commit=False)
         raise
     finally:
         with contextlib.suppress(Exception):
-            source.execute("ROLLBACK")
+            transfer.end(source, commit=False)
     return mine, theirs
 
 
@@ -126,10 +138,7 @@ def _held_source(storage: StorageSettings) -> Iterator[Any]:
     if storage.url is not None:
         conn = command_connection(storage, readonly=False)
         try:
-            if (
-                serving_on(conn)
-                or not conn.execute("SELECT pg_try_advisory_lock(?)", [SERVE_LOCK]).fetchone()[0]
-            ):
+            if serving_on(conn) or not hold_serve_lock_alone(conn):
                 raise Refused(f"a depositd serve runs on {storage.where}: stop every instance")
             migrate(PgDatabase(conn))  # type: ignore[arg-type]
             yield conn
@@ -149,11 +158,22 @@ def _held_source(storage: StorageSettings) -> Iterator[Any]:
             lite.close()
 
 
+def _password(name: str | None) -> str | None:
+    """The target's password: a file, or a credential of `$CREDENTIALS_DIRECTORY` by name."""
+    if name is None:
+        return None
+    path = Path(name)
+    credentials = os.environ.get("CREDENTIALS_DIRECTORY")
+    if not path.is_absolute() and credentials and (Path(credentials) / name).is_file():
+        path = Path(credentials) / name
+    return path.read_text().rstrip("\r\n")
+
+
 @contextlib.contextmanager
-def _target(to: str, to_postgres: bool) -> Iterator[Any]:
+def _target(to: str, to_postgres: bool, password: str | None) -> Iterator[Any]:
     """The target's connection (a new SQLite file is removed again if the copy fails)."""
     if to_postgres:
-        conn = connect(to, application_name="depositd-migrate")
+        conn = connect(to, password=password, application_name="depositd-migrate")
         try:
             yield conn
         finally:

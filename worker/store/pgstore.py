@@ -317,6 +317,12 @@ def _instances_connected(conn: PgConnection) -> bool:
     return int(row[0]) > 0
 
 
+def hold_serve_lock_alone(conn: PgConnection) -> bool:
+    """Take the serve lock exclusively on this session, for as long as it lasts (a command
+    that needs every `serve` stopped: none starts meanwhile); False while one holds it."""
+    return bool(conn.execute("SELECT pg_try_advisory_lock(?)", [SERVE_LOCK]).fetchone()[0])
+
+
 def serving_on(conn: Any) -> bool:
     """Does a `depositd serve` hold the serve lock of this PostgreSQL database now? Looked
     up in `pg_locks` (any session may read it), without taking the lock."""

@@ -51,6 +51,11 @@ def begin_target(conn: Any) -> None:
         conn.execute("BEGIN IMMEDIATE")
 
 
+def end(conn: Any, *, commit: bool) -> None:
+    """Commit or roll back the open transaction."""
+    conn.execute("COMMIT" if commit else "ROLLBACK")
+
+
 def recorded_version(conn: Any) -> int:
     """The schema version a database records (0: none)."""
     if "meta" not in table_columns(conn):
