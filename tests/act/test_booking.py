@@ -241,6 +241,39 @@ async def test_tx_hash_booked_under_another_id_is_refused_and_alerted(env: Env) 
     assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
 
 
+async def test_one_batch_books_each_deposit_once_and_refuses_a_tx_hash_booked_in_it(
+    env: Env,
+) -> None:
+    """Deposits applied in one processor batch (which counts on its bookings and checks them at
+    its end): a second transactionId with a txHash booked earlier in the same batch is refused
+    and alerted, a second credited event of a booked deposit says already booked, and the
+    others are booked once each."""
+    credited = {"status": "SUCCESS", "whiteListStatus": None}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TX1", NOW, **credited))
+    same = {**credited, "transactionHash": "0xshared"}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXA", NOW + 1, **same))
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXB", NOW + 2, **same))
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TX2", NOW + 3, **credited))
+    assert await env.processor.run_until_idle() == 4
+    ledger = await rows(env.store, "SELECT transaction_id FROM ledger ORDER BY transaction_id")
+    assert [r["transaction_id"] for r in ledger] == ["TX1", "TX2", "TXA"]
+    outcomes = await rows(
+        env.store,
+        "SELECT transaction_id, status, outcome FROM actions WHERE action='book'"
+        " ORDER BY transaction_id",
+    )
+    assert [(o["transaction_id"], o["outcome"]) for o in outcomes] == [
+        ("TX1", "booked"),
+        ("TX2", "booked"),
+        ("TXA", "booked"),
+        ("TXB", "refused: txHash already booked for TXA"),
+    ]
+    assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
+    assert [e["status"] for e in await rows(env.store, "SELECT status FROM events")] == [
+        "processed"
+    ] * 4
+
+
 # --- 2: book only when credited -----------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ Each function runs inside the caller's transaction (`Store.write` jobs).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -99,14 +100,29 @@ def book_unless_taken(
     from_address: str | None,
     tx_hash: str | None,
     trigger: str,
-) -> bool:
+) -> Callable[[], bool]:
     """Write the deposit's ledger row unless it exists or its txHash is booked under another
-    transactionId; True when written (False: `is_booked` and `booked_under_other_id` say
-    which)."""
+    transactionId; returns what says whether it was written (asked when needed: on PostgreSQL
+    in pipeline mode the statement is not waited for until then). Not written:
+    `is_booked` and `booked_under_other_id` say why."""
     sql = _BOOK_UNLESS_TAKEN["postgres" if is_postgres(db) else "sqlite"]
     values = [transaction_id, wallet_id, wallet_name, currency, network, amount, from_address]
     values += [tx_hash, utc_now(), trigger, tx_hash, transaction_id]
-    return conn_of(db).execute(sql, values).rowcount == 1
+    cursor = conn_of(db).execute(sql, values)
+    return lambda: cursor.rowcount == 1
+
+
+def booked_among(db: sqlite_utils.Database, transaction_ids: list[str]) -> set[str]:
+    """Which of these deposits the ledger holds."""
+    found: set[str] = set()
+    for start in range(0, len(transaction_ids), 500):
+        part = transaction_ids[start : start + 500]
+        marks = ", ".join("?" for _ in part)
+        rows = conn_of(db).execute(
+            f"SELECT transaction_id FROM ledger WHERE transaction_id IN ({marks})", part
+        )
+        found.update(str(r[0]) for r in rows.fetchall())
+    return found
 
 
 # --- reads and commands outside the outbox ---

@@ -14,6 +14,7 @@ from worker.act.rows import enqueue_alert
 from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
 from worker.store import ledger
+from worker.track.batch import batch_bookings
 from worker.track.conflicts import WIRE_NAMES, held_by
 from worker.track.tracker import Deposit, State
 
@@ -54,10 +55,19 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     whatever else holds now (the ledger is read only when booking is refused or did not
     happen: otherwise the one INSERT that checks the txHash says the row was new).
     """
+    known = batch_bookings()
+    if known is not None and deposit.transaction_id in known.booked:
+        return "done", "already booked"
     refused = _refusal(db, deposit, trigger)
     if refused is None:
-        # The usual case in one statement: booked unless booked, or the txHash is taken.
-        if ledger.book_unless_taken(db, **_booking(deposit, trigger)):
+        # The usual case in one statement: booked unless booked, or the txHash is taken. A
+        # batch counts on it and checks at its end (applied again one by one if it was not).
+        written = ledger.book_unless_taken(db, **_booking(deposit, trigger))
+        if known is not None:
+            known.booked.add(deposit.transaction_id)
+            known.checks.append(written)
+            return "done", "booked"
+        if written():
             return "done", "booked"
         refused = _taken(db, deposit)
         if refused is None:
