@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"depositd: migrate-store: cannot read the password file: {exc}", file=sys.stderr)
         return 2
-    except (StorageError, sqlite3.Error, ValueError) as exc:
+    except (StorageError, sqlite3.Error, ValueError, ArithmeticError) as exc:
         print(
             f"depositd: migrate-store to {target_name} failed, the target is left as it was: {exc}",
             file=sys.stderr,

@@ -10,6 +10,7 @@ PostgreSQL); what differs per engine (taking the target, the sequences) is writt
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -25,6 +26,7 @@ from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 # starting on the target meanwhile waits until the copy is committed or rolled back.
 _MIGRATION_LOCK = 0x6465706F73697464
 _CHUNK = 1000  # rows per read and per insert
+_NAME = re.compile(r"[a-z_][a-z0-9_]*")  # the names of depositd's tables and columns
 
 Progress = Callable[[str, int, int], None]  # (table, rows copied, rows in all)
 
@@ -104,6 +106,9 @@ def copy_rows(source: Any, target: Any, progress: Progress | None = None) -> lis
     """Copy every table of the source into the target's same table (the target's `meta`
     replaced by the source's); returns the tables copied, in order."""
     tables = table_columns(source)
+    odd = [n for t, cols in tables.items() for n in (t, *cols) if not _NAME.fullmatch(n)]
+    if odd:
+        raise ValueError(f"the source has tables or columns depositd does not name: {odd}")
     missing = sorted(set(tables) - set(table_columns(target)))
     if missing:
         raise ValueError(f"the target lacks the tables {', '.join(missing)}")
