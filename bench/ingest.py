@@ -24,7 +24,8 @@ drain)) and the processor's CPU per event while it drains (CPU seconds of the ma
 first grows the fresh database's files and warms the processes up.
 
 --profile N samples the main serve process with py-spy for N seconds while it drains one more
-backlog (all threads) and prints the top functions by own and by cumulative samples.
+backlog (all threads) and prints the top functions by own and by cumulative samples;
+--profile-server postgres samples the PostgreSQL one instead (with --store postgres).
 --one-process also times depositd with `webhook.ingress_process: false`; --ladder also times bare
 apps that read the body, and that verify and parse it. --store postgres also times depositd on
 PostgreSQL (a throwaway cluster started like the tests', tests/pgcluster.py) in the same pairs,
@@ -423,7 +424,7 @@ def bench(args: argparse.Namespace) -> None:
                         f"{statistics.median(values):.2f}"
                     )
         if args.profile:
-            profile(servers["depositd"], args, tmp, next_id)
+            profile(servers[args.profile_server], args, tmp, next_id)
     finally:
         for s in servers.values():
             s.stop()
@@ -461,6 +462,12 @@ def main() -> None:
     )
     parser.add_argument("--top", type=int, default=25, help="functions listed by --profile")
     parser.add_argument("--profile-out", help="also write the --profile summary to this file")
+    parser.add_argument(
+        "--profile-server",
+        default="depositd",
+        choices=["depositd", "postgres"],
+        help="the server --profile samples: depositd (SQLite) or postgres (with --store postgres)",
+    )
     parser.add_argument(
         "--one-process",
         action="store_true",

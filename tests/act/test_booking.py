@@ -291,6 +291,47 @@ async def test_two_deposits_of_one_on_chain_transaction_are_both_booked(env: Env
     assert await alerts(env.store) == []
 
 
+async def test_one_batch_books_each_deposit_once_and_holds_a_likely_duplicate_in_it(
+    env: Env,
+) -> None:
+    """Deposits applied in one processor batch (which counts on its bookings and checks them at
+    its end): a second transactionId with the txHash, amount and currency of one booked earlier
+    in the same batch is held as a likely duplicate and alerted, a third with the same txHash
+    and another amount (a batch transfer's other output) is booked, and the others are booked
+    once each."""
+    credited = {"status": "SUCCESS", "whiteListStatus": None}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TX1", NOW, **credited))
+    same = {**credited, "transactionHash": "0xshared"}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXA", NOW + 1, **same))
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXB", NOW + 2, **same))
+    other = {**same, "amount": "7.5"}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXC", NOW + 3, **other))
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TX2", NOW + 4, **credited))
+    assert await env.processor.run_until_idle() == 5
+    ledger = await rows(env.store, "SELECT transaction_id FROM ledger ORDER BY transaction_id")
+    assert [r["transaction_id"] for r in ledger] == ["TX1", "TX2", "TXA", "TXC"]
+    outcomes = await rows(
+        env.store,
+        "SELECT transaction_id, status, outcome FROM actions WHERE action='book'"
+        " ORDER BY transaction_id",
+    )
+    assert [(o["transaction_id"], o["outcome"]) for o in outcomes] == [
+        ("TX1", "booked"),
+        ("TX2", "booked"),
+        ("TXA", "booked"),
+        (
+            "TXB",
+            "held: likely duplicate of TXA; waiting for a decision"
+            " (depositd resolve TXB --set duplicate=yes|no)",
+        ),
+        ("TXC", "booked"),
+    ]
+    assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
+    assert [e["status"] for e in await rows(env.store, "SELECT status FROM events")] == [
+        "processed"
+    ] * 5
+
+
 # --- 2: book only when credited -----------------------------------------------------------------
 
 

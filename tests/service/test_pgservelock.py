@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,8 +18,9 @@ from pgcluster import Cluster
 from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
 from worker.config.settings import StorageSettings
+from worker.store import pgstore
 from worker.store.pg import connect
-from worker.store.pgstore import serve_lock, serving
+from worker.store.pgstore import PgStore, serve_lock, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -185,3 +187,33 @@ async def test_a_serve_restarted_after_a_kill_leads_at_once(
     finally:
         await first.kill()
         await again.kill()
+
+
+async def test_an_instance_replacing_its_lock_session_is_not_taken_for_gone(
+    storage: StorageSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a running instance replaces a lock session the server ended (it holds no lock
+    for a moment), a serve starting is not alone: it would release the running instance's
+    claims, and an action could run twice under one Idempotency-Key."""
+    assert storage.url is not None
+    # The lost session is noticed at the keeper's next look: not during this test.
+    monkeypatch.setattr(pgstore, "LOCK_CHECK_S", 60.0)
+    store = PgStore(storage.url)
+    admin = connect(storage.url)
+    try:
+        with serve_lock(storage) as first:
+            assert first is True
+            await store.open()  # the running instance's writer and reader sessions
+            keeper = [t for t in threading.enumerate() if t.name == "depositd-serve-lock"][-1]
+            [(old,)] = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'depositd-serve'"
+                " AND datname = current_database()"
+            ).fetchall()
+            admin.execute("SELECT pg_terminate_backend(?)", [old])
+            assert eventually(lambda: serving(storage) is False)
+            with serve_lock(storage) as starting:
+                assert starting is False
+            assert keeper.is_alive()
+    finally:
+        admin.close()
+        await store.close()

@@ -48,8 +48,9 @@ def add_action(
     status: str = "pending",
     outcome: str | None = None,
     idempotency_key: str | None = None,
+    want_id: bool = True,
 ) -> int:
-    """Insert one action (outbox) row; returns its id."""
+    """Insert one action (outbox) row; returns its id (0 unless `want_id`)."""
     return stored.insert_action(
         db,
         transaction_id=deposit.transaction_id if deposit else None,
@@ -63,6 +64,7 @@ def add_action(
         idempotency_key=idempotency_key,
         status=status,
         outcome=outcome,
+        want_id=want_id,
     )
 
 

@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "init": "worker.commands.init:run",
     "selftest": "worker.commands.selftest:run",
     "schema": "worker.commands.schema:run",
+    "migrate-store": "worker.commands.migrate:run",
 }
 
 
@@ -170,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("backup", parents=[common], help="consistent online copy of the database")
     p.add_argument("path", metavar="PATH", help="file to write (not the database itself)")
     sub.add_parser("status", parents=[common], help="state of the running service")
+    _migrate_store(sub, common)
     _register_address(sub, common)
 
     p = sub.add_parser(
@@ -332,3 +334,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return result
+
+
+def _migrate_store(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "migrate-store",
+        parents=[common],
+        help="copy the database into an empty one of the other engine (service stopped)",
+    )
+    p.add_argument(
+        "--to",
+        required=True,
+        metavar="URL|PATH",
+        help="a postgresql:// URL (from SQLite), or a SQLite file (from PostgreSQL)",
+    )
+    p.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help="the URL's password: a file, or the name of a credential the unit loads"
+        " (with depositctl); else libpq's PGPASSWORD or PGPASSFILE",
+    )

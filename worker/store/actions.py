@@ -31,8 +31,10 @@ def insert_action(
     idempotency_key: str | None,
     status: str,
     outcome: str | None,
+    want_id: bool = True,
 ) -> int:
-    """Insert one action row (`params` as JSON text), due now; returns its id."""
+    """Insert one action row (`params` as JSON text), due now; returns its id (0 unless `want_id`:
+    on PostgreSQL in pipeline mode the insert is then not waited for, see `worker.store.pg`)."""
     now = utc_now()
     cur = conn_of(db).execute(
         "INSERT INTO actions (transaction_id, event_id, trigger, rule_set, rule_set_version, rule,"
@@ -55,7 +57,7 @@ def insert_action(
             now,
         ],
     )
-    return int(cur.lastrowid or 0)
+    return int(cur.lastrowid or 0) if want_id else 0
 
 
 def queue_order_read(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from worker.clock import utc_now
-from worker.store.pg import is_postgres
+from worker.store.pg import is_postgres, sqlite_errors
 from worker.store.tx import Db
 
 if TYPE_CHECKING:
@@ -50,6 +50,39 @@ class StoredEvent:
             status=row["status"],
             error=row["error"],
         )
+
+
+# --- receiving ---------------------------------------------------------------------------
+
+_INSERT_EVENT = {
+    "sqlite": "INSERT OR IGNORE INTO events (event_id, event_type, reference_id, transaction_id,"
+    " body, headers, received_at, status, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    # Sent for all rows at once (one round trip): a row is new when it returns its key.
+    "postgres": "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
+    " headers, received_at, status, processed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (event_id) DO NOTHING RETURNING seq",
+}
+
+
+def insert_events(db: sqlite_utils.Database, rows: Sequence[Sequence[Any]]) -> list[bool]:
+    """Insert received events (`worker.store.writer.event_row` each) unless their eventId is
+    stored; per row, whether it was new (the first of two equal eventIds only)."""
+    if is_postgres(db):
+        raw = db.conn.raw.cursor()  # type: ignore[attr-defined]
+        new = []
+        with sqlite_errors():
+            raw.executemany(_INSERT_EVENT["postgres"], rows, returning=True)
+            while True:
+                new.append(raw.fetchone() is not None)
+                if not raw.nextset():
+                    break
+        return new
+    cursor = db.conn.cursor()
+    results = []
+    for row in rows:
+        cursor.execute(_INSERT_EVENT["sqlite"], row)
+        results.append(cursor.rowcount == 1)
+    return results
 
 
 # --- processing --------------------------------------------------------------------------

@@ -6,6 +6,8 @@ Each function runs inside the caller's transaction (`Store.write` jobs).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from worker.clock import utc_now
@@ -87,6 +89,56 @@ def insert_booking(
     return cur.rowcount == 1
 
 
+# The row unless the deposit is booked: one statement, whose outcome is read only when asked
+# (on PostgreSQL in pipeline mode it is not waited for until then). PostgreSQL types the values
+# of a SELECT list itself: they are cast to the columns' types.
+_BOOK_ONCE = {
+    "sqlite": "INSERT OR IGNORE INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    " network, amount, from_address, tx_hash, booked_at, trigger)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "postgres": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    " network, amount, from_address, tx_hash, booked_at, trigger)"
+    " VALUES (?::text, ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text,"
+    " ?::text, ?::text) ON CONFLICT DO NOTHING",
+}
+
+
+def book_once(
+    db: sqlite_utils.Database,
+    *,
+    transaction_id: str,
+    wallet_id: int | None,
+    wallet_name: str | None,
+    currency: str | None,
+    network: str | None,
+    amount: str | None,
+    from_address: str | None,
+    tx_hash: str | None,
+    trigger: str,
+) -> Callable[[], bool]:
+    """Write the deposit's ledger row unless it exists; returns what says whether it was
+    written (asked when needed). The caller has decided it may be booked (the act kind `book`:
+    credited, no conflict, not a likely duplicate)."""
+    sql = _BOOK_ONCE["postgres" if is_postgres(db) else "sqlite"]
+    values = [transaction_id, wallet_id, wallet_name, currency, network, amount, from_address]
+    values += [tx_hash, utc_now(), trigger]
+    cursor = conn_of(db).execute(sql, values)
+    return lambda: cursor.rowcount == 1
+
+
+def booked_among(db: sqlite_utils.Database, transaction_ids: list[str]) -> set[str]:
+    """Which of these deposits the ledger holds."""
+    found: set[str] = set()
+    for start in range(0, len(transaction_ids), 500):
+        part = transaction_ids[start : start + 500]
+        marks = ", ".join("?" for _ in part)
+        rows = conn_of(db).execute(
+            f"SELECT transaction_id FROM ledger WHERE transaction_id IN ({marks})", part
+        )
+        found.update(str(r[0]) for r in rows.fetchall())
+    return found
+
+
 # --- reads and commands outside the outbox ---
 
 
@@ -135,3 +187,14 @@ def booked_between(db: Db, first_day: str, last_day: str) -> list[dict[str, Any]
         [first_day, last_day],
     )
     return [dict(r) for r in rows]
+
+
+def sums_by_currency(conn: Db) -> dict[str, Decimal]:
+    """The ledger's booked amounts summed per currency, exactly (`depositd migrate-store`
+    compares them on both sides)."""
+    sums: dict[str, Decimal] = {}
+    for currency, amount in conn.execute("SELECT currency, amount FROM ledger").fetchall():
+        if amount is not None:
+            key = str(currency)
+            sums[key] = sums.get(key, Decimal(0)) + Decimal(str(amount))
+    return dict(sorted(sums.items()))

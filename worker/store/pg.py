@@ -198,7 +198,8 @@ def as_sqlite_error(exc: psycopg.Error) -> sqlite3.Error:
 
 
 @contextmanager
-def _sqlite_errors() -> Iterator[None]:
+def sqlite_errors() -> Iterator[None]:
+    """A psycopg error in the block is raised as the `sqlite3` exception of its class."""
     import psycopg
 
     try:
@@ -211,56 +212,102 @@ def _sqlite_errors() -> Iterator[None]:
 
 
 class Cursor:
-    """A psycopg cursor answering like a `sqlite3.Cursor` (`lastrowid` included)."""
+    """A psycopg cursor answering like a `sqlite3.Cursor` (`lastrowid` included).
 
-    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
+    In pipeline mode (`PgConnection.pipeline`) a statement is sent without waiting for its
+    result: `rowcount`, `lastrowid` and the rows are fetched when first asked for, so the
+    statements nobody reads the result of share one round trip with the next that is read.
+    """
+
+    def __init__(self, cursor: psycopg.Cursor[Any], conn: PgConnection) -> None:
         self._cursor = cursor
-        self.lastrowid: int | None = None
+        self._conn = conn
+        self._lastrowid: int | None = None
         self._rowcount = -1
+        self._returns_key = False
+        self._pending = False
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
         """Run one statement (SQLite's SQL)."""
-        query, returns_key = translate(sql)
-        self.lastrowid = None
-        with _sqlite_errors():
+        query, self._returns_key = translate(sql)
+        self._lastrowid = None
+        with sqlite_errors():
             self._cursor.execute(query, tuple(params or ()))
-            self._rowcount = self._cursor.rowcount
-            if returns_key:
-                row = self._cursor.fetchone()
-                self.lastrowid = None if row is None else int(row[0])
+            self._pending = True
+            if self._conn.pipelining is None:
+                self._settle()
         return self
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> Cursor:
         """Run one statement once per parameter set."""
         query, _ = translate(sql, many=True)
-        with _sqlite_errors():
+        self._returns_key = False
+        with sqlite_errors():
             self._cursor.executemany(query, [tuple(p) for p in seq])
-            self._rowcount = self._cursor.rowcount
+            self._pending = True
+            if self._conn.pipelining is None:
+                self._settle()
         return self
+
+    def _settle(self) -> None:
+        """The statement's outcome, waited for now if it was only sent."""
+        if not self._pending:
+            return
+        self._pending = False
+        pipeline = self._conn.pipelining
+        if pipeline is not None and not self._cursor.pgresult:
+            pipeline.sync()
+        self._rowcount = self._cursor.rowcount
+        if self._returns_key:
+            row = self._cursor.fetchone()
+            self._lastrowid = None if row is None else int(row[0])
+
+    @property
+    def lastrowid(self) -> int | None:
+        """The key the last INSERT generated."""
+        with sqlite_errors():
+            self._settle()
+        return self._lastrowid
 
     @property
     def rowcount(self) -> int:
         """Rows the last statement changed."""
+        with sqlite_errors():
+            self._settle()
         return self._rowcount
 
     @property
     def description(self) -> Any:
         """The columns of the result."""
+        with sqlite_errors():
+            self._settle()
         return self._cursor.description
+
+    def _rows(self) -> bool:
+        with sqlite_errors():
+            self._settle()
+        return self._cursor.description is not None and not self._returns_key
 
     def fetchone(self) -> Any:
         """The next row, or None."""
-        if self._cursor.description is None or self.lastrowid is not None:
+        if not self._rows():
             return None
-        with _sqlite_errors():
+        with sqlite_errors():
             return self._cursor.fetchone()
 
     def fetchall(self) -> list[Any]:
         """The remaining rows."""
-        if self._cursor.description is None or self.lastrowid is not None:
+        if not self._rows():
             return []
-        with _sqlite_errors():
+        with sqlite_errors():
             return self._cursor.fetchall()
+
+    def fetchmany(self, size: int) -> list[Any]:
+        """Up to `size` of the remaining rows."""
+        if not self._rows():
+            return []
+        with sqlite_errors():
+            return self._cursor.fetchmany(size)
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.fetchall())
@@ -276,6 +323,23 @@ class PgConnection:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.raw = conn
+        self.pipelining: psycopg.Pipeline | None = None
+
+    @contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """Pipeline mode for the block: statements are sent without waiting, results fetched
+        when read (see `Cursor`); a savepoint's RELEASE waits for the statements before it, so
+        that a failure is raised inside the block it belongs to. All are waited for at the end.
+        """
+        if self.pipelining is not None:
+            yield
+            return
+        with sqlite_errors(), self.raw.pipeline() as pipeline:
+            self.pipelining = pipeline
+            try:
+                yield
+            finally:
+                self.pipelining = None
 
     @property
     def in_transaction(self) -> bool:
@@ -295,10 +359,13 @@ class PgConnection:
 
     def cursor(self) -> Cursor:
         """A new cursor."""
-        return Cursor(self.raw.cursor())
+        return Cursor(self.raw.cursor(), self)
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
         """Run one statement on a new cursor."""
+        if self.pipelining is not None and _RELEASE.match(sql):
+            with sqlite_errors():
+                self.pipelining.sync()  # a failure of the block is raised inside it
         return self.cursor().execute(sql, params)
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> Cursor:
@@ -331,6 +398,9 @@ class PgConnection:
             self.commit()
         elif not self.broken:
             self.rollback()
+
+
+_RELEASE = re.compile(r"^\s*RELEASE\b", re.IGNORECASE)
 
 
 class PgDatabase:

@@ -146,8 +146,10 @@ class PgStore(Store):
             settled += first
             # The processor's batches stay on the loop (they are CPU-bound and call back into
             # it); their statements are short round trips on a local network.
-            for job in inline:
-                settled.append((job.future, *_in_savepoint(opened, job.fn)))  # type: ignore[arg-type]
+            # In pipeline mode: the statements whose results are not read share round trips.
+            with opened.conn.pipeline():
+                for job in inline:
+                    settled.append((job.future, *_in_savepoint(opened, job.fn)))  # type: ignore[arg-type]
             finishing = loop.run_in_executor(self._writer, self._finish_on, opened, threaded)
             try:
                 settled += await asyncio.shield(finishing)
@@ -209,7 +211,9 @@ def serve_lock(storage: StorageSettings) -> Iterator[bool]:
     The lock is an advisory lock of the session: it goes when the session ends, at a clean
     stop as when the process dies (the server sees the connection close). Tried exclusively
     first (`pg_try_advisory_lock`): success means no other instance holds it shared; the
-    session then takes it shared and drops the exclusive hold, and others may join. A thread
+    session then takes it shared and drops the exclusive hold, and others may join. Alone
+    means also that no other instance has a session on the database: one whose lock session
+    was lost holds no lock until it has replaced it, but its store's sessions are there. A thread
     looks at the session every few seconds and, when it was lost (the server restarted, the
     network dropped it), takes the lock shared again on a new one.
     """
@@ -284,7 +288,7 @@ def _take_serve_lock(conn: PgConnection, where: str) -> bool:
             if conn.execute("SELECT pg_try_advisory_lock(?)", [SERVE_LOCK]).fetchone()[0]:
                 conn.execute("SELECT pg_advisory_lock_shared(?)", [SERVE_LOCK])
                 conn.execute("SELECT pg_advisory_unlock(?)", [SERVE_LOCK])
-                return True
+                return not _instances_connected(conn)
             # Shared fails only while someone holds it exclusively for an instant (`status`
             # looking, another serve starting): try again.
             if conn.execute("SELECT pg_try_advisory_lock_shared(?)", [SERVE_LOCK]).fetchone()[0]:
@@ -294,6 +298,29 @@ def _take_serve_lock(conn: PgConnection, where: str) -> bool:
     except sqlite3.Error as exc:
         raise StorageError(f"cannot take the serve lock of {where}: {exc}") from exc
     raise AlreadyServing(f"cannot take the serve lock of {where}")
+
+
+# The sessions of a running `serve` (`PgStore`'s writer and reader, the serve lock's own).
+_INSTANCE_SESSIONS = ("depositd-writer", "depositd-reader", "depositd-serve")
+
+
+def _instances_connected(conn: PgConnection) -> bool:
+    """Does another instance have a session on the database, though none holds the serve
+    lock? Then one is replacing its lost lock session (the server ended it, the network dropped
+    it) and its claims are live: this instance is not alone."""
+    marks = ", ".join("?" for _ in _INSTANCE_SESSIONS)
+    row = conn.execute(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
+        f" AND pid <> pg_backend_pid() AND application_name IN ({marks})",
+        list(_INSTANCE_SESSIONS),
+    ).fetchone()
+    return int(row[0]) > 0
+
+
+def hold_serve_lock_alone(conn: PgConnection) -> bool:
+    """Take the serve lock exclusively on this session, for as long as it lasts (a command
+    that needs every `serve` stopped: none starts meanwhile); False while one holds it."""
+    return bool(conn.execute("SELECT pg_try_advisory_lock(?)", [SERVE_LOCK]).fetchone()[0])
 
 
 def serving_on(conn: Any) -> bool:

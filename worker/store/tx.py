@@ -33,6 +33,9 @@ def savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
     conn.execute(f"SAVEPOINT {name}")
     try:
         yield
+        # Inside: on PostgreSQL in pipeline mode, this is where a statement of the block that
+        # was sent without waiting fails (`worker.store.pg.PgConnection.pipeline`).
+        conn.execute(f"RELEASE {name}")
     except sqlite3.OperationalError:
         raise
     except BaseException:
@@ -40,4 +43,3 @@ def savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
             conn.execute(f"ROLLBACK TO {name}")
             conn.execute(f"RELEASE {name}")
         raise
-    conn.execute(f"RELEASE {name}")

@@ -26,6 +26,7 @@ import sqlite_utils
 from worker.errors import SchemaTooNew, StorageError
 from worker.logs import get_logger
 from worker.store.database import has_table
+from worker.store.events import insert_events
 from worker.store.meta import set_meta, set_meta_unless_busy
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 from worker.store.sqlite import connect
@@ -38,8 +39,8 @@ T = TypeVar("T")
 STORED_HEADERS = ("API-TIMESTAMP", "Content-Type", "User-Agent")
 
 
-# One events row as inserted (see `_INSERT_EVENT`); built by `event_row`. A plain tuple, so
-# that the ingress process can hand it over as it is (`worker.ingest.link`).
+# One events row as inserted (`worker.store.events.insert_events`); built by `event_row`. A
+# plain tuple, so that the ingress process can hand it over as it is (`worker.ingest.link`).
 EventRow = tuple[str, str | None, str | None, str | None, bytes, str, str, str, str | None]
 EVENT_ROW_RECEIVED_AT = 6  # index of received_at in an EventRow
 EVENT_ROW_STATUS = 7  # index of status in an EventRow
@@ -114,10 +115,6 @@ def migrate(db: sqlite_utils.Database) -> int:
     return SCHEMA_VERSION
 
 
-_INSERT_EVENT = (
-    "INSERT OR IGNORE INTO events (event_id, event_type, reference_id, transaction_id, body,"
-    " headers, received_at, status, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 _BUSY_TIMEOUT_S = 5.0
 _CHECKPOINT_EVERY = 50  # commits between two WAL checkpoints
 
@@ -147,6 +144,9 @@ def _in_savepoint(
     conn.execute("SAVEPOINT job")
     try:
         result = fn(db)
+        # Inside: on PostgreSQL in pipeline mode, this is where a statement of `fn` that was
+        # sent without waiting fails (`worker.store.pg.PgConnection.pipeline`).
+        conn.execute("RELEASE job")
     except Exception as exc:
         if not conn.in_transaction:
             raise _LostTransaction(f"transaction rolled back: {exc}") from exc
@@ -161,7 +161,6 @@ def _in_savepoint(
             wrapped.__cause__ = exc
             return False, wrapped
         return False, exc
-    conn.execute("RELEASE job")
     return True, result
 
 
@@ -502,11 +501,7 @@ class Store:
 
     @staticmethod
     def _insert_batch(db: sqlite_utils.Database, batch: Sequence[_Insert]) -> list[bool]:
-        cursor = db.conn.cursor()
-        results = []
-        for item in batch:
-            cursor.execute(_INSERT_EVENT, item.row)
-            results.append(cursor.rowcount == 1)
+        results = insert_events(db, [item.row for item in batch])
         if any(results):
             set_meta_unless_busy(db, "last_webhook_at", str(batch[-1].row[EVENT_ROW_RECEIVED_AT]))
         return results

@@ -11,6 +11,9 @@ savepoint) as soon as any of them raises, so that the failure stays that event's
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import sqlite_utils
@@ -18,7 +21,32 @@ import sqlite_utils
 from worker.store.deposits import get_deposit_row, get_deposit_rows, upsert_deposit_rows
 from worker.store.events import StoredEvent
 from worker.store.facts import FactRow, insert_fact_rows
+from worker.store.ledger import booked_among
 from worker.track.tracker import Deposit
+
+
+@dataclass
+class Bookings:
+    """What a deferring batch knows of the ledger: the deposits booked (read once at its
+    start, and those it books), and the bookings it counted on, checked at its end (on
+    PostgreSQL the ledger statements are then not waited for one by one)."""
+
+    booked: set[str]
+    checks: list[Callable[[], bool]] = field(default_factory=list)
+
+
+class BookingMissed(Exception):
+    """A booking the batch counted on was not written (its txHash booked under another
+    transactionId meanwhile, or the deposit booked elsewhere): the batch is undone and its
+    events applied again one at a time, each booking then read as it happens."""
+
+
+_BOOKINGS: ContextVar[Bookings | None] = ContextVar("batch_bookings", default=None)
+
+
+def batch_bookings() -> Bookings | None:
+    """The bookings of the deferring batch being applied, if any."""
+    return _BOOKINGS.get()
 
 
 @dataclass
@@ -29,6 +57,7 @@ class BatchWrites:
     defer: bool = True
     changed: dict[str, None] = field(default_factory=dict)  # transactionIds, in change order
     facts: list[FactRow] = field(default_factory=list)
+    bookings: Bookings | None = None
 
     @classmethod
     def read(
@@ -38,7 +67,17 @@ class BatchWrites:
         ids = [e.transaction_id for e in events if e.transaction_id]
         rows = get_deposit_rows(db, ids)
         known = {tx: Deposit.from_row(rows[tx]) if tx in rows else None for tx in ids}
-        return cls(known, defer=defer)
+        bookings = Bookings(booked_among(db, ids)) if defer else None
+        return cls(known, defer=defer, bookings=bookings)
+
+    @contextmanager
+    def counting_bookings(self) -> Iterator[None]:
+        """Booking in the block counts on `bookings` (see `batch_bookings`)."""
+        token = _BOOKINGS.set(self.bookings)
+        try:
+            yield
+        finally:
+            _BOOKINGS.reset(token)
 
     def load(self, db: sqlite_utils.Database, transaction_id: str) -> Deposit | None:
         """The deposit as it stands in this batch (read from the table if not read yet)."""
@@ -71,3 +110,7 @@ class BatchWrites:
         if self.facts:
             insert_fact_rows(db, self.facts)
             self.facts.clear()
+        if self.bookings is not None and self.bookings.checks:
+            checks, self.bookings.checks = self.bookings.checks, []
+            if not all(written() for written in checks):
+                raise BookingMissed("a booking the batch counted on was not written")

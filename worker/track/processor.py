@@ -350,7 +350,7 @@ class Processor:
         outcomes: list[_Outcome] = []
         tried = 0
         try:
-            with savepoint(conn, "batch"):
+            with savepoint(conn, "batch"), batch.counting_bookings():
                 for event in events:
                     if tried >= floor and time.perf_counter() > deadline:
                         break

@@ -40,9 +40,10 @@ class Recording:
     profiles: Callable[[], Profiles]
     lines: list[LogLine]  # what to log once committed
 
-    def add(self, *, params: dict[str, Any], **fields: Any) -> int:
-        """Add this intent's action row (status, outcome and key as `fields` say)."""
-        return add_action(
+    def add(self, *, params: dict[str, Any], **fields: Any) -> None:
+        """Add this intent's action row (status, outcome and key as `fields` say); its id is
+        not read (not waited for on PostgreSQL)."""
+        add_action(
             self.db,
             deposit=self.deposit,
             action=self.intent.action,
@@ -50,6 +51,7 @@ class Recording:
             trigger=self.trigger,
             event_id=self.fact.event_id,
             intent=self.intent,
+            want_id=False,
             **fields,
         )
 

@@ -5,6 +5,8 @@ Nothing runs after the commit: the row records what booking did (`book_checked`)
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlite_utils
 
 from worker.act.kinds.base import Kind, Recording
@@ -13,6 +15,7 @@ from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
 from worker.store import ledger
 from worker.store.conflicts import decided_value_of
+from worker.track.batch import batch_bookings
 from worker.track.conflicts import DUPLICATE, WIRE_NAMES, held_by, hold_likely_duplicate
 from worker.track.tracker import Deposit, State
 
@@ -25,20 +28,19 @@ CREDITED_STATES = frozenset({State.CREDITED, State.COMPLETED})
 BOOK_TRIGGERS = frozenset({"credited", "completed", "released"})
 
 
-def book(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> bool:
-    """Write the ledger row for a deposit once; False when it was already booked."""
-    return ledger.insert_booking(
-        db,
-        transaction_id=deposit.transaction_id,
-        wallet_id=deposit.wallet_id,
-        wallet_name=deposit.wallet_name,
-        currency=deposit.currency,
-        network=deposit.network,
-        amount=_amount(deposit),
-        from_address=deposit.from_address,
-        tx_hash=deposit.tx_hash,
-        trigger=trigger,
-    )
+def _booking(deposit: Deposit, trigger: str) -> dict[str, Any]:
+    """The ledger row's values."""
+    return {
+        "transaction_id": deposit.transaction_id,
+        "wallet_id": deposit.wallet_id,
+        "wallet_name": deposit.wallet_name,
+        "currency": deposit.currency,
+        "network": deposit.network,
+        "amount": _amount(deposit),
+        "from_address": deposit.from_address,
+        "tx_hash": deposit.tx_hash,
+        "trigger": trigger,
+    }
 
 
 def _amount(deposit: Deposit) -> str | None:
@@ -52,20 +54,27 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     field is in conflict (`worker.track.conflicts`), and never while it is a likely duplicate of
     another transactionId booked with the same txHash (held, one critical alert). A deposit
     already booked says so whatever else holds now (the ledger is read only when booking is
-    refused: otherwise the INSERT OR IGNORE itself says whether the row was new).
+    refused or did not happen: otherwise the INSERT itself says whether the row was new).
     """
+    known = batch_bookings()
+    if known is not None and deposit.transaction_id in known.booked:
+        return "done", "already booked"
     refused = _refusal(db, deposit, trigger)
-    if refused is not None:
-        if ledger.is_booked(db, deposit.transaction_id):
-            return "done", "already booked"
-        status, outcome, alert = refused
-        if alert is not None:
-            enqueue_alert(
-                db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=alert
-            )
-        return status, outcome
-    booked = book(db, deposit, trigger)
-    return "done", "booked" if booked else "already booked"
+    if refused is None:
+        # Booked unless booked already. A batch counts on it and checks at its end (applied
+        # again one by one if it was not written).
+        written = ledger.book_once(db, **_booking(deposit, trigger))
+        if known is not None:
+            known.booked.add(deposit.transaction_id)
+            known.checks.append(written)
+            return "done", "booked"
+        return "done", "booked" if written() else "already booked"
+    if ledger.is_booked(db, deposit.transaction_id):
+        return "done", "already booked"
+    status, outcome, alert = refused
+    if alert is not None:
+        enqueue_alert(db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=alert)
+    return status, outcome
 
 
 def _refusal(

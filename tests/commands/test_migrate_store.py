@@ -1,0 +1,284 @@
+"""`depositd migrate-store --to`: a SQLite database copied into an empty PostgreSQL one and back,
+checked on both sides; refused while a serve runs or into a database that holds rows; a failure
+leaves the target as it was."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pgcluster import Cluster
+
+from worker.commands.cli import main
+from worker.service.lock import serve_lock
+from worker.store.actions import insert_action
+from worker.store.ledger import insert_booking
+from worker.store.pg import connect as pg_connect
+from worker.store.pgstore import PgStore
+from worker.store.writer import Store, event_row
+
+AMOUNTS = ["1234.567800", "0.000001", "99.99"]
+
+
+def write_config(tmp_path: Path, storage: dict[str, Any], name: str = "depositd.yaml") -> Path:
+    """A complete config with this `storage` section."""
+    cfg = {
+        "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
+        "webhook": {"api_key": "wk", "secret": "ws"},
+        "storage": storage,
+    }
+    path = tmp_path / name
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+async def seed_sqlite(path: Path) -> None:
+    """Events, bookings in two currencies and actions, written the way serve writes them."""
+    store = Store(path)
+    await store.open()
+    try:
+        for n in range(5):
+            row = event_row(
+                f"ev-{n}",
+                "DEPOSIT_ORDER_NOTIFICATION",
+                f"tx-{n}",
+                f"tx-{n}",
+                b'{"eventId": "x"}\x00\xff',
+                {},
+                "2026-01-01T00:00:00Z",
+            )
+            await store.queue_event(row)
+
+        def book(db: Any) -> None:
+            for n, amount in enumerate(AMOUNTS):
+                insert_booking(
+                    db,
+                    transaction_id=f"tx-{n}",
+                    wallet_id=1001,
+                    wallet_name="w",
+                    currency="USDT",
+                    network="TRON",
+                    amount=amount,
+                    from_address="a",
+                    tx_hash=f"h{n}",
+                    trigger="credited",
+                )
+            insert_booking(
+                db,
+                transaction_id="tx-9",
+                wallet_id=1001,
+                wallet_name="w",
+                currency="BTC",
+                network="BTC",
+                amount="0.5",
+                from_address="a",
+                tx_hash="h9",
+                trigger="credited",
+            )
+            for n in range(3):
+                insert_action(
+                    db,
+                    transaction_id=f"tx-{n}",
+                    event_id=f"ev-{n}",
+                    trigger="credited",
+                    rule_set=None,
+                    rule_set_version=None,
+                    rule=None,
+                    action="book",
+                    params="{}",
+                    idempotency_key=f"k{n}",
+                    status="done",
+                    outcome="booked",
+                )
+
+        await store.write(book)
+    finally:
+        await store.close()
+
+
+def pg_rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    conn = pg_connect(url)
+    try:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+    finally:
+        conn.close()
+
+
+def pg_tables(url: str) -> list[str]:
+    return [
+        r[0]
+        for r in pg_rows(
+            url,
+            "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = current_schema()",
+        )
+    ]
+
+
+async def test_a_sqlite_database_moves_to_postgresql_and_back(
+    tmp_path: Path, pg_cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every row arrives, blobs and decimal strings unchanged; the figures both sides were
+    checked by are printed; the generated keys go on past the copied ones; and the way back
+    into a new SQLite file gives the same rows."""
+    db = tmp_path / "depositd.db"
+    await seed_sqlite(db)
+    url = pg_cluster.create_database()
+    config = write_config(tmp_path, {"path": str(db)})
+
+    assert main(["migrate-store", "--config", str(config), "--to", url]) == 0
+    out = capsys.readouterr().out
+    assert "rows per table and ledger sums match" in out
+    assert any(line.split() == ["events", "5", "5"] for line in out.splitlines())
+    assert any(line.split() == ["USDT", "1334.557801", "1334.557801"] for line in out.splitlines())
+    assert "BTC" in out
+
+    assert sorted(r[0] for r in pg_rows(url, "SELECT amount FROM ledger")) == sorted(
+        [*AMOUNTS, "0.5"]
+    )
+    bodies = pg_rows(url, "SELECT body FROM events ORDER BY seq")
+    assert [bytes(b[0]) for b in bodies] == [b'{"eventId": "x"}\x00\xff'] * 5
+
+    store = PgStore(url)
+    await store.open()
+    try:
+        await store.queue_event(
+            event_row("ev-new", None, None, None, b"{}", {}, "2026-01-02T00:00:00Z")
+        )
+        seq = await store.read(
+            lambda d: d.execute("SELECT seq FROM events WHERE event_id = 'ev-new'").fetchone()[0]
+        )
+        action = await store.write(
+            lambda d: insert_action(
+                d,
+                transaction_id=None,
+                event_id=None,
+                trigger="t",
+                rule_set=None,
+                rule_set_version=None,
+                rule=None,
+                action="a",
+                params="{}",
+                idempotency_key=None,
+                status="pending",
+                outcome=None,
+            )
+        )
+    finally:
+        await store.close()
+    assert seq == 6 and action == 4
+
+    back = tmp_path / "back.db"
+    pg_config = write_config(tmp_path, {"url": url}, "pg.yaml")
+    assert main(["migrate-store", "--config", str(pg_config), "--to", str(back)]) == 0
+    assert "rows per table and ledger sums match" in capsys.readouterr().out
+    conn = sqlite3.connect(back)
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 6
+        amounts = [Decimal(r[0]) for r in conn.execute("SELECT amount FROM ledger")]
+        assert sum(amounts) == Decimal("1335.057801")
+        assert conn.execute("SELECT body FROM events WHERE seq = 1").fetchone()[0] == (
+            b'{"eventId": "x"}\x00\xff'
+        )
+    finally:
+        conn.close()
+
+
+async def test_a_target_with_rows_or_a_running_serve_is_refused(
+    tmp_path: Path, pg_cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2 and nothing written when the target holds depositd rows, or while a `serve`
+    holds the source; a target with the empty schema (an instance started on it) is taken."""
+    db = tmp_path / "depositd.db"
+    await seed_sqlite(db)
+    config = write_config(tmp_path, {"path": str(db)})
+    url = pg_cluster.create_database()
+    store = PgStore(url)
+    await store.open()
+    await store.close()  # the empty schema only
+
+    with serve_lock(db):
+        assert main(["migrate-store", "--config", str(config), "--to", url]) == 2
+    assert "a depositd serve runs on" in capsys.readouterr().err
+    assert pg_rows(url, "SELECT COUNT(*) FROM events") == [(0,)]
+
+    assert main(["migrate-store", "--config", str(config), "--to", url]) == 0
+    capsys.readouterr()
+    assert main(["migrate-store", "--config", str(config), "--to", url]) == 2
+    err = capsys.readouterr().err
+    assert "the target holds depositd rows" in err and "events (5 rows)" in err
+    assert pg_rows(url, "SELECT COUNT(*) FROM events") == [(5,)]
+
+
+async def test_a_failed_copy_leaves_the_target_empty(
+    tmp_path: Path, pg_cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row PostgreSQL refuses (text SQLite kept in an INTEGER column) fails the command
+    (exit 1) and leaves no table behind: schema and rows were one transaction."""
+    db = tmp_path / "depositd.db"
+    await seed_sqlite(db)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE actions SET attempts = 'three' WHERE id = 2")
+    conn.commit()
+    conn.close()
+    url = pg_cluster.create_database()
+    config = write_config(tmp_path, {"path": str(db)})
+    assert main(["migrate-store", "--config", str(config), "--to", url]) == 1
+    assert "the target is left as it was" in capsys.readouterr().err
+    assert pg_tables(url) == []
+
+
+async def test_the_password_file_is_read_and_never_shown(
+    tmp_path: Path,
+    pg_cluster: Cluster,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--password-file NAME` names a credential the unit loads (depositctl); a file that
+    cannot be read is refused (exit 2) before anything is copied; the password is never
+    printed."""
+    db = tmp_path / "depositd.db"
+    await seed_sqlite(db)
+    config = write_config(tmp_path, {"path": str(db)})
+    url = pg_cluster.create_database()
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "db_password").write_text("pw-from-credential\n")
+    assert (
+        main(
+            [
+                "migrate-store",
+                "--config",
+                str(config),
+                "--to",
+                url,
+                "--password-file",
+                "db_password",
+            ]
+        )
+        == 2
+    )
+    assert "cannot read the password file" in capsys.readouterr().err
+    assert pg_tables(url) == []
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(credentials))
+    assert (
+        main(
+            [
+                "migrate-store",
+                "--config",
+                str(config),
+                "--to",
+                url,
+                "--password-file",
+                "db_password",
+            ]
+        )
+        == 0
+    )
+    out, err = capsys.readouterr()
+    assert "rows per table and ledger sums match" in out
+    assert "pw-from-credential" not in out + err
