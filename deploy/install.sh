@@ -244,6 +244,17 @@ unit=\$(systemctl cat depositd.service) || {
     echo "depositctl: depositd.service is not installed (run install.sh)" >&2
     exit 2
 }
+# The command sees neither /home nor /root, and has a /tmp of its own that is gone when it ends:
+# refuse such paths rather than fail to read them or write a file nobody will find.
+for arg in "\$@"; do
+    case \$arg in
+    /home/* | /root/* | /tmp/* | /var/tmp/* | *=/home/* | *=/root/* | *=/tmp/* | *=/var/tmp/*)
+        echo "depositctl: \$arg: commands run like the service, without /home, /root and the" \\
+            "host's /tmp; use a path under /etc/depositd or /var/lib/depositd" >&2
+        exit 2
+        ;;
+    esac
+done
 set -- $PREFIX/venv/bin/depositd "\$@"
 for cred in \$(printf '%s\\n' "\$unit" | awk '
     /^[[:space:]]*LoadCredential=/ {

@@ -371,16 +371,28 @@ def test_depositctl_keeps_the_state_directory_private(host: Host) -> None:
 
 
 def test_depositctl_cannot_read_home(host: Host) -> None:
-    """depositctl cannot read a world-readable file under /home, as the service cannot
-    (item 4); the same file from /etc/depositd is read."""
+    """depositctl's command cannot read a world-readable file under /home, as the service
+    cannot (item 4): a configuration in /etc/depositd naming profiles under /home fails
+    `check`, the same profiles in /etc/depositd pass; a /home path given on the command line
+    is refused at once, naming the folders to use."""
     host.run(
-        "mkdir -p /home/alice && cp /etc/depositd/depositd.yaml /home/alice/x.yaml"
-        " && chmod 0755 /home/alice && chmod 0644 /home/alice/x.yaml"
+        "mkdir -p /home/alice && cp /etc/depositd/profiles.yaml /home/alice/profiles.yaml"
+        " && chmod 0755 /home/alice && chmod 0644 /home/alice/profiles.yaml"
     )
-    proc = host.machine.run(f"{DEPOSITCTL} --config /home/alice/x.yaml check", check=False)
-    assert proc.returncode != 0, proc.stdout
-    assert not proc.stdout.startswith("ok:"), proc.stdout
+    config = json.loads(host.machine.path("/etc/depositd/depositd.yaml").read_text())
+    config["profiles"] = "/home/alice/profiles.yaml"
+    home = host.machine.path("/etc/depositd/home.yaml")
+    home.write_text(json.dumps(config))
+    try:
+        proc = host.machine.run(f"{DEPOSITCTL} --config /etc/depositd/home.yaml check", check=False)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "/home/alice/profiles.yaml" in proc.stdout + proc.stderr
+    finally:
+        home.unlink()
     assert host.run(f"{DEPOSITCTL} check").startswith("ok:")
+    proc = host.machine.run(f"{DEPOSITCTL} --config /home/alice/x.yaml check", check=False)
+    assert proc.returncode == 2
+    assert "use a path under /etc/depositd or /var/lib/depositd" in proc.stderr
 
 
 def test_journal_priorities_follow_levels(host: Host) -> None:

@@ -607,6 +607,35 @@ def test_depositctl_has_the_units_protections(installed: Installed, tmp_path: Pa
     assert {"StateDirectoryMode=0700", "UMask=0077", "ProtectHome=yes"} <= given
 
 
+@pytest.mark.parametrize(
+    "arg", ["/home/alice/x.yaml", "/root/e.json", "/tmp/copy.db", "--config=/home/a.yaml"]
+)
+def test_depositctl_refuses_paths_its_command_cannot_see(
+    installed: Installed, tmp_path: Path, arg: str
+) -> None:
+    """A path under /home, /root or /tmp is refused (exit 2) before anything runs: the command
+    could not read it, or would write a file into a /tmp of its own that vanishes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\ncat "{UNIT}"\n')
+    (bin_dir / "systemd-run").write_text("#!/bin/sh\necho ran\n")
+    for tool in ("systemctl", "systemd-run"):
+        (bin_dir / tool).chmod(0o755)
+    helper = installed.root / PREFIX.lstrip("/") / "bin/depositctl"
+    proc = subprocess.run(
+        ["sh", str(helper), "backup", arg],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
+    assert proc.returncode == 2
+    assert "ran" not in proc.stdout
+    assert f"depositctl: {arg}: " in proc.stderr
+    assert "/etc/depositd or /var/lib/depositd" in proc.stderr
+
+
 def test_install_under_root_says_what_root_is_for(installed: Installed) -> None:
     """With --root, install.sh says the tree is staged (its paths are the final system's) and
     names every credential the installed config reads, with the drop-in lines for the
