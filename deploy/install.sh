@@ -144,26 +144,25 @@ if [[ -f $SRC/README.md ]]; then install -m 0644 "$SRC/README.md" "$SHARE.new/do
 install -m 0644 "$SRC/deploy/depositd.example.yaml" "$SHARE.new/depositd.example.yaml"
 if [[ -d $SRC/rules ]]; then cp -R "$SRC/rules/." "$SHARE.new/rules/"; fi
 find "$SHARE.new" -name __pycache__ -prune -exec rm -rf {} +
+# The group and the modes of /etc/depositd, for systemd-sysusers and systemd-tmpfiles, which
+# depositd-setup.service runs on the target before the first start: a staged tree (--root) has
+# no /etc/group to add to, and its owners are the build's. Kept here, not in /etc/sysusers.d or
+# /etc/tmpfiles.d, so that nothing acts on them at boot before that unit runs.
+cat >"$SHARE.new/sysusers.conf" <<SYSUSERS
+# The group that opens /etc/depositd to depositd.service (SupplementaryGroups=).
+g $GROUP -
+SYSUSERS
+cat >"$SHARE.new/tmpfiles.conf" <<TMPFILES
+# /etc/depositd: root and the service only (payer profiles are personal data).
+d /etc/depositd 0750 root $GROUP -
+d /etc/depositd/credentials 0700 root root -
+TMPFILES
+chmod 0644 "$SHARE.new/sysusers.conf" "$SHARE.new/tmpfiles.conf"
 rm -rf "$SHARE"
 mv "$SHARE.new" "$SHARE"
 
 # 3. Configuration, rules and profiles, installed only where missing. Secrets are credentials
 #    (root only; systemd hands them over) or environment variables.
-#    The group and the folders' modes are also declared for systemd-sysusers and
-#    systemd-tmpfiles, which depositd-setup.service runs on the target before the first start:
-#    a staged tree (--root) has no /etc/group to add to, and its owners are the build's.
-install -d -m 0755 "$ROOT/etc/sysusers.d" "$ROOT/etc/tmpfiles.d"
-cat >"$BUILD/sysusers.conf" <<SYSUSERS
-# The group that opens /etc/depositd to depositd.service (SupplementaryGroups=).
-g $GROUP -
-SYSUSERS
-install -m 0644 "$BUILD/sysusers.conf" "$ROOT/etc/sysusers.d/depositd.conf"
-cat >"$BUILD/tmpfiles.conf" <<TMPFILES
-# /etc/depositd: root and the service only (payer profiles are personal data).
-d /etc/depositd 0750 root $GROUP -
-d /etc/depositd/credentials 0700 root root -
-TMPFILES
-install -m 0644 "$BUILD/tmpfiles.conf" "$ROOT/etc/tmpfiles.d/depositd.conf"
 if [[ -z $ROOT ]] && ! getent group "$GROUP" >/dev/null; then
     groupadd --system "$GROUP"
     log "created group $GROUP"
@@ -326,8 +325,7 @@ if [[ -n $ROOT ]]; then
     log "      system ($PREFIX, /etc/depositd), so nothing here runs or checks from $ROOT;"
     log "      it holds no console token: depositd-setup.service makes"
     log "      /etc/depositd/credentials/console_token on each host before the first start"
-    log "      (with the depositd-config group and the modes of /etc/depositd, from"
-    log "      /etc/sysusers.d and /etc/tmpfiles.d);"
+    log "      (with the depositd-config group and the modes of /etc/depositd);"
     log "      copy the tree to / and there, as on any host:"
     step="     "
 fi

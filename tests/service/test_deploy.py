@@ -360,9 +360,9 @@ def test_install_puts_files_in_place(installed: Installed) -> None:
     assert list((etc / "credentials").iterdir()) == []
     # The config group and the folders' modes, for systemd-sysusers and systemd-tmpfiles on
     # the target (a staged tree has no /etc/group, and its owners are the build's).
-    sysusers = (installed.root / "etc/sysusers.d/depositd.conf").read_text()
+    sysusers = (share / "sysusers.conf").read_text()
     assert "g depositd-config -" in sysusers.splitlines()
-    tmpfiles = (installed.root / "etc/tmpfiles.d/depositd.conf").read_text().splitlines()
+    tmpfiles = (share / "tmpfiles.conf").read_text().splitlines()
     assert "d /etc/depositd 0750 root depositd-config -" in tmpfiles
     assert "d /etc/depositd/credentials 0700 root root -" in tmpfiles
     units = installed.root / "etc/systemd/system"

@@ -51,11 +51,11 @@ def write_config(tmp_path: Path, provider_url: str, port: int, rules: Path | Non
 
 
 async def start_serve(config: Path, notify: socket.socket, log: Path) -> asyncio.subprocess.Process:
-    """`python -m worker serve` with NOTIFY_SOCKET and a one-second watchdog."""
+    """`python -m worker serve` with NOTIFY_SOCKET and a two-second watchdog."""
     env = {k: v for k, v in os.environ.items() if k != "WATCHDOG_PID"}
     env.update(
         NOTIFY_SOCKET=str(notify.getsockname()),
-        WATCHDOG_USEC="1000000",
+        WATCHDOG_USEC="2000000",
         PYTHONPATH=str(ROOT),
     )
     with log.open("wb") as err:
@@ -109,7 +109,7 @@ async def test_ready_after_port_bound_watchdog_then_stopping(
             assert resp.status == 200
 
         after_ready = await messages_for(notify_socket, 1.6)
-        # WATCHDOG_USEC=1s: a ping every half second, so about three in 1.6 s.
+        # WATCHDOG_USEC=2s: a ping every half second, so about three in 1.6 s.
         assert after_ready.count("WATCHDOG=1") >= 2, after_ready
         assert set(after_ready) == {"WATCHDOG=1"}, after_ready
 
@@ -152,7 +152,7 @@ async def test_watchdog_stops_while_the_ingress_process_does_not_answer(
     tmp_path: Path, provider_url: str, notify_socket: socket.socket
 ) -> None:
     """A stopped (hung) ingress process makes serve send WATCHDOG=trigger within the watchdog
-    interval (one second here) and ping no more, so systemd kills and restarts it at once."""
+    interval (two seconds here) and ping no more, so systemd kills and restarts it at once."""
     port = free_port()
     log = tmp_path / "serve.log"
     proc = await start_serve(write_config(tmp_path, provider_url, port), notify_socket, log)
@@ -161,7 +161,7 @@ async def test_watchdog_stops_while_the_ingress_process_does_not_answer(
             pass
         (ingress,) = children(proc.pid)
         os.kill(ingress, signal.SIGSTOP)
-        got = await messages_for(notify_socket, 1.5)
+        got = await messages_for(notify_socket, 2.5)
         assert "WATCHDOG=trigger" in got, got
         assert got[got.index("WATCHDOG=trigger") + 1 :] == [], got
         os.kill(ingress, signal.SIGCONT)
