@@ -55,10 +55,19 @@ tools:
 	    mkdir -p $(AXE_DIR) && npm install --prefix $(AXE_DIR) --no-audit --no-fund \
 	    --save-exact axe-core@$(AXE_VERSION) >/dev/null || { \
 	    echo "axe-core missing: install npm, then run make tools" >&2; exit 1; }
+	@# tests/deploy boots a minimal Debian with systemd as PID 1: mmdebstrap builds its root
+	@# filesystem (cached in /var/cache/depositd-tests), systemd-nspawn boots it.
+	@{ command -v mmdebstrap >/dev/null && command -v systemd-nspawn >/dev/null; } || { \
+	    command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q --no-install-recommends mmdebstrap systemd-container; } || { \
+	    echo "mmdebstrap or systemd-nspawn missing: run apt-get install -y mmdebstrap" \
+	        "systemd-container (as root)" >&2; exit 1; }
 
 # The suite on two workers (pytest-xdist): each starts its own PostgreSQL cluster and browser.
+# loadgroup keeps tests/deploy (one booted container) on one worker.
 test: $(STAMP) tools
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 2 --dist loadgroup
 
 # The console's screenshots in docs/, taken by its browser tests.
 screenshots: $(STAMP) tools

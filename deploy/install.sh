@@ -20,7 +20,8 @@ usage: install.sh [options]
   --python PY             interpreter for the virtualenv (default python3; needs 3.11+)
   --system-site-packages  let the virtualenv see the interpreter's packages (distro packages)
   --pip-args "ARGS"       extra arguments for pip install, e.g. "--no-index --find-links DIR"
-  --no-systemctl          do not run systemctl daemon-reload
+  --no-systemctl          do not run systemctl daemon-reload (also skipped when systemd is not
+                          running, e.g. in an image build)
   -h, --help              this help
 USAGE
 }
@@ -66,6 +67,12 @@ if [[ -n $ROOT ]]; then
     RUN_SYSTEMCTL=0
 fi
 if [[ $RUN_SYSTEMCTL == 1 ]] && ! command -v systemctl >/dev/null 2>&1; then
+    RUN_SYSTEMCTL=0
+fi
+# In an image build or a container without systemd as PID 1, systemctl is there but has no
+# manager to talk to: daemon-reload would fail after every file is in place.
+if [[ $RUN_SYSTEMCTL == 1 && ! -d /run/systemd/system ]]; then
+    log "systemd is not running here (no /run/systemd/system): skipped systemctl daemon-reload"
     RUN_SYSTEMCTL=0
 fi
 
@@ -149,6 +156,20 @@ for kind in KINDS:
 PY
 find "$SHARE.new" -name '*.yaml' -exec sed -i -E \
     "s#^(\# yaml-language-server: [$]schema=).*/([a-z]+[.]schema[.]json)\$#\1$PREFIX/share/schemas/\2#" {} +
+# The group and the modes of /etc/depositd, for systemd-sysusers and systemd-tmpfiles, which
+# depositd-setup.service runs on the target before the first start: a staged tree (--root) has
+# no /etc/group to add to, and its owners are the build's. Kept here, not in /etc/sysusers.d or
+# /etc/tmpfiles.d, so that nothing acts on them at boot before that unit runs.
+cat >"$SHARE.new/sysusers.conf" <<SYSUSERS
+# The group that opens /etc/depositd to depositd.service (SupplementaryGroups=).
+g $GROUP -
+SYSUSERS
+cat >"$SHARE.new/tmpfiles.conf" <<TMPFILES
+# /etc/depositd: root and the service only (payer profiles are personal data).
+d /etc/depositd 0750 root $GROUP -
+d /etc/depositd/credentials 0700 root root -
+TMPFILES
+chmod 0644 "$SHARE.new/sysusers.conf" "$SHARE.new/tmpfiles.conf"
 rm -rf "$SHARE"
 mv "$SHARE.new" "$SHARE"
 
@@ -167,7 +188,9 @@ if [[ ! -d $ETC/rules ]]; then first_install=1; fi
 install -d -m 0755 "$ETC/rules"
 install -d -m 0700 "$ETC/credentials"
 # The operator console's login token: random, created once, never printed (cat it as root).
-if [[ ! -s $ETC/credentials/console_token ]]; then
+# Never in a staged tree: every host built from it would share one token. There
+# depositd-setup.service makes it on the target before the first start.
+if [[ -z $ROOT && ! -s $ETC/credentials/console_token ]]; then
     (
         umask 077
         head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$ETC/credentials/console_token"
@@ -235,6 +258,17 @@ unit=\$(systemctl cat depositd.service) || {
     echo "depositctl: depositd.service is not installed (run install.sh)" >&2
     exit 2
 }
+# The command sees neither /home nor /root, and has a /tmp of its own that is gone when it ends:
+# refuse such paths rather than fail to read them or write a file nobody will find.
+for arg in "\$@"; do
+    case \$arg in
+    /home/* | /root/* | /tmp/* | /var/tmp/* | *=/home/* | *=/root/* | *=/tmp/* | *=/var/tmp/*)
+        echo "depositctl: \$arg: commands run like the service, without /home, /root and the" \\
+            "host's /tmp; use a path under /etc/depositd or /var/lib/depositd" >&2
+        exit 2
+        ;;
+    esac
+done
 set -- $PREFIX/venv/bin/depositd "\$@"
 for cred in \$(printf '%s\\n' "\$unit" | awk '
     /^[[:space:]]*LoadCredential=/ {
@@ -244,20 +278,39 @@ for cred in \$(printf '%s\\n' "\$unit" | awk '
     END { for (i = 1; i <= n; i++) print list[i] }'); do
     set -- -p "LoadCredential=\$cred" "\$@"
 done
+# The token is made by depositd-setup.service before the first start; a command run before
+# that start needs it as well (a credential whose file is missing stops the command).
+if [ ! -e /etc/depositd/credentials/console_token ]; then
+    systemctl start depositd-setup.service >/dev/null
+fi
+# The service's protections that apply to a one-shot command (depositd.service lists them),
+# and the state folder's mode: a transient unit's default (0755) would open the database.
 exec systemd-run --quiet --pipe --wait --collect \\
     -p DynamicUser=yes -p User=depositd -p SupplementaryGroups=$GROUP \\
-    -p StateDirectory=depositd -p UMask=0077 \\
+    -p StateDirectory=depositd -p StateDirectoryMode=0700 -p UMask=0077 \\
+    -p ProtectSystem=strict -p ProtectHome=yes -p PrivateTmp=yes -p PrivateDevices=yes \\
+    -p NoNewPrivileges=yes -p CapabilityBoundingSet= -p AmbientCapabilities= \\
+    -p "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX" -p RestrictNamespaces=yes \\
+    -p RestrictRealtime=yes -p RestrictSUIDSGID=yes -p LockPersonality=yes \\
+    -p ProtectKernelTunables=yes -p ProtectKernelModules=yes -p ProtectKernelLogs=yes \\
+    -p ProtectControlGroups=yes -p ProtectClock=yes -p ProtectHostname=yes \\
+    -p ProtectProc=invisible -p ProcSubset=pid -p PrivateMounts=yes \\
+    -p SystemCallArchitectures=native -p SystemCallFilter=@system-service \\
+    -p "SystemCallFilter=~@privileged @resources" -p SystemCallErrorNumber=EPERM \\
     -p EnvironmentFile=-/etc/depositd/depositd.env \\
     -E DEPOSITD_CONFIG=/etc/depositd/depositd.yaml "\$@"
 CTL
 install -m 0755 "$BUILD/depositctl" "$ROOT$PREFIX/bin/depositctl"
 
-# 4. The unit, rewritten for the prefix. Replaced on every run: local changes belong in
-#    drop-ins (systemctl edit depositd).
+# 4. The units, rewritten for the prefix. Replaced on every run: local changes belong in
+#    drop-ins (systemctl edit depositd). The backup timer is installed, not enabled.
 install -d -m 0755 "$UNIT_DIR"
-sed "s#/opt/depositd/#$PREFIX/#g" "$SRC/deploy/depositd.service" >"$BUILD/depositd.service"
-install -m 0644 "$BUILD/depositd.service" "$UNIT_DIR/depositd.service"
-log "installed $UNIT_DIR/depositd.service"
+for unit in depositd.service depositd-setup.service depositd-backup.service \
+    depositd-backup.timer; do
+    sed "s#/opt/depositd/#$PREFIX/#g" "$SRC/deploy/$unit" >"$BUILD/$unit"
+    install -m 0644 "$BUILD/$unit" "$UNIT_DIR/$unit"
+    log "installed $UNIT_DIR/$unit"
+done
 if [[ $RUN_SYSTEMCTL == 1 ]]; then
     systemctl daemon-reload
     log "ran systemctl daemon-reload"
@@ -285,6 +338,9 @@ step=next:
 if [[ -n $ROOT ]]; then
     log "staged under $ROOT: the unit, depositctl and the config name the paths of the final"
     log "      system ($PREFIX, /etc/depositd), so nothing here runs or checks from $ROOT;"
+    log "      it holds no console token: depositd-setup.service makes"
+    log "      /etc/depositd/credentials/console_token on each host before the first start"
+    log "      (with the depositd-config group and the modes of /etc/depositd);"
     log "      copy the tree to / and there, as on any host:"
     step="     "
 fi

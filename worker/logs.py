@@ -7,6 +7,7 @@ contents. `redact` is a last guard that drops keys which must never be logged.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import MutableMapping
 from typing import Any
@@ -72,9 +73,36 @@ class _Stderr:
         return sys.stderr.isatty()
 
 
+# syslog priorities (sd-daemon(3)): journald reads a leading "<N>" as the line's PRIORITY= and
+# strips it, so `journalctl -p err` selects error lines while MESSAGE stays the rendered line.
+_PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}
+
+
+def stderr_is_journal() -> bool:
+    """True when stderr is the journal stream systemd connected (`$JOURNAL_STREAM` names its
+    device and inode), not a pipe or file the service's own stderr was redirected to."""
+    device, _, inode = os.environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        st = os.fstat(2)
+        return (st.st_dev, st.st_ino) == (int(device), int(inode))
+    except (OSError, ValueError):
+        return False
+
+
+def _with_priority(renderer: Any) -> Any:
+    """`renderer` with each line prefixed by the syslog priority of its level."""
+
+    def render(logger: Any, name: str, event_dict: MutableMapping[str, Any]) -> str:
+        level = str(event_dict.get("level", "info")).lower()
+        return f"<{_PRIORITY.get(level, 6)}>{renderer(logger, name, event_dict)}"
+
+    return render
+
+
 def configure(fmt: str | None = None, level: str = "info", stream: Any = None) -> None:
     """Configure structlog once per process; `fmt` None picks json without a TTY. The standard
-    library's loggers (aiohttp, asyncio, APScheduler) go through the same renderer."""
+    library's loggers (aiohttp, asyncio, APScheduler) go through the same renderer. Lines to a
+    journal stream carry their level's syslog priority."""
     global _handler
     out: Any = stream or _Stderr()
     if fmt is None:
@@ -84,6 +112,8 @@ def configure(fmt: str | None = None, level: str = "info", stream: Any = None) -
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=out.isatty())
     )
+    if stream is None and stderr_is_journal():
+        renderer = _with_priority(renderer)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -30,6 +30,8 @@ UNIT = DEPLOY / "depositd.service"
 EXAMPLE = DEPLOY / "depositd.example.yaml"
 INSTALL = DEPLOY / "install.sh"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+# The units shipped next to depositd.service: first-start setup and the daily backup.
+COMPANIONS = ("depositd-setup.service", "depositd-backup.service", "depositd-backup.timer")
 CREDENTIALS = (
     "api_secret",
     "webhook_secret",
@@ -70,8 +72,17 @@ def verify_unit(text: str, tmp_path: Path) -> tuple[int, list[str]]:
     path = folder / "depositd.service"
     # verify insists that ExecStart exists; any real executable stands in for the virtualenv's.
     path.write_text(text.replace("/opt/depositd/venv/bin/depositd", sys.executable))
+    # The units it names (Wants=) and the backup timer's, checked in the same run; depositctl
+    # stands in as an executable too.
+    others = []
+    for name in COMPANIONS:
+        other = folder / name
+        other.write_text(
+            (DEPLOY / name).read_text().replace("/opt/depositd/bin/depositctl", "/bin/sh")
+        )
+        others.append(str(other))
     proc = subprocess.run(
-        [SYSTEMD_ANALYZE, "verify", "--man=no", "--generators=no", str(path)],
+        [SYSTEMD_ANALYZE, "verify", "--man=no", "--generators=no", str(path), *others],
         capture_output=True,
         text=True,
         timeout=60,
@@ -85,7 +96,8 @@ def verify_unit(text: str, tmp_path: Path) -> tuple[int, list[str]]:
 
 @needs_systemd_analyze
 def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
-    """systemd-analyze verify accepts the unit without a single warning about it."""
+    """systemd-analyze verify accepts the unit and its companions (setup, backup service and
+    timer) without a single warning about them."""
     status, problems = verify_unit(UNIT.read_text(), tmp_path)
     assert (status, problems) == (0, [])
 
@@ -152,7 +164,8 @@ def test_unit_settings() -> None:
         "SystemCallArchitectures": "native",
         "Environment": "DEPOSITD_CONFIG=/etc/depositd/depositd.yaml",
         "ExecStart": "/opt/depositd/venv/bin/depositd serve",
-        "ExecReload": "/bin/kill -HUP $MAINPID",
+        # The shell's builtin kill: minimal images have no /bin/kill (procps).
+        "ExecReload": "/bin/sh -c 'kill -HUP \"$1\"' depositd-reload $MAINPID",
         "KillSignal": "SIGTERM",
         "TimeoutStopSec": "30",
     }
@@ -346,11 +359,23 @@ def test_install_puts_files_in_place(installed: Installed) -> None:
     assert {p.name for p in (etc / "examples").iterdir()} == examples
     assert (share / "doc/deploy.md").is_file()
     assert (share / "depositd.example.yaml").read_text() == installed_copy(EXAMPLE.read_text())
-    # Only the console's login token is made here: random, readable by root alone.
-    assert [p.name for p in (etc / "credentials").iterdir()] == ["console_token"]
-    token = (etc / "credentials/console_token").read_text()
-    assert re.fullmatch(r"[0-9a-f]{64}", token)
-    assert (etc / "credentials/console_token").stat().st_mode & 0o077 == 0
+    # A staged tree ships no secret, not even the console's login token: every host built from
+    # it would share one. depositd-setup.service makes it on the target (tests/deploy).
+    assert list((etc / "credentials").iterdir()) == []
+    # The config group and the folders' modes, for systemd-sysusers and systemd-tmpfiles on
+    # the target (a staged tree has no /etc/group, and its owners are the build's).
+    sysusers = (share / "sysusers.conf").read_text()
+    assert "g depositd-config -" in sysusers.splitlines()
+    tmpfiles = (share / "tmpfiles.conf").read_text().splitlines()
+    assert "d /etc/depositd 0750 root depositd-config -" in tmpfiles
+    assert "d /etc/depositd/credentials 0700 root root -" in tmpfiles
+    units = installed.root / "etc/systemd/system"
+    assert {p.name for p in units.iterdir()} == {
+        "depositd.service",
+        "depositd-setup.service",
+        "depositd-backup.service",
+        "depositd-backup.timer",
+    }
     modes = {
         "etc/depositd": 0o750,
         "etc/depositd/credentials": 0o700,
@@ -583,6 +608,64 @@ def test_depositctl_loads_what_the_unit_loads(installed: Installed, tmp_path: Pa
                     if a.startswith("LoadCredential="))  # fmt: skip
     assert loaded == ["api_secret", "console_token", "smtp_password", "webhook_secret"]
     assert proc.stdout.splitlines()[-2:] == [f"{PREFIX}/venv/bin/depositd", "check"]
+
+
+def test_depositctl_has_the_units_protections(installed: Installed, tmp_path: Path) -> None:
+    """depositctl's transient unit gets every protection of the unit's hardening block (so it
+    cannot read /home either) and keeps the state folder 0700, where a transient unit's
+    default would open it (0755). systemd-run is a stand-in that prints its arguments; the real
+    behaviour is checked under systemd in tests/deploy."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\ncat "{UNIT}"\n')
+    (bin_dir / "systemd-run").write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    for tool in ("systemctl", "systemd-run"):
+        (bin_dir / tool).chmod(0o755)
+    helper = installed.root / PREFIX.lstrip("/") / "bin/depositctl"
+    args = subprocess.run(
+        ["sh", str(helper), "check"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    ).stdout.splitlines()
+    given = {args[i + 1] for i, arg in enumerate(args) if arg == "-p"}
+    text = UNIT.read_text()
+    hardening = text[text.index("# Hardening.") : text.index("[Install]")]
+    wanted = {line for line in hardening.splitlines() if line and not line.startswith("#")}
+    assert wanted, hardening
+    assert wanted <= given, sorted(wanted - given)
+    assert {"StateDirectoryMode=0700", "UMask=0077", "ProtectHome=yes"} <= given
+
+
+@pytest.mark.parametrize(
+    "arg", ["/home/alice/x.yaml", "/root/e.json", "/tmp/copy.db", "--config=/home/a.yaml"]
+)
+def test_depositctl_refuses_paths_its_command_cannot_see(
+    installed: Installed, tmp_path: Path, arg: str
+) -> None:
+    """A path under /home, /root or /tmp is refused (exit 2) before anything runs: the command
+    could not read it, or would write a file into a /tmp of its own that vanishes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\ncat "{UNIT}"\n')
+    (bin_dir / "systemd-run").write_text("#!/bin/sh\necho ran\n")
+    for tool in ("systemctl", "systemd-run"):
+        (bin_dir / tool).chmod(0o755)
+    helper = installed.root / PREFIX.lstrip("/") / "bin/depositctl"
+    proc = subprocess.run(
+        ["sh", str(helper), "backup", arg],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
+    assert proc.returncode == 2
+    assert "ran" not in proc.stdout
+    assert f"depositctl: {arg}: " in proc.stderr
+    assert "/etc/depositd or /var/lib/depositd" in proc.stderr
 
 
 def test_install_under_root_says_what_root_is_for(installed: Installed) -> None:

@@ -122,8 +122,8 @@ def test_watchdog_interval(
 
 
 async def test_watchdog_loop_pings_repeatedly(notify_socket: socket.socket) -> None:
-    """watchdog_loop sends WATCHDOG=1 every half interval until cancelled."""
-    task = asyncio.create_task(watchdog_loop(SystemdNotifier(), 0.1))
+    """watchdog_loop sends WATCHDOG=1 every quarter interval until cancelled."""
+    task = asyncio.create_task(watchdog_loop(SystemdNotifier(), 0.2))
     await asyncio.sleep(0.28)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -132,6 +132,25 @@ async def test_watchdog_loop_pings_repeatedly(notify_socket: socket.socket) -> N
     assert set(messages) == {"WATCHDOG=1"}
     # Pings at 0, 0.05, 0.10, ... 0.25 s: about six; allow for a slow machine.
     assert 3 <= len(messages) <= 7
+
+
+async def test_watchdog_loop_triggers_the_watchdog_for_a_hung_part(
+    notify_socket: socket.socket,
+) -> None:
+    """Once `alive()` says a part hangs (the ingress process), the loop sends WATCHDOG=trigger,
+    which makes systemd kill and restart the service at once, and pings no more."""
+    answers = iter([True, True, False])
+    await asyncio.wait_for(
+        watchdog_loop(SystemdNotifier(), 0.04, lambda: next(answers, False)), timeout=5
+    )
+    assert receive_all(notify_socket) == ["WATCHDOG=1", "WATCHDOG=1", "WATCHDOG=trigger"]
+
+
+def test_ready_carries_a_status_line(notify_socket: socket.socket) -> None:
+    """ready(status) sends READY=1 and STATUS= in one datagram, so that `systemctl status`
+    shows a line from the first start, not only after a reload."""
+    SystemdNotifier().ready("serving on 127.0.0.1:8080")
+    assert notify_socket.recv(4096) == b"READY=1\nSTATUS=serving on 127.0.0.1:8080"
 
 
 async def test_watchdog_loop_without_interval_returns(notify_socket: socket.socket) -> None:

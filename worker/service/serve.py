@@ -101,7 +101,7 @@ async def _serve(
                     )
                 )
             log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
-            notifier.ready()
+            notifier.ready(f"serving on {settings.webhook.listen}")
             if ingress is None:
                 await stop.wait()
             else:
@@ -183,12 +183,16 @@ async def _ingress_process(
         await first_done(up.wait(), proc.wait(), at_most_s=_INGRESS_START_S)
         if not up.is_set():
             raise OSError(f"the ingress process did not start (exit status {proc.returncode})")
-        # The watchdog (if systemd runs one) also stops when the ingress process stops answering.
+        # The watchdog (if systemd runs one) acts when the ingress process stops answering:
+        # pinged every quarter of the interval, it is hung once silent for half of it, which the
+        # watchdog loop (checking every quarter) reports within the interval. Once stopping, the
+        # pings end and the ingress process drains: that is not a hang.
         interval = SystemdNotifier().watchdog_interval_s()
         if interval is not None:
-            every, within = interval / 4, interval
-            pinger = asyncio.ensure_future(link.keep_pinging(every))
-            app[LIVENESS_KEY].append(lambda: link.heard_within(within))
+            every, within = interval / 4, interval / 2
+            pinging = asyncio.ensure_future(link.keep_pinging(every))
+            pinger = pinging
+            app[LIVENESS_KEY].append(lambda: pinging.done() or link.heard_within(within))
         yield proc
     finally:
         if pinger is not None:

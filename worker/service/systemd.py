@@ -15,6 +15,10 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 
+from worker.logs import get_logger
+
+log = get_logger(__name__)
+
 
 class SystemdNotifier:
     """Sends sd_notify datagrams to `$NOTIFY_SOCKET`, read once at construction."""
@@ -43,9 +47,10 @@ class SystemdNotifier:
         except OSError:
             pass
 
-    def ready(self) -> None:
-        """READY=1: startup finished (store open, migrations applied, rules loaded, port bound)."""
-        self.notify("READY=1")
+    def ready(self, status: str | None = None) -> None:
+        """READY=1: startup finished (store open, migrations applied, rules loaded, port bound),
+        with a STATUS= line for `systemctl status` when given."""
+        self.notify("READY=1" if status is None else "READY=1\nSTATUS=" + " ".join(status.split()))
 
     def reloading(self) -> None:
         """RELOADING=1 with MONOTONIC_USEC (CLOCK_MONOTONIC now, in µs), in one datagram as
@@ -73,6 +78,11 @@ class SystemdNotifier:
         """WATCHDOG=1: the service is alive."""
         self.notify("WATCHDOG=1")
 
+    def watchdog_trigger(self) -> None:
+        """WATCHDOG=trigger: a part of the service hangs; systemd acts as on a missed ping (kill,
+        then Restart=) at once, instead of a whole WatchdogSec after the last ping."""
+        self.notify("WATCHDOG=trigger")
+
     def watchdog_interval_s(self) -> float | None:
         """The watchdog timeout in seconds from `$WATCHDOG_USEC`, or None when not asked for."""
         if self._address is None:
@@ -93,15 +103,20 @@ async def watchdog_loop(
     interval_s: float | None,
     alive: Callable[[], bool] = lambda: True,
 ) -> None:
-    """Send WATCHDOG=1 every `interval_s / 2` from the event loop until cancelled, while
-    `alive()` (e.g. the ingress process answers).
+    """Send WATCHDOG=1 every `interval_s / 4` from the event loop until cancelled, while
+    `alive()` (e.g. the ingress process answers); once it does not, WATCHDOG=trigger, and stop.
 
     Pinging from the loop itself (not a thread) is the point: if the loop hangs, the pings
-    stop and systemd restarts the service. `interval_s` None or not positive returns at once.
+    stop and systemd restarts the service within `interval_s` of the hang. A part found hung
+    by `alive()` is reported at once, so that it too is killed within `interval_s` (docs: the
+    deploy guide's "Configure"). `interval_s` None or not positive returns at once.
     """
     if interval_s is None or interval_s <= 0 or not notifier.enabled:
         return
     while True:
-        if alive():
-            notifier.watchdog()
-        await asyncio.sleep(interval_s / 2)
+        if not alive():
+            log.error("a part of the service stopped answering: asking systemd's watchdog to act")
+            notifier.watchdog_trigger()
+            return
+        notifier.watchdog()
+        await asyncio.sleep(interval_s / 4)
