@@ -13,7 +13,7 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-.PHONY: setup demo test lint lock tools screenshots
+.PHONY: setup demo test lint lock tools screenshots mutation
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -49,10 +49,15 @@ test: $(STAMP) tools
 screenshots: $(STAMP) tools
 	DEPOSITD_SCREENSHOTS=1 $(BIN)/pytest -q -p no:randomly tests/console/test_console_browser.py
 
+# Mutation testing of the modules that decide money (tens of minutes; not in CI):
+# `make mutation` for all, `make mutation MODULES=worker/track/tracker.py` for one.
+mutation: $(STAMP)
+	$(BIN)/python mutation/run.py $(MODULES)
+
 lint: $(STAMP)
 	$(BIN)/python requirements/check.py
-	$(BIN)/ruff check worker tests bench
-	$(BIN)/ruff format --check worker tests bench
+	$(BIN)/ruff check worker tests bench mutation
+	$(BIN)/ruff format --check worker tests bench mutation
 	$(BIN)/mypy worker
 	$(BIN)/yamllint --strict .
 
