@@ -13,7 +13,7 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-.PHONY: setup demo test lint lock tools screenshots schemas
+.PHONY: setup demo test lint lock tools screenshots schemas mutation
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -78,10 +78,15 @@ schemas: $(STAMP)
 	for kind in config rules profiles; do \
 	    $(BIN)/depositd schema $$kind > docs/schemas/$$kind.schema.json; done
 
+# Mutation testing of the modules that decide money (tens of minutes; not in CI):
+# `make mutation` for all, `make mutation MODULES=worker/track/tracker.py` for one.
+mutation: $(STAMP)
+	$(BIN)/python mutation/run.py $(MODULES)
+
 lint: $(STAMP)
 	$(BIN)/python requirements/check.py
-	$(BIN)/ruff check worker tests bench
-	$(BIN)/ruff format --check worker tests bench
+	$(BIN)/ruff check worker tests bench mutation
+	$(BIN)/ruff format --check worker tests bench mutation
 	$(BIN)/mypy worker
 	$(BIN)/yamllint --strict .
 	@# The docs site: a broken link or anchor, a missing page or one left out of the nav fails.

@@ -1,0 +1,150 @@
+"""`make mutation`: mutation testing of the modules that decide money, each against its own tests.
+
+For every module listed under `[tool.depositd.mutation]` in pyproject.toml, a scratch copy of the
+checkout is made under `.mutation/<module>/` (kept between runs: mutmut resumes and re-tests only
+what changed), its pyproject's `[tool.mutmut]` is pointed at that one module and its test folder,
+and `mutmut run` goes through it. Then one line per module: mutants, killed, survived, and the score
+over the mutants not listed as equivalent in `mutation/equivalent.txt` (one name and a one-line
+reason per line). Survivors not listed there are printed, so a run shows only what is new.
+
+Not part of `make test` (it takes tens of minutes); docs/testing.md gives the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRATCH = ROOT / ".mutation"
+EQUIVALENT = ROOT / "mutation" / "equivalent.txt"
+TARGET = 0.95
+
+
+@dataclass
+class Outcome:
+    """One module's counts."""
+
+    module: str
+    total: int
+    killed: int
+    survivors: list[str]
+    equivalent: int
+
+    @property
+    def score(self) -> float:
+        counted = self.total - self.equivalent
+        return 1.0 if counted <= 0 else self.killed / counted
+
+
+def equivalents() -> dict[str, str]:
+    """Mutant name -> reason, from mutation/equivalent.txt (`#` lines are comments)."""
+    out: dict[str, str] = {}
+    for line in EQUIVALENT.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, _, reason = line.partition(" ")
+        if not reason.strip():
+            raise SystemExit(f"{EQUIVALENT}: {name} has no reason")
+        out[name] = reason.strip()
+    return out
+
+
+def scratch_copy(module: str, tests: list[str]) -> Path:
+    """A copy of the tracked files with [tool.mutmut] aimed at `module` and `tests`."""
+    place = SCRATCH / module.replace("/", "_").removesuffix(".py")
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    for name in files:
+        if name.startswith(("mutation/", ".mutation/")):
+            continue
+        source, target = ROOT / name, place / name
+        if not source.is_file():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists() or target.read_bytes() != source.read_bytes():
+            shutil.copy2(source, target)
+    config = (ROOT / "pyproject.toml").read_text()
+    head, sep, _ = config.partition("[tool.mutmut]")
+    if not sep:
+        raise SystemExit("pyproject.toml has no [tool.mutmut] table")
+    common = tomllib.loads(config)["tool"]["mutmut"]
+    lines = [f"{key} = {json.dumps(value)}" for key, value in common.items()]
+    lines += [f"only_mutate = {json.dumps([module])}"]
+    lines += [f"pytest_add_cli_args_test_selection = {json.dumps(tests)}"]
+    (place / "pyproject.toml").write_text(head + "[tool.mutmut]\n" + "\n".join(lines) + "\n")
+    return place
+
+
+def run_module(module: str, tests: list[str], children: int, known: dict[str, str]) -> Outcome:
+    """Run mutmut over one module in its scratch copy and read its results."""
+    place = scratch_copy(module, tests)
+    mutmut = str(Path(sys.executable).parent / "mutmut")
+    print(f"== {module} against {' '.join(tests)}", flush=True)
+    subprocess.run(
+        [mutmut, "run", "--max-children", str(children)],
+        cwd=place,
+        check=False,
+        stdout=subprocess.DEVNULL,
+    )
+    listing = subprocess.run(
+        [mutmut, "results", "--all", "true"],
+        cwd=place,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    total = killed = 0
+    survivors: list[str] = []
+    equivalent = 0
+    for line in listing.splitlines():
+        name, _, status = line.strip().rpartition(": ")
+        if not name:
+            continue
+        total += 1
+        if status == "killed":
+            killed += 1
+        elif name in known:
+            equivalent += 1
+        else:
+            survivors.append(f"{name}: {status}")
+    return Outcome(module, total, killed, survivors, equivalent)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help="only these modules (paths as configured)")
+    parser.add_argument("--children", type=int, default=2, help="mutants tested at once")
+    args = parser.parse_args()
+    table: dict[str, list[str]] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"][
+        "depositd"
+    ]["mutation"]
+    chosen = args.modules or list(table)
+    known = equivalents()
+    outcomes = [run_module(m, table[m], args.children, known) for m in chosen]
+    print(f"\n{'module':36} {'mutants':>8} {'killed':>7} {'equiv.':>7} {'left':>5} {'score':>7}")
+    for o in outcomes:
+        print(
+            f"{o.module:36} {o.total:8} {o.killed:7} {o.equivalent:7} "
+            f"{len(o.survivors):5} {o.score:7.1%}"
+        )
+    for o in outcomes:
+        for line in o.survivors:
+            print(f"  not killed: {line}")
+    return 0 if all(o.score >= TARGET for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
