@@ -169,7 +169,7 @@ async def test_serve_metrics_show_the_rate_limit_the_backoff_and_the_wait(
         backoffs.append(seen[("depositd_provider_backoff_seconds", ())])
         return seen.get(limited, 0) == 1
 
-    await stack.wait_for(rate_limited, 10, "the rate-limited history call")
+    await stack.wait_for(rate_limited, 30, "the rate-limited history call")
     assert 0 < backoffs[-1] <= 2
 
     waited = ("depositd_provider_budget_wait_seconds_total", (("endpoint", "history"),))
@@ -178,6 +178,6 @@ async def test_serve_metrics_show_the_rate_limit_the_backoff_and_the_wait(
         # The retry waits until the Retry-After has passed, not a moment less.
         return (await samples()).get(waited, 0) >= 1.9
 
-    await stack.wait_for(waited_it_out, 10, "the history poll to wait out the back-off")
+    await stack.wait_for(waited_it_out, 30, "the history poll to wait out the back-off")
     seen = await samples()
     assert seen[("depositd_provider_backoff_seconds", ())] == 0
