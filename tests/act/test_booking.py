@@ -275,6 +275,28 @@ async def test_a_likely_duplicate_decided_a_duplicate_is_never_booked(
     assert ledger == [{"transaction_id": "TXA"}]
 
 
+@pytest.mark.parametrize(
+    ("changes", "label"),
+    [
+        ({"amount": "100.00"}, "amount written with trailing zeros"),
+        ({"toAddress": "tmerchant"}, "toAddress in another case"),
+        ({"currency": "usdt"}, "currency in another case"),
+    ],
+)
+async def test_a_likely_duplicate_written_differently_is_held_not_booked_twice(
+    env: Env, changes: dict[str, Any], label: str
+) -> None:
+    """The same txHash, amount, receiving address and currency under a second transactionId,
+    written differently ("100.00" for "100", another case): still a likely duplicate, held;
+    the ledger holds the money once."""
+    done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
+    await env.processor.observe_fact(_fact_of(order("TXA", **done)))
+    await env.processor.observe_fact(_fact_of(order("TXB", **done, **changes)))
+    ledger = await rows(env.store, "SELECT transaction_id FROM ledger")
+    assert ledger == [{"transaction_id": "TXA"}], label
+    assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
+
+
 async def test_two_deposits_of_one_on_chain_transaction_are_both_booked(env: Env) -> None:
     """A batch transfer: transactionIds the provider lists with one txHash and an amount or a
     receiving address of their own are deposits of their own, each booked once, no alert."""

@@ -43,17 +43,37 @@ def likely_duplicate_of(
     currency: str | None,
     to_address: str | None,
 ) -> str | None:
-    """The transactionId of a booked deposit with the same txHash (case-blind), amount,
-    currency and receiving address under another id, if any."""
-    other = db.execute(
-        "SELECT l.transaction_id FROM ledger l LEFT JOIN deposits d"
-        " ON d.transaction_id = l.transaction_id WHERE lower(l.tx_hash) = lower(?)"
-        " AND l.transaction_id <> ? AND l.amount IS ? AND upper(COALESCE(l.currency, ''))"
-        " = upper(COALESCE(?, ''))"
-        " AND d.to_address IS ? ORDER BY l.transaction_id LIMIT 1",
-        [tx_hash, transaction_id, amount, currency, to_address],
-    ).fetchone()
-    return None if other is None else str(other[0])
+    """The transactionId of a booked deposit with the same txHash (case-blind), amount (as a
+    number: "100.00" is "100"), currency and receiving address (both case-blind, blanks
+    around ignored) under another id, if any."""
+    rows = db.execute(
+        "SELECT l.transaction_id, l.amount, l.currency, d.to_address FROM ledger l"
+        " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
+        " WHERE lower(l.tx_hash) = lower(?) AND l.transaction_id <> ?"
+        " ORDER BY l.transaction_id",
+        [tx_hash, transaction_id],
+    ).fetchall()
+    for other, booked_amount, booked_currency, booked_to in rows:
+        if (
+            _same_amount(booked_amount, amount)
+            and _same_text(booked_currency, currency)
+            and _same_text(booked_to, to_address)
+        ):
+            return str(other)
+    return None
+
+
+def _same_amount(a: object, b: object) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        return Decimal(str(a)) == Decimal(str(b))
+    except ArithmeticError:
+        return str(a) == str(b)
+
+
+def _same_text(a: object, b: object) -> bool:
+    return str(a or "").strip().casefold() == str(b or "").strip().casefold()
 
 
 def insert_booking(
