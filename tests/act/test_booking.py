@@ -281,14 +281,16 @@ async def test_a_likely_duplicate_decided_a_duplicate_is_never_booked(
         ({"amount": "100.00"}, "amount written with trailing zeros"),
         ({"toAddress": "tmerchant"}, "toAddress in another case"),
         ({"currency": "usdt"}, "currency in another case"),
+        ({"toAddress": None}, "toAddress not known (a deposit webhook does not carry it)"),
     ],
 )
 async def test_a_likely_duplicate_written_differently_is_held_not_booked_twice(
     env: Env, changes: dict[str, Any], label: str
 ) -> None:
     """The same txHash, amount, receiving address and currency under a second transactionId,
-    written differently ("100.00" for "100", another case): still a likely duplicate, held;
-    the ledger holds the money once."""
+    written differently ("100.00" for "100", another case) or with the receiving address not
+    known (nothing tells the two apart): still a likely duplicate, held; the ledger holds the
+    money once."""
     done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
     await env.processor.observe_fact(_fact_of(order("TXA", **done)))
     await env.processor.observe_fact(_fact_of(order("TXB", **done, **changes)))

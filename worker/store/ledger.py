@@ -45,7 +45,8 @@ def likely_duplicate_of(
 ) -> str | None:
     """The transactionId of a booked deposit with the same txHash (case-blind), amount (as a
     number: "100.00" is "100"), currency and receiving address (both case-blind, blanks
-    around ignored) under another id, if any."""
+    around ignored; an address not known on either side counts as the same) under another id,
+    if any."""
     rows = db.execute(
         "SELECT l.transaction_id, l.amount, l.currency, d.to_address FROM ledger l"
         " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
@@ -57,7 +58,7 @@ def likely_duplicate_of(
         if (
             _same_amount(booked_amount, amount)
             and _same_text(booked_currency, currency)
-            and _same_text(booked_to, to_address)
+            and _same_address(booked_to, to_address)
         ):
             return str(other)
     return None
@@ -74,6 +75,14 @@ def _same_amount(a: object, b: object) -> bool:
 
 def _same_text(a: object, b: object) -> bool:
     return str(a or "").strip().casefold() == str(b or "").strip().casefold()
+
+
+def _same_address(a: object, b: object) -> bool:
+    # A deposit known from its webhook alone has no toAddress (the webhook does not carry it):
+    # an address not known tells the two deposits apart no more than an equal one does.
+    if not str(a or "").strip() or not str(b or "").strip():
+        return True
+    return _same_text(a, b)
 
 
 def insert_booking(
