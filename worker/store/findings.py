@@ -175,18 +175,21 @@ def save_findings(
 def _acknowledged_amounts(
     db: sqlite_utils.Database, day: str, found: Sequence[Finding]
 ) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """(day, kind, subject) -> the stored row of each acknowledged finding `found` names."""
+    """(day, kind, subject) -> the stored row of each acknowledged finding of `day` that
+    `found` names again (drifts aside)."""
+    named = {(f.day, f.kind, f.subject) for f in found if f.kind != DRIFT}
+    rows = db.execute(
+        "SELECT id, day, kind, subject, ledger_amount, report_amount, acknowledged_by,"
+        " acknowledged_at, note FROM findings WHERE day=? AND kind<>?"
+        " AND acknowledged_at IS NOT NULL",
+        [day, DRIFT],
+    ).fetchall()
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for f in found:
-        if f.kind == DRIFT:
-            continue
-        row = db.execute(
-            "SELECT id, ledger_amount, report_amount, acknowledged_by, acknowledged_at, note"
-            " FROM findings WHERE day=? AND kind=? AND subject=? AND acknowledged_at IS NOT NULL",
-            [f.day, f.kind, f.subject],
-        ).fetchone()
-        if row is not None:
-            out[(f.day, f.kind, f.subject)] = dict(row)
+    for r in rows:
+        row = dict(r)
+        key = (str(row["day"]), str(row["kind"]), str(row["subject"]))
+        if key in named:
+            out[key] = row
     return out
 
 
