@@ -299,6 +299,22 @@ async def test_a_likely_duplicate_written_differently_is_held_not_booked_twice(
     assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
 
 
+async def test_a_likely_duplicate_of_a_deposit_booked_before_its_txhash_was_known_is_held(
+    env: Env,
+) -> None:
+    """A deposit booked while its txHash was not known yet (the ledger row has none), the hash
+    learnt later: a second transactionId with that hash, amount, address and currency is held
+    as a likely duplicate, not booked a second time."""
+    done = {"status": "SUCCESS", "whiteListStatus": None}
+    await env.processor.observe_fact(_fact_of(order("TXA", **done, transactionHash=None)))
+    later = {**done, "transactionHash": "0xlate", "updateTime": 1_700_000_000_005}
+    await env.processor.observe_fact(_fact_of(order("TXA", **later)))
+    await env.processor.observe_fact(_fact_of(order("TXB", **later)))
+    ledger = await rows(env.store, "SELECT transaction_id, tx_hash FROM ledger")
+    assert ledger == [{"transaction_id": "TXA", "tx_hash": None}]
+    assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
+
+
 async def test_two_deposits_of_one_on_chain_transaction_are_both_booked(env: Env) -> None:
     """A batch transfer: transactionIds the provider lists with one txHash and an amount or a
     receiving address of their own are deposits of their own, each booked once, no alert."""

@@ -43,14 +43,16 @@ def likely_duplicate_of(
     currency: str | None,
     to_address: str | None,
 ) -> str | None:
-    """The transactionId of a booked deposit with the same txHash (case-blind), amount (as a
-    number: "100.00" is "100"), currency and receiving address (both case-blind, blanks
-    around ignored; an address not known on either side counts as the same) under another id,
-    if any."""
+    """The transactionId of a booked deposit with the same txHash (case-blind; the deposit's
+    when its ledger row has none), amount (as a number: "100.00" is "100"), currency and
+    receiving address (both case-blind, blanks around ignored; an address not known on either
+    side counts as the same) under another id, if any."""
     rows = db.execute(
         "SELECT l.transaction_id, l.amount, l.currency, d.to_address FROM ledger l"
         " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
-        " WHERE lower(l.tx_hash) = lower(?) AND l.transaction_id <> ?"
+        # A deposit booked before its txHash was known has none in its ledger row: its
+        # deposit row holds the hash learnt since.
+        " WHERE lower(COALESCE(l.tx_hash, d.tx_hash)) = lower(?) AND l.transaction_id <> ?"
         " ORDER BY l.transaction_id",
         [tx_hash, transaction_id],
     ).fetchall()
