@@ -47,14 +47,18 @@ def likely_duplicate_of(
     when its ledger row has none), amount (as a number: "100.00" is "100"), currency and
     receiving address (both case-blind, blanks around ignored; an address not known on either
     side counts as the same) under another id, if any."""
+    # The second part: a deposit booked before its txHash was known has none in its ledger
+    # row; its deposit row holds the hash learnt since. Each part reads an index of ledger.
     rows = db.execute(
         "SELECT l.transaction_id, l.amount, l.currency, d.to_address FROM ledger l"
         " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
-        # A deposit booked before its txHash was known has none in its ledger row: its
-        # deposit row holds the hash learnt since.
-        " WHERE lower(COALESCE(l.tx_hash, d.tx_hash)) = lower(?) AND l.transaction_id <> ?"
-        " ORDER BY l.transaction_id",
-        [tx_hash, transaction_id],
+        " WHERE lower(l.tx_hash) = lower(?) AND l.transaction_id <> ?"
+        " UNION ALL"
+        " SELECT l.transaction_id, l.amount, l.currency, d.to_address FROM ledger l"
+        " JOIN deposits d ON d.transaction_id = l.transaction_id"
+        " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?) AND l.transaction_id <> ?"
+        " ORDER BY 1",
+        [tx_hash, transaction_id, tx_hash, transaction_id],
     ).fetchall()
     for other, booked_amount, booked_currency, booked_to in rows:
         if (
