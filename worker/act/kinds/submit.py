@@ -212,7 +212,8 @@ class Submitter:
                 action_id,
                 "skipped",
                 f"profile {sub.profile} in force is not the version approved (the profiles file"
-                " was edited since the service loaded it): reload the service, then submit again",
+                " was edited and not reloaded, or reloaded since): reload the service if the file"
+                " holds the version to send, then submit again",
             )
             return
         try:
