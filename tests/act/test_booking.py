@@ -275,6 +275,46 @@ async def test_a_likely_duplicate_decided_a_duplicate_is_never_booked(
     assert ledger == [{"transaction_id": "TXA"}]
 
 
+@pytest.mark.parametrize(
+    ("changes", "label"),
+    [
+        ({"amount": "100.00"}, "amount written with trailing zeros"),
+        ({"toAddress": "tmerchant"}, "toAddress in another case"),
+        ({"currency": "usdt"}, "currency in another case"),
+        ({"toAddress": None}, "toAddress not known (a deposit webhook does not carry it)"),
+    ],
+)
+async def test_a_likely_duplicate_written_differently_is_held_not_booked_twice(
+    env: Env, changes: dict[str, Any], label: str
+) -> None:
+    """The same txHash, amount, receiving address and currency under a second transactionId,
+    written differently ("100.00" for "100", another case) or with the receiving address not
+    known (nothing tells the two apart): still a likely duplicate, held; the ledger holds the
+    money once."""
+    done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
+    await env.processor.observe_fact(_fact_of(order("TXA", **done)))
+    await env.processor.observe_fact(_fact_of(order("TXB", **done, **changes)))
+    ledger = await rows(env.store, "SELECT transaction_id FROM ledger")
+    assert ledger == [{"transaction_id": "TXA"}], label
+    assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
+
+
+async def test_a_likely_duplicate_of_a_deposit_booked_before_its_txhash_was_known_is_held(
+    env: Env,
+) -> None:
+    """A deposit booked while its txHash was not known yet (the ledger row has none), the hash
+    learnt later: a second transactionId with that hash, amount, address and currency is held
+    as a likely duplicate, not booked a second time."""
+    done = {"status": "SUCCESS", "whiteListStatus": None}
+    await env.processor.observe_fact(_fact_of(order("TXA", **done, transactionHash=None)))
+    later = {**done, "transactionHash": "0xlate", "updateTime": 1_700_000_000_005}
+    await env.processor.observe_fact(_fact_of(order("TXA", **later)))
+    await env.processor.observe_fact(_fact_of(order("TXB", **later)))
+    ledger = await rows(env.store, "SELECT transaction_id, tx_hash FROM ledger")
+    assert ledger == [{"transaction_id": "TXA", "tx_hash": None}]
+    assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
+
+
 async def test_two_deposits_of_one_on_chain_transaction_are_both_booked(env: Env) -> None:
     """A batch transfer: transactionIds the provider lists with one txHash and an amount or a
     receiving address of their own are deposits of their own, each booked once, no alert."""

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from stores import StoreMaker
 
+from worker.act.rows import submit_key
 from worker.commands.cli import main
+from worker.config.profiles import Profiles
 from worker.dev.harness import Stack
 from worker.notify.message import build_alert, render_text
 from worker.store import operator as operator_store
@@ -224,3 +226,41 @@ async def test_a_submission_refused_by_the_provider_is_not_sent_again_by_a_secon
     assert f"refused: submission #{first['id']} (failed:" in err and "had this very payload" in err
     await stack.settle()
     assert len([a for a in await stack.actions(tx) if a["action"] == "submit_profile"]) == 1
+
+
+async def test_a_profile_edited_but_not_reloaded_is_not_sent_in_its_old_form(
+    tmp_path: Path, start_stack: MakeStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator corrects a profile in the file and submits it without reloading: the
+    command checked the file's version, the service holds the old one. The old details are
+    never sent in place of the ones approved: the submission is skipped saying to reload, and
+    after the reload a second run submits the corrected profile."""
+    from worker.dev.demo import corrected_profiles
+
+    stack, tx = await _held(tmp_path, start_stack)
+    text = stack.profiles_path.read_text(encoding="utf-8")
+    stack.profiles_path.write_text(corrected_profiles(text), encoding="utf-8")
+    config = str(stack.config_path)
+    code, _, err = await _cli(
+        capsys, "submit", tx, "--profile", "demo-entity", "--by", "ana", "--config", config,
+        "--wait", "0",
+    )  # fmt: skip
+    assert code == 0, err
+    await stack.settle()
+    assert stack.sandbox.state.orders[tx].white_list_status.value == "init"
+    (first,) = [a for a in await stack.actions(tx) if a["action"] == "submit_profile"]
+    assert first["status"] == "skipped"
+    assert "reload the service" in first["outcome"]
+    assert await stack.runtime.reload()
+    code, _, err = await _cli(
+        capsys, "submit", tx, "--profile", "demo-entity", "--by", "ana", "--config", config,
+        "--wait", "0",
+    )  # fmt: skip
+    assert code == 0, err
+    await stack.settle()
+    assert stack.sandbox.state.orders[tx].white_list_status.value == "pending"
+    second = [a for a in await stack.actions(tx) if a["action"] == "submit_profile"][-1]
+    assert second["status"] == "done"
+    corrected = Profiles.load(stack.profiles_path).content_hash("demo-entity")
+    assert second["params"]["content_hash"] == corrected
+    assert second["idempotency_key"] == submit_key(tx, corrected)  # the content sent

@@ -181,3 +181,30 @@ async def test_serve_metrics_show_the_rate_limit_the_backoff_and_the_wait(
     await stack.wait_for(waited_it_out, 30, "the history poll to wait out the back-off")
     seen = await samples()
     assert seen[("depositd_provider_backoff_seconds", ())] == 0
+
+
+@pytest.mark.parametrize("header", ["\u00b2", "1\u00b9"])
+async def test_a_retry_after_of_digits_that_are_no_number_is_no_retry_after(
+    aiohttp_server: object, header: str
+) -> None:
+    """A 429 whose Retry-After is digits Python cannot read as a number (a superscript two):
+    the call fails as rate limited (backed off the default), not with a ValueError out of the
+    client (which no caller of the provider handles)."""
+    from aiohttp import web
+
+    async def limited(_: web.Request) -> web.Response:
+        return web.json_response(
+            {"status": 429, "msg": "too many requests"}, status=429, headers={"Retry-After": header}
+        )
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", limited)
+    server: TestServer = await aiohttp_server(app)  # type: ignore[operator]
+    clock = VirtualClock()
+    budget = RequestBudget(2, clock=clock.monotonic, sleep=clock.sleep)
+    client = ProviderClient(str(server.make_url("/")), KEY, SECRET, retries=0, budget=budget)
+    async with client:
+        with polling(), pytest.raises(ProviderRateLimited):
+            await client.history(white_list_status="init")
+    assert budget.backoff_remaining() == DEFAULT_BACKOFF_S
+    assert parse_retry_after(header) is None

@@ -94,3 +94,43 @@ async def test_two_connections_acknowledging_at_once_one_wins(pg_cluster: Cluste
             two.close()
     finally:
         pg_cluster.drop_database(url)
+
+
+async def test_an_acknowledged_finding_seen_with_other_amounts_is_open_and_new_again(
+    store: Store,
+) -> None:
+    """Acknowledged for ledger 100 against report 90: the next run finding report 10 is another
+    difference, open again (and reported as new), the earlier acknowledgement kept in its note;
+    the same amounts written otherwise ("90.0") leave the acknowledgement standing."""
+    day = "2026-11-20"
+
+    def run(report: str, now: str) -> list[int]:
+        def job(db: object) -> list[int]:
+            found = [
+                Finding(
+                    day=day,
+                    kind="amount_differs",
+                    subject="TX1",
+                    transaction_id="TX1",
+                    ledger_amount="100",
+                    report_amount=report,
+                )
+            ]
+            return findings_store.save_findings(db, day, found, now)  # type: ignore[arg-type]
+
+        return job  # type: ignore[return-value]
+
+    [finding_id] = await store.write(run("90", "2026-11-21T00:00:00Z"))  # type: ignore[arg-type]
+    assert await store.write(
+        lambda db: findings_store.acknowledge(db, finding_id, by="ana", note="fee", now="t1")
+    )
+    assert await store.write(run("90.0", "2026-11-21T01:00:00Z")) == []  # type: ignore[arg-type]
+    assert await store.read(lambda db: findings_store.open_findings(db)) == []
+    assert await store.write(run("10", "2026-11-21T02:00:00Z")) == [finding_id]  # type: ignore[arg-type]
+    [row] = await store.read(lambda db: findings_store.open_findings(db))
+    assert row["id"] == finding_id and row["report_amount"] == "10"
+    assert row["acknowledged_at"] is None
+    assert "acknowledged by ana at t1 for ledger 100, report 90" in row["note"]
+    assert await store.write(
+        lambda db: findings_store.acknowledge(db, finding_id, by="bob", note="ok", now="t2")
+    )

@@ -56,7 +56,8 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
         return None
     text = value.strip()
     if text.isdigit():
-        return float(text)
+        # ASCII digits only: str.isdigit also takes "²", which float() refuses.
+        return float(text) if text.isascii() else None
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from worker.store.database import has_table
@@ -131,12 +132,15 @@ def save_findings(
 ) -> list[int]:
     """Store one run's findings of `day`; returns the ids of findings new to the table.
 
-    Seen again: `last_seen` moves (and a resolved one is open again). Not seen this time: marked
+    Seen again: `last_seen` moves (and a resolved one is open again); an acknowledged one
+    with other amounts than it was acknowledged for is open and new again (not a drift, whose
+    figures move with every deposit held). Not seen this time: marked
     resolved now, never reported again: the findings of `day`, and the held-balance drifts of
     any day (each run checks the balances as they are now; `found` holds the drifts of this
     check, dated the day they were read).
     """
     new: list[int] = []
+    before = _acknowledged_amounts(db, day, found)
     cols = ", ".join(FINDING_COLUMNS)
     marks = ",".join("?" for _ in FINDING_COLUMNS)
     for f in found:
@@ -147,12 +151,15 @@ def save_findings(
         )
         if cur.rowcount == 1:
             new.append(int(cur.lastrowid or 0))
-        else:
-            db.execute(
-                "UPDATE findings SET last_seen=?, resolved_at=NULL, ledger_amount=?,"
-                " report_amount=?, detail=? WHERE day=? AND kind=? AND subject=?",
-                [now, f.ledger_amount, f.report_amount, f.detail, f.day, f.kind, f.subject],
-            )
+            continue
+        db.execute(
+            "UPDATE findings SET last_seen=?, resolved_at=NULL, ledger_amount=?,"
+            " report_amount=?, detail=? WHERE day=? AND kind=? AND subject=?",
+            [now, f.ledger_amount, f.report_amount, f.detail, f.day, f.kind, f.subject],
+        )
+        reopened = _reopen_if_amounts_changed(db, f, before)
+        if reopened is not None:
+            new.append(reopened)
     db.execute(
         "UPDATE findings SET resolved_at=? WHERE day=? AND kind<>? AND resolved_at IS NULL"
         " AND last_seen<>?",
@@ -163,6 +170,59 @@ def save_findings(
         [now, DRIFT, now],
     )
     return new
+
+
+def _acknowledged_amounts(
+    db: sqlite_utils.Database, day: str, found: Sequence[Finding]
+) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(day, kind, subject) -> the stored row of each acknowledged finding of `day` that
+    `found` names again (drifts aside)."""
+    named = {(f.day, f.kind, f.subject) for f in found if f.kind != DRIFT}
+    rows = db.execute(
+        "SELECT id, day, kind, subject, ledger_amount, report_amount, acknowledged_by,"
+        " acknowledged_at, note FROM findings WHERE day=? AND kind<>?"
+        " AND acknowledged_at IS NOT NULL",
+        [day, DRIFT],
+    ).fetchall()
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in rows:
+        row = dict(r)
+        key = (str(row["day"]), str(row["kind"]), str(row["subject"]))
+        if key in named:
+            out[key] = row
+    return out
+
+
+def _amount_changed(old: str | None, new: str | None) -> bool:
+    if old is None or new is None:
+        return old is not new
+    try:
+        return Decimal(old) != Decimal(new)
+    except ArithmeticError:
+        return old != new
+
+
+def _reopen_if_amounts_changed(
+    db: sqlite_utils.Database, f: Finding, before: dict[tuple[str, str, str], dict[str, Any]]
+) -> int | None:
+    """An acknowledged finding seen again with other amounts is another difference: its
+    acknowledgement (of the amounts it was given for) is lifted, kept in its note, and the
+    finding is open and reported again; returns its id then."""
+    row = before.get((f.day, f.kind, f.subject))
+    if row is None or not (
+        _amount_changed(row["ledger_amount"], f.ledger_amount)
+        or _amount_changed(row["report_amount"], f.report_amount)
+    ):
+        return None
+    earlier = (
+        f"acknowledged by {row['acknowledged_by']} at {row['acknowledged_at']} for ledger"
+        f" {row['ledger_amount']}, report {row['report_amount']}: {row['note']}"
+    )
+    db.execute(
+        "UPDATE findings SET acknowledged_by=NULL, acknowledged_at=NULL, note=? WHERE id=?",
+        [earlier, row["id"]],
+    )
+    return int(row["id"])
 
 
 def open_drift(db: sqlite_utils.Database) -> list[dict[str, Any]]:

@@ -43,17 +43,52 @@ def likely_duplicate_of(
     currency: str | None,
     to_address: str | None,
 ) -> str | None:
-    """The transactionId of a booked deposit with the same txHash (case-blind), amount,
-    currency and receiving address under another id, if any."""
-    other = db.execute(
-        "SELECT l.transaction_id FROM ledger l LEFT JOIN deposits d"
-        " ON d.transaction_id = l.transaction_id WHERE lower(l.tx_hash) = lower(?)"
-        " AND l.transaction_id <> ? AND l.amount IS ? AND upper(COALESCE(l.currency, ''))"
-        " = upper(COALESCE(?, ''))"
-        " AND d.to_address IS ? ORDER BY l.transaction_id LIMIT 1",
-        [tx_hash, transaction_id, amount, currency, to_address],
-    ).fetchone()
-    return None if other is None else str(other[0])
+    """The transactionId of a booked deposit with the same txHash (case-blind; the deposit's
+    when its ledger row has none), amount (as a number: "100.00" is "100"), currency and
+    receiving address (both case-blind, blanks around ignored; an address not known on either
+    side counts as the same) under another id, if any."""
+    # The second part: a deposit booked before its txHash was known has none in its ledger
+    # row; its deposit row holds the hash learnt since. Each part reads an index of ledger.
+    rows = db.execute(
+        "SELECT l.transaction_id, l.amount, l.currency, d.to_address FROM ledger l"
+        " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
+        " WHERE lower(l.tx_hash) = lower(?) AND l.transaction_id <> ?"
+        " UNION ALL"
+        " SELECT l.transaction_id, l.amount, l.currency, d.to_address FROM ledger l"
+        " JOIN deposits d ON d.transaction_id = l.transaction_id"
+        " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?) AND l.transaction_id <> ?"
+        " ORDER BY 1",
+        [tx_hash, transaction_id, tx_hash, transaction_id],
+    ).fetchall()
+    for other, booked_amount, booked_currency, booked_to in rows:
+        if (
+            _same_amount(booked_amount, amount)
+            and _same_text(booked_currency, currency)
+            and _same_address(booked_to, to_address)
+        ):
+            return str(other)
+    return None
+
+
+def _same_amount(a: object, b: object) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        return Decimal(str(a)) == Decimal(str(b))
+    except ArithmeticError:
+        return str(a) == str(b)
+
+
+def _same_text(a: object, b: object) -> bool:
+    return str(a or "").strip().casefold() == str(b or "").strip().casefold()
+
+
+def _same_address(a: object, b: object) -> bool:
+    # A deposit known from its webhook alone has no toAddress (the webhook does not carry it):
+    # an address not known tells the two deposits apart no more than an equal one does.
+    if not str(a or "").strip() or not str(b or "").strip():
+        return True
+    return _same_text(a, b)
 
 
 def insert_booking(

@@ -56,6 +56,8 @@ SUBMIT_KEYS = ("profile",)
 # A submission whose outcome is unknown (an unreadable answer, a system error, "processing") is
 # retried with the same key without end; a human is told once it has lasted this many attempts.
 UNKNOWN_ALERT_AFTER = 3
+# The trigger of a submission an operator approved (`worker.act.approve.TRIGGER`).
+OPERATOR = "operator"
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,19 @@ class Submitter:
                     " (reload the service after editing the profiles file)"
                 )
             await self._rows.finish(action_id, "skipped", outcome)
+            return
+        approved = params.get("content_hash")
+        if row.get("trigger") == OPERATOR and approved and sub.key != submit_key(sub.tx, approved):
+            # An operator approved the profile as the file held it (`depositd submit` reads
+            # the file); the service holds another version of it: never send details other
+            # than the ones approved.
+            await self._rows.finish(
+                action_id,
+                "skipped",
+                f"profile {sub.profile} in force is not the version approved (the profiles file"
+                " was edited and not reloaded, or reloaded since): reload the service if the file"
+                " holds the version to send, then submit again",
+            )
             return
         try:
             await self._client.submit_payer(sub.tx, sub.body, idempotency_key=sub.key)
