@@ -282,3 +282,23 @@ async def test_the_password_file_is_read_and_never_shown(
     out, err = capsys.readouterr()
     assert "rows per table and ledger sums match" in out
     assert "pw-from-credential" not in out + err
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://depositd:s3cret@127.0.0.1:1/db", "postgresql://h/db?password=s3cret"]
+)
+def test_a_password_in_the_url_is_refused_and_never_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    """A password in `--to` would sit in the process list and the shell's history: refused
+    (exit 2) before anything is opened, naming --password-file, never the password."""
+    config = tmp_path / "depositd.yaml"
+    config.write_text(
+        "provider: {base_url: 'https://p.acme.com', api_key: k, api_secret: s}\n"
+        "webhook: {api_key: k, secret: s}\n"
+        f"storage: {{path: '{tmp_path / 'd.db'}'}}\n"
+    )
+    assert main(["migrate-store", "--config", str(config), "--to", url]) == 2
+    err = capsys.readouterr().err
+    assert "--password-file" in err and "s3cret" not in err
+    assert not (tmp_path / "d.db").exists()

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import parse_qsl, urlsplit
 
 import sqlite_utils
 
@@ -52,6 +53,12 @@ def run(args: argparse.Namespace) -> int:
             raise Refused(
                 f"--to must be a database of the other engine than {storage.where}"
                 " (a postgresql:// URL from SQLite, a file from PostgreSQL)"
+            )
+        if to_postgres and _url_password(args.to):
+            # A password on the command line is in the process list and the shell's history.
+            raise Refused(
+                "--to carries a password: give it with --password-file (or libpq's"
+                " PGPASSWORD / PGPASSFILE) and leave it out of the URL"
             )
         password = _password(args.password_file)
         with (
@@ -135,6 +142,13 @@ def _held_source(storage: StorageSettings) -> Iterator[Any]:
             yield lite
         finally:
             lite.close()
+
+
+def _url_password(url: str) -> bool:
+    """Whether a postgresql:// URL carries a password (user:password@, or ?password=)."""
+    parts = urlsplit(url)
+    query = {k.lower() for k, _ in parse_qsl(parts.query, keep_blank_values=True)}
+    return parts.password is not None or "password" in query
 
 
 def _password(name: str | None) -> str | None:
