@@ -31,7 +31,9 @@ def lock_tx_hash(db: sqlite_utils.Database, tx_hash: str) -> None:
     write lock orders every write transaction already. The two-key lock space is not the one
     of the deposit locks (`deposits.lock_deposit`)."""
     if is_postgres(db):
-        db.execute("SELECT pg_advisory_xact_lock(1, hashtext(lower(?)))", [tx_hash]).fetchone()
+        # Not waited for: the server runs the statements of a pipeline in order, so the next
+        # statement (the ledger read, or `book_unless_duplicate`) starts once the lock is held.
+        db.execute("SELECT pg_advisory_xact_lock(1, hashtext(lower(?)))", [tx_hash])
 
 
 def likely_duplicate_of(
@@ -126,17 +128,81 @@ def book_once(
     return lambda: cursor.rowcount == 1
 
 
+# The row unless the deposit is booked, has a decision on being a duplicate, or is a likely
+# duplicate of a booked deposit (`likely_duplicate_of`'s condition, written into the statement):
+# a batch sends it without waiting and reads at its end whether it was written; when it was not,
+# the batch is applied again one event at a time, where each case is read and told apart.
+_LIKELY_DUPLICATE = {
+    "sqlite": " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ? AND field = ?"
+    " AND decided_at IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM ledger l LEFT JOIN deposits d"
+    " ON d.transaction_id = l.transaction_id WHERE lower(l.tx_hash) = lower(?)"
+    " AND l.transaction_id <> ? AND l.amount IS ? AND upper(COALESCE(l.currency, ''))"
+    " = upper(COALESCE(?, '')) AND d.to_address IS ?)",
+    "postgres": " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ?::text"
+    " AND field = ?::text AND decided_at IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM ledger l"
+    " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
+    " WHERE lower(l.tx_hash) = lower(?::text) AND l.transaction_id <> ?::text"
+    " AND l.amount IS NOT DISTINCT FROM ?::text AND upper(COALESCE(l.currency, ''))"
+    " = upper(COALESCE(?::text, '')) AND d.to_address IS NOT DISTINCT FROM ?::text)",
+}
+_BOOK_UNLESS_DUPLICATE = {
+    "sqlite": "INSERT OR IGNORE INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    " network, amount, from_address, tx_hash, booked_at, trigger)"
+    " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?" + _LIKELY_DUPLICATE["sqlite"],
+    "postgres": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    " network, amount, from_address, tx_hash, booked_at, trigger)"
+    " SELECT ?::text, ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text,"
+    " ?::text, ?::text" + _LIKELY_DUPLICATE["postgres"] + " ON CONFLICT DO NOTHING",
+}
+
+
+def book_unless_duplicate(
+    db: sqlite_utils.Database,
+    *,
+    decision_field: str,
+    to_address: str | None,
+    transaction_id: str,
+    wallet_id: int | None,
+    wallet_name: str | None,
+    currency: str | None,
+    network: str | None,
+    amount: str | None,
+    from_address: str | None,
+    tx_hash: str,
+    trigger: str,
+) -> Callable[[], bool]:
+    """`book_once`, unless the deposit has a decision on its `decision_field` conflict or is a
+    likely duplicate (`likely_duplicate_of`); returns what says whether the row was written.
+    Call under `lock_tx_hash`. Not written: booked already, decided, or a likely duplicate
+    (the caller finds out which the slow way)."""
+    sql = _BOOK_UNLESS_DUPLICATE["postgres" if is_postgres(db) else "sqlite"]
+    values = [transaction_id, wallet_id, wallet_name, currency, network, amount, from_address]
+    values += [tx_hash, utc_now(), trigger, transaction_id, decision_field]
+    values += [tx_hash, transaction_id, amount, currency, to_address]
+    cursor = conn_of(db).execute(sql, values)
+    return lambda: cursor.rowcount == 1
+
+
 def booked_among(db: sqlite_utils.Database, transaction_ids: list[str]) -> set[str]:
     """Which of these deposits the ledger holds."""
-    found: set[str] = set()
+    return booked_among_sent(db, transaction_ids)()
+
+
+def booked_among_sent(
+    db: sqlite_utils.Database, transaction_ids: list[str]
+) -> Callable[[], set[str]]:
+    """`booked_among`, its statements sent now and read when the returned function is called
+    (on PostgreSQL in pipeline mode, statements sent meanwhile share the round trip)."""
+    cursors = []
     for start in range(0, len(transaction_ids), 500):
         part = transaction_ids[start : start + 500]
         marks = ", ".join("?" for _ in part)
-        rows = conn_of(db).execute(
-            f"SELECT transaction_id FROM ledger WHERE transaction_id IN ({marks})", part
+        cursors.append(
+            conn_of(db).execute(
+                f"SELECT transaction_id FROM ledger WHERE transaction_id IN ({marks})", part
+            )
         )
-        found.update(str(r[0]) for r in rows.fetchall())
-    return found
+    return lambda: {str(r[0]) for cursor in cursors for r in cursor.fetchall()}
 
 
 # --- reads and commands outside the outbox ---

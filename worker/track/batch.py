@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import sqlite_utils
 
-from worker.store.deposits import get_deposit_row, get_deposit_rows, upsert_deposit_rows
+from worker.store.deposits import deposit_rows_sent, get_deposit_row, upsert_deposit_rows
 from worker.store.events import StoredEvent
 from worker.store.facts import FactRow, insert_fact_rows
-from worker.store.ledger import booked_among
+from worker.store.ledger import booked_among_sent
 from worker.track.tracker import Deposit
 
 
@@ -33,6 +33,7 @@ class Bookings:
 
     booked: set[str]
     checks: list[Callable[[], bool]] = field(default_factory=list)
+    hashes: set[str] = field(default_factory=set)  # txHashes (lower case) the batch books
 
 
 class BookingMissed(Exception):
@@ -65,9 +66,12 @@ class BatchWrites:
     ) -> BatchWrites:
         """The stored deposits of the events, read at once (None for an id without a row)."""
         ids = [e.transaction_id for e in events if e.transaction_id]
-        rows = get_deposit_rows(db, ids)
+        # Both sent before either is read: one round trip on PostgreSQL.
+        rows_sent = deposit_rows_sent(db, ids)
+        booked_sent = booked_among_sent(db, ids) if defer else None
+        rows = rows_sent()
         known = {tx: Deposit.from_row(rows[tx]) if tx in rows else None for tx in ids}
-        bookings = Bookings(booked_among(db, ids)) if defer else None
+        bookings = Bookings(booked_sent()) if booked_sent is not None else None
         return cls(known, defer=defer, bookings=bookings)
 
     @contextmanager

@@ -15,7 +15,7 @@ from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
 from worker.store import ledger
 from worker.store.conflicts import decided_value_of
-from worker.track.batch import batch_bookings
+from worker.track.batch import BookingMissed, Bookings, batch_bookings
 from worker.track.conflicts import DUPLICATE, WIRE_NAMES, held_by, hold_likely_duplicate
 from worker.track.tracker import Deposit, State
 
@@ -59,6 +59,8 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     known = batch_bookings()
     if known is not None and deposit.transaction_id in known.booked:
         return "done", "already booked"
+    if known is not None and deposit.tx_hash and _may_book(db, deposit):
+        return _book_counted(db, deposit, trigger, known)
     refused = _refusal(db, deposit, trigger)
     if refused is None:
         # Booked unless booked already. A batch counts on it and checks at its end (applied
@@ -75,6 +77,35 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     if alert is not None:
         enqueue_alert(db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=alert)
     return status, outcome
+
+
+def _may_book(db: sqlite_utils.Database, deposit: Deposit) -> bool:
+    """Credited and not held for a conflict of a fixed field (what `_refusal` looks at before
+    the txHash)."""
+    return deposit.state in CREDITED_STATES and not held_by(db, deposit.transaction_id)
+
+
+def _book_counted(
+    db: sqlite_utils.Database, deposit: Deposit, trigger: str, known: Bookings
+) -> tuple[str, str]:
+    """In a deferring batch, a deposit with a txHash: booked by one statement that writes
+    nothing when a decision on `duplicate` exists or it is a likely duplicate (nothing is
+    waited for; the batch checks at its end, and when the row was not written it is applied
+    again one event at a time, where `_duplicate` tells the cases apart). A second id of a
+    txHash the batch itself books is left to that slow way at once: the batch's deposit rows
+    are written at its end, so the statement could not see the first's receiving address."""
+    assert deposit.tx_hash is not None
+    key = deposit.tx_hash.lower()
+    if key in known.hashes:
+        raise BookingMissed(f"a second transactionId of txHash {deposit.tx_hash} in one batch")
+    ledger.lock_tx_hash(db, deposit.tx_hash)
+    written = ledger.book_unless_duplicate(
+        db, decision_field=DUPLICATE, to_address=deposit.to_address, **_booking(deposit, trigger)
+    )
+    known.booked.add(deposit.transaction_id)
+    known.hashes.add(key)
+    known.checks.append(written)
+    return "done", "booked"
 
 
 def _refusal(
