@@ -32,7 +32,7 @@ def lock_tx_hash(db: sqlite_utils.Database, tx_hash: str) -> None:
     of the deposit locks (`deposits.lock_deposit`)."""
     if is_postgres(db):
         # Not waited for: the server runs the statements of a pipeline in order, so the next
-        # statement (the ledger read, or `book_unless_duplicate`) starts once the lock is held.
+        # statement (the ledger read) starts once the lock is held.
         db.execute("SELECT pg_advisory_xact_lock(1, hashtext(lower(?)))", [tx_hash])
 
 
@@ -156,31 +156,39 @@ _BOOK_UNLESS_DUPLICATE = {
 }
 
 
-def book_unless_duplicate(
-    db: sqlite_utils.Database,
-    *,
-    decision_field: str,
-    to_address: str | None,
-    transaction_id: str,
-    wallet_id: int | None,
-    wallet_name: str | None,
-    currency: str | None,
-    network: str | None,
-    amount: str | None,
-    from_address: str | None,
-    tx_hash: str,
-    trigger: str,
+# The txHashes of a batch's bookings held at once, in one order for every instance (two
+# instances locking two hashes in opposite orders would deadlock).
+_LOCK_TX_HASHES = (
+    "SELECT COUNT(pg_advisory_xact_lock(1, hashtext(h))) FROM (SELECT DISTINCT lower(x) AS h"
+    " FROM unnest(?::text[]) AS x ORDER BY 1) AS hashes"
+)
+
+
+def book_all_unless_duplicate(
+    db: sqlite_utils.Database, bookings: list[dict[str, Any]], *, decision_field: str
 ) -> Callable[[], bool]:
-    """`book_once`, unless the deposit has a decision on its `decision_field` conflict or is a
-    likely duplicate (`likely_duplicate_of`); returns what says whether the row was written.
-    Call under `lock_tx_hash`. Not written: booked already, decided, or a likely duplicate
-    (the caller finds out which the slow way)."""
+    """Each booking's row (`book_once`'s values plus `to_address`; each with a txHash) unless
+    the deposit is booked, has a decision on its `decision_field` conflict, or is a likely
+    duplicate (`likely_duplicate_of`). Their txHashes are locked first (`lock_tx_hash`), all
+    in one statement. Nothing is waited for: returns what says whether every row was written
+    (when not, the caller finds out why the slow way)."""
+    if is_postgres(db):
+        # Not waited for: the server runs the statements of a pipeline in order.
+        conn_of(db).execute(_LOCK_TX_HASHES, [[b["tx_hash"] for b in bookings]])
     sql = _BOOK_UNLESS_DUPLICATE["postgres" if is_postgres(db) else "sqlite"]
-    values = [transaction_id, wallet_id, wallet_name, currency, network, amount, from_address]
-    values += [tx_hash, utc_now(), trigger, transaction_id, decision_field]
-    values += [tx_hash, transaction_id, amount, currency, to_address]
-    cursor = conn_of(db).execute(sql, values)
-    return lambda: cursor.rowcount == 1
+    now = utc_now()
+    cursor = conn_of(db).executemany(
+        sql, [_unless_values(b, now, decision_field) for b in bookings]
+    )
+    return lambda: cursor.rowcount == len(bookings)
+
+
+def _unless_values(booking: dict[str, Any], now: str, decision_field: str) -> list[Any]:
+    tx, tx_hash, amount = booking["transaction_id"], booking["tx_hash"], booking["amount"]
+    values = [tx, booking["wallet_id"], booking["wallet_name"], booking["currency"]]
+    values += [booking["network"], amount, booking["from_address"], tx_hash, now]
+    values += [booking["trigger"], tx, decision_field, tx_hash, tx, amount]
+    return [*values, booking["currency"], booking["to_address"]]
 
 
 def booked_among(db: sqlite_utils.Database, transaction_ids: list[str]) -> set[str]:

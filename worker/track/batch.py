@@ -15,13 +15,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlite_utils
 
 from worker.store.deposits import deposit_rows_sent, get_deposit_row, upsert_deposit_rows
 from worker.store.events import StoredEvent
 from worker.store.facts import FactRow, insert_fact_rows
-from worker.store.ledger import booked_among_sent
+from worker.store.ledger import book_all_unless_duplicate, booked_among_sent
+from worker.track.conflicts import DUPLICATE
 from worker.track.tracker import Deposit
 
 
@@ -33,7 +35,20 @@ class Bookings:
 
     booked: set[str]
     checks: list[Callable[[], bool]] = field(default_factory=list)
-    hashes: set[str] = field(default_factory=set)  # txHashes (lower case) the batch books
+    # Bookings with a txHash, written at the batch's end (`flush`), under the duplicate check.
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+    def flush(self, db: sqlite_utils.Database) -> None:
+        """Write the pending bookings (after the batch's deposit rows: the duplicate check
+        reads them), then check that every booking counted on was written (`BookingMissed`
+        if not)."""
+        if self.pending:
+            rows, self.pending = self.pending, []
+            self.checks.append(book_all_unless_duplicate(db, rows, decision_field=DUPLICATE))
+        if self.checks:
+            checks, self.checks = self.checks, []
+            if not all(written() for written in checks):
+                raise BookingMissed("a booking the batch counted on was not written")
 
 
 class BookingMissed(Exception):
@@ -114,7 +129,5 @@ class BatchWrites:
         if self.facts:
             insert_fact_rows(db, self.facts)
             self.facts.clear()
-        if self.bookings is not None and self.bookings.checks:
-            checks, self.bookings.checks = self.bookings.checks, []
-            if not all(written() for written in checks):
-                raise BookingMissed("a booking the batch counted on was not written")
+        if self.bookings is not None:
+            self.bookings.flush(db)

@@ -15,7 +15,7 @@ from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
 from worker.store import ledger
 from worker.store.conflicts import decided_value_of
-from worker.track.batch import BookingMissed, Bookings, batch_bookings
+from worker.track.batch import Bookings, batch_bookings
 from worker.track.conflicts import DUPLICATE, WIRE_NAMES, held_by, hold_likely_duplicate
 from worker.track.tracker import Deposit, State
 
@@ -88,23 +88,14 @@ def _may_book(db: sqlite_utils.Database, deposit: Deposit) -> bool:
 def _book_counted(
     db: sqlite_utils.Database, deposit: Deposit, trigger: str, known: Bookings
 ) -> tuple[str, str]:
-    """In a deferring batch, a deposit with a txHash: booked by one statement that writes
-    nothing when a decision on `duplicate` exists or it is a likely duplicate (nothing is
-    waited for; the batch checks at its end, and when the row was not written it is applied
-    again one event at a time, where `_duplicate` tells the cases apart). A second id of a
-    txHash the batch itself books is left to that slow way at once: the batch's deposit rows
-    are written at its end, so the statement could not see the first's receiving address."""
-    assert deposit.tx_hash is not None
-    key = deposit.tx_hash.lower()
-    if key in known.hashes:
-        raise BookingMissed(f"a second transactionId of txHash {deposit.tx_hash} in one batch")
-    ledger.lock_tx_hash(db, deposit.tx_hash)
-    written = ledger.book_unless_duplicate(
-        db, decision_field=DUPLICATE, to_address=deposit.to_address, **_booking(deposit, trigger)
-    )
+    """In a deferring batch, a deposit with a txHash: booked at the batch's end, with the
+    batch's other such bookings, by one statement that writes nothing when a decision on
+    `duplicate` exists or it is a likely duplicate (`Bookings.flush`; nothing is waited for;
+    when a row was not written, the batch is applied again one event at a time, where
+    `_duplicate` tells the cases apart). The batch's deposit rows are written before it, so
+    the statement sees a second id of a txHash the batch itself books as well."""
     known.booked.add(deposit.transaction_id)
-    known.hashes.add(key)
-    known.checks.append(written)
+    known.pending.append({**_booking(deposit, trigger), "to_address": deposit.to_address})
     return "done", "booked"
 
 
