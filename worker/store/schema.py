@@ -222,10 +222,11 @@ def _migrate_pending_events_index(db: sqlite_utils.Database) -> None:
     # PostgreSQL: an event's row is updated once (pending -> processed), which leaves a dead
     # version behind until VACUUM, and `events_status` keeps an entry for it under 'pending':
     # the claim (`events._CLAIM`) then read every event processed since the last VACUUM, and
-    # slowed down as the table grew. An index of the pending events alone, scanned in seq
-    # order, stops at the LIMIT and marks the dead entries it passes; VACUUM comes sooner on
-    # this table (after 2% of its rows changed, not 20%). SQLite removes an updated row's old
-    # entry at once: nothing to do there.
+    # slowed down as the table grew. VACUUM now comes sooner on this table (after 2% of its
+    # rows changed, not 20%), and the claim has an index of the pending events alone: a
+    # processed event has no entry in it once vacuumed, and the processed ones in between
+    # are not under it at all. SQLite removes an updated row's old entry at once: nothing
+    # to do there.
     if not is_postgres(db):
         return
     db.execute("CREATE INDEX IF NOT EXISTS events_pending ON events (seq) WHERE status = 'pending'")
