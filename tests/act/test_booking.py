@@ -372,6 +372,37 @@ async def test_one_batch_books_each_deposit_once_and_holds_a_likely_duplicate_in
     ] * 5
 
 
+async def test_a_likely_duplicate_delivered_in_a_later_batch_is_held_and_another_output_booked(
+    env: Env,
+) -> None:
+    """A batch books a deposit with a txHash in the same statement that checks it is no likely
+    duplicate: a second transactionId of a booked txHash (another case) with the same amount
+    and currency, delivered later, is held and alerted, never booked; one with another amount
+    (a batch transfer's other output) is booked."""
+    same = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xlater"}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXA", NOW, **same))
+    assert await env.processor.run_until_idle() == 1
+    again = {**same, "transactionHash": "0xLATER"}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXB", NOW + 1, **again))
+    assert await env.processor.run_until_idle() == 1
+    other = {**same, "amount": "7.5"}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXC", NOW + 2, **other))
+    assert await env.processor.run_until_idle() == 1
+    ledger = await rows(env.store, "SELECT transaction_id FROM ledger ORDER BY transaction_id")
+    assert [r["transaction_id"] for r in ledger] == ["TXA", "TXC"]
+    [held] = await rows(
+        env.store,
+        "SELECT status, outcome FROM actions WHERE action='book' AND transaction_id='TXB'",
+    )
+    assert held["status"] == "skipped"
+    assert held["outcome"].startswith("held: likely duplicate of TXA")
+    assert [a for a in await alerts(env.store) if a[0] == "TXB"] == [
+        ("TXB", "duplicate_tx_hash", "critical")
+    ]
+    statuses = await rows(env.store, "SELECT status FROM events")
+    assert [e["status"] for e in statuses] == ["processed"] * 3
+
+
 # --- 2: book only when credited -----------------------------------------------------------------
 
 

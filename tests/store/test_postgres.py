@@ -231,3 +231,27 @@ def test_a_deposit_event_held_elsewhere_stops_its_later_ones(pg_url: str) -> Non
     finally:
         one.close()
         two.close()
+
+
+def test_processed_events_leave_the_claim_index_and_are_vacuumed_early(pg_url: str) -> None:
+    """The claim has an index of the pending events alone (the processed ones leave it), and
+    the events table is vacuumed after 2% of its rows changed: the dead versions that events
+    leave when marked processed no longer pile up under the claim as the database grows."""
+    asyncio.run(_seed(pg_url, [(f"e{n}", f"tx-{n}") for n in range(3)]))
+    db = PgDatabase(connect(pg_url))
+    try:
+        db.execute(
+            "INSERT INTO events (event_id, event_type, received_at, status, body, headers)"
+            " SELECT 'old' || n, 'X', '2026-01-01T00:00:00.000Z', 'pending', 'x', '{}'"
+            " FROM generate_series(1, 2000) AS n"
+        )
+        db.execute("UPDATE events SET status = 'processed' WHERE event_id LIKE 'old%'")
+        index = db.execute("SELECT pg_get_indexdef('events_pending'::regclass)").fetchone()
+        assert "(seq) WHERE (status = 'pending'::text)" in index[0]
+        options = db.execute("SELECT reloptions FROM pg_class WHERE relname = 'events'").fetchone()
+        assert "autovacuum_vacuum_scale_factor=0.02" in options[0]
+        db.execute("BEGIN")
+        assert [e.event_id for e in pending_events(db, limit=100)] == ["e0", "e1", "e2"]  # type: ignore[arg-type]
+        db.execute("ROLLBACK")
+    finally:
+        db.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from worker.clock import ms_from_iso
@@ -27,17 +27,33 @@ def get_deposit_row(db: Db, transaction_id: str) -> dict[str, Any] | None:
 
 def get_deposit_rows(db: Db, transaction_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The `deposits` rows of many transactions at once, by transactionId (missing: absent)."""
+    return deposit_rows_sent(db, transaction_ids)()
+
+
+def deposit_rows_sent(
+    db: Db, transaction_ids: Sequence[str]
+) -> Callable[[], dict[str, dict[str, Any]]]:
+    """`get_deposit_rows`, its statements sent now and their rows read when the returned
+    function is called (on PostgreSQL in pipeline mode, statements sent meanwhile share the
+    round trip)."""
     conn = conn_of(db)
     ids = list(dict.fromkeys(transaction_ids))
-    found: dict[str, dict[str, Any]] = {}
+    cursors = []
     for start in range(0, len(ids), _IN_CHUNK):
         chunk = ids[start : start + _IN_CHUNK]
         marks = ",".join("?" * len(chunk))
-        for row in conn.execute(
-            f"SELECT * FROM deposits WHERE transaction_id IN ({marks})", chunk
-        ).fetchall():
-            found[row["transaction_id"]] = _as_dict(row)
-    return found
+        cursors.append(
+            conn.execute(f"SELECT * FROM deposits WHERE transaction_id IN ({marks})", chunk)
+        )
+
+    def rows() -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        for cursor in cursors:
+            for row in cursor.fetchall():
+                found[row["transaction_id"]] = _as_dict(row)
+        return found
+
+    return rows
 
 
 _IN_CHUNK = 500  # ids per IN list (well under SQLite's limit on bound values)

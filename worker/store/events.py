@@ -105,6 +105,30 @@ def pending_events(db: sqlite_utils.Database, *, limit: int = 100) -> list[Store
     return [StoredEvent(r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7], r[8]) for r in rows]
 
 
+# One statement, one round trip: the pending rows locked (`FOR UPDATE SKIP LOCKED`), an advisory
+# lock tried once per deposit among them (`won`), and for each deposit won the first pending
+# event up to the last row locked that this statement did not lock (`cut`: another instance
+# holds it). CTEs with a locking clause or a volatile function are evaluated once, in full.
+_CLAIM = (
+    "WITH claimed AS (SELECT seq, event_id, event_type, reference_id, transaction_id, body,"
+    " received_at, status, error FROM events WHERE status = 'pending' ORDER BY seq LIMIT ?"
+    " FOR UPDATE SKIP LOCKED),"
+    " ids AS (SELECT transaction_id, MIN(seq) AS first FROM claimed"
+    " WHERE transaction_id IS NOT NULL GROUP BY transaction_id),"
+    " won AS MATERIALIZED (SELECT transaction_id FROM (SELECT transaction_id FROM ids"
+    " ORDER BY first) AS o WHERE pg_try_advisory_xact_lock(hashtext(transaction_id))),"
+    " cut AS (SELECT e.transaction_id, MIN(e.seq) AS seq FROM events e"
+    " JOIN won w ON w.transaction_id = e.transaction_id WHERE e.status = 'pending'"
+    " AND e.seq <= (SELECT MAX(seq) FROM claimed)"
+    " AND e.seq NOT IN (SELECT seq FROM claimed) GROUP BY e.transaction_id)"
+    " SELECT c.seq, c.event_id, c.event_type, c.reference_id, c.transaction_id, c.body,"
+    " c.received_at, c.status, c.error FROM claimed c LEFT JOIN cut"
+    " ON cut.transaction_id = c.transaction_id WHERE c.transaction_id IS NULL"
+    " OR (c.transaction_id IN (SELECT transaction_id FROM won)"
+    " AND (cut.seq IS NULL OR c.seq < cut.seq)) ORDER BY c.seq"
+)
+
+
 def _claim_pending(db: sqlite_utils.Database, limit: int) -> list[Any]:
     """Pending events claimed by this transaction until it ends, in receive order, such that
     no other instance applies the same deposit's facts meanwhile, nor out of order.
@@ -113,44 +137,9 @@ def _claim_pending(db: sqlite_utils.Database, limit: int) -> list[Any]:
     over), and each deposit under a transaction-scoped advisory lock on its transactionId. A
     deposit is left for later when another instance holds its lock, and its events from the
     first one another instance holds on: its events are applied in receive order by one
-    instance at a time.
+    instance at a time. One statement (`_CLAIM`).
     """
-    rows = db.conn.execute(f"{_PENDING} FOR UPDATE SKIP LOCKED", (limit,)).fetchall()
-    first: dict[str, int] = {}
-    for row in rows:
-        if row[4] is not None:
-            first.setdefault(str(row[4]), int(row[0]))
-    if not first:
-        return list(rows)
-    ids = list(first)
-    marks = ", ".join("(?)" for _ in ids)
-    won = {
-        str(r[0])
-        for r in db.conn.execute(
-            f"SELECT t FROM (VALUES {marks}) AS v (t) WHERE pg_try_advisory_xact_lock(hashtext(t))",
-            ids,
-        ).fetchall()
-    }
-    if not won:
-        return [r for r in rows if r[4] is None]
-    # A deposit's events are taken up to the first of its pending events this transaction did
-    # not lock (another instance holds it, or it is past the limit): none after it, so that
-    # none is applied before an earlier one of the same deposit.
-    taken = {int(r[0]) for r in rows}
-    cut: dict[str, int] = {}  # transactionId -> the first pending seq not taken
-    names = ", ".join("?" for _ in won)
-    for tid, seq in db.conn.execute(
-        f"SELECT transaction_id, seq FROM events WHERE status = 'pending'"
-        f" AND transaction_id IN ({names}) AND seq <= ? ORDER BY seq",
-        [*won, max(taken)],
-    ).fetchall():
-        if int(seq) not in taken:
-            cut.setdefault(str(tid), int(seq))
-    return [
-        r
-        for r in rows
-        if r[4] is None or (str(r[4]) in won and int(r[0]) < cut.get(str(r[4]), int(r[0]) + 1))
-    ]
+    return list(db.conn.execute(_CLAIM, (limit,)).fetchall())
 
 
 def event_status(db: sqlite_utils.Database, seq: int) -> str | None:

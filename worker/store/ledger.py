@@ -31,7 +31,9 @@ def lock_tx_hash(db: sqlite_utils.Database, tx_hash: str) -> None:
     write lock orders every write transaction already. The two-key lock space is not the one
     of the deposit locks (`deposits.lock_deposit`)."""
     if is_postgres(db):
-        db.execute("SELECT pg_advisory_xact_lock(1, hashtext(lower(?)))", [tx_hash]).fetchone()
+        # Not waited for: the server runs the statements of a pipeline in order, so the next
+        # statement (the ledger read) starts once the lock is held.
+        db.execute("SELECT pg_advisory_xact_lock(1, hashtext(lower(?)))", [tx_hash])
 
 
 def likely_duplicate_of(
@@ -161,17 +163,89 @@ def book_once(
     return lambda: cursor.rowcount == 1
 
 
+# The row unless the deposit is booked, has a decision on being a duplicate, or is a likely
+# duplicate of a booked deposit (`likely_duplicate_of`'s condition, written into the statement):
+# a batch sends it without waiting and reads at its end whether it was written; when it was not,
+# the batch is applied again one event at a time, where each case is read and told apart.
+_LIKELY_DUPLICATE = {
+    "sqlite": " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ? AND field = ?"
+    " AND decided_at IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM ledger l LEFT JOIN deposits d"
+    " ON d.transaction_id = l.transaction_id WHERE lower(l.tx_hash) = lower(?)"
+    " AND l.transaction_id <> ? AND l.amount IS ? AND upper(COALESCE(l.currency, ''))"
+    " = upper(COALESCE(?, '')) AND d.to_address IS ?)",
+    "postgres": " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ?::text"
+    " AND field = ?::text AND decided_at IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM ledger l"
+    " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
+    " WHERE lower(l.tx_hash) = lower(?::text) AND l.transaction_id <> ?::text"
+    " AND l.amount IS NOT DISTINCT FROM ?::text AND upper(COALESCE(l.currency, ''))"
+    " = upper(COALESCE(?::text, '')) AND d.to_address IS NOT DISTINCT FROM ?::text)",
+}
+_BOOK_UNLESS_DUPLICATE = {
+    "sqlite": "INSERT OR IGNORE INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    " network, amount, from_address, tx_hash, booked_at, trigger)"
+    " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?" + _LIKELY_DUPLICATE["sqlite"],
+    "postgres": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    " network, amount, from_address, tx_hash, booked_at, trigger)"
+    " SELECT ?::text, ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text,"
+    " ?::text, ?::text" + _LIKELY_DUPLICATE["postgres"] + " ON CONFLICT DO NOTHING",
+}
+
+
+# The txHashes of a batch's bookings held at once, in one order for every instance (two
+# instances locking two hashes in opposite orders would deadlock).
+_LOCK_TX_HASHES = (
+    "SELECT COUNT(pg_advisory_xact_lock(1, hashtext(h))) FROM (SELECT DISTINCT lower(x) AS h"
+    " FROM unnest(?::text[]) AS x ORDER BY 1) AS hashes"
+)
+
+
+def book_all_unless_duplicate(
+    db: sqlite_utils.Database, bookings: list[dict[str, Any]], *, decision_field: str
+) -> Callable[[], bool]:
+    """Each booking's row (`book_once`'s values plus `to_address`; each with a txHash) unless
+    the deposit is booked, has a decision on its `decision_field` conflict, or is a likely
+    duplicate (`likely_duplicate_of`). Their txHashes are locked first (`lock_tx_hash`), all
+    in one statement. Nothing is waited for: returns what says whether every row was written
+    (when not, the caller finds out why the slow way)."""
+    if is_postgres(db):
+        # Not waited for: the server runs the statements of a pipeline in order.
+        conn_of(db).execute(_LOCK_TX_HASHES, [[b["tx_hash"] for b in bookings]])
+    sql = _BOOK_UNLESS_DUPLICATE["postgres" if is_postgres(db) else "sqlite"]
+    now = utc_now()
+    cursor = conn_of(db).executemany(
+        sql, [_unless_values(b, now, decision_field) for b in bookings]
+    )
+    return lambda: cursor.rowcount == len(bookings)
+
+
+def _unless_values(booking: dict[str, Any], now: str, decision_field: str) -> list[Any]:
+    tx, tx_hash, amount = booking["transaction_id"], booking["tx_hash"], booking["amount"]
+    values = [tx, booking["wallet_id"], booking["wallet_name"], booking["currency"]]
+    values += [booking["network"], amount, booking["from_address"], tx_hash, now]
+    values += [booking["trigger"], tx, decision_field, tx_hash, tx, amount]
+    return [*values, booking["currency"], booking["to_address"]]
+
+
 def booked_among(db: sqlite_utils.Database, transaction_ids: list[str]) -> set[str]:
     """Which of these deposits the ledger holds."""
-    found: set[str] = set()
+    return booked_among_sent(db, transaction_ids)()
+
+
+def booked_among_sent(
+    db: sqlite_utils.Database, transaction_ids: list[str]
+) -> Callable[[], set[str]]:
+    """`booked_among`, its statements sent now and read when the returned function is called
+    (on PostgreSQL in pipeline mode, statements sent meanwhile share the round trip)."""
+    cursors = []
     for start in range(0, len(transaction_ids), 500):
         part = transaction_ids[start : start + 500]
         marks = ", ".join("?" for _ in part)
-        rows = conn_of(db).execute(
-            f"SELECT transaction_id FROM ledger WHERE transaction_id IN ({marks})", part
+        cursors.append(
+            conn_of(db).execute(
+                f"SELECT transaction_id FROM ledger WHERE transaction_id IN ({marks})", part
+            )
         )
-        found.update(str(r[0]) for r in rows.fetchall())
-    return found
+    return lambda: {str(r[0]) for cursor in cursors for r in cursor.fetchall()}
 
 
 # --- reads and commands outside the outbox ---

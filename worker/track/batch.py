@@ -15,13 +15,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlite_utils
 
-from worker.store.deposits import get_deposit_row, get_deposit_rows, upsert_deposit_rows
+from worker.store.deposits import deposit_rows_sent, get_deposit_row, upsert_deposit_rows
 from worker.store.events import StoredEvent
 from worker.store.facts import FactRow, insert_fact_rows
-from worker.store.ledger import booked_among
+from worker.store.ledger import book_all_unless_duplicate, booked_among_sent
+from worker.track.conflicts import DUPLICATE
 from worker.track.tracker import Deposit
 
 
@@ -33,6 +35,20 @@ class Bookings:
 
     booked: set[str]
     checks: list[Callable[[], bool]] = field(default_factory=list)
+    # Bookings with a txHash, written at the batch's end (`flush`), under the duplicate check.
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+    def flush(self, db: sqlite_utils.Database) -> None:
+        """Write the pending bookings (after the batch's deposit rows: the duplicate check
+        reads them), then check that every booking counted on was written (`BookingMissed`
+        if not)."""
+        if self.pending:
+            rows, self.pending = self.pending, []
+            self.checks.append(book_all_unless_duplicate(db, rows, decision_field=DUPLICATE))
+        if self.checks:
+            checks, self.checks = self.checks, []
+            if not all(written() for written in checks):
+                raise BookingMissed("a booking the batch counted on was not written")
 
 
 class BookingMissed(Exception):
@@ -65,9 +81,12 @@ class BatchWrites:
     ) -> BatchWrites:
         """The stored deposits of the events, read at once (None for an id without a row)."""
         ids = [e.transaction_id for e in events if e.transaction_id]
-        rows = get_deposit_rows(db, ids)
+        # Both sent before either is read: one round trip on PostgreSQL.
+        rows_sent = deposit_rows_sent(db, ids)
+        booked_sent = booked_among_sent(db, ids) if defer else None
+        rows = rows_sent()
         known = {tx: Deposit.from_row(rows[tx]) if tx in rows else None for tx in ids}
-        bookings = Bookings(booked_among(db, ids)) if defer else None
+        bookings = Bookings(booked_sent()) if booked_sent is not None else None
         return cls(known, defer=defer, bookings=bookings)
 
     @contextmanager
@@ -110,7 +129,5 @@ class BatchWrites:
         if self.facts:
             insert_fact_rows(db, self.facts)
             self.facts.clear()
-        if self.bookings is not None and self.bookings.checks:
-            checks, self.bookings.checks = self.bookings.checks, []
-            if not all(written() for written in checks):
-                raise BookingMissed("a booking the batch counted on was not written")
+        if self.bookings is not None:
+            self.bookings.flush(db)

@@ -15,7 +15,7 @@ from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
 from worker.store import ledger
 from worker.store.conflicts import decided_value_of
-from worker.track.batch import batch_bookings
+from worker.track.batch import Bookings, batch_bookings
 from worker.track.conflicts import DUPLICATE, WIRE_NAMES, held_by, hold_likely_duplicate
 from worker.track.tracker import Deposit, State
 
@@ -59,6 +59,8 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     known = batch_bookings()
     if known is not None and deposit.transaction_id in known.booked:
         return "done", "already booked"
+    if known is not None and deposit.tx_hash and _may_book(db, deposit):
+        return _book_counted(db, deposit, trigger, known)
     refused = _refusal(db, deposit, trigger)
     if refused is None:
         # Booked unless booked already. A batch counts on it and checks at its end (applied
@@ -75,6 +77,26 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     if alert is not None:
         enqueue_alert(db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=alert)
     return status, outcome
+
+
+def _may_book(db: sqlite_utils.Database, deposit: Deposit) -> bool:
+    """Credited and not held for a conflict of a fixed field (what `_refusal` looks at before
+    the txHash)."""
+    return deposit.state in CREDITED_STATES and not held_by(db, deposit.transaction_id)
+
+
+def _book_counted(
+    db: sqlite_utils.Database, deposit: Deposit, trigger: str, known: Bookings
+) -> tuple[str, str]:
+    """In a deferring batch, a deposit with a txHash: booked at the batch's end, with the
+    batch's other such bookings, by one statement that writes nothing when a decision on
+    `duplicate` exists or it is a likely duplicate (`Bookings.flush`; nothing is waited for;
+    when a row was not written, the batch is applied again one event at a time, where
+    `_duplicate` tells the cases apart). The batch's deposit rows are written before it, so
+    the statement sees a second id of a txHash the batch itself books as well."""
+    known.booked.add(deposit.transaction_id)
+    known.pending.append({**_booking(deposit, trigger), "to_address": deposit.to_address})
+    return "done", "booked"
 
 
 def _refusal(
