@@ -388,6 +388,11 @@ async def test_a_likely_duplicate_delivered_in_a_later_batch_is_held_and_another
     other = {**same, "amount": "7.5"}
     await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXC", NOW + 2, **other))
     assert await env.processor.run_until_idle() == 1
+    # The same amount written with another scale ("100.00" is "100") and the currency in
+    # another case: a likely duplicate too, held, not booked a second time.
+    written = {**same, "amount": "100.00", "currency": "usdt"}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXD", NOW + 3, **written))
+    assert await env.processor.run_until_idle() == 1
     ledger = await rows(env.store, "SELECT transaction_id FROM ledger ORDER BY transaction_id")
     assert [r["transaction_id"] for r in ledger] == ["TXA", "TXC"]
     [held] = await rows(
@@ -399,8 +404,13 @@ async def test_a_likely_duplicate_delivered_in_a_later_batch_is_held_and_another
     assert [a for a in await alerts(env.store) if a[0] == "TXB"] == [
         ("TXB", "duplicate_tx_hash", "critical")
     ]
+    [also] = await rows(
+        env.store,
+        "SELECT status, outcome FROM actions WHERE action='book' AND transaction_id='TXD'",
+    )
+    assert also["outcome"].startswith("held: likely duplicate of TXA")
     statuses = await rows(env.store, "SELECT status FROM events")
-    assert [e["status"] for e in statuses] == ["processed"] * 3
+    assert [e["status"] for e in statuses] == ["processed"] * 4
 
 
 # --- 2: book only when credited -----------------------------------------------------------------

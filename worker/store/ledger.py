@@ -163,22 +163,27 @@ def book_once(
     return lambda: cursor.rowcount == 1
 
 
-# The row unless the deposit is booked, has a decision on being a duplicate, or is a likely
-# duplicate of a booked deposit (`likely_duplicate_of`'s condition, written into the statement):
-# a batch sends it without waiting and reads at its end whether it was written; when it was not,
-# the batch is applied again one event at a time, where each case is read and told apart.
+# The row unless the deposit is booked, has a decision on being a duplicate, or shares its
+# txHash with another booked deposit (the ledger's hash, or the hash its deposit learnt since):
+# a superset of `likely_duplicate_of`, which compares amounts as numbers and addresses and
+# currencies case-blind in Python. A batch sends it without waiting and reads at its end
+# whether every row was written; when one was not, the batch is applied again one event at a
+# time, where `likely_duplicate_of` tells a likely duplicate (held) from another output of the
+# same transaction (booked).
 _LIKELY_DUPLICATE = {
     "sqlite": " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ? AND field = ?"
-    " AND decided_at IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM ledger l LEFT JOIN deposits d"
-    " ON d.transaction_id = l.transaction_id WHERE lower(l.tx_hash) = lower(?)"
-    " AND l.transaction_id <> ? AND l.amount IS ? AND upper(COALESCE(l.currency, ''))"
-    " = upper(COALESCE(?, '')) AND d.to_address IS ?)",
+    " AND decided_at IS NOT NULL)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger WHERE lower(tx_hash) = lower(?)"
+    " AND transaction_id <> ?)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger l JOIN deposits d ON d.transaction_id = l.transaction_id"
+    " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?) AND l.transaction_id <> ?)",
     "postgres": " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ?::text"
-    " AND field = ?::text AND decided_at IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM ledger l"
-    " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
-    " WHERE lower(l.tx_hash) = lower(?::text) AND l.transaction_id <> ?::text"
-    " AND l.amount IS NOT DISTINCT FROM ?::text AND upper(COALESCE(l.currency, ''))"
-    " = upper(COALESCE(?::text, '')) AND d.to_address IS NOT DISTINCT FROM ?::text)",
+    " AND field = ?::text AND decided_at IS NOT NULL)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger WHERE lower(tx_hash) = lower(?::text)"
+    " AND transaction_id <> ?::text)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger l JOIN deposits d ON d.transaction_id = l.transaction_id"
+    " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?::text)"
+    " AND l.transaction_id <> ?::text)",
 }
 _BOOK_UNLESS_DUPLICATE = {
     "sqlite": "INSERT OR IGNORE INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
@@ -203,10 +208,10 @@ def book_all_unless_duplicate(
     db: sqlite_utils.Database, bookings: list[dict[str, Any]], *, decision_field: str
 ) -> Callable[[], bool]:
     """Each booking's row (`book_once`'s values plus `to_address`; each with a txHash) unless
-    the deposit is booked, has a decision on its `decision_field` conflict, or is a likely
-    duplicate (`likely_duplicate_of`). Their txHashes are locked first (`lock_tx_hash`), all
-    in one statement. Nothing is waited for: returns what says whether every row was written
-    (when not, the caller finds out why the slow way)."""
+    the deposit is booked, has a decision on its `decision_field` conflict, or another booked
+    deposit has its txHash (`_LIKELY_DUPLICATE`). Their txHashes are locked first
+    (`lock_tx_hash`), all in one statement. Nothing is waited for: returns what says whether
+    every row was written (when not, the caller finds out why the slow way)."""
     if is_postgres(db):
         # Not waited for: the server runs the statements of a pipeline in order.
         conn_of(db).execute(_LOCK_TX_HASHES, [[b["tx_hash"] for b in bookings]])
@@ -222,8 +227,8 @@ def _unless_values(booking: dict[str, Any], now: str, decision_field: str) -> li
     tx, tx_hash, amount = booking["transaction_id"], booking["tx_hash"], booking["amount"]
     values = [tx, booking["wallet_id"], booking["wallet_name"], booking["currency"]]
     values += [booking["network"], amount, booking["from_address"], tx_hash, now]
-    values += [booking["trigger"], tx, decision_field, tx_hash, tx, amount]
-    return [*values, booking["currency"], booking["to_address"]]
+    values += [booking["trigger"], tx, decision_field, tx_hash, tx, tx_hash, tx]
+    return values
 
 
 def booked_among(db: sqlite_utils.Database, transaction_ids: list[str]) -> set[str]:
