@@ -327,6 +327,11 @@ def run_install(root: Path) -> str:
     return proc.stdout
 
 
+# The install (a virtualenv from the locked wheels) takes minutes on a busy machine: the tests
+# that share it may wait that long in their setup.
+pytestmark = pytest.mark.timeout(600)
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     """One install into a temporary root, shared by the tests below (it takes a few seconds)."""
