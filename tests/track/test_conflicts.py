@@ -4,6 +4,7 @@ reads, what holds a booking, and a person's decision (`depositd resolve`)."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -11,9 +12,13 @@ from typing import Any
 
 import pytest
 import sqlite_utils
+from pgcluster import Cluster
 
 from worker.store.conflicts import all_conflicts
-from worker.store.deposits import get_deposit_row
+from worker.store.deposits import get_deposit_row, lock_deposit
+from worker.store.pg import PgDatabase
+from worker.store.pg import connect as pg_connect
+from worker.store.pgstore import PgStore
 from worker.store.writer import connect, migrate
 from worker.track.conflicts import (
     decide,
@@ -248,3 +253,43 @@ def test_a_bad_decided_value_is_refused_saying_why(name: str, text: str, message
     with pytest.raises(ValueError) as info:
         decided_value(name, text)
     assert str(info.value).startswith(message)
+
+
+async def test_a_decision_waits_for_a_batch_holding_the_deposit_on_postgres(
+    pg_cluster: Cluster,
+) -> None:
+    """PostgreSQL: while another instance's transaction holds the deposit, a decision waits
+    for it (never writing over a row that batch is about to write back), then goes on."""
+    url = pg_cluster.create_database()
+    try:
+        store = PgStore(url)
+        await store.open()
+        await store.close()
+        one, two = PgDatabase(pg_connect(url)), PgDatabase(pg_connect(url))
+        try:
+            one.execute("INSERT INTO deposits (transaction_id, amount) VALUES (?, ?)", [TX, "1"])
+            one.execute("BEGIN")
+            lock_deposit(one, TX)  # as a processor batch holds its deposits
+            done: list[str] = []
+
+            def decision() -> None:
+                two.execute("BEGIN")
+                decide(two, TX, {"amount": Decimal("2")}, by="ana", note=None)
+                two.execute("COMMIT")
+                done.append("decided")
+
+            thread = threading.Thread(target=decision)
+            thread.start()
+            thread.join(0.5)
+            assert done == [], "the decision did not wait for the deposit's holder"
+            one.execute("COMMIT")
+            thread.join(10)
+            assert not thread.is_alive(), "the decision never returned"
+            assert done == ["decided"]
+            row = one.execute("SELECT amount FROM deposits WHERE transaction_id=?", [TX]).fetchone()
+            assert tuple(row) == ("2",)
+        finally:
+            one.close()
+            two.close()
+    finally:
+        pg_cluster.drop_database(url)
