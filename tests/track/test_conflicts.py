@@ -293,3 +293,36 @@ async def test_a_decision_waits_for_a_batch_holding_the_deposit_on_postgres(
             two.close()
     finally:
         pg_cluster.drop_database(url)
+
+
+def test_a_field_already_recorded_does_not_hide_the_next_one(db: sqlite_utils.Database) -> None:
+    """A fact restating a recorded amount and stating a new fromAddress: the address is
+    recorded (and alerted), with the time it was recorded."""
+    apply(db, fact(0))
+    apply(db, fact(1, amount=Decimal("13")))
+    apply(db, fact(2, amount=Decimal("13"), from_address="TElse"))
+    assert recorded(db) == [
+        ("amount", "12.5", "13", "webhook", None),
+        ("from_address", "TFrom", "TElse", "webhook", None),
+    ]
+    assert [a["once_per"] for a in alerts(db)] == ["amount", "from_address"]
+    assert all(c["created_at"] for c in all_conflicts(db, TX))
+
+
+def test_one_decision_on_a_duplicate_and_a_tiny_amount(db: sqlite_utils.Database) -> None:
+    """`--set duplicate=no --set amount=0.00000010` at once: both decided, the deposit's
+    amount written in plain digits (never 1.0E-7)."""
+    deposit = apply(db, fact(0, amount=Decimal("0.0000001")))
+    apply(db, fact(1, amount=Decimal("0.00000011")))
+    hold_likely_duplicate(db, deposit, "tx-booked")
+    with db.conn:
+        decide(
+            db,
+            TX,
+            {"duplicate": "no", "amount": decided_value("amount", "0.00000010")},
+            by="ana",
+            note=None,
+        )
+    row = get_deposit_row(db, TX)
+    assert row is not None and row["amount"] == "0.00000010"
+    assert held_by(db, TX) == []
