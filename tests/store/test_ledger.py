@@ -3,6 +3,7 @@ both engines, the likely-duplicate match, and the reads by day, period and curre
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -10,9 +11,13 @@ from typing import Any
 
 import pytest
 import sqlite_utils
+from pgcluster import Cluster
 from stores import StoreMaker
 
 from worker.store import ledger
+from worker.store.pg import PgDatabase
+from worker.store.pg import connect as pg_connect
+from worker.store.pgstore import PgStore
 from worker.store.writer import Store, connect, migrate
 
 BOOKING: dict[str, Any] = {
@@ -209,3 +214,49 @@ def test_sums_by_currency_are_exact(db: sqlite_utils.Database, clock: list[str])
     assert sums == {"BTC": Decimal("1.00000001"), "USDT": Decimal("0.3")}
     assert list(sums) == ["BTC", "USDT"]
     assert str(sums["USDT"]) == "0.3"
+
+
+async def test_two_bookings_of_one_txhash_take_turns_on_postgres(pg_cluster: Cluster) -> None:
+    """PostgreSQL: while one instance holds a txHash to book it, another booking the same
+    txHash (in another case) waits for it, so it reads the first's ledger row before deciding
+    whether it is a duplicate."""
+    url = pg_cluster.create_database()
+    try:
+        store = PgStore(url)
+        await store.open()
+        await store.close()
+        one, two = PgDatabase(pg_connect(url)), PgDatabase(pg_connect(url))
+        try:
+            one.execute("BEGIN")
+            ledger.lock_tx_hash(one, "0xabc")  # type: ignore[arg-type]
+            ledger.insert_booking(one, transaction_id="tx-1", **BOOKING)  # type: ignore[arg-type]
+            seen: list[str | None] = []
+
+            def second() -> None:
+                two.execute("BEGIN")
+                ledger.lock_tx_hash(two, "0xABC")  # type: ignore[arg-type]
+                seen.append(
+                    ledger.likely_duplicate_of(
+                        two,  # type: ignore[arg-type]
+                        transaction_id="tx-2",
+                        tx_hash="0xabc",
+                        amount=BOOKING["amount"],
+                        currency="USDT",
+                        to_address=None,
+                    )
+                )
+                two.execute("COMMIT")
+
+            thread = threading.Thread(target=second)
+            thread.start()
+            thread.join(0.5)
+            assert seen == [], "the second booking did not wait for the first"
+            one.execute("COMMIT")
+            thread.join(10)
+            assert not thread.is_alive(), "the second booking never went on"
+            assert seen == ["tx-1"]
+        finally:
+            one.close()
+            two.close()
+    finally:
+        pg_cluster.drop_database(url)
