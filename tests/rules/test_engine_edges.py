@@ -13,6 +13,7 @@ import pytest
 
 from worker.act.kinds import SPECS
 from worker.rules import RecordView, RuleBook
+from worker.rules.engine import failing_record_condition
 from worker.rules.model import Action, Conditions, Rule, RuleSet
 from worker.track.tracker import Deposit, Fact, observe
 
@@ -176,8 +177,6 @@ def test_a_record_condition_reads_its_own_field(
     assert [i.rule for i in rules.evaluate_record(hit, trigger)] == ["r"]
     assert rules.evaluate_record(miss, trigger) == []
     assert rules.evaluate_record(RecordView({}), trigger) == []
-    from worker.rules.engine import failing_record_condition
-
     assert failing_record_condition(rule, hit, trigger) is None
     assert failing_record_condition(rule, miss, trigger) == (
         f"{cond} else is not one of OTHER, WANTED"
@@ -189,8 +188,6 @@ def test_a_record_condition_reads_its_own_field(
 
 def test_a_record_amount_that_is_unknown_or_out_of_bounds_says_so(tmp_path: Path) -> None:
     """The amount condition on a record: unknown, or which bound it misses."""
-    from worker.rules.engine import failing_record_condition
-
     rules = one_rule(tmp_path, '{amount: {gte: "10", lt: "100"}}', on="reconcile_finding")
     [rule] = rules.rulesets[0].rules
     trigger = "reconcile_finding"
