@@ -88,17 +88,8 @@ def scratch_copy(module: str, tests: list[str]) -> Path:
     return place
 
 
-def run_module(module: str, tests: list[str], children: int, known: dict[str, str]) -> Outcome:
-    """Run mutmut over one module in its scratch copy and read its results."""
-    place = scratch_copy(module, tests)
-    mutmut = str(Path(sys.executable).parent / "mutmut")
-    print(f"== {module} against {' '.join(tests)}", flush=True)
-    subprocess.run(
-        [mutmut, "run", "--max-children", str(children)],
-        cwd=place,
-        check=False,
-        stdout=subprocess.DEVNULL,
-    )
+def _results(mutmut: str, place: Path) -> list[tuple[str, str]]:
+    """(mutant name, status) of every mutant of the scratch copy."""
     listing = subprocess.run(
         [mutmut, "results", "--all", "true"],
         cwd=place,
@@ -106,13 +97,30 @@ def run_module(module: str, tests: list[str], children: int, known: dict[str, st
         capture_output=True,
         text=True,
     ).stdout
-    total = killed = 0
-    survivors: list[str] = []
-    equivalent = 0
+    out = []
     for line in listing.splitlines():
         name, _, status = line.strip().rpartition(": ")
-        if not name:
-            continue
+        if name:
+            out.append((name, status))
+    return out
+
+
+def run_module(module: str, tests: list[str], children: int, known: dict[str, str]) -> Outcome:
+    """Run mutmut over one module in its scratch copy and read its results.
+
+    mutmut keeps a verdict once given, so a mutant that survived an earlier run is tested
+    again by name (the tests may have changed since): only those not listed as equivalent."""
+    place = scratch_copy(module, tests)
+    mutmut = str(Path(sys.executable).parent / "mutmut")
+    print(f"== {module} against {' '.join(tests)}", flush=True)
+    run = [mutmut, "run", "--max-children", str(children)]
+    subprocess.run(run, cwd=place, check=False, stdout=subprocess.DEVNULL)
+    again = [n for n, status in _results(mutmut, place) if status != "killed" and n not in known]
+    if again:
+        subprocess.run([*run, *again], cwd=place, check=False, stdout=subprocess.DEVNULL)
+    total = killed = equivalent = 0
+    survivors: list[str] = []
+    for name, status in _results(mutmut, place):
         total += 1
         if status == "killed":
             killed += 1

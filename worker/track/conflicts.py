@@ -122,7 +122,8 @@ def decided_value(name: str, text: str) -> Any:
         return int(text)
     if not text.strip():
         raise ValueError(f"{WIRE_NAMES[name]} must not be empty")
-    return text
+    # A value pasted with a space around it: no fact ever states the space.
+    return text.strip()
 
 
 def decide(
