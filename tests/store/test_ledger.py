@@ -87,8 +87,9 @@ async def test_a_booking_is_written_once_with_every_field(
 
 
 async def test_the_same_txhash_under_another_id_is_a_likely_duplicate(store: Store) -> None:
-    """Same txHash (any case), amount, currency (any case) and receiving address under another
-    id: the booked id is named; any of them different, or the same id, is no duplicate."""
+    """Same txHash (any case), amount (as a number: "12.5" is "12.50"), currency (any case) and
+    receiving address under another id: the booked id is named; any of them different, or the
+    same id, is no duplicate."""
 
     def seed(db: sqlite_utils.Database) -> None:
         for tx, to in (("tx-b", "TTo"), ("tx-a", "TTo"), ("tx-z", "TOther")):
@@ -114,13 +115,14 @@ async def test_the_same_txhash_under_another_id_is_a_likely_duplicate(store: Sto
             other(),
             other(transaction_id="tx-a"),
             other(amount="12.5"),
+            other(amount="12.51"),
             other(currency="USDC"),
             other(to_address="TElse"),
             other(tx_hash="0xabd"),
             other(to_address="TOther"),
         ]
 
-    assert await store.read(ask) == ["tx-a", "tx-b", None, None, None, None, "tx-z"]
+    assert await store.read(ask) == ["tx-a", "tx-b", "tx-a", None, None, None, None, "tx-z"]
 
 
 def test_insert_booking_says_whether_it_wrote(db: sqlite_utils.Database, clock: list[str]) -> None:
