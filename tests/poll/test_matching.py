@@ -156,7 +156,9 @@ def test_amount_asset_network_and_tx_hash_differences_are_each_a_finding() -> No
         rec(5, tx_hash=None),
     ]
     assert run(ledger, records) == [
-        Finding(kind="amount_differs", ledger_amount="1.25", **common(1, report_amount="1.2500001")),
+        Finding(
+            kind="amount_differs", ledger_amount="1.25", **common(1, report_amount="1.2500001")
+        ),
         Finding(
             kind="asset_differs",
             ledger_amount="1.25",
@@ -208,9 +210,7 @@ def test_records_without_an_id_match_by_tx_hash_the_row_agreeing_most() -> None:
         Finding(
             kind="duplicate_in_report",
             detail="the ledger row of TX1 is matched by another record of the report",
-            **common(
-                14, subject="record:SR14", transaction_id=None, report_amount="500"
-            ),
+            **common(14, subject="record:SR14", transaction_id=None, report_amount="500"),
         )
     ]
 
@@ -296,9 +296,7 @@ def test_a_record_the_provider_does_not_call_matched_is_a_provider_finding() -> 
         rec(3, reconciliation_status=None),
     ]
     assert run(ledger, records, summary=(1, 1)) == [
-        Finding(
-            kind="provider_review", detail="reconciliation_status manual_review", **common(1)
-        ),
+        Finding(kind="provider_review", detail="reconciliation_status manual_review", **common(1)),
         Finding(kind="provider_mismatch", detail="reconciliation_status MISMATCHED", **common(2)),
     ]
 
