@@ -594,3 +594,81 @@ async def test_two_resolves_at_once_on_postgres_decide_and_book_once(
     assert len(await rows(env.store, "SELECT * FROM ledger WHERE transaction_id='TXC'")) == 1
     books = await rows(env.store, "SELECT outcome FROM actions WHERE action='book'")
     assert len([b for b in books if "after the decision" in (b["outcome"] or "")]) == 1
+
+
+# --- the ledger row and what booking records ----------------------------------------------------
+
+
+async def test_the_ledger_row_holds_the_deposit_as_credited_and_a_second_trigger_books_nothing(
+    env: Env,
+) -> None:
+    """A credited deposit's ledger row holds its id, wallet, currency, network, exact amount,
+    sending address, txHash and the trigger that booked it; the book action says `booked`
+    (and the log line too); the completion that follows books nothing and says so."""
+    credited = order("TXR", status="PROCESSING", creditStatus="CREDITED", amount="12.50")
+    with capture_logs() as logs:
+        await env.processor.observe_fact(_fact_of(credited))
+        await env.processor.observe_fact(
+            _fact_of({**credited, "status": "SUCCESS", "updateTime": 1_700_000_000_001})
+        )
+    [row] = await rows(env.store, "SELECT * FROM ledger")
+    assert {k: v for k, v in row.items() if k not in ("booked_at", "id")} == {
+        "transaction_id": "TXR",
+        "wallet_id": 1001,
+        "wallet_name": "main",
+        "currency": "USDT",
+        "network": "TRON",
+        "amount": "12.50",
+        "from_address": FROM,
+        "tx_hash": "0xhash-txr",
+        "trigger": "credited",
+    }
+    books = await rows(
+        env.store, "SELECT trigger, status, outcome FROM actions WHERE action='book' ORDER BY id"
+    )
+    assert books == [
+        {"trigger": "credited", "status": "done", "outcome": "booked"},
+        {"trigger": "completed", "status": "done", "outcome": "already booked"},
+    ]
+    logged = [
+        (e["event"], e.get("transactionId"), e.get("amount"), e.get("currency"))
+        for e in logs
+        if e["event"] in ("booked", "already booked")
+    ]
+    assert logged == [
+        ("booked", "TXR", "12.50", "USDT"),
+        ("already booked", "TXR", "12.50", "USDT"),
+    ]
+
+
+async def test_a_booked_deposit_later_in_conflict_says_already_booked_not_held(env: Env) -> None:
+    """Booked at 100 on its credit; its completion then states another amount and network:
+    the conflict is alerted, but the book action of the completion says the deposit is booked
+    already (done), not held, and the ledger row keeps what was booked."""
+    credited = order("TXK", status="PROCESSING", creditStatus="CREDITED")
+    await env.processor.observe_fact(_fact_of(credited))
+    completed = {**credited, "status": "SUCCESS", "updateTime": 1_700_000_000_001}
+    await env.processor.observe_fact(_fact_of({**completed, "amount": "90", "network": "ETH"}))
+    books = await rows(env.store, "SELECT status, outcome FROM actions WHERE action='book'")
+    assert books == [
+        {"status": "done", "outcome": "booked"},
+        {"status": "done", "outcome": "already booked"},
+    ]
+    assert await rows(env.store, "SELECT amount, network FROM ledger") == [
+        {"amount": "100", "network": "TRON"}
+    ]
+
+
+async def test_a_deposit_in_conflict_on_two_fields_is_held_naming_both(env: Env) -> None:
+    """Not booked yet, two fixed fields contradicted: held, the outcome names both fields."""
+    await env.processor.observe_fact(_fact_of(order("TXH")))
+    credited = order(
+        "TXH", status="SUCCESS", amount="90", network="ETH", updateTime=1_700_000_000_5
+    )
+    await env.processor.observe_fact(_fact_of(credited))
+    assert await rows(env.store, "SELECT * FROM ledger") == []
+    [book] = await rows(env.store, "SELECT status, outcome FROM actions WHERE action='book'")
+    assert book == {
+        "status": "skipped",
+        "outcome": "held: amount, network in conflict; waiting for a decision (depositd resolve)",
+    }
