@@ -21,10 +21,14 @@ from worker.act.kinds import SPECS
 from worker.dev.sandbox.envelopes import partner_ok
 from worker.poll.reconcile import Reconciler
 from worker.provider.client import ProviderClient
+from worker.provider.models import DepositOrder
 from worker.rules import RuleBook
 from worker.store import findings as findings_store
 from worker.store import ledger
+from worker.store.meta import set_meta
 from worker.store.writer import Store
+from worker.track.facts import fact_from_order
+from worker.track.processor import Processor
 
 DAY = dt.date(2026, 3, 4)
 HASH = "0x" + "ab" * 32
@@ -73,12 +77,18 @@ class FakeReport:
     changes_after_page_1: bool = False
     down: bool = False
     asked: list[dict[str, str]] = field(default_factory=list)
+    balances: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def app(self) -> web.Application:
         """The aiohttp app of this provider."""
         app = web.Application()
         app.router.add_get("/api/v1/settlement/daily-records", self._report)
+        app.router.add_get("/v1/wallet/asset-balance", self._balances)
         return app
+
+    async def _balances(self, request: web.Request) -> web.Response:
+        data = self.balances.get(request.query["walletId"], [])
+        return web.json_response({"status": 200, "msg": "OK", "success": True, "data": data})
 
     async def _report(self, request: web.Request) -> web.Response:
         if self.down:
@@ -432,3 +442,103 @@ async def test_a_report_in_another_zone_fails_the_run(env: Env) -> None:
     env.report.records = [record("TX1", 1)]
     env.report.timezone = "Europe/Berlin"
     await failed(env, env.reconciler(), "the report is in timezone 'Europe/Berlin', not UTC")
+
+
+# --- held balances --------------------------------------------------------------------------
+
+NOON = int(dt.datetime(2026, 3, 4, 12, tzinfo=dt.UTC).timestamp() * 1000)
+
+
+async def hold(env: Env, tx: str, amount: str, wallet: int = 1001) -> None:
+    """A deposit of `amount` USDT in `wallet`, processing (its funds held by the provider)."""
+    order = {
+        "transactionId": tx,
+        "transactionHash": "0x" + tx.lower(),
+        "walletId": wallet,
+        "currency": "USDT",
+        "network": "TRON",
+        "amount": amount,
+        "status": "PROCESSING",
+        "createTime": NOON,
+        "updateTime": NOON,
+    }
+    await Processor(env.store).observe_fact(fact_from_order(DepositOrder.model_validate(order)))
+
+
+def balance(wallet: int, unavailable: str, currency: str = "USDT") -> dict[str, Any]:
+    """One asset-balance row."""
+    return {"walletId": wallet, "currency": currency, "available": "0", "unavailable": unavailable}
+
+
+async def drifts(env: Env, reconciler: Reconciler) -> list[tuple[Any, ...]]:
+    """Run; (day, subject, wallet, currency, ledger amount, report amount) of each drift."""
+    result = await reconciler.run(DAY)
+    return [
+        (f.day, f.subject, f.wallet_id, f.currency, f.ledger_amount, f.report_amount)
+        for f in result.findings
+        if f.kind == "held_balance_drift"
+    ]
+
+
+async def test_held_balances_equal_to_the_deposits_held_are_no_drift(env: Env) -> None:
+    """Two deposits held in one wallet (1.5 + 2.5) against an unavailable balance of 4.0
+    written in lower case: no drift however long it lasts."""
+    await hold(env, "TXA", "1.5")
+    await hold(env, "TXB", "2.5")
+    env.report.balances = {"1001": [balance(1001, "4.0", currency="usdt")]}
+    at = [NOON]
+    reconciler = env.reconciler(drift_after_s=60, clock=lambda: at[0])
+    for _ in range(3):
+        assert await drifts(env, reconciler) == []
+        at[0] += 3_600_000
+
+
+async def test_a_drift_is_a_finding_once_it_lasted_drift_after_s(env: Env) -> None:
+    """Held 4, unavailable 5: not a finding on the first check nor one that comes a moment
+    too early, a finding once it lasted `drift_after_s` (dated the day read, alerted naming
+    the wallet); resolved once the balance agrees again."""
+    await hold(env, "TXA", "1.5")
+    await hold(env, "TXB", "2.5")
+    await hold(env, "TXC", "9", wallet=1002)
+    env.report.balances = {"1001": [balance(1001, "5")], "1002": [balance(1002, "9")]}
+    at = [NOON]
+    reconciler = env.reconciler(drift_after_s=60, clock=lambda: at[0])
+    assert await drifts(env, reconciler) == []
+    at[0] += 59_999
+    assert await drifts(env, reconciler) == []
+    at[0] += 1
+    assert await drifts(env, reconciler) == [
+        (DAY.isoformat(), "1001:USDT", 1001, "USDT", "4.0", "5")
+    ]
+    [*_, alert] = await env.alerts()
+    assert "held_balance_drift, wallet 1001, ledger 4.0, report 5, currency USDT" in alert[2]
+    assert alert[2].endswith("unavailable balance differs from the deposits held")
+    env.report.balances["1001"] = [balance(1001, "4")]
+    at[0] += 1
+    assert await drifts(env, reconciler) == []
+    assert [f[0] for f in await env.findings()] == []
+
+
+@pytest.mark.parametrize("stored", ["not json", "[1]", '{"1001:USDT": "5"}', '{"1001:USDT": true}'])
+async def test_a_drift_stored_in_another_form_counts_from_now(env: Env, stored: str) -> None:
+    """What an earlier version (or a damaged row) left as the drift's start is read as a drift
+    first seen now: no finding until it lasted `drift_after_s`, and the run does not fail."""
+    await hold(env, "TXA", "4")
+    env.report.balances = {"1001": [balance(1001, "5")]}
+    await env.store.write(lambda db: set_meta(db, "held_balance_drift", stored))
+    at = [NOON]
+    reconciler = env.reconciler(drift_after_s=60, clock=lambda: at[0])
+    assert await drifts(env, reconciler) == []
+    at[0] += 60_000
+    assert [d[1] for d in await drifts(env, reconciler)] == ["1001:USDT"]
+
+
+async def test_a_drift_seen_before_a_restart_counts_from_when_it_was_first_seen(env: Env) -> None:
+    """The first sighting is stored with the run: a new reconciler (a restart) finds the drift
+    once it lasted `drift_after_s` since then."""
+    await hold(env, "TXA", "4")
+    env.report.balances = {"1001": [balance(1001, "5")]}
+    at = [NOON]
+    assert await drifts(env, env.reconciler(drift_after_s=60, clock=lambda: at[0])) == []
+    at[0] += 60_000
+    assert len(await drifts(env, env.reconciler(drift_after_s=60, clock=lambda: at[0]))) == 1
