@@ -133,8 +133,10 @@ class Env:
     woken: list[int]
 
     def reconciler(self, **kw: Any) -> Reconciler:
-        """A reconciler of this provider and store (two records a page unless told)."""
+        """A reconciler of this provider and store (two records a page, at most ten pages,
+        unless told)."""
         kw.setdefault("page_size", 2)
+        kw.setdefault("max_pages", 10)
         return Reconciler(
             self.client,
             self.store,
