@@ -672,3 +672,33 @@ async def test_a_deposit_in_conflict_on_two_fields_is_held_naming_both(env: Env)
         "status": "skipped",
         "outcome": "held: amount, network in conflict; waiting for a decision (depositd resolve)",
     }
+
+
+BOOK_TWICE = """\
+wallet: '*'
+rules:
+  - {name: book on credit, on: [credited], then: [book]}
+  - {name: book on completion, on: [completed], then: [book]}
+"""
+
+
+async def test_two_rules_booking_one_deposit_in_one_batch_book_it_once(env: Env) -> None:
+    """The credit and the completion of a deposit applied in one processor batch, each booked
+    by a rule of its own: one ledger row; the second book action says `already booked`."""
+    env.rules_path.write_text(BOOK_TWICE)
+    rulebook = RuleBook.load(env.rules_path, specs=SPECS)
+    env.processor.reactor = RuleReactor(lambda: rulebook, Profiles.empty)
+    await deliver(
+        env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXD", NOW, creditStatus="CREDITED")
+    )
+    done = webhook("DEPOSIT_ORDER_NOTIFICATION", "TXD", NOW + 1, status="SUCCESS")
+    await deliver(env.store, done)
+    assert await env.processor.run_until_idle() == 2
+    assert len(await rows(env.store, "SELECT * FROM ledger")) == 1
+    books = await rows(
+        env.store, "SELECT trigger, status, outcome FROM actions WHERE action='book' ORDER BY id"
+    )
+    assert [(b["status"], b["outcome"]) for b in books] == [
+        ("done", "booked"),
+        ("done", "already booked"),
+    ]
