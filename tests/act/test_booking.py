@@ -252,6 +252,13 @@ async def test_a_likely_duplicate_is_held_alerted_once_and_resolve_decides(
     assert [a for a in await alerts(env.store) if a[0] == "TXB"] == [
         ("TXB", "duplicate_tx_hash", "critical")
     ]
+    [alert] = await rows(
+        env.store, "SELECT params FROM actions WHERE action='alert' AND transaction_id='TXB'"
+    )
+    assert jsonio.loads(alert["params"])["detail"] == (
+        "txHash 0xSAME is booked for TXA with the same amount, toAddress and currency; TXB is"
+        " held as a likely duplicate: depositd resolve TXB --set duplicate=yes|no --by NAME"
+    )
     cfg = str(write_config(tmp_path, make_store.storage("d.db")))
     assert main(["resolve", "--config", cfg, "TXB"]) == 0
     assert "duplicate: txHash 0xSAME is booked for TXA" in capsys.readouterr().out
@@ -273,6 +280,13 @@ async def test_a_likely_duplicate_decided_a_duplicate_is_never_booked(
     await env.processor.observe_fact(_fact_of(order("TXB", **done, updateTime=1_700_000_000_009)))
     ledger = await rows(env.store, "SELECT transaction_id FROM ledger")
     assert ledger == [{"transaction_id": "TXA"}]
+    [*_, last] = await rows(
+        env.store,
+        "SELECT status, outcome FROM actions WHERE action='book' AND transaction_id='TXB'"
+        " ORDER BY id",
+    )
+    assert last["status"] == "skipped"
+    assert last["outcome"].startswith("not booked: decided a duplicate (depositd resolve)")
 
 
 async def test_two_deposits_of_one_on_chain_transaction_are_both_booked(env: Env) -> None:
@@ -358,13 +372,20 @@ async def test_book_on_a_failed_deposit_records_why_it_was_skipped(env: Env) -> 
         env.store,
         webhook("DEPOSIT_ORDER_NOTIFICATION", "TXF", NOW, status="FAIL", whiteListStatus=None),
     )
-    await env.processor.run_until_idle()
+    with capture_logs() as logs:
+        await env.processor.run_until_idle()
     assert await rows(env.store, "SELECT * FROM ledger") == []
     [row] = await rows(env.store, "SELECT status, outcome FROM actions WHERE action='book'")
     assert row == {
         "status": "skipped",
         "outcome": "not booked: the deposit is failed, not credited",
     }
+    [line] = [e for e in logs if e["event"].startswith("book")]
+    assert (line["event"], line["transactionId"], line["outcome"]) == (
+        "book skipped",
+        "TXF",
+        "not booked: the deposit is failed, not credited",
+    )
 
 
 def _fact_of(record: dict[str, Any]) -> Fact:
@@ -624,8 +645,10 @@ async def test_the_ledger_row_holds_the_deposit_as_credited_and_a_second_trigger
         "trigger": "credited",
     }
     books = await rows(
-        env.store, "SELECT trigger, status, outcome FROM actions WHERE action='book' ORDER BY id"
+        env.store,
+        "SELECT trigger, status, outcome, params FROM actions WHERE action='book' ORDER BY id",
     )
+    assert [jsonio.loads(b.pop("params")) for b in books] == [{}, {}]  # `book` takes none
     assert books == [
         {"trigger": "credited", "status": "done", "outcome": "booked"},
         {"trigger": "completed", "status": "done", "outcome": "already booked"},
