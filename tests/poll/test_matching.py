@@ -348,3 +348,27 @@ def test_the_day_and_report_order_of_findings() -> None:
         ("2026-01-02", "provider_mismatch"),
         ("2026-01-02", "amount_differs"),
     ]
+
+
+def test_a_record_without_an_id_takes_the_row_of_its_asset_when_no_amount_agrees() -> None:
+    """Two unmatched rows of its txHash, neither of its amount nor network: the one of its
+    asset is the match (its differences found), the other is missing in the report."""
+    ledger = [
+        booked(1, amount=Decimal("9"), currency="USDC", network="ETH"),
+        booked(2, amount=Decimal("8"), network="ETH"),
+    ]
+    record = rec(5, platform_order_id=None, amount="250")
+    found = run(ledger, [record])
+    assert [(f.kind, f.transaction_id) for f in found] == [
+        ("amount_differs", "TX2"),
+        ("asset_differs", "TX2"),
+        ("missing_in_report", "TX1"),
+    ]
+
+
+def test_an_asset_and_network_unknown_on_both_sides_agree() -> None:
+    """A ledger row without currency or network against a record without asset or network (or
+    with blank ones): no `asset_differs`."""
+    ledger = [booked(1, currency=None, network=None), booked(2, currency=None, network="")]
+    records = [rec(1, asset=None, network=None), rec(2, asset="", network=None)]
+    assert run(ledger, records) == []
