@@ -19,12 +19,13 @@ from stores import StoreMaker
 
 from worker.act.kinds import SPECS
 from worker.dev.sandbox.envelopes import partner_ok
-from worker.poll.reconcile import Reconciler
+from worker.poll.reconcile import Reconciler, finding_fields
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder
 from worker.rules import RuleBook
 from worker.store import findings as findings_store
 from worker.store import ledger
+from worker.store.findings import Finding
 from worker.store.meta import set_meta
 from worker.store.writer import Store
 from worker.track.facts import fact_from_order
@@ -230,6 +231,10 @@ async def test_a_record_booked_on_another_day_is_compared_there_not_missing(env:
     ]
     result = await env.reconciler().run(DAY)
     assert result.outcome == "findings"
+    assert [f.detail for f in result.findings if f.kind == "settled_on_other_day"] == [
+        f"the ledger books TX2 on {DAY - dt.timedelta(days=1)}",
+        f"the ledger books TX3 on {DAY + dt.timedelta(days=1)}",
+    ]
     assert await env.findings() == [
         ("settled_on_other_day", "TX2", "TX2", "7", "7.00"),
         ("settled_on_other_day", "record:SR3", "TX3", "1.25", "2"),
@@ -377,6 +382,7 @@ async def failed(env: Env, reconciler: Reconciler, error: str) -> None:
         run = await env.last_run()
         assert (run["outcome"], run["findings"]) == ("failed", 0)
         assert error in run["error"]
+        assert run["started_at"] <= run["finished_at"]  # when it ran, as `status` shows it
         assert await env.alerts() == [
             ("reconcile_failed", "warning", f"reconciliation of {DAY} failed: {first}")
         ]
@@ -544,3 +550,41 @@ async def test_a_drift_seen_before_a_restart_counts_from_when_it_was_first_seen(
     assert await drifts(env, env.reconciler(drift_after_s=60, clock=lambda: at[0])) == []
     at[0] += 60_000
     assert len(await drifts(env, env.reconciler(drift_after_s=60, clock=lambda: at[0]))) == 1
+
+
+def test_a_finding_as_reconcile_json_and_rule_conditions_show_it() -> None:
+    """A finding (as found, or as stored) shown with its day, kind, ids, both amounts, currency
+    and network; `amount` (what a rule's amount condition reads) is the report's amount, or
+    the ledger's when the report has none."""
+    found = Finding(
+        day="2026-03-04",
+        kind="amount_differs",
+        subject="TX1",
+        transaction_id="TX1",
+        tx_hash=HASH,
+        ledger_amount="1.25",
+        report_amount="2",
+        currency="USDT",
+        network="TRON",
+    )
+    shown = {
+        "date": "2026-03-04",
+        "kind": "amount_differs",
+        "transactionId": "TX1",
+        "txHash": HASH,
+        "ledgerAmount": "1.25",
+        "reportAmount": "2",
+        "currency": "USDT",
+        "network": "TRON",
+        "amount": "2",
+    }
+    assert finding_fields(found) == shown
+    stored = {"id": 7, "first_seen": "2026-03-05T02:30:00.000Z", **vars(found)}
+    assert finding_fields(stored) == shown
+    missing = {**stored, "kind": "missing_in_report", "report_amount": None}
+    assert finding_fields(missing) == {
+        **shown,
+        "kind": "missing_in_report",
+        "reportAmount": None,
+        "amount": "1.25",
+    }
