@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,6 +281,7 @@ async def test_the_summary_counts_are_findings_alerted_and_counted_in_the_run(en
         2,
         None,
     )
+    assert run["started_at"] <= run["finished_at"]  # when it ran, as `status` shows it
     assert env.woken == [1]
 
 
@@ -293,6 +295,14 @@ async def test_an_alert_names_the_finding_its_ids_amounts_and_asset(env: Env) ->
     await env.reconciler().run(DAY)
     rows = await env.store.read(lambda db: findings_store.findings_of_day(db, DAY.isoformat()))
     ids = {r["kind"]: r["id"] for r in rows}
+    # Each finding is alerted on its own (the sender sends one alert per `once_per`).
+    onces = await env.store.read(
+        lambda db: [
+            json.loads(r[0])["once_per"]
+            for r in db.execute("SELECT params FROM actions WHERE action='alert'")
+        ]
+    )
+    assert len(set(onces)) == 4
     assert await env.alerts() == [
         (
             "reconcile_finding",
@@ -493,12 +503,52 @@ async def test_held_balances_equal_to_the_deposits_held_are_no_drift(env: Env) -
     written in lower case: no drift however long it lasts."""
     await hold(env, "TXA", "1.5")
     await hold(env, "TXB", "2.5")
-    env.report.balances = {"1001": [balance(1001, "4.0", currency="usdt")]}
+    env.report.balances = {
+        "1001": [balance(1001, "4.0", currency="usdt"), balance(1001, "0", currency="ETH")]
+    }
     at = [NOON]
     reconciler = env.reconciler(drift_after_s=60, clock=lambda: at[0])
     for _ in range(3):
         assert await drifts(env, reconciler) == []
         at[0] += 3_600_000
+
+
+async def test_a_drift_in_a_currency_nothing_is_held_in_is_found(env: Env) -> None:
+    """USDT agrees, nothing is held in ETH and none unavailable, 3 BTC unavailable with no BTC
+    deposit held: the BTC drift is found (held 0), the others are not."""
+    await hold(env, "TXA", "4")
+    env.report.balances = {
+        "1001": [
+            balance(1001, "4"),
+            balance(1001, "0", currency="ETH"),
+            balance(1001, "3", currency="BTC"),
+        ]
+    }
+    at = [NOON]
+    reconciler = env.reconciler(drift_after_s=60, clock=lambda: at[0])
+    assert await drifts(env, reconciler) == []
+    at[0] += 60_000
+    assert await drifts(env, reconciler) == [(DAY.isoformat(), "1001:BTC", 1001, "BTC", "0", "3")]
+
+
+async def test_a_drift_is_dated_the_utc_day_whatever_the_machine_zone(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a machine whose local zone is UTC+14 a drift read at 12:00 UTC is of that UTC day,
+    not of the local one."""
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")
+    time.tzset()
+    try:
+        await hold(env, "TXA", "4")
+        env.report.balances = {"1001": [balance(1001, "5")]}
+        at = [NOON]
+        reconciler = env.reconciler(drift_after_s=60, clock=lambda: at[0])
+        await drifts(env, reconciler)
+        at[0] += 60_000
+        assert [d[0] for d in await drifts(env, reconciler)] == [DAY.isoformat()]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 async def test_a_drift_is_a_finding_once_it_lasted_drift_after_s(env: Env) -> None:
