@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from stores import StoreMaker
+from structlog.testing import capture_logs
 
 from worker.act.kinds import SPECS
 from worker.dev.sandbox.envelopes import partner_ok
@@ -257,7 +258,17 @@ async def test_the_summary_counts_are_findings_alerted_and_counted_in_the_run(en
     await env.book("TX1")
     env.report.records = [record("TX1", 1)]
     env.report.mismatched, env.report.review = 1, 2
-    result = await env.reconciler().run(DAY)
+    with capture_logs() as logs:
+        result = await env.reconciler().run(DAY)
+    assert [e["event"] for e in logs] == ["reconciliation started", "reconciliation done"]
+    assert {k: v for k, v in logs[1].items() if k not in ("event", "log_level")} == {
+        "day": DAY.isoformat(),
+        "outcome": "findings",
+        "findings": 2,
+        "newFindings": 2,
+        "provider_mismatch": 1,
+        "provider_review": 1,
+    }
     assert [(f.kind, f.subject) for f in result.findings] == [
         ("provider_mismatch", "summary"),
         ("provider_review", "summary"),
@@ -384,8 +395,17 @@ async def failed(env: Env, reconciler: Reconciler, error: str) -> None:
     alert for the day however often it fails, the alerts' sender woken."""
     first: str | None = None
     for attempt in (1, 2):
-        result = await reconciler.run(DAY)
-        assert (result.outcome, result.findings) == ("failed", [])
+        with capture_logs() as logs:
+            result = await reconciler.run(DAY)
+        assert (result.day, result.outcome, result.findings) == (DAY.isoformat(), "failed", [])
+        assert [(e["event"], e["day"], e.get("error")) for e in logs] == [
+            ("reconciliation started", DAY.isoformat(), None),
+            (
+                "reconciliation failed; nothing recorded but the failure",
+                DAY.isoformat(),
+                result.error,
+            ),
+        ]
         assert error in (result.error or "")
         first = first or result.error
         assert await env.findings() == []
