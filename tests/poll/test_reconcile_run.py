@@ -658,3 +658,18 @@ def test_a_finding_as_reconcile_json_and_rule_conditions_show_it() -> None:
         "reportAmount": None,
         "amount": "1.25",
     }
+
+
+async def test_the_done_log_line_counts_the_findings_of_each_kind(env: Env) -> None:
+    """Two rows unreported and one amount difference: the log line says 3 findings, 2
+    missing in the report and 1 amount difference, 3 of them new; the second run 0 new."""
+    for tx in ("TX1", "TX2", "TX3"):
+        await env.book(tx)
+    env.report.records = [record("TX1", 1, amount="2")]
+    reconciler = env.reconciler()
+    for new in (3, 0):
+        with capture_logs() as logs:
+            await reconciler.run(DAY)
+        [done] = [e for e in logs if e["event"] == "reconciliation done"]
+        assert (done["findings"], done["newFindings"]) == (3, new)
+        assert (done["missing_in_report"], done["amount_differs"]) == (2, 1)
