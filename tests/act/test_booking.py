@@ -725,3 +725,24 @@ async def test_two_rules_booking_one_deposit_in_one_batch_book_it_once(env: Env)
         ("done", "booked"),
         ("done", "already booked"),
     ]
+
+
+async def test_a_likely_duplicate_held_again_on_its_completion_is_alerted_once(env: Env) -> None:
+    """Held as a likely duplicate on its credit, held again (the hold now in force) on its
+    completion: one alert, nothing booked."""
+    done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
+    await env.processor.observe_fact(_fact_of(order("TXA", **done)))
+    credited = order("TXB", transactionHash="0xsame", creditStatus="CREDITED", whiteListStatus=None)
+    await env.processor.observe_fact(_fact_of(credited))
+    await env.processor.observe_fact(_fact_of(order("TXB", **done, updateTime=1_700_000_000_001)))
+    books = await rows(
+        env.store,
+        "SELECT trigger, outcome FROM actions WHERE action='book' AND transaction_id='TXB'",
+    )
+    assert [b["trigger"] for b in books] == ["credited", "completed"]
+    assert books[0]["outcome"].startswith("held: likely duplicate of TXA")
+    assert books[1]["outcome"].startswith("held: duplicate in conflict")
+    assert [a for a in await alerts(env.store) if a[0] == "TXB"] == [
+        ("TXB", "duplicate_tx_hash", "critical")
+    ]
+    assert await rows(env.store, "SELECT transaction_id FROM ledger") == [{"transaction_id": "TXA"}]
