@@ -253,8 +253,10 @@ async def test_a_likely_duplicate_is_held_alerted_once_and_resolve_decides(
         ("TXB", "duplicate_tx_hash", "critical")
     ]
     [alert] = await rows(
-        env.store, "SELECT params FROM actions WHERE action='alert' AND transaction_id='TXB'"
+        env.store,
+        "SELECT trigger, params FROM actions WHERE action='alert' AND transaction_id='TXB'",
     )
+    assert alert["trigger"] == "credited"  # the trigger of the booking held
     assert jsonio.loads(alert["params"])["detail"] == (
         "txHash 0xSAME is booked for TXA with the same amount, toAddress and currency; TXB is"
         " held as a likely duplicate: depositd resolve TXB --set duplicate=yes|no --by NAME"
