@@ -252,6 +252,15 @@ async def test_a_likely_duplicate_is_held_alerted_once_and_resolve_decides(
     assert [a for a in await alerts(env.store) if a[0] == "TXB"] == [
         ("TXB", "duplicate_tx_hash", "critical")
     ]
+    [alert] = await rows(
+        env.store,
+        "SELECT trigger, params FROM actions WHERE action='alert' AND transaction_id='TXB'",
+    )
+    assert alert["trigger"] == "credited"  # the trigger of the booking held
+    assert jsonio.loads(alert["params"])["detail"] == (
+        "txHash 0xSAME is booked for TXA with the same amount, toAddress and currency; TXB is"
+        " held as a likely duplicate: depositd resolve TXB --set duplicate=yes|no --by NAME"
+    )
     cfg = str(write_config(tmp_path, make_store.storage("d.db")))
     assert main(["resolve", "--config", cfg, "TXB"]) == 0
     assert "duplicate: txHash 0xSAME is booked for TXA" in capsys.readouterr().out
@@ -273,6 +282,13 @@ async def test_a_likely_duplicate_decided_a_duplicate_is_never_booked(
     await env.processor.observe_fact(_fact_of(order("TXB", **done, updateTime=1_700_000_000_009)))
     ledger = await rows(env.store, "SELECT transaction_id FROM ledger")
     assert ledger == [{"transaction_id": "TXA"}]
+    [*_, last] = await rows(
+        env.store,
+        "SELECT status, outcome FROM actions WHERE action='book' AND transaction_id='TXB'"
+        " ORDER BY id",
+    )
+    assert last["status"] == "skipped"
+    assert last["outcome"].startswith("not booked: decided a duplicate (depositd resolve)")
 
 
 @pytest.mark.parametrize(
@@ -439,13 +455,20 @@ async def test_book_on_a_failed_deposit_records_why_it_was_skipped(env: Env) -> 
         env.store,
         webhook("DEPOSIT_ORDER_NOTIFICATION", "TXF", NOW, status="FAIL", whiteListStatus=None),
     )
-    await env.processor.run_until_idle()
+    with capture_logs() as logs:
+        await env.processor.run_until_idle()
     assert await rows(env.store, "SELECT * FROM ledger") == []
     [row] = await rows(env.store, "SELECT status, outcome FROM actions WHERE action='book'")
     assert row == {
         "status": "skipped",
         "outcome": "not booked: the deposit is failed, not credited",
     }
+    [line] = [e for e in logs if e["event"].startswith("book")]
+    assert (line["event"], line["transactionId"], line["outcome"]) == (
+        "book skipped",
+        "TXF",
+        "not booked: the deposit is failed, not credited",
+    )
 
 
 def _fact_of(record: dict[str, Any]) -> Fact:
@@ -675,3 +698,134 @@ async def test_two_resolves_at_once_on_postgres_decide_and_book_once(
     assert len(await rows(env.store, "SELECT * FROM ledger WHERE transaction_id='TXC'")) == 1
     books = await rows(env.store, "SELECT outcome FROM actions WHERE action='book'")
     assert len([b for b in books if "after the decision" in (b["outcome"] or "")]) == 1
+
+
+# --- the ledger row and what booking records ----------------------------------------------------
+
+
+async def test_the_ledger_row_holds_the_deposit_as_credited_and_a_second_trigger_books_nothing(
+    env: Env,
+) -> None:
+    """A credited deposit's ledger row holds its id, wallet, currency, network, exact amount,
+    sending address, txHash and the trigger that booked it; the book action says `booked`
+    (and the log line too); the completion that follows books nothing and says so."""
+    credited = order("TXR", status="PROCESSING", creditStatus="CREDITED", amount="12.50")
+    with capture_logs() as logs:
+        await env.processor.observe_fact(_fact_of(credited))
+        await env.processor.observe_fact(
+            _fact_of({**credited, "status": "SUCCESS", "updateTime": 1_700_000_000_001})
+        )
+    [row] = await rows(env.store, "SELECT * FROM ledger")
+    assert {k: v for k, v in row.items() if k not in ("booked_at", "id")} == {
+        "transaction_id": "TXR",
+        "wallet_id": 1001,
+        "wallet_name": "main",
+        "currency": "USDT",
+        "network": "TRON",
+        "amount": "12.50",
+        "from_address": FROM,
+        "tx_hash": "0xhash-txr",
+        "trigger": "credited",
+    }
+    books = await rows(
+        env.store,
+        "SELECT trigger, status, outcome, params FROM actions WHERE action='book' ORDER BY id",
+    )
+    assert [jsonio.loads(b.pop("params")) for b in books] == [{}, {}]  # `book` takes none
+    assert books == [
+        {"trigger": "credited", "status": "done", "outcome": "booked"},
+        {"trigger": "completed", "status": "done", "outcome": "already booked"},
+    ]
+    logged = [
+        (e["event"], e.get("transactionId"), e.get("amount"), e.get("currency"))
+        for e in logs
+        if e["event"] in ("booked", "already booked")
+    ]
+    assert logged == [
+        ("booked", "TXR", "12.50", "USDT"),
+        ("already booked", "TXR", "12.50", "USDT"),
+    ]
+
+
+async def test_a_booked_deposit_later_in_conflict_says_already_booked_not_held(env: Env) -> None:
+    """Booked at 100 on its credit; its completion then states another amount and network:
+    the conflict is alerted, but the book action of the completion says the deposit is booked
+    already (done), not held, and the ledger row keeps what was booked."""
+    credited = order("TXK", status="PROCESSING", creditStatus="CREDITED")
+    await env.processor.observe_fact(_fact_of(credited))
+    completed = {**credited, "status": "SUCCESS", "updateTime": 1_700_000_000_001}
+    await env.processor.observe_fact(_fact_of({**completed, "amount": "90", "network": "ETH"}))
+    books = await rows(env.store, "SELECT status, outcome FROM actions WHERE action='book'")
+    assert books == [
+        {"status": "done", "outcome": "booked"},
+        {"status": "done", "outcome": "already booked"},
+    ]
+    assert await rows(env.store, "SELECT amount, network FROM ledger") == [
+        {"amount": "100", "network": "TRON"}
+    ]
+
+
+async def test_a_deposit_in_conflict_on_two_fields_is_held_naming_both(env: Env) -> None:
+    """Not booked yet, two fixed fields contradicted: held, the outcome names both fields."""
+    await env.processor.observe_fact(_fact_of(order("TXH")))
+    credited = order(
+        "TXH", status="SUCCESS", amount="90", network="ETH", updateTime=1_700_000_000_5
+    )
+    await env.processor.observe_fact(_fact_of(credited))
+    assert await rows(env.store, "SELECT * FROM ledger") == []
+    [book] = await rows(env.store, "SELECT status, outcome FROM actions WHERE action='book'")
+    assert book == {
+        "status": "skipped",
+        "outcome": "held: amount, network in conflict; waiting for a decision (depositd resolve)",
+    }
+
+
+BOOK_TWICE = """\
+wallet: '*'
+rules:
+  - {name: book on credit, on: [credited], then: [book]}
+  - {name: book on completion, on: [completed], then: [book]}
+"""
+
+
+async def test_two_rules_booking_one_deposit_in_one_batch_book_it_once(env: Env) -> None:
+    """The credit and the completion of a deposit applied in one processor batch, each booked
+    by a rule of its own: one ledger row; the second book action says `already booked`."""
+    env.rules_path.write_text(BOOK_TWICE)
+    rulebook = RuleBook.load(env.rules_path, specs=SPECS)
+    env.processor.reactor = RuleReactor(lambda: rulebook, Profiles.empty)
+    await deliver(
+        env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXD", NOW, creditStatus="CREDITED")
+    )
+    done = webhook("DEPOSIT_ORDER_NOTIFICATION", "TXD", NOW + 1, status="SUCCESS")
+    await deliver(env.store, done)
+    assert await env.processor.run_until_idle() == 2
+    assert len(await rows(env.store, "SELECT * FROM ledger")) == 1
+    books = await rows(
+        env.store, "SELECT trigger, status, outcome FROM actions WHERE action='book' ORDER BY id"
+    )
+    assert [(b["status"], b["outcome"]) for b in books] == [
+        ("done", "booked"),
+        ("done", "already booked"),
+    ]
+
+
+async def test_a_likely_duplicate_held_again_on_its_completion_is_alerted_once(env: Env) -> None:
+    """Held as a likely duplicate on its credit, held again (the hold now in force) on its
+    completion: one alert, nothing booked."""
+    done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
+    await env.processor.observe_fact(_fact_of(order("TXA", **done)))
+    credited = order("TXB", transactionHash="0xsame", creditStatus="CREDITED", whiteListStatus=None)
+    await env.processor.observe_fact(_fact_of(credited))
+    await env.processor.observe_fact(_fact_of(order("TXB", **done, updateTime=1_700_000_000_001)))
+    books = await rows(
+        env.store,
+        "SELECT trigger, outcome FROM actions WHERE action='book' AND transaction_id='TXB'",
+    )
+    assert [b["trigger"] for b in books] == ["credited", "completed"]
+    assert books[0]["outcome"].startswith("held: likely duplicate of TXA")
+    assert books[1]["outcome"].startswith("held: duplicate in conflict")
+    assert [a for a in await alerts(env.store) if a[0] == "TXB"] == [
+        ("TXB", "duplicate_tx_hash", "critical")
+    ]
+    assert await rows(env.store, "SELECT transaction_id FROM ledger") == [{"transaction_id": "TXA"}]

@@ -37,11 +37,12 @@ async def booked_day(stack: Stack, count: int) -> tuple[dt.date, list[str]]:
         ]
         for i in range(count)
     ]
-    for _ in range(50):
-        await stack.sandbox.delivered_idle()
-        await stack.settle()
-        if len(await stack.ledger()) >= count:
-            break
+
+    async def booked() -> bool:
+        await stack.settle()  # gives up with a failure: a webhook never delivered fails here
+        return len(await stack.ledger()) >= count
+
+    await stack.wait_for(booked, 30, f"{count} deposits booked")
     assert len(await stack.ledger()) == count
     return dt.datetime.now(dt.UTC).date(), txs
 
