@@ -105,6 +105,15 @@ def _results(mutmut: str, place: Path) -> list[tuple[str, str]]:
     return out
 
 
+def _mutmut(command: list[str], place: Path, module: str) -> None:
+    """Run mutmut; a failure (its tests fail without any mutant, say) stops with its output
+    rather than reading as a score of mutants never checked."""
+    done = subprocess.run(command, cwd=place, check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise SystemExit(f"mutmut failed for {module} in {place}:\n{tail}")
+
+
 def run_module(module: str, tests: list[str], children: int, known: dict[str, str]) -> Outcome:
     """Run mutmut over one module in its scratch copy and read its results.
 
@@ -114,10 +123,10 @@ def run_module(module: str, tests: list[str], children: int, known: dict[str, st
     mutmut = str(Path(sys.executable).parent / "mutmut")
     print(f"== {module} against {' '.join(tests)}", flush=True)
     run = [mutmut, "run", "--max-children", str(children)]
-    subprocess.run(run, cwd=place, check=False, stdout=subprocess.DEVNULL)
+    _mutmut(run, place, module)
     again = [n for n, status in _results(mutmut, place) if status != "killed" and n not in known]
     if again:
-        subprocess.run([*run, *again], cwd=place, check=False, stdout=subprocess.DEVNULL)
+        _mutmut([*run, *again], place, module)
     total = killed = equivalent = 0
     survivors: list[str] = []
     for name, status in _results(mutmut, place):
