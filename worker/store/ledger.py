@@ -107,23 +107,18 @@ def insert_booking(
     trigger: str,
 ) -> bool:
     """Write the deposit's ledger row unless it exists; False when it was already booked."""
-    cur = conn_of(db).execute(
-        "INSERT OR IGNORE INTO ledger (transaction_id, wallet_id, wallet_name, currency, network,"
-        " amount, from_address, tx_hash, booked_at, trigger) VALUES (?,?,?,?,?,?,?,?,?,?)",
-        [
-            transaction_id,
-            wallet_id,
-            wallet_name,
-            currency,
-            network,
-            amount,
-            from_address,
-            tx_hash,
-            utc_now(),
-            trigger,
-        ],
-    )
-    return cur.rowcount == 1
+    return book_once(
+        db,
+        transaction_id=transaction_id,
+        wallet_id=wallet_id,
+        wallet_name=wallet_name,
+        currency=currency,
+        network=network,
+        amount=amount,
+        from_address=from_address,
+        tx_hash=tx_hash,
+        trigger=trigger,
+    )()
 
 
 # The row unless the deposit is booked: one statement, whose outcome is read only when asked
