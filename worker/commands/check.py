@@ -117,15 +117,6 @@ def placeholder_hosts(settings: Settings) -> list[str]:
     ]
 
 
-async def unknown_providers(settings: Settings, profiles: Profiles) -> list[str]:
-    """Problems for profiles whose `provider` the options endpoint does not offer."""
-    from worker.provider.client import ProviderClient
-
-    async with ProviderClient.from_settings(settings.provider, retries=1) as client:
-        names = await client.options()
-    return profiles.provider_problems(names)
-
-
 async def online_problems(settings: Settings, bundle: Bundle) -> tuple[list[str], list[str]]:
     """(problems, notes) of `check --online`: profiles whose `provider` the options endpoint
     does not offer, and rule sets and profile fallbacks naming a wallet the provider's wallet

@@ -202,7 +202,7 @@ _LOCK_TX_HASHES = (
 def book_all_unless_duplicate(
     db: sqlite_utils.Database, bookings: list[dict[str, Any]], *, decision_field: str
 ) -> Callable[[], bool]:
-    """Each booking's row (`book_once`'s values plus `to_address`; each with a txHash) unless
+    """Each booking's row (`book_once`'s values; each with a txHash) unless
     the deposit is booked, has a decision on its `decision_field` conflict, or another booked
     deposit has its txHash (`_LIKELY_DUPLICATE`). Their txHashes are locked first
     (`lock_tx_hash`), all in one statement. Nothing is waited for: returns what says whether

@@ -59,9 +59,11 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     known = batch_bookings()
     if known is not None and deposit.transaction_id in known.booked:
         return "done", "already booked"
-    if known is not None and deposit.tx_hash and _may_book(db, deposit):
-        return _book_counted(db, deposit, trigger, known)
-    refused = _refusal(db, deposit, trigger)
+    refused = _refusal(db, deposit)
+    if refused is None and deposit.tx_hash:
+        if known is not None:
+            return _book_counted(deposit, trigger, known)
+        refused = _duplicate(db, deposit)
     if refused is None:
         # Booked unless booked already. A batch counts on it and checks at its end (applied
         # again one by one if it was not written).
@@ -79,31 +81,21 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     return status, outcome
 
 
-def _may_book(db: sqlite_utils.Database, deposit: Deposit) -> bool:
-    """Credited and not held for a conflict of a fixed field (what `_refusal` looks at before
-    the txHash)."""
-    return deposit.state in CREDITED_STATES and not held_by(db, deposit.transaction_id)
-
-
-def _book_counted(
-    db: sqlite_utils.Database, deposit: Deposit, trigger: str, known: Bookings
-) -> tuple[str, str]:
+def _book_counted(deposit: Deposit, trigger: str, known: Bookings) -> tuple[str, str]:
     """In a deferring batch, a deposit with a txHash: booked at the batch's end, with the
     batch's other such bookings, by one statement that writes nothing when a decision on
-    `duplicate` exists or it is a likely duplicate (`Bookings.flush`; nothing is waited for;
-    when a row was not written, the batch is applied again one event at a time, where
-    `_duplicate` tells the cases apart). The batch's deposit rows are written before it, so
-    the statement sees a second id of a txHash the batch itself books as well."""
+    `duplicate` exists or another booked deposit has the txHash (`Bookings.flush`; nothing is
+    waited for; when a row was not written, the batch is applied again one event at a time,
+    where `_duplicate` tells the cases apart). The batch's deposit rows are written before it,
+    so the statement sees a second id of a txHash the batch itself books as well."""
     known.booked.add(deposit.transaction_id)
-    known.pending.append({**_booking(deposit, trigger), "to_address": deposit.to_address})
+    known.pending.append(_booking(deposit, trigger))
     return "done", "booked"
 
 
-def _refusal(
-    db: sqlite_utils.Database, deposit: Deposit, trigger: str
-) -> tuple[str, str, str | None] | None:
-    """Why the deposit may not be booked now: (status, outcome, critical alert detail or None);
-    None when it may be."""
+def _refusal(db: sqlite_utils.Database, deposit: Deposit) -> tuple[str, str, str | None] | None:
+    """Why the deposit may not be booked now, before its txHash is looked at (`_duplicate`):
+    (status, outcome, critical alert detail or None); None when it may be."""
     tx = deposit.transaction_id
     if deposit.state not in CREDITED_STATES:
         return "skipped", f"not booked: the deposit is {deposit.state.value}, not credited", None
@@ -115,8 +107,6 @@ def _refusal(
             f"held: {names} in conflict; waiting for a decision (depositd resolve)",
             None,
         )
-    if deposit.tx_hash:
-        return _duplicate(db, deposit)
     return None
 
 
