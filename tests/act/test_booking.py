@@ -473,7 +473,9 @@ async def test_book_on_a_failed_deposit_records_why_it_was_skipped(env: Env) -> 
 
 def _fact_of(record: dict[str, Any]) -> Fact:
     """The fact a polled record states."""
-    return fact_from_order(DepositOrder.model_validate(record))
+    return fact_from_order(
+        DepositOrder.model_validate(record), sent_at=record.get("updateTime") or now_ms()
+    )
 
 
 # --- 3 and 8: amounts ---------------------------------------------------------------------------

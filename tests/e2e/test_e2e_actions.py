@@ -21,6 +21,7 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
+from worker.clock import now_ms
 from worker.dev.harness import WEBHOOK_PATH, Stack
 from worker.provider import jsonio
 from worker.provider.signing import METHOD_PATH_V1, signed_headers, verify
@@ -389,7 +390,7 @@ async def test_alerts_once_per_condition_and_never_carry_payer_data(
     stack.sandbox.block(tx_b)  # no webhook: only transaction detail shows it
     for _ in range(5):  # what five detail polls do
         order = await stack.runtime.client.transaction_detail(tx_b)  # type: ignore[union-attr]
-        await stack.processor.observe_fact(fact_from_order(order, source="poll"))
+        await stack.processor.observe_fact(fact_from_order(order, source="poll", sent_at=now_ms()))
         await stack.settle()
 
     tx_r = rejected["transactionId"]

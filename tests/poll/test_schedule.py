@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
 from worker.act.rows import enqueue_alert
+from worker.clock import now_ms
 from worker.config.settings import SchedulerSettings
 from worker.dev.sandbox.app import SANDBOX_KEY, create_app
 from worker.dev.sandbox.config import SandboxConfig
@@ -323,7 +324,7 @@ async def mark_submitted(env: Env, tx: str) -> None:
         },
     )
     order = await env.client.transaction_detail(tx)
-    await env.processor.observe_fact(fact_from_order(order, source="poll"))
+    await env.processor.observe_fact(fact_from_order(order, source="poll", sent_at=now_ms()))
     await env.processor.observe_fact(
         Fact(
             transaction_id=tx,

@@ -46,6 +46,8 @@ class RecordingReactor:
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
+        *,
+        learnt_tx_hash: bool = False,
     ) -> None:
         """Record the transitions (and write a row, to prove it shares the transaction)."""
         if self.fail_on and fact.event_id == self.fail_on:
@@ -309,6 +311,8 @@ class LoggingReactor(RecordingReactor):
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
+        *,
+        learnt_tx_hash: bool = False,
     ) -> list[LogLine]:
         super().react(db, deposit, transitions, fact)
         return [("reacted", {"transactionId": deposit.transaction_id})]

@@ -14,6 +14,7 @@ import sqlite_utils
 
 from worker.act.kinds import KINDS
 from worker.act.kinds.base import Recording
+from worker.act.kinds.book import CREDITED_STATES, book_held
 from worker.config.profiles import ProfileMatch, Profiles
 from worker.logs import LogLine
 from worker.rules import Intent, RuleBook
@@ -34,9 +35,12 @@ class RuleReactor:
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
+        *,
+        learnt_tx_hash: bool = False,
     ) -> list[LogLine]:
-        """Record the actions that the rules pick for each transition (and raw eventType);
-        the lines to log once committed."""
+        """Record the actions that the rules pick for each transition (and raw eventType),
+        and the booking that waited for the txHash this fact states first
+        (`learnt_tx_hash`); the lines to log once committed."""
         rulebook = self._rules()
         lines: list[LogLine] = []
         match = self._profiles().for_deposit(deposit.wallet_id, deposit.from_address)
@@ -62,6 +66,10 @@ class RuleReactor:
                 if self._record(db, deposit, key, fact, intent, match, lines):
                     break  # `ignore`: nothing after it runs
             ran |= running
+        if learnt_tx_hash and deposit.state in CREDITED_STATES:
+            done = book_held(db, deposit, "(the txHash is known now)")
+            if done is not None:
+                lines.append((done[1], {"transactionId": deposit.transaction_id}))
         return lines
 
     def _record(

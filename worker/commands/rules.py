@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from worker.clock import now_ms
 from worker.commands.orders import explain_order
 from worker.config.profiles import Profiles
 from worker.config.settings import load_settings
@@ -109,7 +110,9 @@ def _fact(data: Any, source: str) -> tuple[Fact | None, str]:
                 return None, title
             return fact_from_event(env), title
         order = DepositOrder.model_validate(data)
-        return fact_from_order(order), f"deposit order {order.transactionId} (as a poll)"
+        return fact_from_order(
+            order, sent_at=now_ms()
+        ), f"deposit order {order.transactionId} (as a poll)"
     except ValidationError as exc:
         raise _Usage(f"{source}: not a webhook event or deposit order: {_errors(exc)}") from None
 
@@ -142,7 +145,8 @@ def _deposit_before(
     for row in rows:
         if row["event_id"] == event_id:
             break
-        deposit, _ = observe(deposit, Fact.from_json(jsonio.loads(row["fact"])))
+        fact = Fact.from_json(jsonio.loads(row["fact"]), observed_at=row["observed_at"])
+        deposit, _ = observe(deposit, fact)
     return deposit
 
 

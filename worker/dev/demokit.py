@@ -157,7 +157,7 @@ class Demo:
         deposit: Deposit | None = None
         lines = []
         for row in rows:
-            fact = Fact.from_json(json.loads(row["fact"]))
+            fact = Fact.from_json(json.loads(row["fact"]), observed_at=row["observed_at"])
             deposit, fired = observe(deposit, fact)
             origin = fact.event_type if fact.source == "webhook" else f"{fact.source}"
             lines += [f"{t.key:<16} from {origin} -> {deposit.state.value}" for t in fired]

@@ -163,11 +163,13 @@ class Poller:
         # on cannot keep the other from being read in the same run.
         tracked: dict[str, dict[str, Any]] = {}  # the page in hand's deposits, as stored
         for status in QUEUES:
+            # A queue's records are dated when its first page was asked for (`fact_from_order`).
+            sent_at = now_ms()
             async for order in self._queue(status, tracked):
                 tx = order.transactionId
                 listed.add(tx)
                 seen += 1
-                fact: Fact | None = fact_from_order(order, source="poll")
+                fact: Fact | None = fact_from_order(order, source="poll", sent_at=sent_at)
                 row = tracked.get(tx)
                 if row is None:
                     self.stats.found_by_poll += 1
@@ -218,7 +220,13 @@ class Poller:
         return pages(fetch, self._settings.max_pages, what=f"history {status}")
 
     async def _detail(self) -> int:
-        rows = await self._store.write(lambda db: detail_candidates(db, DETAIL_STATES))
+        # A completed deposit whose txHash is not known yet is read too: its booking waits
+        # for the txHash (docs/reconciliation.md).
+        rows = await self._store.write(
+            lambda db: detail_candidates(
+                db, DETAIL_STATES, without_tx_hash=(State.COMPLETED.value,)
+            )
+        )
         tracked = {tx for tx, _, _ in rows}
         for tx in [t for t in self._detail_failing if t not in tracked]:
             del self._detail_failing[tx]  # final now, or gone: nothing more to remember
@@ -238,6 +246,7 @@ class Poller:
     async def _detail_one(self, tx: str) -> bool:
         """Read and apply one deposit's detail (False: it failed, logged and counted); raises
         only what ends the whole run."""
+        sent_at = now_ms()
         try:
             order = await self._client.transaction_detail(tx)
         except PROVIDER_WIDE:
@@ -259,7 +268,7 @@ class Poller:
             await self._deposit_failed(tx, str(exc))
             return False
         try:
-            await self._observe(fact_from_order(order, source="poll"))
+            await self._observe(fact_from_order(order, source="poll", sent_at=sent_at))
         except Exception as exc:
             await self._deposit_failed(tx, f"{type(exc).__name__}: {exc}", trace=True)
             return False

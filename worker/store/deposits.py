@@ -105,16 +105,21 @@ def in_states(db: Db, states: Sequence[str]) -> list[str]:
     ]
 
 
-def detail_candidates(db: Db, states: Sequence[str]) -> list[tuple[str, str, int]]:
-    """(transactionId, state, last change in epoch ms) of the deposits in `states`, least
-    recently updated first: what the detail poll chooses from (docs/polling.md)."""
+def detail_candidates(
+    db: Db, states: Sequence[str], *, without_tx_hash: Sequence[str] = ()
+) -> list[tuple[str, str, int]]:
+    """(transactionId, state, last change in epoch ms) of the deposits in `states`, and of
+    those in `without_tx_hash` whose txHash is not known yet, least recently updated first:
+    what the detail poll chooses from (docs/polling.md)."""
     marks = ",".join("?" for _ in states)
+    hashless = ",".join("?" for _ in without_tx_hash) or "NULL"
     return [
         (str(tx), str(state), ms_from_iso(updated_at))
         for tx, state, updated_at in db.execute(
             f"SELECT transaction_id, state, updated_at FROM deposits WHERE state IN ({marks})"
+            f" OR (state IN ({hashless}) AND tx_hash IS NULL)"
             " ORDER BY updated_at, transaction_id",
-            list(states),
+            [*states, *without_tx_hash],
         ).fetchall()
     ]
 

@@ -71,10 +71,13 @@ class Reactor(Protocol):
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
+        *,
+        learnt_tx_hash: bool = False,
     ) -> list[LogLine] | None:
         """Record whatever the transitions call for, using `db` only (a batch that is undone
         and applied again calls it again for the same fact); the lines to log once that is
-        committed (a line such as "booked" must not precede the commit)."""
+        committed (a line such as "booked" must not precede the commit). `learnt_tx_hash`:
+        this fact stated the deposit's txHash for the first time (a booking may wait for it)."""
 
 
 @dataclass
@@ -101,6 +104,16 @@ def _describe(exc: BaseException) -> str:
         ]
         return "invalid event: " + "; ".join(parts)
     return f"{type(exc).__name__}: {exc}"
+
+
+def _statement(fact: Fact) -> dict[str, Any]:
+    """What the facts table stores of a fact. A read is dated when its request was sent
+    (`worker.track.facts`), so a poll's time is kept in the row's own column only: the text of
+    two reads saying the same thing is the same (`poll_fact_repeats`)."""
+    stated = fact.to_json()
+    if fact.source == "poll":
+        del stated["observed_at"]
+    return stated
 
 
 def apply_fact(
@@ -131,7 +144,7 @@ def apply_fact(
         batch.keep(after, changed=changed)
     if changed and (batch is None or not batch.defer):
         upsert_deposit_row(db, after.to_row())
-    stated = fact_text(fact.to_json())
+    stated = fact_text(_statement(fact))
     # A poll repeating what it already said since the deposit last changed is not stored again
     # (every poll would add a row that changes nothing); a fact that changes something always is.
     if fact.source == "poll" and not changed and batch is not None:
@@ -152,7 +165,8 @@ def apply_fact(
     lines = None
     if reactor is not None:
         with reacting(tx, created=before is None):
-            lines = reactor.react(db, after, transitions, fact)
+            learnt = before is not None and before.tx_hash is None and after.tx_hash is not None
+            lines = reactor.react(db, after, transitions, fact, learnt_tx_hash=learnt)
     return after, transitions, lines or []
 
 
@@ -414,7 +428,7 @@ class Processor:
             apply_order_event(db, envelope)
             return _Outcome(event, "processed")
         received = _ms(event.received_at)
-        fact = fact_from_event(envelope, received_at=received)
+        fact = fact_from_event(envelope, received_at=received, signed_at=event.signed_at())
         if fact is None:
             return _Outcome(event, "ignored")
         if received is not None:

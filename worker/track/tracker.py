@@ -136,9 +136,12 @@ class Fact:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Fact:
-        """The inverse of `to_json` (for replaying stored facts)."""
+    def from_json(cls, data: Mapping[str, Any], *, observed_at: int | None = None) -> Fact:
+        """The inverse of `to_json` (for replaying stored facts); `observed_at` for a stored
+        fact whose text leaves its time to the row (a poll's, `worker.track.processor`)."""
         kwargs: dict[str, Any] = {k: v for k, v in data.items() if k in _FACT_FIELDS}
+        if "observed_at" not in kwargs and observed_at is not None:
+            kwargs["observed_at"] = observed_at
         if "status" in kwargs:
             kwargs["status"] = OrderStatus(kwargs["status"])
         if kwargs.get("white_list_status") is not None:
@@ -376,13 +379,14 @@ def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transiti
     if wl_time is not None and wl_time != times.get("white_list_status"):
         times["white_list_status"] = wl_time
 
-    # The newest message wins (ties: the greater text), whatever order the rejections arrive in.
+    # The newest message wins (ties: the greater text), whatever order the rejections arrive in;
+    # the same message read again keeps the time it was first seen (a read is dated when it
+    # was sent: every read would otherwise change the deposit).
     message = fact.fail_message
-    if message is not None:
+    if message is not None and message != deposit.fail_message:
         known = deposit.fail_message
         if known is None or (t, message) > (times.get("fail_message", -1), known):
-            if message != known:
-                changes["fail_message"] = message
+            changes["fail_message"] = message
             times["fail_message"] = t
 
     if not changes and times == dict(deposit.field_times) and not is_new:
@@ -452,7 +456,8 @@ def _merge_white_list(
     seen: WhiteListStatus,
     t: int,
 ) -> tuple[WhiteListStatus | None, int | None]:
-    if current is WhiteListStatus.APPROVED:
+    if current is WhiteListStatus.APPROVED or seen is current:
+        # Seen again: it holds since the time it was first seen (reads repeat it).
         return current, current_time
     if seen is WhiteListStatus.APPROVED or current is None:
         return seen, t

@@ -10,10 +10,11 @@ from typing import Any
 import sqlite_utils
 
 from worker.act.kinds.base import Kind, Recording
-from worker.act.rows import enqueue_alert
+from worker.act.rows import add_action, enqueue_alert
 from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
 from worker.store import ledger
+from worker.store.actions import held_booking, set_rule
 from worker.store.conflicts import decided_value_of
 from worker.track.batch import Bookings, batch_bookings
 from worker.track.conflicts import DUPLICATE, WIRE_NAMES, held_by, hold_likely_duplicate
@@ -51,7 +52,8 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     """Book the deposit if it may be booked now; the book action's (status, outcome).
 
     Whatever trigger a rule names, a deposit is booked only while credited, never while a fixed
-    field is in conflict (`worker.track.conflicts`), and never while it is a likely duplicate of
+    field is in conflict (`worker.track.conflicts`), never before its txHash is known (held;
+    booked by `book_held` once a fact states it), and never while it is a likely duplicate of
     another transactionId booked with the same txHash (held, one critical alert). A deposit
     already booked says so whatever else holds now (the ledger is read only when booking is
     refused or did not happen: otherwise the INSERT itself says whether the row was new).
@@ -60,6 +62,10 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     if known is not None and deposit.transaction_id in known.booked:
         return "done", "already booked"
     refused = _refusal(db, deposit)
+    if refused is None and not deposit.tx_hash:
+        # Whether it is a likely duplicate of a booked deposit cannot be told yet: a credit
+        # whose txHash comes later (a webhook or a record without one) waits for it.
+        refused = ("skipped", WAITING_FOR_TX_HASH, None)
     if refused is None and deposit.tx_hash:
         if known is not None:
             return _book_counted(deposit, trigger, known)
@@ -78,6 +84,36 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     status, outcome, alert = refused
     if alert is not None:
         enqueue_alert(db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=alert)
+    return status, outcome
+
+
+# The outcome of a booking held until the deposit's txHash is known (docs/reconciliation.md).
+WAITING_FOR_TX_HASH = (
+    "held: waiting for the txHash; booked once a webhook or a poll states it"
+    " (the detail poll reads credited deposits)"
+)
+
+
+def book_held(db: sqlite_utils.Database, deposit: Deposit, why: str) -> tuple[str, str] | None:
+    """Make the booking that was held (a conflict, a likely duplicate, a txHash not known yet),
+    if one was: booked at most once, under the held row's trigger and rule, recorded as a book
+    action whose outcome ends with `why`; (status, outcome), or None when none was held."""
+    held = held_booking(db, deposit.transaction_id)
+    if held is None:
+        return None
+    trigger = str(held[0])
+    status, outcome = book_checked(db, deposit, trigger.split("#")[0])
+    action_id = add_action(
+        db,
+        deposit=deposit,
+        action="book",
+        params={},
+        trigger=trigger,
+        event_id=held[4],
+        status=status,
+        outcome=f"{outcome} {why}",
+    )
+    set_rule(db, action_id, held[1], held[2], held[3])
     return status, outcome
 
 

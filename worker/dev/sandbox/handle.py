@@ -46,7 +46,7 @@ class Sandbox:
         )
         # Idempotency-Key -> {"fingerprint": ..., "answer": the first successful answer}.
         self.idempotency: dict[str, dict[str, Any]] = dict((docs or {}).get("idempotency", {}))
-        self.deliverer = Deliverer(cfg, on_change=self.persist)
+        self.deliverer = Deliverer(cfg, on_change=self.persist, clock=self.clock)
         if docs is not None:
             self.deliverer.restore(docs.get("outbox", []), int(docs.get("drops_owed", 0)))
         self.faults = Faults()
