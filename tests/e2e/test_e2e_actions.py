@@ -358,6 +358,74 @@ async def test_rejections_and_resubmissions_tracked_whatever_the_provider_clock(
     assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("provider_clock_offset_ms", [-600_000, -60_000, 0, 60_000, 600_000])
+async def test_a_stale_read_of_a_rejection_never_undoes_a_resubmission(
+    make_stack: MakeStack, recorded: Recorded, provider_clock_offset_ms: int
+) -> None:
+    """Facts are ordered in this machine's clock: a detail read of the first rejection whose
+    request was sent before the corrected profile was submitted, and whose answer is applied
+    after that submission was accepted, changes nothing (the deposit stays submitted, no second
+    rejection alert, no third payload), whether the provider's clock is 10 minutes behind or
+    ahead; the next rejection, read by a poll with no webhook, is still taken."""
+    stack = await make_stack(provider_clock_offset_ms=provider_clock_offset_ms, scheduler=False)
+    client = stack.runtime.client
+    assert client is not None
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "500", ENTITY_ADDRESS)["transactionId"]
+    await submitted(stack, tx)
+    stack.sandbox.reject_review(tx, "rejection 1")
+    await stack.settle()
+    assert (await stack.deposit(tx)).state.value == "rejected"  # type: ignore[union-attr]
+    stale_sent_at = now_ms()
+    stale = await client.transaction_detail(tx)  # the old rejection, read now...
+    corrected = {**ENTITY, "companyAddress": "1 Quartz Boulevard, Singapore"}
+    assert await stack.rewrite_profiles(profiles_yaml(entity=corrected))
+    await submitted(stack, tx)
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+    # ... and applied after the resubmission was accepted.
+    await stack.processor.observe_fact(fact_from_order(stale, sent_at=stale_sent_at))
+    await stack.settle()
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+    assert len(stack.slack_for(tx, "rejected")) == 1
+    assert len(submits(recorded, tx)) == 2
+    # The second rejection's webhook is lost: a detail read sent after it still rejects.
+    stack.sandbox.drop_webhooks(1)
+    stack.sandbox.reject_review(tx, "rejection 2")
+    sent_at = now_ms()
+    fresh = await client.transaction_detail(tx)
+    await stack.processor.observe_fact(fact_from_order(fresh, sent_at=sent_at))
+    await stack.settle()
+    deposit = await stack.deposit(tx)
+    assert deposit is not None and deposit.state.value == "rejected"
+    assert deposit.fail_message == "rejection 2"
+    rejections = [p for p in stack.slack_for(tx) if "rejected" in json.dumps(p)]
+    assert len(rejections) == 2 and "rejection 2" in json.dumps(rejections[-1])
+
+
+@pytest.mark.parametrize("update_time", [True, False], ids=["updateTime", "no updateTime"])
+async def test_a_rejection_read_by_a_poll_after_a_lost_webhook_is_taken(
+    make_stack: MakeStack, update_time: bool
+) -> None:
+    """The submission was accepted, its DEPOSIT_WHITELIST_FAILED webhook is lost: the detail
+    poll's read of `rejected` (a record with or without updateTime, whose createTime is older
+    than the submission) rejects the deposit and alerts once."""
+    stack = await make_stack(scheduler=False)
+    client = stack.runtime.client
+    assert client is not None
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "500", ENTITY_ADDRESS)["transactionId"]
+    await submitted(stack, tx)
+    stack.sandbox.drop_webhooks(1)
+    stack.sandbox.reject_review(tx, "name mismatch")
+    sent_at = now_ms()
+    order = await client.transaction_detail(tx)
+    if not update_time:
+        order = order.model_copy(update={"updateTime": None})
+    await stack.processor.observe_fact(fact_from_order(order, sent_at=sent_at))
+    await stack.settle()
+    deposit = await stack.deposit(tx)
+    assert deposit is not None and deposit.state.value == "rejected"
+    assert len(stack.slack_for(tx, "rejected")) == 1
+
+
 async def post_webhook(stack: Stack, envelope: Mapping[str, Any]) -> int:
     """Post one signed webhook to the worker's ingress; the HTTP status."""
     import aiohttp

@@ -351,6 +351,9 @@ class Stack:
                 "path": WEBHOOK_PATH,
                 "api_key": self.webhook_api_key,
                 "secret": self.webhook_secret,
+                # The sandbox signs its deliveries by its own clock: a clock set far off
+                # must still be let in.
+                "tolerance_s": 300 + abs(self.provider_clock_offset_ms) // 1000,
                 **self.signature,
             },
             "storage": self.storage or {"path": str(self.db_path)},
