@@ -15,6 +15,10 @@ from worker.store.tx import Db, conn_of
 if TYPE_CHECKING:
     import sqlite_utils
 
+# The key of the `fact_time` column that holds the provider's time of the credit (its clock,
+# the one its daily settlement report is cut by): the UTC day the ledger row belongs to.
+CREDIT_DAY_TIME = "credit_provider"
+
 
 def get_deposit_row(db: Db, transaction_id: str) -> dict[str, Any] | None:
     """The `deposits` row of a transaction, or None."""

@@ -86,6 +86,7 @@ def fact_from_event(
         from_address=data.fromAddress,
         tx_hash=data.transactionHash,
         fail_message=data.failMessage if kind == EventType.DEPOSIT_WHITELIST_FAILED.value else None,
+        provider_time=getattr(data, "creditTime", None) or env.timestamp or data.timestamp,
     )
 
 
@@ -128,6 +129,7 @@ def fact_from_order(order: DepositOrder, *, sent_at: int, source: str = "poll") 
         to_address=order.toAddress,
         tx_hash=order.transactionHash,
         fail_message=order.failMessage,
+        provider_time=order.updateTime or order.createTime,
     )
 
 

@@ -24,6 +24,7 @@ from worker.provider.models import (
     OrderStatus,
     WhiteListStatus,
 )
+from worker.store.deposits import CREDIT_DAY_TIME
 
 SOURCES = frozenset({"webhook", "poll", "submit"})
 
@@ -87,6 +88,7 @@ _ATTRIBUTES = (
 # human to decide (`worker.track.conflicts`), never applied and never ignored in silence.
 FIXED_FIELDS = ("wallet_id", "currency", "network", "amount", "from_address", "to_address")
 _STATUSES = ("status", "white_list_status", "credit_status", "whitelisted")
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _E = TypeVar("_E", OrderStatus, CreditStatus)
 
@@ -112,6 +114,10 @@ class Fact:
     to_address: str | None = None
     tx_hash: str | None = None
     fail_message: str | None = None
+    # The provider's own time of what the fact states, in the provider's clock (creditTime, a
+    # record's updateTime): never compared with `observed_at`; it dates a credit for the
+    # provider's daily report (`CREDIT_DAY_TIME`).
+    provider_time: int | None = None
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -355,6 +361,8 @@ def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transiti
     credit = _merge_credit(deposit.credit_status, fact.credit_status)
     if credit is not deposit.credit_status:
         changes["credit_status"], times["credit_status"] = credit, t
+        if credit is CreditStatus.CREDITED and fact.provider_time is not None:
+            times[CREDIT_DAY_TIME] = fact.provider_time
 
     whitelisted = deposit.whitelisted
     wl, wl_time = deposit.white_list_status, times.get("white_list_status")
@@ -370,6 +378,8 @@ def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transiti
     if final_status is OrderStatus.SUCCESS:
         if changes.get("credit_status", deposit.credit_status) is not CreditStatus.CREDITED:
             changes["credit_status"], times["credit_status"] = CreditStatus.CREDITED, t
+            if fact.provider_time is not None:
+                times[CREDIT_DAY_TIME] = fact.provider_time
         if whitelisted and wl is not WhiteListStatus.APPROVED:
             wl, wl_time = WhiteListStatus.APPROVED, t
     if whitelisted is not deposit.whitelisted:
