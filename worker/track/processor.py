@@ -140,23 +140,26 @@ def apply_fact(
             alert_conflict(db, before, fact, name)
     after, transitions = observe(before, fact)
     changed = before is None or after != before
+    # Moved: something but the times changed (a read dated later than the last one repeating
+    # a status moves its time on, which is stored, but is no change of the deposit).
+    moved = changed and (before is None or not after.same_but_times(before))
     if batch is not None:
         batch.keep(after, changed=changed)
     if changed and (batch is None or not batch.defer):
         upsert_deposit_row(db, after.to_row())
     stated = fact_text(_statement(fact))
-    # A poll repeating what it already said since the deposit last changed is not stored again
-    # (every poll would add a row that changes nothing); a fact that changes something always is.
-    if fact.source == "poll" and not changed and batch is not None:
+    # A poll repeating what it already said since the deposit last moved is not stored again
+    # (every poll would add a row that changes nothing); a fact that moves it always is.
+    if fact.source == "poll" and not moved and batch is not None:
         batch.flush(db)  # the facts table is read: the deferred rows first
-    if changed or fact.source != "poll" or not poll_fact_repeats(db, tx, stated):
+    if moved or fact.source != "poll" or not poll_fact_repeats(db, tx, stated):
         row = fact_row(
             transaction_id=tx,
             source=fact.source,
             event_id=fact.event_id,
             observed_at=fact.observed_at,
             fact=stated,
-            changed=changed,
+            changed=moved,
         )
         if batch is not None and batch.defer:
             batch.facts.append(row)

@@ -244,6 +244,14 @@ class Deposit:
             updated_at=ms_from_iso(row["updated_at"]),
         )
 
+    def same_but_times(self, other: Deposit) -> bool:
+        """Equal to `other` in every field but the times facts were seen at."""
+        return all(
+            getattr(self, name) == getattr(other, name)
+            for name in _DEPOSIT_FIELDS
+            if name not in ("field_times", "updated_at")
+        )
+
     def white_list_time(self) -> int:
         """The provider's time of the fact that set the whitelist status held (else of the
         newest fact): what a submission decided now answers."""
@@ -271,6 +279,7 @@ class Deposit:
         }
 
 
+_DEPOSIT_FIELDS = tuple(f.name for f in fields(Deposit))
 _PLAIN_COLUMNS = ("transaction_id", *(a for a in _ATTRIBUTES if a != "amount"), "fail_message")
 _AnyEnum = TypeVar("_AnyEnum", bound=Enum)
 
@@ -389,14 +398,13 @@ def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transiti
     if wl_time is not None and wl_time != times.get("white_list_status"):
         times["white_list_status"] = wl_time
 
-    # The newest message wins (ties: the greater text), whatever order the rejections arrive in;
-    # the same message read again keeps the time it was first seen (a read is dated when it
-    # was sent: every read would otherwise change the deposit).
+    # The newest message wins (ties: the greater text), whatever order the rejections arrive in.
     message = fact.fail_message
-    if message is not None and message != deposit.fail_message:
+    if message is not None:
         known = deposit.fail_message
         if known is None or (t, message) > (times.get("fail_message", -1), known):
-            changes["fail_message"] = message
+            if message != known:
+                changes["fail_message"] = message
             times["fail_message"] = t
 
     if not changes and times == dict(deposit.field_times) and not is_new:
@@ -466,8 +474,9 @@ def _merge_white_list(
     seen: WhiteListStatus,
     t: int,
 ) -> tuple[WhiteListStatus | None, int | None]:
-    if current is WhiteListStatus.APPROVED or seen is current:
-        # Seen again: it holds since the time it was first seen (reads repeat it).
+    # A status seen again holds from the newer time on: a read sent later says it still
+    # held then, so an older fact delivered late (a rejection of an earlier round) loses.
+    if current is WhiteListStatus.APPROVED:
         return current, current_time
     if seen is WhiteListStatus.APPROVED or current is None:
         return seen, t
