@@ -13,7 +13,7 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-.PHONY: setup demo test lint lock tools screenshots schemas mutation
+.PHONY: setup demo test lint lock tools screenshots schemas mutation model
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -82,6 +82,13 @@ schemas: $(STAMP)
 # `make mutation` for all, `make mutation MODULES=worker/track/tracker.py` for one.
 mutation: $(STAMP)
 	$(BIN)/python mutation/run.py $(MODULES)
+
+# The generated model test of the money path, EXAMPLES histories per engine (make test runs a
+# fixed budget of them); a run by hand draws new histories each time (DEPOSITD_MODEL_SEED).
+EXAMPLES ?= 2000
+model: $(STAMP) tools
+	DEPOSITD_MODEL_EXAMPLES=$(EXAMPLES) DEPOSITD_MODEL_SEED=$$RANDOM $(BIN)/pytest -q -p no:randomly \
+	    -n 2 --timeout=0 tests/model
 
 lint: $(STAMP)
 	$(BIN)/python requirements/check.py

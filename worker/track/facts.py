@@ -129,7 +129,7 @@ def fact_from_order(order: DepositOrder, *, sent_at: int, source: str = "poll") 
         to_address=order.toAddress,
         tx_hash=order.transactionHash,
         fail_message=order.failMessage,
-        provider_time=order.updateTime or order.createTime,
+        provider_time=order.updateTime,
     )
 
 
