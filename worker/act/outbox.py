@@ -113,6 +113,11 @@ class Outbox:
             while not stop.is_set():
                 try:
                     ran = await self.run_once()
+                except StorageError as exc:
+                    # The rows wait, the next pass retries; an outage counts it in its lines.
+                    if not self._store.outage.note("outboxPassesFailed"):
+                        log.error("outbox pass failed; retrying", error=str(exc))
+                    ran = 0
                 except Exception:
                     # The runner must outlive a storage outage: the rows wait, the next pass
                     # retries.

@@ -152,7 +152,14 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
         released = await store.write(_forget_claims)
         if released:
             log.info("claims of stopped instances released", actions=released)
-    log.info("store open", path=store.where, synchronous=store.synchronous)
+    promise = await store.durability()
+    # What a 200 promises, said at start (docs/postgresql.md, "What an acknowledgement survives").
+    log.info(
+        "store open",
+        path=store.where,
+        acknowledgedSurvives=promise.pop("survives"),
+        **promise,
+    )
     yield
     with contextlib.suppress(StorageError):  # the store may be what failed
         await store.write(lambda db: set_meta(db, "stopped_at", utc_now()))

@@ -23,11 +23,13 @@ from typing import Any, TypeVar
 
 import sqlite_utils
 
-from worker.errors import SchemaTooNew, StorageError
+from worker.errors import SchemaTooNew, StorageError, StorageUnavailable
 from worker.logs import get_logger
 from worker.store.database import has_table
+from worker.store.durability import sqlite_durability
 from worker.store.events import insert_events
 from worker.store.meta import set_meta, set_meta_unless_busy
+from worker.store.outage import Outage
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 from worker.store.sqlite import connect
 
@@ -204,6 +206,8 @@ class Store:
         self.where = str(self.path)  # what logs and status show: the file, or the masked URL
         self.synchronous = synchronous
         self.commits = 0  # write transactions committed; tests and metrics read it
+        # Rounds that fail open an outage, logged in a few lines; the next commit closes it.
+        self.outage = Outage(self.where)
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
         self._reader: concurrent.futures.ThreadPoolExecutor | None = None
         self._wdb: sqlite_utils.Database | None = None
@@ -418,10 +422,12 @@ class Store:
                 db.conn.execute("ROLLBACK")
             except sqlite3.Error as failed:  # the next BEGIN then fails, and says so
                 log.error("rollback failed", error=str(failed))
-        error = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
+        text = str(exc) if isinstance(exc, StorageError) else f"write failed: {exc}"
+        error = StorageUnavailable(text)
+        error.__cause__ = exc
         _fail_waiters(inserts, inline, threaded, error)
         if isinstance(exc, Exception):
-            log.error("group transaction failed", error=str(error))
+            self.outage.failed(text, refused=len(inserts))
 
     @staticmethod
     def _can_roll_back(db: sqlite_utils.Database) -> bool:
@@ -430,6 +436,7 @@ class Store:
     def _settle(self, settled: list[_Settled]) -> None:
         """The round committed: count it, and hand each waiter its result or its exception."""
         self.commits += 1
+        self.outage.recovered()
         if self.commits % _CHECKPOINT_EVERY == 0 and self._checkpoint is None:
             self._start_checkpoint()
         for future, ok, value in settled:
@@ -505,6 +512,10 @@ class Store:
         if any(results):
             set_meta_unless_busy(db, "last_webhook_at", str(batch[-1].row[EVENT_ROW_RECEIVED_AT]))
         return results
+
+    async def durability(self) -> dict[str, Any]:
+        """What an acknowledged (committed) delivery survives (`worker.store.durability`)."""
+        return sqlite_durability(self.synchronous)
 
     # --- reads ----------------------------------------------------------------------------
 
