@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,8 @@ class MissingPostgres(RuntimeError):
 
 
 def server_bin() -> Path:
-    """The folder of initdb/pg_ctl/pg_basebackup: on PATH, else the newest /usr/lib/postgresql/*/bin."""
+    """The folder of initdb, pg_ctl and pg_basebackup: on PATH, else the newest
+    /usr/lib/postgresql/*/bin."""
     found = shutil.which("initdb")
     if found:
         # A link on PATH (as /usr/local/bin/initdb): the folder it points into has the rest
@@ -238,4 +240,20 @@ def replicated_pair() -> Iterator[tuple[Cluster, Cluster]]:
             capture_output=True,
         )
         standby = _start_server(bindir, prefix, folder, "standby", "")
+        _until_synchronous(primary)
         yield primary, standby
+
+
+def _until_synchronous(primary: Cluster, within_s: float = 30) -> None:
+    """Wait until the primary streams to a standby it counts as synchronous."""
+    deadline = time.monotonic() + within_s
+    with psycopg.connect(primary.base_url, autocommit=True) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM pg_stat_replication WHERE sync_state = 'sync'"
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the standby did not become synchronous")
+            time.sleep(0.05)

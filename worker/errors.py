@@ -40,6 +40,11 @@ class StorageUnavailable(StorageError):
     outage in a few lines, `worker.store.outage`)."""
 
 
+class SchemaUpgradeRefused(StorageError):
+    """The database's schema needs migrating while an instance of an older version serves
+    on it: refused, that instance would run on a schema it does not know."""
+
+
 class SchemaTooNew(StorageError):
     """The database was written by a newer depositd; refusing to touch it."""
 

@@ -262,6 +262,8 @@ class Poller:
         try:
             await self._observe(fact_from_order(order, source="poll"))
         except Exception as exc:
+            if isinstance(exc, StorageError) and self._store.outage.note("pollsFailed"):
+                return False  # counted in the outage's lines; the next run reads it again
             await self._deposit_failed(tx, f"{type(exc).__name__}: {exc}", trace=True)
             return False
         self._detail_failing.pop(tx, None)

@@ -122,7 +122,7 @@ class PgStore(Store):
         try:
             db.execute("SELECT pg_advisory_lock(?)", [MIGRATION_LOCK])
             try:
-                migrate(db)  # type: ignore[arg-type]
+                migrate(db, others_serving=self._others_serving)  # type: ignore[arg-type]
             finally:
                 db.execute("SELECT pg_advisory_unlock(?)", [MIGRATION_LOCK])
         except sqlite3.Error as exc:

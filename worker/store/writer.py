@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import sqlite_utils
 
-from worker.errors import SchemaTooNew, StorageError, StorageUnavailable
+from worker.errors import SchemaTooNew, SchemaUpgradeRefused, StorageError, StorageUnavailable
 from worker.logs import get_logger
 from worker.store.database import has_table
 from worker.store.durability import sqlite_durability
@@ -99,8 +99,13 @@ def schema_version(db: sqlite_utils.Database) -> int:
     return int(row[0]) if row else 0
 
 
-def migrate(db: sqlite_utils.Database) -> int:
-    """Apply pending migrations, each with its version record in one transaction."""
+def migrate(db: sqlite_utils.Database, *, others_serving: bool = False) -> int:
+    """Apply pending migrations, each with its version record in one transaction.
+
+    `others_serving`: other `serve` instances hold the database (a rolling upgrade): a schema
+    that needs migrating is refused (`SchemaUpgradeRefused`), the schema left as it is
+    (docs/postgresql.md, "Upgrading several instances").
+    """
     with transaction(db):
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         current = schema_version(db)
@@ -108,6 +113,12 @@ def migrate(db: sqlite_utils.Database) -> int:
         raise SchemaTooNew(
             f"database schema version {current} is newer than this depositd supports "
             f"({SCHEMA_VERSION}); upgrade depositd"
+        )
+    if others_serving and 0 < current < SCHEMA_VERSION:
+        raise SchemaUpgradeRefused(
+            f"database schema version {current} needs migrating to {SCHEMA_VERSION}, and"
+            " another depositd serve of an older version is running on it; stop every"
+            " instance, then start this version (the first one started migrates)"
         )
     for version in range(current, SCHEMA_VERSION):
         with transaction(db):
@@ -219,11 +230,14 @@ class Store:
         self._driver: asyncio.Task[None] | None = None
         self._closing = False
         self._checkpoint: asyncio.Future[None] | None = None
+        self._others_serving = False  # `open`'s: other instances hold the database
 
     # --- lifecycle ----------------------------------------------------------------------
 
-    async def open(self) -> None:
-        """Open both connections and apply migrations; `SchemaTooNew` for a newer database."""
+    async def open(self, *, others_serving: bool = False) -> None:
+        """Open both connections and apply migrations; `SchemaTooNew` for a newer database,
+        `SchemaUpgradeRefused` for an older one while `others_serving` (see `migrate`)."""
+        self._others_serving = others_serving
         loop = asyncio.get_running_loop()
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="store-w")
         self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="store-r")
@@ -242,7 +256,7 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = connect(self.path, synchronous=self.synchronous)
             self._wdb = sqlite_utils.Database(conn, execute_plugins=False)
-            migrate(self._wdb)
+            migrate(self._wdb, others_serving=self._others_serving)
             # BEGIN runs on the event loop: waiting for another process's write lock is done
             # there with asyncio.sleep (see `_begin`), never inside SQLite's busy handler.
             conn.execute("PRAGMA busy_timeout = 0")
