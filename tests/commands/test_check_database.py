@@ -14,6 +14,7 @@ from serveproc import PROVIDER_KEY, PROVIDER_SECRET, free_port
 
 from worker.commands.cli import main
 from worker.store.durability import MACHINE_CRASH, PROCESS_CRASH, SERVER_CRASH
+from worker.store.pgstore import PgStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,6 +54,9 @@ async def test_check_online_and_status_say_what_a_postgres_commit_survives(
             f"database: {url}: an acknowledged webhook survives {SERVER_CRASH} (fsync=on,"
             " synchronousCommit=on, synchronousStandbyNames=)"
         ) in out.out.splitlines()
+        store = PgStore(url)  # the schema `status` reads, as a first serve leaves it
+        await store.open()
+        await store.close()
         assert await asyncio.to_thread(main, ["status", "--config", str(config)]) == 0
         durability = json.loads(capsys.readouterr().out)["durability"]
         assert durability == {
