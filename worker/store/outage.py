@@ -103,6 +103,12 @@ class Outage:
             **counts,
         )
 
+    def stop(self) -> None:
+        """The store closes: no `database still unavailable` line or alert after it."""
+        if self._long is not None:
+            self._long.cancel()
+            self._long = None
+
     def _count(self, what: str, n: int = 1) -> None:
         self.counts[what] = self.counts.get(what, 0) + n
 

@@ -283,6 +283,7 @@ class Store:
             self._work.set()
             driver, self._driver = self._driver, None
             await driver
+        self.outage.stop()
         if self._writer is not None:
             writer, self._writer = self._writer, None
             await loop.run_in_executor(writer, self._close_db, self._wdb)
