@@ -156,7 +156,10 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
         released = await store.write(_forget_claims)
         if released:
             log.info("claims of stopped instances released", actions=released)
-    promise = await store.durability()
+    try:
+        promise = await store.durability()
+    except StorageError as exc:  # said at the next start; serving does not depend on it
+        promise = {"survives": f"not known now: {exc}"}
     # What a 200 promises, said at start (docs/postgresql.md, "What an acknowledgement survives").
     log.info(
         "store open",
