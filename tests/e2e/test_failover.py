@@ -401,6 +401,8 @@ async def test_a_failover_to_the_synchronous_standby_loses_nothing_acknowledged(
         assert names.count(DOWN) == 1 and names.count(BACK) == 1, names
         assert len(window) <= 15, names
         assert not [e for e in window if "exception" in e]
+        # The servers named, the password (none here) never.
+        assert window[0]["servers"] == f"127.0.0.1:{primary.port}, 127.0.0.1:{standby.port}"
 
 
 def status_report_of(url: str) -> dict[str, Any]:

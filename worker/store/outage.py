@@ -38,6 +38,7 @@ class Outage:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.where = where
+        self.servers: str | None = None  # PostgreSQL: the servers the URL names, host:port each
         self.alert_after_s = alert_after_s
         self._clock = clock
         self.since: str | None = None  # UTC, while unavailable
@@ -63,6 +64,7 @@ class Outage:
                 "database unavailable: deliveries answered 503 until it is back; processing,"
                 " actions and the scheduler wait",
                 database=self.where,
+                **({"servers": self.servers} if self.servers else {}),
                 error=error,
             )
             try:

@@ -34,7 +34,7 @@ from worker.store.writer import (
     _Settled,
     migrate,
 )
-from worker.urls import mask_url
+from worker.urls import db_hosts, mask_url
 
 log = get_logger(__name__)
 
@@ -111,6 +111,7 @@ class PgStore(Store):
         super().__init__(Path("."), synchronous="FULL")
         self.url = url
         self.where = self.outage.where = mask_url(url)
+        self.outage.servers = db_hosts(url)
         self._wlink = _Link(url, password, "writer")
         self._rlink = _Link(url, password, "reader")
         # The writer connected again: the reader may as well, rather than wait out its back-off
