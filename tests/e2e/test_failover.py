@@ -188,6 +188,9 @@ async def test_an_outage_reads_as_a_few_lines_and_alerts_once(
                     answers.append(await deliver(http, port, f"down-{next(numbers)}"))
                     await asyncio.sleep(0.05)
                     assert time.monotonic() - down_at < 30, "no alert"
+                # /metrics still answers, without the gauges read from the database.
+                async with http.get(f"http://127.0.0.1:{port}/metrics") as metrics:
+                    assert metrics.status == 200
             finally:
                 await asyncio.to_thread(pg_cluster.start)
             started = time.time()
@@ -207,6 +210,7 @@ async def test_an_outage_reads_as_a_few_lines_and_alerts_once(
     back = window[-1]
     assert back["deliveriesRefused"] == len(answers)
     assert back["transactionsFailed"] >= 1 and back["processingFailed"] >= 1
+    assert back["metricsWithoutStore"] == 1
     assert back["seconds"] >= 4
     assert len(alerts) == 1
     assert events_named(serve.log, "store open")[0]["acknowledgedSurvives"] == SERVER_CRASH

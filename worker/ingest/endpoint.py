@@ -506,7 +506,8 @@ class Ingress:
             self.metrics.events_pending.set(depths.get("pending", 0))
             self.metrics.events_failed.set(depths.get("failed", 0))
         except StorageError as exc:
-            log.warning("metrics without store gauges", error=str(exc))
+            if not self.store.outage.note("metricsWithoutStore"):  # counted in the outage
+                log.warning("metrics without store gauges", error=str(exc))
         self.metrics.count_commits(self.store.commits)
         return self.metrics.render(openmetrics_format)
 
