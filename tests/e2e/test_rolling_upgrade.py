@@ -115,13 +115,12 @@ async def deliver(port: int, event_id: str) -> int:
         return r.status
 
 
-async def run_next(script: Path, cfg: Path) -> tuple[int, str]:
-    """depositd N+1's `serve` until it exits (a refusal) or answers (then it is left running
-    and returned as exit status -1)."""
+async def run_next(script: Path, cfg: Path, *command: str) -> tuple[int, str]:
+    """A command of depositd N+1 (`serve` unless given) until it exits: status and stderr."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         str(script),
-        "serve",
+        *(command or ("serve",)),
         "--config",
         str(cfg),
         cwd=ROOT,
@@ -138,7 +137,8 @@ async def test_a_newer_schema_is_not_migrated_under_an_older_instance(
     tmp_path: Path, storage: dict[str, Any], provider_url: str
 ) -> None:
     """N serves; N+1 (one more migration) started beside it exits 1 saying to stop every
-    instance, and changes nothing: N goes on storing deliveries on its schema. With N stopped,
+    instance, and changes nothing (nor does one of its commands that opens the store): N goes
+    on storing deliveries on its schema. With N stopped,
     N+1 migrates and serves; N started again is refused (the schema is newer than it knows)."""
     script = tmp_path / "next_version.py"
     script.write_text(NEXT)
@@ -156,6 +156,10 @@ async def test_a_newer_schema_is_not_migrated_under_an_older_instance(
             in err
         )
         assert "stop every instance, then start this version" in err
+        assert schema_version(storage) == SCHEMA_VERSION
+        # A command of N+1 that opens the store (`reconcile`) is refused the same way.
+        status, err = await run_next(script, newer_cfg, "reconcile", "--date", "2026-01-01")
+        assert status == 1 and "needs migrating" in err, err
         assert schema_version(storage) == SCHEMA_VERSION
         assert await deliver(port_n, "during-upgrade") == 200
         assert await older.signal(signal.SIGTERM) == 0

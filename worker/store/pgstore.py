@@ -123,7 +123,12 @@ class PgStore(Store):
         try:
             db.execute("SELECT pg_advisory_lock(?)", [MIGRATION_LOCK])
             try:
-                migrate(db, others_serving=self._others_serving)  # type: ignore[arg-type]
+                others = self._others_serving
+                migrate(
+                    db,  # type: ignore[arg-type]
+                    # A command: does a serve hold the serve lock now (pg_locks)?
+                    others_serving=others if others is not None else lambda: serving_on(db.conn),
+                )
             finally:
                 db.execute("SELECT pg_advisory_unlock(?)", [MIGRATION_LOCK])
         except sqlite3.Error as exc:

@@ -99,12 +99,13 @@ def schema_version(db: sqlite_utils.Database) -> int:
     return int(row[0]) if row else 0
 
 
-def migrate(db: sqlite_utils.Database, *, others_serving: bool = False) -> int:
+def migrate(db: sqlite_utils.Database, *, others_serving: bool | Callable[[], bool] = False) -> int:
     """Apply pending migrations, each with its version record in one transaction.
 
-    `others_serving`: other `serve` instances hold the database (a rolling upgrade): a schema
-    that needs migrating is refused (`SchemaUpgradeRefused`), the schema left as it is
-    (docs/postgresql.md, "Upgrading several instances").
+    `others_serving` (or its answer, asked only when a migration is due): `serve` instances
+    hold the database (a rolling upgrade): a schema that needs migrating is refused
+    (`SchemaUpgradeRefused`), the schema left as it is (docs/postgresql.md, "Upgrading several
+    instances").
     """
     with transaction(db):
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -114,7 +115,8 @@ def migrate(db: sqlite_utils.Database, *, others_serving: bool = False) -> int:
             f"database schema version {current} is newer than this depositd supports "
             f"({SCHEMA_VERSION}); upgrade depositd"
         )
-    if others_serving and 0 < current < SCHEMA_VERSION:
+    due = 0 < current < SCHEMA_VERSION
+    if due and (others_serving() if callable(others_serving) else others_serving):
         raise SchemaUpgradeRefused(
             f"database schema version {current} needs migrating to {SCHEMA_VERSION}, and"
             " another depositd serve of an older version is running on it; stop every"
@@ -230,13 +232,14 @@ class Store:
         self._driver: asyncio.Task[None] | None = None
         self._closing = False
         self._checkpoint: asyncio.Future[None] | None = None
-        self._others_serving = False  # `open`'s: other instances hold the database
+        self._others_serving: bool | None = None  # `open`'s: other instances hold it
 
     # --- lifecycle ----------------------------------------------------------------------
 
-    async def open(self, *, others_serving: bool = False) -> None:
+    async def open(self, *, others_serving: bool | None = None) -> None:
         """Open both connections and apply migrations; `SchemaTooNew` for a newer database,
-        `SchemaUpgradeRefused` for an older one while `others_serving` (see `migrate`)."""
+        `SchemaUpgradeRefused` for an older one while others serve on it (see `migrate`):
+        `others_serving` as `serve` knows it from its lock, None (a command) to look now."""
         self._others_serving = others_serving
         loop = asyncio.get_running_loop()
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="store-w")
@@ -256,7 +259,7 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = connect(self.path, synchronous=self.synchronous)
             self._wdb = sqlite_utils.Database(conn, execute_plugins=False)
-            migrate(self._wdb, others_serving=self._others_serving)
+            migrate(self._wdb, others_serving=self._others_now())
             # BEGIN runs on the event loop: waiting for another process's write lock is done
             # there with asyncio.sleep (see `_begin`), never inside SQLite's busy handler.
             conn.execute("PRAGMA busy_timeout = 0")
@@ -267,6 +270,14 @@ class Store:
             raise StorageError(f"cannot open database {self.path}: {exc}") from exc
         except OSError as exc:
             raise StorageError(f"cannot open database {self.path}: {exc.strerror}") from exc
+
+    def _others_now(self) -> bool | Callable[[], bool]:
+        """`open`'s answer, or how to look: a `serve` holding the database's lock file."""
+        if self._others_serving is not None:
+            return self._others_serving
+        from worker.service.lock import serving  # the lock file beside the database
+
+        return lambda: bool(serving(self.path))
 
     def _open_reader(self) -> None:
         try:
