@@ -35,6 +35,16 @@ class ListenError(DepositdError, OSError):
         super().__init__(f"{setting}: cannot listen on {address}: {reason}")
 
 
+class StorageUnavailable(StorageError):
+    """A group transaction did not commit: the database is unavailable (the store logs the
+    outage in a few lines, `worker.store.outage`)."""
+
+
+class SchemaUpgradeRefused(StorageError):
+    """The database's schema needs migrating while an instance of an older version serves
+    on it: refused, that instance would run on a schema it does not know."""
+
+
 class SchemaTooNew(StorageError):
     """The database was written by a newer depositd; refusing to touch it."""
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.clock import now_ms
+from worker.errors import StorageError
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, WhiteListStatus
@@ -80,6 +81,12 @@ async def find_in_queues(
             continue
         try:
             await observe(fact_from_order(found, source="poll", sent_at=sent_at))
+        except StorageError as exc:  # the database unavailable: one line, no traceback
+            log.error(
+                "history record read; its fact not recorded now",
+                transactionId=transaction_id,
+                error=str(exc),
+            )
         except Exception:
             # What was read still decides the submission's row; the polls record it later.
             log.exception(

@@ -113,6 +113,11 @@ class Outbox:
             while not stop.is_set():
                 try:
                     ran = await self.run_once()
+                except StorageError as exc:
+                    # The rows wait, the next pass retries; an outage counts it in its lines.
+                    if not self._store.outage.note("outboxPassesFailed"):
+                        log.error("outbox pass failed; retrying", error=str(exc))
+                    ran = 0
                 except Exception:
                     # The runner must outlive a storage outage: the rows wait, the next pass
                     # retries.
@@ -249,6 +254,15 @@ class Outbox:
                 await self._rows.finish(action_id, "skipped", f"nothing to run for {row['action']}")
             else:
                 await runner.run(action_id, row, deposit, params, attempts)
+        except StorageError as exc:
+            # The database unavailable: nothing can be recorded; the row stays claimed and is
+            # run again (same Idempotency-Key) once the claim lapses.
+            log.error(
+                "action outcome not recorded",
+                actionId=action_id,
+                action=row["action"],
+                error=str(exc),
+            )
         except Exception as exc:  # a bug must not stop the runner; the row shows it
             log.exception("action crashed", actionId=action_id, action=row["action"])
             await self._rows.finish(

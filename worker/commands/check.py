@@ -192,6 +192,31 @@ def refused_as_unauthorised(settings: Settings, exc: ProviderError) -> None:
     )
 
 
+def database_line(settings: Settings) -> tuple[bool, str]:
+    """What an acknowledged webhook survives with this database (`check --online`): SQLite's
+    from `storage.synchronous`, PostgreSQL's read from the server; (False, the error) when it
+    cannot be reached."""
+    import sqlite3
+
+    from worker.store.durability import durability_line, postgres_durability, sqlite_durability
+
+    storage = settings.storage
+    if storage.url is None:
+        promise = sqlite_durability(storage.synchronous)
+        return True, f"database: {storage.where}: {durability_line(promise)}"
+    from worker.store.pgstore import command_connection
+
+    try:
+        conn = command_connection(storage)
+        try:
+            promise = postgres_durability(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return False, f"database: {exc}"
+    return True, f"database: {storage.where}: {durability_line(promise)}"
+
+
 def signature_lines(settings: Settings) -> list[str]:
     """The schemes in force, as `check` prints them."""
     return [
@@ -239,6 +264,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
+        reached, database = database_line(settings)
+        print(database, file=sys.stderr if not reached else sys.stdout)
+        if not reached:
+            return 1
         if bad:
             for problem in bad:
                 print(problem, file=sys.stderr)

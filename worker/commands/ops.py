@@ -29,11 +29,13 @@ from worker.store.alerts import requeue_failed_alerts
 from worker.store.conflicts import count_held_deposits
 from worker.store.database import finish_copy
 from worker.store.deposits import count_waiting_on_human, deposits_by_state
+from worker.store.durability import postgres_durability, sqlite_durability
 from worker.store.events import requeue_event, requeue_failed_events
 from worker.store.findings import reconciliation_status
 from worker.store.leases import SCHEDULER_LEASE
 from worker.store.ledger import count_booked
 from worker.store.meta import all_meta
+from worker.store.pg import is_postgres
 
 # The files SQLite keeps beside a database: writing over any of them under a running service
 # corrupts the database.
@@ -181,9 +183,12 @@ def _leader(conn: sqlite3.Connection) -> dict[str, Any] | None:
     return {**lease.as_json(), "current": lease.expires_at > utc_now()}
 
 
-def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[str, Any]:
+def status_report(
+    conn: sqlite3.Connection, in_use: bool | None = None, *, synchronous: str = "FULL"
+) -> dict[str, Any]:
     """What `status` shows, read from the database; `in_use`: whether a serve holds it now
-    (`worker.service.lock.serving`), None when unknown."""
+    (`worker.service.lock.serving`), None when unknown; `synchronous`: SQLite's
+    `storage.synchronous` (what a commit survives there)."""
     meta: dict[str, Any] = all_meta(conn)
     started, stopped = meta.get("started_at"), meta.get("stopped_at")
     # `serve` records its start and its stop; a SIGKILL, a crash or a power cut leaves the start
@@ -226,6 +231,10 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
         "leader": _leader(conn),
         # The last reconciliation run and the findings still open (`depositd reconcile`).
         "reconciliation": reconciliation_status(conn),
+        # What an acknowledged webhook survives, as the database is set up now.
+        "durability": (
+            postgres_durability(conn) if is_postgres(conn) else sqlite_durability(synchronous)
+        ),
     }
 
 
@@ -242,7 +251,8 @@ def run_status(args: argparse.Namespace) -> int:
         in_use = pg_serving(storage)
 
     def body(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
-        print(json.dumps(status_report(conn, in_use), indent=2), file=out)
+        report = status_report(conn, in_use, synchronous=storage.synchronous)
+        print(json.dumps(report, indent=2), file=out)
         return 0
 
     return run_on_db(args, body, settings=settings)

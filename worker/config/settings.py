@@ -190,6 +190,9 @@ class StorageSettings(Section):
     password: Credential | None = None
     synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     retention_days: int = Field(90, ge=1)
+    # An outage of the database longer than this is logged once more and alerted, once
+    # (docs/operations.md, "When the database is unavailable").
+    outage_alert_s: float = Field(60, gt=0)
 
     @field_validator("url")
     @classmethod

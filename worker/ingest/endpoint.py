@@ -22,7 +22,7 @@ from aiohttp import web
 
 from worker.clock import ms_from_iso, utc_now
 from worker.config.settings import WebhookSettings
-from worker.errors import StorageError
+from worker.errors import StorageError, StorageUnavailable
 from worker.ingest.limits import BodyBudget, CountRefusal, Sampled, arrived_path, not_found_log
 from worker.logs import get_logger
 from worker.metrics import (
@@ -315,6 +315,10 @@ class Gate:
         return Accepted(row, event_type_label(event_type))
 
 
+# Retry-After of a delivery that could not be stored.
+STORAGE_RETRY_AFTER_S = 5
+
+
 def webhook_handler(
     gate: Gate, store_row: StoreRow, record: Record, refused: CountRefusal = lambda _: None
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -345,9 +349,14 @@ def webhook_handler(
             new = await store_row(verdict.row)
         except Exception as exc:  # whatever kept it from being stored: never 200, it is retried
             record(verdict.label, "unavailable", time.perf_counter() - started)
-            if sampled.allow("webhook not stored"):
+            # The database unavailable: `serve` logs the outage once, with the deliveries
+            # refused counted (`worker.store.outage`), not a line per delivery.
+            if not isinstance(exc, StorageUnavailable) and sampled.allow("webhook not stored"):
                 log.error("webhook not stored", eventId=verdict.row[0], error=str(exc))
-            return _error(503, "storage unavailable")
+            answer = _error(503, "storage unavailable")
+            # The database is back within seconds after a failover (docs/postgresql.md).
+            answer.headers["Retry-After"] = str(STORAGE_RETRY_AFTER_S)
+            return answer
         outcome = "duplicate" if not new else "new" if verdict.known else "ignored"
         record(verdict.label, outcome, time.perf_counter() - started)
         return web.Response(body=_OK, content_type="application/json")
@@ -497,7 +506,8 @@ class Ingress:
             self.metrics.events_pending.set(depths.get("pending", 0))
             self.metrics.events_failed.set(depths.get("failed", 0))
         except StorageError as exc:
-            log.warning("metrics without store gauges", error=str(exc))
+            if not self.store.outage.note("metricsWithoutStore"):  # counted in the outage
+                log.warning("metrics without store gauges", error=str(exc))
         self.metrics.count_commits(self.store.commits)
         return self.metrics.render(openmetrics_format)
 

@@ -16,7 +16,8 @@ From the ingress process:
     ("p",)                          the answer to a ping
 From `serve`:
     ("e", id, code, error)          STORED_NEW or STORED_KNOWN after the commit; NOT_STORED
-                                    (and why) when the commit failed or the row was not queued
+                                    (and why) when the commit failed or the row was not queued,
+                                    UNAVAILABLE when the database is (`serve` logs the outage)
     ("h", id, status, body)         an HTTP answer for "R" / "M" / "O"
     ("P",)                          a ping (for the watchdog): answer "p"
 """
@@ -30,7 +31,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from worker.errors import StorageError
+from worker.errors import StorageError, StorageUnavailable
 from worker.ingest.endpoint import Ingress
 from worker.logs import get_logger
 from worker.store.writer import EventRow
@@ -39,7 +40,7 @@ log = get_logger(__name__)
 
 _LENGTH = struct.Struct("!I")
 
-STORED_NEW, STORED_KNOWN, NOT_STORED = 1, 2, 0
+STORED_NEW, STORED_KNOWN, NOT_STORED, UNAVAILABLE = 1, 2, 0, 3
 
 
 class LinkLost(StorageError):
@@ -161,7 +162,8 @@ class CoreSide(_Framed):
             if future.cancelled():
                 self.send(("e", ident, NOT_STORED, "cancelled"))
             elif (exc := future.exception()) is not None:
-                self.send(("e", ident, NOT_STORED, str(exc)))
+                code = UNAVAILABLE if isinstance(exc, StorageUnavailable) else NOT_STORED
+                self.send(("e", ident, code, str(exc)))
             else:
                 self.send(("e", ident, STORED_NEW if future.result() else STORED_KNOWN, ""))
 
@@ -205,6 +207,8 @@ class FrontSide(_Framed):
         code, error = await self._ask(("E", row))
         if code == NOT_STORED:
             raise StorageError(error)
+        if code == UNAVAILABLE:
+            raise StorageUnavailable(error)
         return bool(code == STORED_NEW)
 
     async def http(self, kind: str) -> tuple[int, bytes]:

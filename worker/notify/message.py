@@ -133,6 +133,12 @@ _TEXTS: dict[str, _Text] = {
         "Nothing of the run was recorded; the next run reads the day again. Check the provider "
         "and the log line named in the detail.",
     ),
+    "database_unavailable": _Text(
+        "Database unavailable: deliveries answered 503",
+        "Check the database server and the network to it (the detail names the error). "
+        "Deliveries are refused with 503 and retried by the provider; nothing acknowledged is "
+        "lost. depositd resumes by itself once the database answers.",
+    ),
     "auth_failure": _Text(
         "Provider authentication failing",
         "Check the API key and secret and the host clock (API-TIMESTAMP); depositd retries "

@@ -27,6 +27,7 @@ from worker.errors import (
     ProviderError,
     ProviderRetryLater,
     ProviderUnavailable,
+    StorageError,
 )
 from worker.logs import get_logger
 from worker.poll.detailplan import DetailPlan, Listing
@@ -270,6 +271,8 @@ class Poller:
         try:
             await self._observe(fact_from_order(order, source="poll", sent_at=sent_at))
         except Exception as exc:
+            if isinstance(exc, StorageError) and self._store.outage.note("pollsFailed"):
+                return False  # counted in the outage's lines; the next run reads it again
             await self._deposit_failed(tx, f"{type(exc).__name__}: {exc}", trace=True)
             return False
         self._detail_failing.pop(tx, None)
@@ -313,6 +316,8 @@ class Poller:
             await self._failed(name, kind, str(exc))
             return 0
         except Exception as exc:
+            if isinstance(exc, StorageError) and self._store.outage.note("pollsFailed"):
+                return 0  # counted in the outage's lines; the next turn tries again
             # Storage or a bug: the poll task must not die with an unretrieved exception.
             log.exception("poll crashed", poll=name)
             await self._failed(name, "error", f"{type(exc).__name__}: {exc}")

@@ -28,7 +28,8 @@ from worker.config.settings import Settings
 from worker.errors import ConfigError, ProviderError, StorageError
 from worker.logs import get_logger
 from worker.metrics import Metrics
-from worker.notify.channels import Notifier, notifiers_from_settings
+from worker.notify.channels import Notifier, notifiers_from_settings, send_all
+from worker.notify.message import build_alert
 from worker.poll.catchupjobs import CatchUp
 from worker.poll.leader import Leader
 from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics
@@ -245,12 +246,42 @@ class Runtime(LeaderJobs, ConsoleOperations):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), DAY_S)
 
+    def _outage_alert(self, since: str, seconds: float, error: str) -> None:
+        """The database unavailable for `storage.outage_alert_s`: one alert through every
+        channel, sent from here (the database that would queue it is what is missing)."""
+        if not self.notifiers:
+            return
+        alert = build_alert(
+            "database_unavailable",
+            "critical",
+            detail=f"unavailable since {since} ({seconds:.0f} s so far) on instance"
+            f" {self.instance}: {error}",
+        )
+        self._hold(send_all(self.notifiers, alert), name="outage-alert")
+
     def _hold(self, work: Coroutine[Any, Any, Any], name: str | None = None) -> None:
         """Run `work` from a sync callback; held until done (the loop keeps only a weak
         reference to a task) and awaited at shutdown."""
         task = asyncio.get_running_loop().create_task(work, name=name)
         self._side_writes.add(task)
-        task.add_done_callback(self._side_writes.discard)
+        task.add_done_callback(self._held_done)
+
+    def _held_done(self, task: asyncio.Task[Any]) -> None:
+        """A held task's error is logged (or counted in a database outage), never left for
+        asyncio's "exception was never retrieved"."""
+        self._side_writes.discard(task)
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        store = self.store
+        if (
+            isinstance(exc, StorageError)
+            and store is not None
+            and store.outage.note("writesFailed")
+        ):
+            return
+        log.error(
+            "task ended with an error", task=task.get_name(), error=f"{type(exc).__name__}: {exc}"
+        )
 
     # --- the steps `worker.service.setup` runs, in the order of the stages ---------------------
 
@@ -261,6 +292,7 @@ class Runtime(LeaderJobs, ConsoleOperations):
         self._stop = asyncio.Event()
         log.info("instance", instance=self.instance)
         self._poll_metrics = PollMetrics(metrics)
+        store.outage.on_long.append(self._outage_alert)
 
         def on_call(endpoint: str, outcome: str) -> None:
             metrics.provider_calls.labels(endpoint=endpoint, outcome=outcome).inc()

@@ -30,6 +30,7 @@ from worker.service.keys import (
     INGRESS_KEY,
     LIMITS_KEY,
     LIVENESS_KEY,
+    OTHERS_KEY,
     SOLE_KEY,
 )
 from worker.service.listeners import Listeners, bound
@@ -64,6 +65,7 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
             app[SOLE_KEY] = held.enter_context(serve_lock(settings.storage.path))
         else:
             app[SOLE_KEY] = held.enter_context(pg_serve_lock(settings.storage))
+        app[OTHERS_KEY] = not app[SOLE_KEY]
         return await _serve(settings, app, runner, listeners, notifier)
 
 

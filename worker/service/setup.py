@@ -34,6 +34,7 @@ from worker.service.keys import (
     LIMITS_KEY,
     LIVENESS_KEY,
     METRICS_KEY,
+    OTHERS_KEY,
     PROCESSOR_KEY,
     READY_CHECKS_KEY,
     SETTINGS_KEY,
@@ -112,6 +113,7 @@ def build_app(
     app[LIVENESS_KEY] = []
     app[LIMITS_KEY] = limits
     app[SOLE_KEY] = False
+    app[OTHERS_KEY] = False
     ingress = Ingress(settings.webhook, store, metrics, wake=processor.wake, ready_checks=checks)
     ingress.add_routes(app)
     app[INGRESS_KEY] = ingress
@@ -146,13 +148,25 @@ def _acting_ctx(runtime: Runtime) -> CleanupCtx:
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     store = app[STORE_KEY]
-    await store.open()
+    # Beside instances already serving, a schema migration is refused: a rolling upgrade
+    # across a schema change would run them on a schema they do not know.
+    await store.open(others_serving=app[OTHERS_KEY])
     await store.write(lambda db: set_meta(db, "started_at", utc_now()))
     if app[SOLE_KEY]:
         released = await store.write(_forget_claims)
         if released:
             log.info("claims of stopped instances released", actions=released)
-    log.info("store open", path=store.where, synchronous=store.synchronous)
+    try:
+        promise = await store.durability()
+    except StorageError as exc:  # said at the next start; serving does not depend on it
+        promise = {"survives": f"not known now: {exc}"}
+    # What a 200 promises, said at start (docs/postgresql.md, "What an acknowledgement survives").
+    log.info(
+        "store open",
+        path=store.where,
+        acknowledgedSurvives=promise.pop("survives"),
+        **promise,
+    )
     yield
     with contextlib.suppress(StorageError):  # the store may be what failed
         await store.write(lambda db: set_meta(db, "stopped_at", utc_now()))

@@ -261,7 +261,8 @@ class Processor:
                 while not self._stopping and await self.process_batch():
                     pass
             except StorageError as exc:
-                log.error("processing paused: storage unavailable", error=str(exc))
+                if not self.store.outage.note("processingFailed"):  # counted in the outage
+                    log.error("processing paused: storage unavailable", error=str(exc))
             except Exception as exc:
                 # A fault outside any one event (each event's own is caught in its batch): the
                 # batch was rolled back; keep the loop alive and try again at the next sweep.

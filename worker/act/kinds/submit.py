@@ -40,6 +40,7 @@ from worker.errors import (
     ProviderRequestRefused,
     ProviderRetryLater,
     ProviderUnavailable,
+    StorageError,
 )
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
@@ -263,6 +264,12 @@ class Submitter:
         )
         try:
             await self._observe(fact)
+        except StorageError as exc:  # the database unavailable: one line, no traceback
+            log.error(
+                "submission accepted; its fact not recorded now",
+                transactionId=sub.tx,
+                error=str(exc),
+            )
         except Exception:
             # The provider has the submission and the row says so: it must stay done (a failed
             # row would let a profile edit queue a second submission while this one is under
@@ -343,6 +350,8 @@ class Submitter:
             raise
         try:
             await self._observe(fact_from_order(order, source="poll", sent_at=sent_at))
+        except StorageError as exc:  # the database unavailable: one line, no traceback
+            log.error("detail read; its fact not recorded now", transactionId=tx, error=str(exc))
         except Exception:
             # What was read still decides this row; the detail poll records it later.
             log.exception("detail read; its fact not recorded now", transactionId=tx)
