@@ -1,7 +1,8 @@
 """depositd under a real systemd: a minimal Debian 12 booted with systemd 252 as PID 1.
 
 Installed by deploy/install.sh from this working tree as the deploy guide (docs: deploy/README.md)
-says, configured against the sandbox, started with `systemctl enable --now`, and checked
+says, staged (`--root`) and copied to / as an image build does, configured against the
+sandbox, started with `systemctl enable --now` (depositd.socket holding the port), and checked
 through systemctl and journalctl inside. One container for the module (tests/deploy/machine.py):
 it boots once, and every test leaves the service running. A drop-in shortens the watchdog
 (WatchdogSec=6) and the restart delay so that the watchdog tests take seconds.
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import yaml
@@ -28,8 +31,10 @@ WATCHDOG_S = 6
 INSTALL = "/src/deploy/install.sh --pip-args '--no-index --find-links /wheels'"
 DEPOSITCTL = "/opt/depositd/bin/depositctl"
 DEPOSITD = "/opt/depositd/venv/bin/depositd"
+PYTHON = "/opt/depositd/venv/bin/python"
 SANDBOX = "/root/sbx/depositd.yaml"
 STATE = "/var/lib/private/depositd"
+STAGE = "/var/tmp/depositd-staged"
 DROP_IN = f"""[Service]
 WatchdogSec={WATCHDOG_S}
 RestartSec=1
@@ -44,7 +49,7 @@ class Host:
     install: str  # install.sh's output
     init: str  # `depositd init --sandbox`'s output, from the installed copy
     webhook: str  # HOST:PORT of the webhook listener
-    figures: dict[str, float] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
 
     def run(self, command: str, timeout: float = 60, check: bool = True) -> str:
         """Run a command in the container; its stdout."""
@@ -124,20 +129,16 @@ def configure(machine: Machine) -> tuple[str, str]:
     dropin = machine.path("/etc/systemd/system/depositd.service.d")
     dropin.mkdir(parents=True, exist_ok=True)
     (dropin / "test.conf").write_text(DROP_IN)
+    # The webhook port held by systemd (deploy/depositd.socket) on webhook.listen's address.
+    sockets = machine.path("/etc/systemd/system/depositd.socket.d")
+    sockets.mkdir(parents=True, exist_ok=True)
+    listen = sbx["webhook"]["listen"]
+    (sockets / "test.conf").write_text(f"[Socket]\nListenStream=\nListenStream={listen}\n")
     machine.run(
         "systemd-run --unit=sandbox -p WorkingDirectory=/root/sbx"
         f" {DEPOSITD} sandbox --config {SANDBOX} --auto-review"
     )
     return init, sbx["webhook"]["listen"]
-
-
-def as_staged_tree(machine: Machine) -> None:
-    """Make /etc/depositd look as a staged install (install.sh --root) copied to / leaves it:
-    no console token, no depositd-config group, root:root 0755. The first start must fix all."""
-    machine.run(
-        "rm -f /etc/depositd/credentials/console_token && groupdel depositd-config"
-        " && chown root:root /etc/depositd && chmod 0755 /etc/depositd"
-    )
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +156,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
         machine = Machine(tree, {REPO: "/src", wheel_dir: "/wheels"}, log)
     except MachineError as exc:
         pytest.fail(f"the container did not boot: {exc}", pytrace=False)
-    figures: dict[str, float] = {}
+    figures: dict[str, Any] = {}
     try:
         state = machine.run("systemctl is-system-running --wait", timeout=120, check=False)
         if state.stdout.strip() not in ("running", "degraded"):
@@ -163,10 +164,12 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
                 f"systemd did not come up: {state.stdout}{state.stderr}{machine.tail()}",
                 pytrace=False,
             )
-        install = machine.run(INSTALL, timeout=600).stdout
+        # Staged as a package or an image build stages it, copied to / and the staging
+        # directory removed: what runs from here on is that copy.
+        install = machine.run(f"{INSTALL} --root {STAGE}", timeout=600).stdout
+        machine.run(f"cp -a {STAGE}/. / && rm -rf {STAGE}")
         init, webhook = configure(machine)
-        as_staged_tree(machine)
-        machine.run("systemctl daemon-reload")
+        machine.run("systemctl daemon-reload && systemctl enable --now depositd.socket")
         started = time.monotonic()
         machine.run("systemctl enable --now depositd", timeout=120)
         figures["enable --now returned, s"] = time.monotonic() - started
@@ -184,7 +187,7 @@ def test_environment_is_a_minimal_debian_with_systemd_252(host: Host) -> None:
 
 
 def test_first_start_sets_up_the_host(host: Host) -> None:
-    """On a tree as a staged install leaves it (no console token, no group, root:root 0755),
+    """On a staged install copied to / (no console token, no group, /etc/depositd root:root),
     the first `systemctl enable --now` makes the token (64 hex digits, root only), the
     depositd-config group, and /etc/depositd root:depositd-config 0750 (issue 28)."""
     token = host.run("cat /etc/depositd/credentials/console_token")
@@ -473,3 +476,102 @@ def test_init_sandbox_from_the_installed_copy(host: Host) -> None:
     rules install.sh put under the prefix."""
     assert "shipped rules folder was not found" not in host.init
     assert host.machine.path("/root/sbx/rules.yaml").exists()
+
+
+def test_a_staged_tree_runs_where_it_lands(host: Host) -> None:
+    """The fixture staged the install (install.sh --root), copied it to / and removed the staging
+    directory; the unit runs from that copy, and nothing in it names the staging directory
+    (shebangs, pyvenv.cfg, activate scripts, byte code, units, depositctl)."""
+    host.ensure_running()
+    assert host.run(f"test -e {STAGE} || echo gone").strip() == "gone"
+    leaked = host.machine.run(
+        f"grep -rlF {STAGE} /opt/depositd /etc/depositd /etc/systemd/system", check=False
+    )
+    assert leaked.returncode == 1 and leaked.stdout == "", leaked.stdout
+    assert host.run(f"head -1 {DEPOSITD}").strip() == "#!/opt/depositd/venv/bin/python"
+    assert "/opt/depositd/venv" in host.run("grep ^command /opt/depositd/venv/pyvenv.cfg")
+    assert host.run(f"{DEPOSITD} --version").strip()
+
+
+# Steady signed load for the restart and reload tests: 50 deliveries a second for 12 s, the
+# restart or reload 2 s in. 12 s rather than 20: a restart here takes 3-6 s (stop, then start
+# to READY), so the window covers it with steady load on both sides at a third less test time.
+LOAD_RATE, LOAD_S = 50, 12
+
+
+def under_load(host: Host, prefix: str, action: str) -> dict[str, Any]:
+    """Run `action` 2 s into steady signed load (tests/deploy/steadyload.py in the container);
+    the load's summary, with the deliveries answered 200 that are not stored."""
+    started = f"/root/{prefix}.started"
+    key = host.run("sed -n 's/^PROVIDER_API_KEY=//p' /etc/depositd/depositd.env").strip()
+    command = (
+        f"{PYTHON} /src/tests/deploy/steadyload.py --url http://{host.webhook}/webhooks/provider"
+        f" --key {key} --secret-file /etc/depositd/credentials/webhook_secret"
+        f" --prefix {prefix} --rate {LOAD_RATE} --seconds {LOAD_S} --started {started}"
+    )
+    out: dict[str, str] = {}
+
+    def load() -> None:
+        out["summary"] = host.run(command, timeout=LOAD_S + 150)
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    try:
+        host.machine.wait_until("load started", f"test -e {started}", within_s=30)
+        time.sleep(2)  # steady load before the action, not a synchronisation
+        host.run(action, timeout=120)
+    finally:
+        thread.join(LOAD_S + 180)
+    summary: dict[str, Any] = json.loads(out["summary"])
+    ok = set(summary.pop("ok"))
+    script = (
+        "import sqlite3, json, sys\n"
+        f"db = sqlite3.connect('{STATE}/depositd.db')\n"
+        "rows = db.execute('select event_id from events where event_id like ?', (sys.argv[1],))\n"
+        "print(json.dumps([r[0] for r in rows]))\n"
+    )
+    stored = json.loads(host.machine.run(f"python3 - '{prefix}-%'", stdin=script).stdout)
+    summary["stored"] = len(stored)
+    summary["answered200NotStored"] = len(ok - set(stored))
+    return summary
+
+
+def assert_nothing_lost(summary: dict[str, Any]) -> None:
+    assert summary["refused"] == 0 and summary["reset"] == 0, summary
+    assert summary["timeout"] == 0 and summary["errors"] == {}, summary
+    assert summary["answered"] == {"200": LOAD_RATE * LOAD_S}, summary
+    assert summary["answered200NotStored"] == 0, summary
+
+
+def test_restart_and_reload_under_load_refuse_nothing(host: Host) -> None:
+    """With depositd.socket, `systemctl restart` and `systemctl reload` under steady signed
+    load: no connection refused or reset, every delivery answered 200 and stored; a deposit
+    injected during the restart is booked once. The same restart with serve binding the port
+    itself (socket unit stopped) is measured for comparison (printed with `-s`)."""
+    host.ensure_running()
+    assert host.machine.show("depositd.socket", "ActiveState")["ActiveState"] == "active"
+    host.run(f"{DEPOSITD} sandbox inject --config {SANDBOX} --amount 77.77 --wallet 1002")
+    restart = under_load(host, "restart", "systemctl restart depositd")
+    host.wait_for("running", lambda s: s["SubState"] == "running")
+    reload = under_load(host, "reload", "systemctl reload depositd")
+    # Without the socket unit: serve binds webhook.listen itself, as outside systemd.
+    host.run("systemctl stop depositd depositd.socket && systemctl start depositd", timeout=120)
+    try:
+        plain = under_load(host, "plain", "systemctl restart depositd")
+    finally:
+        host.run("systemctl stop depositd && systemctl start depositd.socket depositd", timeout=120)
+    for name, summary in (("restart", restart), ("reload", reload), ("plain", plain)):
+        shown = {k: summary[k] for k in ("answered", "refused", "reset", "longestGapS")}
+        host.figures[f"{name} under {LOAD_RATE}/s"] = shown
+        print(f"\n{name} under {LOAD_RATE}/s for {LOAD_S} s: {json.dumps(summary)}")
+    assert_nothing_lost(restart)
+    assert_nothing_lost(reload)
+    # Restarting takes seconds; the longest time without an answer stays within the unit's
+    # start (stop, imports, READY), which this busy test host bounds at 15 s.
+    assert restart["longestGapS"] < 15, restart
+    # Without the socket the port is closed while serve restarts: connections are refused.
+    assert plain["refused"] > 0, plain
+    out = host.machine.wait_until(
+        "deposit booked", f"{DEPOSITCTL} ledger --json | grep '\"77.77'", within_s=120, every_s=2
+    )
+    assert len(out.splitlines()) == 1, out
