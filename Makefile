@@ -13,7 +13,7 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-.PHONY: setup demo test lint lock tools screenshots schemas mutation
+.PHONY: setup demo test lint lock tools screenshots schemas mutation deb
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -82,6 +82,11 @@ schemas: $(STAMP)
 # `make mutation` for all, `make mutation MODULES=worker/track/tracker.py` for one.
 mutation: $(STAMP)
 	$(BIN)/python mutation/run.py $(MODULES)
+
+# The Debian package, dist/depositd_VERSION_ARCH.deb (deploy/build-deb.sh; build it on the
+# Debian release it is for: its virtualenv uses that release's /usr/bin/python3).
+deb:
+	deploy/build-deb.sh --out dist
 
 lint: $(STAMP)
 	$(BIN)/python requirements/check.py
