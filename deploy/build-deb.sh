@@ -2,6 +2,7 @@
 # Build the Debian package of depositd (`make deb`): dist/depositd_VERSION_amd64.deb.
 #
 #   deploy/build-deb.sh [--out DIR] [--version VERSION] [--python PY] [--pip-args "ARGS"]
+#                       [--compress xz|gzip]
 #
 # The tree is what `install.sh --root` stages (the virtualenv at its final path
 # /opt/depositd/venv from the hash-locked requirements, depositctl, the units), laid out as a
@@ -22,13 +23,15 @@ OUT=$SRC/dist
 VERSION=
 PYTHON=/usr/bin/python3
 PIP_ARGS=
+COMPRESS=xz
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --out) OUT=$2; shift 2 ;;
         --version) VERSION=$2; shift 2 ;;
         --python) PYTHON=$2; shift 2 ;;
         --pip-args) PIP_ARGS=$2; shift 2 ;;
-        -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+        --compress) COMPRESS=$2; shift 2 ;;
+        -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
         *) die "unknown option: $1" ;;
     esac
 done
@@ -45,6 +48,11 @@ trap 'rm -rf "$WORK"' EXIT
 ROOT=$WORK/root
 "$SRC/deploy/install.sh" --root "$ROOT" --python "$PYTHON" --pip-args "$PIP_ARGS" >/dev/null
 
+# The package runs the program, it installs nothing: no pip in its virtualenv. Library files
+# are not programs (wheels mark some executable).
+"$ROOT/opt/depositd/venv/bin/python" -m pip uninstall --quiet --yes pip >/dev/null
+find "$ROOT/opt/depositd/venv/lib" -type f -perm /111 -exec chmod 0644 {} +
+
 # Laid out as a package. The units where packages put them (/etc/systemd/system is the
 # administrator's); the group and the modes of /etc/depositd for systemd-sysusers and
 # systemd-tmpfiles, which postinst runs (and systemd at boot).
@@ -55,12 +63,15 @@ install -m 0644 "$ROOT/opt/depositd/share/sysusers.conf" "$ROOT/usr/lib/sysusers
 install -m 0644 "$ROOT/opt/depositd/share/tmpfiles.conf" "$ROOT/usr/lib/tmpfiles.d/depositd.conf"
 install -d -m 0755 "$ROOT/usr/share/doc/depositd"
 install -m 0644 "$SRC/deploy/debian/copyright" "$ROOT/usr/share/doc/depositd/copyright"
+# lintian's findings that hold for a program in a virtualenv of its own, each explained there.
+install -d -m 0755 "$ROOT/usr/share/lintian/overrides"
+install -m 0644 "$SRC/deploy/debian/lintian-overrides" "$ROOT/usr/share/lintian/overrides/depositd"
 {
     echo "depositd ($VERSION) unstable; urgency=medium"
     echo
     echo "  * Built from the depositd source tree; see /opt/depositd/share/doc/."
     echo
-    echo " -- depositd maintainers <depositd@localhost>  $(date -R -u -d "@${SOURCE_DATE_EPOCH:-$(date +%s)}")"
+    echo " -- depositd maintainers <depositd@example.com>  $(date -R -u -d "@${SOURCE_DATE_EPOCH:-$(date +%s)}")"
 } | gzip -9n >"$ROOT/usr/share/doc/depositd/changelog.gz"
 chmod 0644 "$ROOT/usr/share/doc/depositd/changelog.gz"
 
@@ -76,9 +87,9 @@ cat >"$ROOT/DEBIAN/control" <<CONTROL
 Package: depositd
 Version: $VERSION
 Architecture: $ARCH
-Maintainer: depositd maintainers <depositd@localhost>
+Maintainer: depositd maintainers <depositd@example.com>
 Installed-Size: $size
-Depends: python$PYVER, systemd
+Depends: python$PYVER, libc6 (>= 2.34), systemd
 Section: net
 Priority: optional
 Description: webhook receiver and Travel Rule deposit worker
@@ -91,5 +102,5 @@ CONTROL
 
 mkdir -p "$OUT"
 deb=$OUT/depositd_${VERSION}_$ARCH.deb
-dpkg-deb --root-owner-group -Zxz --build "$ROOT" "$deb" >/dev/null
+dpkg-deb --root-owner-group "-Z$COMPRESS" --build "$ROOT" "$deb" >/dev/null
 echo "$deb"

@@ -1,6 +1,7 @@
 """Steady signed load on depositd's webhook, run inside the test container (not a test).
 
-Sends `--rate` deliveries a second for `--seconds`, each on a connection of its own (as a
+Sends `--rate` deliveries a second for `--seconds` (or until 3 s after `--stop-file` appears,
+whichever comes first), each on a connection of its own (as a
 provider delivers), open loop: a slow answer does not slow the sending. Each delivery is an
 event stored and nothing more (STABLE_ORDER_UPDATED with a unique eventId). Writes `--started`
 once the first delivery is out, and prints a JSON summary when every delivery has its outcome:
@@ -29,6 +30,7 @@ from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 
 ANSWER_S = 60.0
+TAIL_S = 3.0  # steady load after --stop-file appears
 
 
 async def deliver(host: str, port: int, path: str, key: str, secret: str, event_id: str) -> str:
@@ -76,6 +78,7 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--started", type=Path, required=True)
+    parser.add_argument("--stop-file", type=Path)
     args = parser.parse_args()
     url = urlsplit(args.url)
     host, port, path = url.hostname or "127.0.0.1", url.port or 80, url.path
@@ -94,8 +97,13 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
     tasks = []
+    end: float | None = None
     for n in range(count):
         await asyncio.sleep(max(0.0, start + n / args.rate - loop.time()))
+        if end is None and args.stop_file is not None and args.stop_file.exists():
+            end = loop.time() + TAIL_S
+        if end is not None and loop.time() > end:
+            break
         tasks.append(asyncio.create_task(one(n)))
         if n == 0:
             args.started.write_text("started\n")
@@ -106,7 +114,7 @@ async def main() -> None:
         counted[outcome] = counted.get(outcome, 0) + 1
     answered = {k: v for k, v in counted.items() if k.isdigit()}
     summary = {
-        "sent": count,
+        "sent": len(tasks),
         "answered": answered,
         "refused": counted.get("refused", 0),
         "reset": counted.get("reset", 0),
