@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from installed import Host, assert_nothing_lost, configure, under_load
 from machine import REPO, Machine, MachineError, missing_requirements, rootfs, wheels
-from test_under_systemd import Host, assert_nothing_lost, configure, under_load
 
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.xdist_group("systemd")]
 

@@ -15,10 +15,10 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from serveproc import ROOT, free_port
-from test_serve_listeners import _config, _lines
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT, free_port
 
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
@@ -30,6 +30,34 @@ AS_SYSTEMD = (
     "import os, sys; os.dup2(int(sys.argv[1]), 3); os.environ['LISTEN_PID'] = str(os.getpid());"
     " os.execv(sys.executable, [sys.executable, '-m', 'worker', *sys.argv[2:]])"
 )
+
+
+def _config(tmp_path: Path, provider_url: str, port: int) -> Path:
+    cfg = {
+        "provider": {
+            "base_url": provider_url,
+            "api_key": PROVIDER_KEY,
+            "api_secret": PROVIDER_SECRET,
+        },
+        "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
+        "storage": {"path": str(tmp_path / "depositd.db")},
+        "rules": str(ROOT / "rules"),
+        "profiles": str(ROOT / "rules" / "profiles.yaml"),
+        "log": {"format": "json", "level": "info"},
+    }
+    config = tmp_path / "depositd.yaml"
+    config.write_text(json.dumps(cfg))
+    return config
+
+
+def _lines(log: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in log.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            out.append({"level": "raw", "event": line})
+    return out
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@
 With deploy/depositd.socket enabled, systemd holds the webhook port itself and passes the
 listening socket to `serve` (`LISTEN_FDS`, `LISTEN_PID`, `LISTEN_FDNAMES`; the first one is
 file descriptor 3). The port then stays open across a restart or an upgrade: deliveries that
-arrive while `serve` starts wait in the socket's queue instead of being refused (docs/operations.md,
-"Restarts and upgrades"). Without those variables `serve` binds `webhook.listen` itself.
+arrive while `serve` starts wait in the socket's queue instead of being refused (deploy/README.md,
+"The webhook port across restarts"). Without those variables `serve` binds `webhook.listen`
+itself.
 
 The socket must listen where `webhook.listen` says: the STATUS line, `depositd selftest` and the
 deploy guide name that address, so a socket elsewhere stops `serve` (exit 2) rather than serve
