@@ -47,8 +47,9 @@ class Host:
         )
 
     def ensure_running(self) -> dict[str, str]:
-        """Start the service if a test left it stopped; its state once active."""
-        self.run("systemctl start depositd", timeout=60)
+        """Start the service (and the socket holding its port) if a test left it stopped; its
+        state once active."""
+        self.run("systemctl start depositd.socket depositd", timeout=60)
         return self.wait_for("depositd active", lambda s: s["ActiveState"] == "active")
 
     def wait_for(
