@@ -13,7 +13,7 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-.PHONY: setup demo test lint lock tools screenshots schemas mutation model
+.PHONY: setup demo test lint lock tools screenshots schemas mutation model deb
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -89,6 +89,11 @@ EXAMPLES ?= 2000
 model: $(STAMP) tools
 	DEPOSITD_MODEL_EXAMPLES=$(EXAMPLES) DEPOSITD_MODEL_SEED=$$RANDOM $(BIN)/pytest -q -p no:randomly \
 	    -n 2 --timeout=0 tests/model
+
+# The Debian package, dist/depositd_VERSION_ARCH.deb (deploy/build-deb.sh; build it on the
+# Debian release it is for: its virtualenv uses that release's /usr/bin/python3).
+deb:
+	deploy/build-deb.sh --out dist
 
 lint: $(STAMP)
 	$(BIN)/python requirements/check.py
