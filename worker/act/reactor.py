@@ -19,6 +19,7 @@ from worker.config.profiles import ProfileMatch, Profiles
 from worker.logs import LogLine
 from worker.rules import Intent, RuleBook
 from worker.store.actions import acted_on_event
+from worker.track.batch import Reaction
 from worker.track.tracker import Deposit, Fact, Transition
 
 
@@ -35,12 +36,11 @@ class RuleReactor:
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
-        *,
-        learnt_tx_hash: bool = False,
+        reaction: Reaction,
     ) -> list[LogLine]:
         """Record the actions that the rules pick for each transition (and raw eventType),
         and the booking that waited for the txHash this fact states first
-        (`learnt_tx_hash`); the lines to log once committed."""
+        (`Reaction.learnt_tx_hash`); the lines to log once committed."""
         rulebook = self._rules()
         lines: list[LogLine] = []
         match = self._profiles().for_deposit(deposit.wallet_id, deposit.from_address)
@@ -63,11 +63,11 @@ class RuleReactor:
                 if rule in ran:
                     continue
                 running.add(rule)
-                if self._record(db, deposit, key, fact, intent, match, lines):
+                if self._record(db, deposit, key, fact, reaction, intent, match, lines):
                     break  # `ignore`: nothing after it runs
             ran |= running
-        if learnt_tx_hash and deposit.state in CREDITED_STATES:
-            done = book_held(db, deposit, "(the txHash is known now)")
+        if reaction.learnt_tx_hash and deposit.state in CREDITED_STATES:
+            done = book_held(db, deposit, "(the txHash is known now)", reaction)
             if done is not None:
                 lines.append((done[1], {"transactionId": deposit.transaction_id}))
         return lines
@@ -78,6 +78,7 @@ class RuleReactor:
         deposit: Deposit,
         trigger: str,
         fact: Fact,
+        reaction: Reaction,
         intent: Intent,
         match: ProfileMatch | None,
         lines: list[LogLine],
@@ -86,5 +87,7 @@ class RuleReactor:
         kind = KINDS.get(intent.action)
         if kind is None:
             raise ValueError(f"unknown action {intent.action!r}")
-        kind.record(Recording(db, deposit, trigger, fact, intent, match, self._profiles, lines))
+        kind.record(
+            Recording(db, deposit, trigger, fact, intent, match, self._profiles, lines, reaction)
+        )
         return kind.spec.final

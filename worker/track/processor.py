@@ -53,8 +53,8 @@ from worker.store.facts import fact_row, fact_text, insert_fact_rows, poll_fact_
 from worker.store.tx import savepoint
 from worker.store.writer import Store
 from worker.track.addresses import apply_address_update
-from worker.track.batch import BatchWrites
-from worker.track.conflicts import alert_conflict, reacting, record_conflicts
+from worker.track.batch import BatchWrites, Reaction
+from worker.track.conflicts import alert_conflict, record_conflicts
 from worker.track.facts import cap_time, fact_from_event
 from worker.track.orders import ORDER_KINDS, apply_order_event
 from worker.track.tracker import Deposit, Fact, Transition, observe
@@ -71,13 +71,13 @@ class Reactor(Protocol):
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
-        *,
-        learnt_tx_hash: bool = False,
+        reaction: Reaction,
     ) -> list[LogLine] | None:
         """Record whatever the transitions call for, using `db` only (a batch that is undone
         and applied again calls it again for the same fact); the lines to log once that is
-        committed (a line such as "booked" must not precede the commit). `learnt_tx_hash`:
-        this fact stated the deposit's txHash for the first time (a booking may wait for it)."""
+        committed (a line such as "booked" must not precede the commit). `reaction`: what else
+        is known of the fact (the batch's bookings, whether it created the deposit or stated
+        its txHash first)."""
 
 
 @dataclass
@@ -167,9 +167,12 @@ def apply_fact(
             insert_fact_rows(db, [row])
     lines = None
     if reactor is not None:
-        with reacting(tx, created=before is None):
-            learnt = before is not None and before.tx_hash is None and after.tx_hash is not None
-            lines = reactor.react(db, after, transitions, fact, learnt_tx_hash=learnt)
+        reaction = Reaction(
+            bookings=batch.bookings if batch is not None else None,
+            created=before is None,
+            learnt_tx_hash=before is not None and before.tx_hash is None and bool(after.tx_hash),
+        )
+        lines = reactor.react(db, after, transitions, fact, reaction)
     return after, transitions, lines or []
 
 
@@ -368,7 +371,7 @@ class Processor:
         outcomes: list[_Outcome] = []
         tried = 0
         try:
-            with savepoint(conn, "batch"), batch.counting_bookings():
+            with savepoint(conn, "batch"):
                 for event in events:
                     if tried >= floor and time.perf_counter() > deadline:
                         break
