@@ -24,6 +24,7 @@ from worker.act.outbox import Outbox
 from worker.commands.ops import status_report
 from worker.config.settings import Settings, load_settings
 from worker.poll.leader import Leader
+from worker.poll.scheduler import Poller
 from worker.service import supervise
 from worker.service.runtime import Runtime
 from worker.service.serve import serve
@@ -233,3 +234,17 @@ async def test_the_processor_ending_stops_the_service_with_1(
         assert await asyncio.wait_for(served.task, 30) == 1
     [failed] = [e for e in logs if e["event"] == "task failed"]
     assert failed["task"] == "processor" and "processor broken" in failed["error"]
+
+
+async def test_a_poll_run_that_fails_is_logged_at_once_and_the_poll_runs_on(
+    start_serve: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll's run is a task of its own: an error escaping it is logged as it happens with the
+    poll's name (not when the task is collected), and the next run comes at its interval."""
+    calls = failing_once(monkeypatch, Poller, "poll_history")
+    with capture_logs() as logs:
+        served = await start_serve()
+        await until(lambda: len(calls) >= 2, "the next history poll")
+        [failed] = [e for e in logs if e["event"] == "job failed"]
+        assert failed["job"] == "history" and "injected into poll_history" in failed["error"]
+        assert await served.stop() == 0

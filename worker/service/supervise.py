@@ -3,7 +3,7 @@
 `serve` runs tasks for its whole life (the outbox, daily maintenance, the leader's lease, the
 processor, ...). Each loop handles the errors it expects (a storage outage, a provider answer)
 itself; what escapes it is a defect, and without a watcher the task would end with the error
-unread until the stop while the service went on answering 200 (docs/operations.md, "Tasks").
+unread until the stop while the service went on answering 200 (docs/operations.md).
 
 `Supervisor.keep` runs a loop and restarts it after an unexpected error, with a back-off
 doubling from `base_s` to `max_s`; after `give_up_after` errors in a row (each within
