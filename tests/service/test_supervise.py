@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from waits import until, until_async
 from worker.act.outbox import Outbox
 from worker.commands.ops import status_report
 from worker.config.settings import Settings, load_settings
+from worker.ingest.link import CoreSide
 from worker.poll.leader import Leader
 from worker.poll.scheduler import Poller
 from worker.service import supervise
@@ -33,8 +35,9 @@ from worker.track.processor import Processor
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def settings_for(tmp_path: Path, provider_url: str) -> Settings:
-    """One serve in this process (no ingress process), its scheduler on, on a SQLite file."""
+def settings_for(tmp_path: Path, provider_url: str, ingress: bool = False) -> Settings:
+    """One serve in this process (and its ingress process, if asked), its scheduler on, on a
+    SQLite file."""
     port = free_port()
     cfg = {
         "provider": {
@@ -46,7 +49,7 @@ def settings_for(tmp_path: Path, provider_url: str) -> Settings:
             "listen": f"127.0.0.1:{port}",
             "api_key": "wk",
             "secret": "ws",
-            "ingress_process": False,
+            "ingress_process": ingress,
         },
         "storage": {"path": str(tmp_path / "depositd.db")},
         "scheduler": {"history_interval_s": 1, "detail_interval_s": 1},
@@ -96,8 +99,8 @@ async def start_serve(tmp_path: Path, provider_url: str) -> AsyncIterator[Callab
     stopped at teardown, whatever the test's outcome."""
     served: list[Served] = []
 
-    async def start() -> Served:
-        one = Served(settings_for(tmp_path, provider_url))
+    async def start(ingress: bool = False) -> Served:
+        one = Served(settings_for(tmp_path, provider_url, ingress))
         one.task = asyncio.create_task(serve(one.settings))
         served.append(one)
         await until_async(
@@ -248,3 +251,27 @@ async def test_a_poll_run_that_fails_is_logged_at_once_and_the_poll_runs_on(
         [failed] = [e for e in logs if e["event"] == "job failed"]
         assert failed["job"] == "history" and "injected into poll_history" in failed["error"]
         assert await served.stop() == 0
+
+
+async def test_the_ingress_links_pings_run_again_after_an_error(
+    start_serve: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Under a watchdog, serve pings its ingress process over their link; the pinging loop
+    ending with an error is logged and runs again, so the ingress process stays watched."""
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    monkeypatch.setenv("WATCHDOG_USEC", "4000000")
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    monkeypatch.setattr(supervise, "RESTART_BASE_S", 0.05)
+    calls = failing_once(monkeypatch, CoreSide, "keep_pinging")
+    try:
+        with capture_logs() as logs:
+            served = await start_serve(ingress=True)
+            await until(lambda: len(calls) >= 2, "the pings to run again")
+            [failed] = [e for e in logs if e["event"] == "task failed"]
+            assert failed["task"] == "ingress link"
+            assert await served.answers("/healthz", 200)
+            assert await served.stop() == 0
+    finally:
+        notify.close()
