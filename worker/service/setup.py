@@ -106,7 +106,7 @@ def build_app(
         return None if processor.running else "processor not running"
 
     # Every long-running task is watched: one down makes /healthz and /readyz say so, and one
-    # given up stops the watchdog's pings and `serve` (exit 1).
+    # given up stops `serve` (exit 1; its STOPPING=1 ends the watchdog's pings).
     supervisor = Supervisor(SupervisorMetrics(metrics.registry))
     checks: list[ReadyCheck] = [processor_running, supervisor.ready, *ready_checks]
     app[SETTINGS_KEY] = settings
@@ -114,7 +114,7 @@ def build_app(
     app[METRICS_KEY] = metrics
     app[PROCESSOR_KEY] = processor
     app[READY_CHECKS_KEY] = checks
-    app[LIVENESS_KEY] = [supervisor.alive]
+    app[LIVENESS_KEY] = []
     app[SUPERVISOR_KEY] = supervisor
     app[LIMITS_KEY] = limits
     app[SOLE_KEY] = False

@@ -11,7 +11,9 @@ doubling from `base_s` to `max_s`; after `give_up_after` errors in a row (each w
 `Restart=on-failure` to start it afresh. `Supervisor.watch` follows a task started elsewhere
 that cannot be restarted in place: its error ends the service at once. Every error is logged
 when it happens, with the task's name; `problems()` names the tasks down (restarting, or
-given up), which /healthz, /readyz, the `status` command and the watchdog read.
+given up), which /healthz, /readyz and the `status` command read. A task given up stops the
+service the way a SIGTERM does (the commit in flight finished, STOPPING=1 for systemd), not by
+the watchdog's kill.
 """
 
 from __future__ import annotations
@@ -186,10 +188,6 @@ class Supervisor:
             f" error{'s' * (down.errors != 1)} in a row: {down.error}"
             for name, down in sorted(self._down.items())
         ]
-
-    def alive(self) -> bool:
-        """False once a task is given up (the watchdog's pings stop)."""
-        return not self.failed.is_set()
 
     async def ready(self) -> str | None:
         """Ready check: None while every task runs, else the tasks down."""
