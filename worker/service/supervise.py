@@ -132,7 +132,7 @@ class Supervisor:
                 return
             delay = backoff(errors, self.base_s, self.max_s)
             self._set_down(name, _Down(errors, error))
-            log.error("task restarting", task=name, errorsInARow=errors, restartInSeconds=delay)
+            log.warning("task restarting", task=name, errorsInARow=errors, restartInSeconds=delay)
             await first_done(self._stopped.wait(), at_most_s=delay)
 
     def watch(self, name: str, task: asyncio.Future[Any]) -> None:
