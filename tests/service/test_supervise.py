@@ -276,3 +276,23 @@ async def test_the_ingress_links_pings_run_again_after_an_error(
             assert await served.stop() == 0
     finally:
         notify.close()
+
+
+async def test_a_reload_that_fails_is_logged_at_once(
+    start_serve: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGHUP's reload runs as a task of its own: an error escaping it is logged as it
+    happens, with the task's name, and the service serves on."""
+
+    async def broken(self: Runtime) -> bool:
+        raise RuntimeError("reload broken")
+
+    monkeypatch.setattr(Runtime, "reload", broken)
+    with capture_logs() as logs:
+        served = await start_serve()
+        os.kill(os.getpid(), signal.SIGHUP)
+        await until(lambda: any(e["event"] == "task failed" for e in logs), "the error logged")
+        [failed] = [e for e in logs if e["event"] == "task failed"]
+        assert failed["task"] == "reload" and "reload broken" in failed["error"]
+        assert await served.answers("/healthz", 200)
+        assert await served.stop() == 0

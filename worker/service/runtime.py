@@ -268,6 +268,7 @@ class Runtime(LeaderJobs, ConsoleOperations):
         task = asyncio.get_running_loop().create_task(work, name=name)
         self._side_writes.add(task)
         task.add_done_callback(self._side_writes.discard)
+        task.add_done_callback(_log_failure)
 
     # --- the steps `worker.service.setup` runs, in the order of the stages ---------------------
 
@@ -378,3 +379,9 @@ class Runtime(LeaderJobs, ConsoleOperations):
                 log.error("task ended with an error", error=f"{type(result).__name__}: {result}")
         if self.client is not None:
             await self.client.close()
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    """A side task's error, logged as it ends (nothing else reads it: the task is let go)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("task failed", task=task.get_name(), error=f"{type(exc).__name__}: {exc}")
