@@ -12,12 +12,14 @@ import signal
 import socket
 import sqlite3
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from serveproc import PROVIDER_KEY, PROVIDER_SECRET, free_port
+from stores import StoreMaker
 from structlog.testing import capture_logs
 from waits import until, until_async
 
@@ -30,6 +32,8 @@ from worker.poll.scheduler import Poller
 from worker.service import supervise
 from worker.service.runtime import Runtime
 from worker.service.serve import serve
+from worker.service.supervise import TASKS_DOWN
+from worker.store.meta import get_meta
 from worker.track.processor import Processor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -296,3 +300,27 @@ async def test_a_reload_that_fails_is_logged_at_once(
         assert failed["task"] == "reload" and "reload broken" in failed["error"]
         assert await served.answers("/healthz", 200)
         assert await served.stop() == 0
+
+
+async def test_the_tasks_down_are_recorded_per_instance_on_either_store(
+    make_store: StoreMaker,
+) -> None:
+    """What `status` reads: each instance's tasks down, an instance with none left out, and
+    all of it forgotten when the only instance starts."""
+    store = make_store()
+    await store.open()
+    try:
+        down = ["outbox restarting after 1 error in a row: RuntimeError: x"]
+
+        async def recorded() -> dict[str, list[str]]:
+            return json.loads(await store.read(lambda db: get_meta(db, TASKS_DOWN)) or "{}")
+
+        await store.write(partial(supervise.record_down, instance="a", problems=down))
+        await store.write(partial(supervise.record_down, instance="b", problems=down))
+        assert await recorded() == {"a": down, "b": down}
+        await store.write(partial(supervise.record_down, instance="a", problems=[]))
+        assert await recorded() == {"b": down}
+        await store.write(supervise.record_gone)
+        assert await recorded() == {}
+    finally:
+        await store.close()
