@@ -6,7 +6,6 @@ outbox, polls), an aiosmtpd server and an HTTP Slack stand-in (`worker.dev.harne
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -79,6 +78,12 @@ MakeStack = Callable[..., Awaitable[Stack]]
 def submits(recorded: Recorded, tx: str) -> Recorded:
     """The submit requests the sandbox received for one deposit."""
     return [r for r in recorded if r["method"] == "POST" and r["path"].endswith(f"/{tx}/submit")]
+
+
+def history_reads(recorded: Recorded) -> int:
+    """The history poll's requests so far."""
+    paths = ("/v1/wallet/history", "/v1/wallet/transaction/list")
+    return sum(r["path"].startswith(paths) for r in recorded)
 
 
 @pytest.fixture
@@ -242,7 +247,10 @@ async def test_rejection_alerts_without_resubmit_until_profile_changes(
 
     stack.sandbox.reject_review(tx, "company address does not match the registry")
     await stack.settle()
-    await asyncio.sleep(1.2)  # two more poll rounds: still no resubmission
+    # Two more rounds of the history poll (each reads the new and the rejected deposits): still
+    # no resubmission.
+    asked = history_reads(recorded)
+    await stack.wait_for(lambda: history_reads(recorded) >= asked + 4, what="two more polls")
     await stack.settle()
     assert len(submits(recorded, tx)) == 1
     [slack] = stack.slack_for(tx, "rejected")

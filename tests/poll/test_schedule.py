@@ -147,10 +147,11 @@ async def test_history_poll_never_runs_twice_at_once(env: Env) -> None:
     scheduler = Scheduler(poller, sched_settings)
     scheduler.start()
     try:
-        await asyncio.sleep(0.6)
+        # Several runs, each far longer than the interval: any overlap would show by then.
+        await until(lambda: poller.finished >= 3, timeout=15)
     finally:
         await scheduler.stop()
-    assert poller.started >= 2, "the scheduler should have started several runs"
+    assert poller.started >= 3, "the scheduler should have started several runs"
     assert poller.max_in_flight == 1
     # Each run reads the init and the rejected queue: two sequential slow calls per run.
     assert env.calls.count("history") <= 2 * poller.started

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT, ServeProcess, free_port
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT, Processes, ServeProcess, free_port
 
 
 def _config(tmp_path: Path, provider_url: str, port: int, **extra: Any) -> Path:
@@ -49,7 +49,7 @@ def _lines(log: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("setting", ["console.listen", "webhook.ops_listen"])
 async def test_a_taken_port_stops_serve_before_it_acts(
-    tmp_path: Path, provider_url: str, setting: str
+    tmp_path: Path, provider_url: str, setting: str, processes: Processes
 ) -> None:
     """The console's (or the operational endpoints') port held by another process: serve exits
     2 with one error naming that setting and HOST:PORT, and never opened the database (no
@@ -69,7 +69,7 @@ async def test_a_taken_port_stops_serve_before_it_acts(
             }  # fmt: skip
         config = _config(tmp_path, provider_url, port, **extra)
         log = tmp_path / "serve.log"
-        proc = await ServeProcess(config, port, log).spawn()
+        proc = await processes.serve(config, port, log).spawn()
         assert await asyncio.wait_for(proc.wait(), 30) == 2
     errors = [line for line in _lines(log) if line.get("level") == "error"]
     assert len(errors) == 1, errors

@@ -80,6 +80,7 @@ class Outbox:
             on_lost=on_claim_lost,
         )
         self._stop: asyncio.Event | None = None
+        self._unreadable_due: str | None = None  # the last due time that was not a time
         self._wake = asyncio.Event()
         # One pass at a time: serve's loop and a burst caller must not run a row twice.
         self._pass = asyncio.Lock()
@@ -141,7 +142,18 @@ class Outbox:
             return cap_s
         if not first:
             return cap_s
-        due = datetime.fromisoformat(first.replace("Z", "+00:00"))
+        try:
+            due = datetime.fromisoformat(first.replace("Z", "+00:00"))
+            if due.tzinfo is None:
+                due = due.replace(tzinfo=UTC)  # the store's times are UTC
+        except ValueError:
+            # Not a time (a row edited by hand): the rows are compared as text when claimed,
+            # so it is due or not by that alone; look again within the cap, as with no
+            # delayed row, rather than end the runner. Said once per value.
+            if first != self._unreadable_due:
+                self._unreadable_due = first
+                log.warning("next attempt time not understood; checking every second", value=first)
+            return cap_s
         return min(cap_s, max(0.005, (due - datetime.now(UTC)).total_seconds()))
 
     async def run_until_idle(self, *, include_delayed: bool = False) -> None:

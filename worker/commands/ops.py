@@ -23,6 +23,7 @@ from worker.clock import ms_from_iso, utc_now
 from worker.commands.dbopen import run_on_db
 from worker.config.settings import load_settings
 from worker.service.lock import serving
+from worker.service.supervise import TASKS_DOWN
 from worker.store import actions, alerts, events, leases
 from worker.store.actions import requeue_failed_actions
 from worker.store.alerts import requeue_failed_alerts
@@ -229,6 +230,8 @@ def status_report(
         "webhookRefusals": json.loads(meta.get("webhook_refusals") or "null"),
         # The instance leading the scheduler (its polls and daily jobs), since when, until when.
         "leader": _leader(conn),
+        # The long-running tasks of serve down (restarting, or given up), by instance.
+        "tasksDown": json.loads(meta.get(TASKS_DOWN) or "{}"),
         # The last reconciliation run and the findings still open (`depositd reconcile`).
         "reconciliation": reconciliation_status(conn),
         # What an acknowledged webhook survives, as the database is set up now.

@@ -49,6 +49,8 @@ log = get_logger(__name__)
 
 # A readiness check answers None when fine, else what is wrong (shown in /readyz).
 ReadyCheck = Callable[[], Awaitable[str | None]]
+# A health check names what of the process is down (shown in /healthz); empty when all runs.
+HealthCheck = Callable[[], list[str]]
 
 _OK = b"{}"
 _CHUNK = 64 * 1024
@@ -382,6 +384,7 @@ class Ingress:
         self.wake = wake
         # Kept by reference: checks appended later (e.g. the scheduler's) are seen.
         self.ready_checks = ready_checks
+        self.health_checks: list[HealthCheck] = []
         self._counters: dict[tuple[str, str], Any] = {}
         self.refusals: dict[str, int] = {}  # since this process started, by reason
         self.started_at = utc_now()
@@ -397,7 +400,7 @@ class Ingress:
             self.settings.path,
             webhook_handler(gate, self.queue_row, self.record, self.count_refusal),
         )
-        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/healthz", self.healthz)
         if self.settings.ops_listen is None:
             self.add_ops_routes(app)
 
@@ -485,6 +488,18 @@ class Ingress:
             return 503, {"status": "not ready", "failed": failed}
         return 200, {"status": "ready"}
 
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """The process's tasks all run: (200 or 503, the JSON answer naming those down)."""
+        problems = [problem for check in self.health_checks for problem in check()]
+        if problems:
+            return 503, {"status": "failing", "problems": problems}
+        return 200, {"status": "ok"}
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """GET /healthz: 200 while the process answers and its long-running tasks run."""
+        status, answer = self.health()
+        return web.json_response(answer, status=status)
+
     async def readyz(self, request: web.Request) -> web.Response:
         """GET /readyz: 200 when ready; 503 lists the failures."""
         status, answer = await self.readiness()
@@ -515,11 +530,6 @@ class Ingress:
         """GET /metrics."""
         om = wants_openmetrics(request.headers.get("Accept"))
         return metrics_response(await self.metrics_body(om), om)
-
-
-async def healthz(request: web.Request) -> web.Response:
-    """GET /healthz: the process answers."""
-    return web.json_response({"status": "ok"})
 
 
 def metrics_response(body: bytes, openmetrics_format: bool = False) -> web.Response:

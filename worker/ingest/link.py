@@ -8,6 +8,7 @@ event-loop turn and written together.
 From the ingress process:
     ("E", id, row)                  store this accepted `EventRow`
     ("R", id) / ("M", id)           the /readyz answer / the /metrics text
+    ("H", id)                       the /healthz answer (whether `serve`'s tasks run)
     ("O", id)                       the /metrics text in the OpenMetrics format
     ("C", counts, seconds)          deliveries answered since the last such frame:
                                     {(event type label, outcome): n}, [seconds to answer]
@@ -18,7 +19,7 @@ From `serve`:
     ("e", id, code, error)          STORED_NEW or STORED_KNOWN after the commit; NOT_STORED
                                     (and why) when the commit failed or the row was not queued,
                                     UNAVAILABLE when the database is (`serve` logs the outage)
-    ("h", id, status, body)         an HTTP answer for "R" / "M" / "O"
+    ("h", id, status, body)         an HTTP answer for "R" / "H" / "M" / "O"
     ("P",)                          a ping (for the watchdog): answer "p"
 """
 
@@ -139,6 +140,9 @@ class CoreSide(_Framed):
             self.ingress.record_counts(message[1], message[2])
         elif kind == "F":
             self.ingress.count_refusals(message[1])
+        elif kind == "H":
+            status, answer = self.ingress.health()
+            self.send(("h", message[1], status, json.dumps(answer).encode()))
         elif kind in ("R", "M", "O"):
             task = asyncio.create_task(self._answer(kind, message[1]))
             self._tasks.add(task)
@@ -212,7 +216,8 @@ class FrontSide(_Framed):
         return bool(code == STORED_NEW)
 
     async def http(self, kind: str) -> tuple[int, bytes]:
-        """The (status, body) of /readyz ("R") or /metrics ("M", or "O" for OpenMetrics)."""
+        """The (status, body) of /readyz ("R"), /healthz ("H") or /metrics ("M", or "O" for
+        OpenMetrics)."""
         status, body = await self._ask((kind,))
         return int(status), bytes(body)
 

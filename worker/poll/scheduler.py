@@ -373,7 +373,7 @@ class Scheduler:
         self._poller = poller
         self._settings = settings
         self._scheduler = AsyncIOScheduler(timezone="UTC")
-        self._running: dict[str, asyncio.Task[int]] = {}
+        self._running: dict[str, asyncio.Task[int | None]] = {}
         self._stopping = False
 
     @property

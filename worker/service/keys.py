@@ -10,6 +10,7 @@ from worker.config.settings import Settings
 from worker.ingest.endpoint import Ingress, ReadyCheck
 from worker.ingest.limits import Limits
 from worker.metrics import Metrics
+from worker.service.supervise import Supervisor
 from worker.store.writer import Store
 from worker.track.processor import Processor
 
@@ -30,3 +31,5 @@ OTHERS_KEY = web.AppKey("others_serving", bool)
 LIVENESS_KEY: web.AppKey[list[Callable[[], bool]]] = web.AppKey("liveness")
 # The operator console's app (`console.listen`), when configured; `serve` runs it beside the rest.
 CONSOLE_APP_KEY = web.AppKey("console_app", web.Application)
+# The watcher of the long-running tasks (`worker.service.supervise`).
+SUPERVISOR_KEY = web.AppKey("supervisor", Supervisor)

@@ -243,6 +243,12 @@ class Processor:
         """True while the background loop runs."""
         return self._task is not None and not self._task.done()
 
+    @property
+    def task(self) -> asyncio.Task[None]:
+        """The background loop's task, between `start` and `stop`."""
+        assert self._task is not None, "the processor is not started"
+        return self._task
+
     def start(self) -> None:
         """Start the background loop."""
         self._stopping = False

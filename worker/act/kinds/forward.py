@@ -102,8 +102,9 @@ class Forwarder:
 
     async def close(self) -> None:
         """Close the HTTP session, if a forward opened one."""
-        if self._http is not None:
-            await self._http.close()
+        http, self._http = self._http, None  # a restarted outbox opens a new one
+        if http is not None:
+            await http.close()
 
     async def run(
         self,
