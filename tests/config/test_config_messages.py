@@ -91,7 +91,7 @@ def test_a_bad_indent_is_named_in_plain_words(tmp_path: Path) -> None:
 def test_country_code_uk_suggests_gb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`countryCode: UK` in a profile is refused with file, line and the code meant: GB."""
     main(["init", "--sandbox", str(tmp_path / "s")])
-    profiles = tmp_path / "s" / "profiles.yaml"
+    profiles = tmp_path / "s" / "rules" / "profiles.yaml"
     profiles.write_text(profiles.read_text().replace("countryCode: SG", "countryCode: UK"))
     capsys.readouterr()
     assert main(["check", "--config", str(tmp_path / "s" / "depositd.yaml")]) == 2
@@ -113,7 +113,7 @@ def test_check_warns_when_alerts_go_nowhere(
     assert main(["check", "--config", str(config)]) == 0
     err = capsys.readouterr().err
     assert "notify: no channel is configured, so the alerts of your rules" in err
-    assert f"{tmp_path / 's' / 'rules.yaml'}:" in err
+    assert f"{tmp_path / 's' / 'rules' / 'default.yaml'}:" in err
     config.write_text(
         config.read_text() + "notify:\n  slack: {webhook_url: 'http://127.0.0.1:9'}\n"
     )
@@ -134,7 +134,7 @@ async def test_check_online_lists_offered_providers_closest_first(
     config.write_text(text)
     (folder / "secrets" / "provider_api_key").write_text(PROVIDER_KEY)
     (folder / "secrets" / "provider_api_secret").write_text(PROVIDER_SECRET)
-    profiles = folder / "profiles.yaml"
+    profiles = folder / "rules" / "profiles.yaml"
     profiles.write_text(profiles.read_text().replace("provider: Binance", "provider: Krakn"))
     proc = await asyncio.create_subprocess_exec(
         *[sys.executable, "-m", "worker", "check", "--online", "--config", str(config)],

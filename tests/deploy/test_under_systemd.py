@@ -96,7 +96,7 @@ def configure(machine: Machine) -> tuple[str, str]:
         target.write_text((secrets / source).read_text())
         target.chmod(0o600)
     (etc / "depositd.env").write_text(f"PROVIDER_API_KEY={key}\n")
-    (etc / "profiles.yaml").write_text(machine.path("/root/sbx/profiles.yaml").read_text())
+    (etc / "profiles.yaml").write_text(machine.path("/root/sbx/rules/profiles.yaml").read_text())
     config = {
         "provider": {
             "base_url": sbx["provider"]["base_url"],
@@ -472,4 +472,4 @@ def test_init_sandbox_from_the_installed_copy(host: Host) -> None:
     """`depositd init --sandbox` works from the installed copy (item 7): it found the shipped
     rules install.sh put under the prefix."""
     assert "shipped rules folder was not found" not in host.init
-    assert host.machine.path("/root/sbx/rules.yaml").exists()
+    assert host.machine.path("/root/sbx/rules/default.yaml").exists()
