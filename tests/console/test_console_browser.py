@@ -19,6 +19,8 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
 from worker.store import operator as operator_store
+from worker.store.meta import all_meta
+from worker.store.tx import conn_of
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_PROFILE_SOURCE = "TConsoleNoProfile000000000000001"  # wallet 1001 has no fallback profile
@@ -353,3 +355,40 @@ def test_every_page_passes_axe_and_every_action_is_keyboard_reachable(
             problems[path] = found
     found = [f"{path}: {problem}" for path, some in problems.items() for problem in some]
     assert found == [], "\n".join(found)
+
+
+def test_overview_shows_refused_webhook_deliveries(
+    live: LiveStack, browser: webdriver.Chrome
+) -> None:
+    """With the provider signing with another webhook secret, the overview says deliveries are
+    refused and names the two settings to compare (and passes axe); once a delivery is accepted
+    again, the notice is gone."""
+    stack = live.stack
+    right = stack.sandbox.cfg.webhook_secret
+    stack.sandbox.cfg.webhook_secret = "not-the-secret-the-worker-has"
+    try:
+        live.call(
+            lambda: stack.sandbox.inject_deposit(1002, "USDT", "TRON", "5.00", NO_PROFILE_SOURCE)
+        )
+
+        async def streak() -> bool:
+            meta = await stack.store.read(lambda db: all_meta(conn_of(db)))
+            return bool(meta.get("webhook_auth_refused"))
+
+        live.until(streak, "the refusals in a row to be recorded")
+        log_in(browser, live)
+        notice = browser.find_element(By.ID, "webhook-auth")
+        assert "webhook.secret" in notice.text and "webhook.api_key" in notice.text
+        assert notice.get_attribute("role") == "alert"
+        assert AXE.is_file(), f"{AXE} missing: run `make tools` (npm install of axe-core)"
+        assert _axe_violations(browser, AXE.read_text(encoding="utf-8")) == []
+    finally:
+        stack.sandbox.cfg.webhook_secret = right
+
+    async def cleared() -> bool:
+        meta = await stack.store.read(lambda db: all_meta(conn_of(db)))
+        return not meta.get("webhook_auth_refused")
+
+    live.until(cleared, "an accepted delivery to end the streak")
+    browser.get(stack.console_url + "/")
+    assert not browser.find_elements(By.ID, "webhook-auth")

@@ -22,6 +22,7 @@ from worker import __version__
 from worker.clock import ms_from_iso, utc_now
 from worker.commands.dbopen import run_on_db
 from worker.config.settings import load_settings
+from worker.ingest.secret_watch import streak_of
 from worker.service.lock import serving
 from worker.store import actions, alerts, events, leases
 from worker.store.actions import requeue_failed_actions
@@ -222,6 +223,9 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
         "booked": count_booked(conn),
         # Requests refused on the webhook port by reason, since `since` (a serve's start).
         "webhookRefusals": json.loads(meta.get("webhook_refusals") or "null"),
+        # Deliveries refused in a row for their signature or API key, none accepted since
+        # `since` (alerted once): webhook.secret or webhook.api_key differs from the provider's.
+        "webhookAuthRefused": streak_of(meta),
         # The instance leading the scheduler (its polls and daily jobs), since when, until when.
         "leader": _leader(conn),
         # The last reconciliation run and the findings still open (`depositd reconcile`).

@@ -15,6 +15,7 @@ from urllib.parse import quote
 import sqlite_utils
 
 from worker.clock import ms_from_iso
+from worker.ingest.secret_watch import streak_of
 from worker.store import (
     abnormal,
     actions,
@@ -68,6 +69,7 @@ def overview(db: sqlite_utils.Database) -> dict[str, Any]:
         "abnormal": [r for r in abnormal.list_abnormal(db, limit=PAGE_SIZE)],
         "polls": {name: meta.get(f"last_{name}_poll_ok") for name in POLLS},
         "last_webhook": meta.get("last_webhook_at"),
+        "webhook_auth_refused": streak_of(meta),
         "reconciliation": findings.last_run(db),
         "by_state": deposits.deposits_by_state(db),
         "queues": {
