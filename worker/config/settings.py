@@ -190,6 +190,9 @@ class StorageSettings(Section):
     password: Credential | None = None
     synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     retention_days: int = Field(90, ge=1)
+    # SQLite: False, a second `serve` on the file refuses to start, naming the first; True,
+    # several instances on this machine share it (docs/postgresql.md). PostgreSQL: always.
+    several_instances: bool = False
 
     @field_validator("url")
     @classmethod
