@@ -91,3 +91,37 @@ def test_code_cites_only_docs_pages_that_exist() -> None:
         assert not spec.search(text), path
         for page in cited.findall(text):
             assert (ROOT / "docs" / page).is_file(), f"{path} cites docs/{page}"
+
+
+def exit_statuses_in_code() -> set[int]:
+    """Every status a command returns: `return N` in the commands and serve, and the tables of
+    statuses (`EXIT = {...}`, `EXIT_FINDINGS = N`)."""
+    found: set[int] = set()
+    for path in [*(ROOT / "worker" / "commands").glob("*.py"), ROOT / "worker/service/serve.py"]:
+        text = path.read_text()
+        found.update(int(n) for n in re.findall(r"^\s+return (\d+)$", text, re.M))
+        found.update(int(n) for n in re.findall(r"^EXIT\w* = (\d+)$", text, re.M))
+        table = re.search(r"^EXIT = \{(.*?)^\}", text, re.M | re.S)
+        if table:
+            found.update(int(n) for n in re.findall(r": (\d+),", table.group(1)))
+    return found
+
+
+def test_every_exit_status_is_in_the_one_table_the_summaries_link() -> None:
+    """The reference's table lists every status a command can exit with; each page that sums
+    them up (README, commands, the operator's day) names every one and links the table."""
+    reference = (ROOT / "docs/reference.md").read_text()
+    table = reference.split("## Exit statuses", 1)[1].split("\n## ", 1)[0]
+    listed = {int(n) for n in re.findall(r"^\| `(\d+)` \|", table, re.M)}
+    assert exit_statuses_in_code() <= listed and {0, 1, 2, 3, 130} <= listed
+    for page, link in (
+        ("README.md", "(docs/reference.md#exit-statuses)"),
+        ("docs/commands.md", "(reference.md#exit-statuses)"),
+        ("docs/operator.md", "(reference.md#exit-statuses)"),
+    ):
+        text = " ".join((ROOT / page).read_text().split())
+        summary = re.search(r"[Ee]xit status:? (.*?)\)", text)
+        assert summary and link in text, page
+        sentence = text[summary.start() : text.index(link.split("#")[0][1:], summary.start())]
+        named = {int(n) for n in re.findall(r"\b(\d+)\b", sentence)}
+        assert named == listed, (page, named)
