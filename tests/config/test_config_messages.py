@@ -102,6 +102,47 @@ def test_country_code_uk_suggests_gb(tmp_path: Path, capsys: pytest.CaptureFixtu
     ]
 
 
+def test_a_wrong_profile_value_is_reported_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A profile with a bad value that a rule names by name: only the profile's error, not a
+    second one calling the rule's profile unknown; a rule naming a profile that is not in the
+    file at all still is."""
+    main(["init", "--sandbox", str(tmp_path / "s")])
+    profiles = tmp_path / "s" / "rules" / "profiles.yaml"
+    profiles.write_text(profiles.read_text().replace("countryCode: SG", "countryCode: UK"))
+    rules = tmp_path / "s" / "rules" / "named.yaml"
+    rules.write_text(
+        "wallet: 1001\nrules:\n"
+        '  - name: named\n    "on": [needs_details]\n'
+        "    then: [{submit_profile: {profile: fictitious-demo-payer}}]\n"
+        '  - name: other\n    "on": [rejected]\n'
+        "    then: [{submit_profile: {profile: nobody}}]\n"
+    )
+    capsys.readouterr()
+    assert main(["check", "--config", str(tmp_path / "s" / "depositd.yaml")]) == 2
+    errors = [e for e in capsys.readouterr().err.splitlines() if not e.startswith("warning")]
+    assert len(errors) == 2, errors
+    assert errors[0].startswith(f"{profiles}:") and "did you mean 'GB'?" in errors[0]
+    assert errors[1].startswith(f"{rules}:") and "unknown profile 'nobody'" in errors[1]
+
+
+def test_a_misspelled_payer_field_gets_a_did_you_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`walletLable:` in a profile is named with the field meant, as every other key is."""
+    main(["init", "--sandbox", str(tmp_path / "s")])
+    profiles = tmp_path / "s" / "rules" / "profiles.yaml"
+    profiles.write_text(profiles.read_text().replace("walletLabel:", "walletLable:"))
+    capsys.readouterr()
+    assert main(["check", "--config", str(tmp_path / "s" / "depositd.yaml")]) == 2
+    line = profiles.read_text().splitlines().index("    walletLable: Fictitious demo wallet") + 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{profiles}:{line}: profile 'fictitious-demo-payer': walletLable is not a payer details"
+        " field; did you mean 'walletLabel'?"
+    ]
+
+
 def test_check_warns_when_alerts_go_nowhere(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

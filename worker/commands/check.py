@@ -19,6 +19,7 @@ def _files_problems(loaded: Loaded) -> list[str]:
     """With the config itself invalid: the problems of the rules and profiles it names, when
     it names them plainly (docs/commands.md: every problem at once)."""
     from worker.act.kinds import SPECS
+    from worker.service.bundle import names_in_file
 
     profiles_path = loaded.files.get("profiles")
     rules_path = loaded.files.get("rules")
@@ -31,6 +32,7 @@ def _files_problems(loaded: Loaded) -> list[str]:
             names = Profiles.load(profiles_path).names()
         except ConfigError as exc:
             problems.extend(exc.problems)
+            names = names_in_file(profiles_path)  # its problems are reported once, there
     if rules_path is not None:
         try:
             rules = RuleBook.load(rules_path, profile_names=names, specs=SPECS)
