@@ -98,6 +98,14 @@ def test_overview_lists_a_deposit_waiting_for_a_profile_and_its_timeline(
     assert browser.find_element(By.ID, "state").text == "needs_details"
     facts = browser.find_element(By.ID, "facts").text
     assert "webhook" in facts or "poll" in facts
+    # Each fact says what it changed; "moved" (and the row's emphasis) only for a state change.
+    rows = browser.find_elements(By.CSS_SELECTOR, "#facts tbody tr")
+    changes = [row.find_elements(By.TAG_NAME, "td")[-1].text for row in rows]
+    assert changes[0] == "first seen: needs_details", changes
+    for row, change in zip(rows, changes, strict=True):
+        emphasised = "transition" in (row.get_attribute("class") or "")
+        assert emphasised == change.startswith(("moved ", "first seen: ")), changes
+        assert change.startswith(("moved ", "first seen: ", "changed ", "known already"))
     alerts = browser.find_element(By.ID, "alerts").text
     assert "needs_details" in alerts and "slack" in alerts and "email" in alerts
 

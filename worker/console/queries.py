@@ -31,6 +31,7 @@ from worker.store import (
 from worker.store import operator as operator_store
 from worker.store.meta import all_meta
 from worker.store.tx import conn_of
+from worker.track.history import fact_changes
 from worker.track.tracker import Deposit
 
 PAGE_SIZE = 50
@@ -92,14 +93,25 @@ def timeline(db: sqlite_utils.Database, tx: str) -> dict[str, Any] | None:
     if row is None:
         return None
     fact_rows = []
-    for f in facts.facts_of(db, tx):
-        fact = json.loads(f["fact"] or "{}")
+    stored = facts.facts_of(db, tx)
+    bodies = [json.loads(f["fact"] or "{}") for f in stored]
+    applied = [bool(f["changed"]) for f in stored]
+    changes = fact_changes(bodies, applied)
+    for i, (f, fact) in enumerate(zip(stored, bodies, strict=True)):
+        change = None if changes is None else changes[i]
         fact_rows.append(
             {
                 "recorded_at": f["recorded_at"],
                 "source": f["source"],
                 "event_id": f["event_id"],
-                "changed": bool(f["changed"]),
+                "changed": applied[i],
+                # Which fields it changed; "moved" only when the state did (worker.track.history)
+                "moved": change is not None and change.moved is not None,
+                "change": (
+                    change.describe()
+                    if change is not None
+                    else ("changed the deposit" if applied[i] else "known already")
+                ),
                 "status": fact.get("status"),
                 "white_list_status": fact.get("white_list_status"),
                 "credit_status": fact.get("credit_status"),
