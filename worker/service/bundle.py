@@ -31,7 +31,7 @@ def names_in_file(path: Path) -> set[str] | None:
     """The profile names a profiles file that did not load gives; None when unreadable."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError):  # ValueError: a date YAML cannot build
         return None
     profiles = data.get("profiles") if isinstance(data, dict) else None
     return {str(name) for name in profiles} if isinstance(profiles, dict) else None
