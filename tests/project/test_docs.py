@@ -125,3 +125,36 @@ def test_every_exit_status_is_in_the_one_table_the_summaries_link() -> None:
         sentence = text[summary.start() : text.index(link.split("#")[0][1:], summary.start())]
         named = {int(n) for n in re.findall(r"\b(\d+)\b", sentence)}
         assert named == listed, (page, named)
+
+
+def sandbox_verbs() -> set[str]:
+    """The subcommands of `depositd sandbox`, from its own parser."""
+    import argparse
+
+    from worker.dev.sandboxctl import add_verbs
+
+    parser = argparse.ArgumentParser()
+    actions = parser.add_subparsers()
+    add_verbs(actions, argparse.ArgumentParser(add_help=False))
+    return set(actions.choices)
+
+
+def test_docs_name_only_sandbox_verbs_that_exist() -> None:
+    """Every `depositd sandbox VERB` the README and docs name is a verb of the sandbox."""
+    verbs = sandbox_verbs()
+    for doc in DOCS:
+        named = set(re.findall(r"depositd sandbox ([a-z][a-z-]*)", doc.read_text()))
+        assert named <= verbs, (doc, named - verbs)
+
+
+def test_getting_started_says_how_each_next_step_ends() -> None:
+    """The next steps of getting started use the sandbox's commands (not its control API by
+    hand): a deposit into wallet 1001 waits for the sweep of its auto-collection, and a
+    rejection is `sandbox reject`; and it says what happens when serve starts first."""
+    text = " ".join((ROOT / "docs" / "getting-started.md").read_text().split())
+    tries = text.split("## Things to try next", 1)[1]
+    assert "depositd sandbox sweep" in tries and "auto-collection" in tries
+    assert "depositd sandbox reject" in tries and "control API" not in tries
+    assert "in either order" in text and "Start the sandbox before" not in text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "Start the sandbox before" not in readme and "in either order" in readme
