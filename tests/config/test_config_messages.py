@@ -191,3 +191,29 @@ async def test_check_online_lists_offered_providers_closest_first(
         f"{profiles}:{line}: profile 'fictitious-demo-payer': provider is not one the provider"
         " offers; give one of (closest first): Kraken, Binance, OKX, Coinbase, Bybit"
     ]
+
+
+@pytest.mark.parametrize("how", ["default", "env", "option"])
+def test_a_missing_configuration_says_how_to_give_one(
+    tmp_path: Path,
+    how: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No configuration file where one was looked for: the error names the path, why that
+    path, and the ways to give one: --config, $DEPOSITD_CONFIG, `depositd init --sandbox`."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DEPOSITD_CONFIG", raising=False)
+    argv = ["status"]
+    if how == "env":
+        monkeypatch.setenv("DEPOSITD_CONFIG", str(tmp_path / "env.yaml"))
+    elif how == "option":
+        argv += ["--config", "given.yaml"]
+    assert main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    path = {"default": "depositd.yaml", "env": "env.yaml", "option": "given.yaml"}[how]
+    assert line.startswith(f"{tmp_path / path}: no configuration file here (")
+    why = {"default": "the default", "env": "named by $DEPOSITD_CONFIG", "option": "--config"}
+    assert why[how] in line
+    assert "--config PATH" in line and "$DEPOSITD_CONFIG" in line
+    assert "depositd init --sandbox DIR" in line
