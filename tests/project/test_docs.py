@@ -158,3 +158,33 @@ def test_getting_started_says_how_each_next_step_ends() -> None:
     assert "in either order" in text and "Start the sandbox before" not in text
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "Start the sandbox before" not in readme and "in either order" in readme
+
+
+def test_cited_sections_exist() -> None:
+    """A comment citing a section by its title (README or a docs page, then "Title")
+    names a heading the cited page has."""
+    cited = re.compile(r'\b(README|docs/[\w-]+\.md|deploy/README\.md), "([^"]+)"')
+    files = [*ROOT.glob("deploy/*.yaml"), *ROOT.glob("rules/**/*.yaml"), ROOT / "Makefile"]
+    files += list((ROOT / "worker").rglob("*.py"))
+    found = 0
+    for path in files:
+        for page, title in cited.findall(path.read_text(encoding="utf-8")):
+            target = ROOT / ("README.md" if page == "README" else page)
+            headings = re.findall(r"^#+ (.+)$", target.read_text(encoding="utf-8"), re.M)
+            assert title in headings, f"{path} cites {page}, {title!r}: no such section"
+            found += 1
+    assert found >= 1
+
+
+def test_readme_names_everything_the_tests_need() -> None:
+    """The README's prerequisites of `make test` name each tool `make tools` installs and each
+    package the deploy tests' container needs (tests/deploy/machine.py), and that they boot a
+    container."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    machine = (ROOT / "tests" / "deploy" / "machine.py").read_text()
+    table = re.search(r"^TOOLS = \{(.*?)^\}", machine, re.M | re.S)
+    assert table
+    packages = set(re.findall(r': "([\w-]+)"', table.group(1))) - {"util-linux"}  # always there
+    for needed in {"promtool", "Chromium", "PostgreSQL", "npm", "axe-core", *packages}:
+        assert needed in readme, needed
+    assert "container" in readme
