@@ -195,6 +195,16 @@ def test_hosted_page_embedded_filled_in_and_closed(
     src = frame.get_attribute("src") or ""
     assert src.startswith(stack.sandbox_url + "/hosted/") and f"transactionId={tx}" in src
     assert "darkMode=false" in src
+    # The frame fills the window below it: the page itself does not scroll (one scrollbar).
+    page_height, window_height, frame_height = browser.execute_script(
+        "return [document.documentElement.scrollHeight, window.innerHeight,"
+        " document.getElementById('hosted-frame').getBoundingClientRect().height]"
+    )
+    assert page_height <= window_height and frame_height >= 400, (
+        page_height,
+        window_height,
+        frame_height,
+    )
     # A close message that does not come from the frame is ignored.
     browser.execute_script(
         "window.postMessage({type: arguments[0], source: 'deposit-travel-rule'}, '*')",
