@@ -188,3 +188,14 @@ def test_readme_names_everything_the_tests_need() -> None:
     for needed in {"promtool", "Chromium", "PostgreSQL", "npm", "axe-core", *packages}:
         assert needed in readme, needed
     assert "container" in readme
+
+
+def test_the_landing_page_starts_every_reader_somewhere() -> None:
+    """The docs' landing page links every page of the nav from its "start here" table (the
+    operator's day and the console included)."""
+    index = (ROOT / "docs" / "index.md").read_text()
+    table = index.split("| start here |", 1)[1]
+    linked = set(re.findall(r"\]\(([\w-]+\.md)\)", table))
+    nav = set(re.findall(r": ([\w-]+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    assert {"operator.md", "console.md"} <= linked
+    assert nav - linked == {"index.md"}
