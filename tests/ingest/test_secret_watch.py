@@ -7,17 +7,23 @@ key; changing that copy while the worker keeps its configuration is the mismatch
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from test_ingress import deposit_event
+from test_ops import HOOK_KEY, HOOK_PATH, HOOK_SECRET, Service, cli, rows
 
 from worker.commands.ops import status_report
 from worker.dev.harness import Stack
 from worker.ingest.secret_watch import CONDITION, REFUSALS_IN_A_ROW
+from worker.provider.jsonio import dumpb
+from worker.provider.signing import signed_headers
 from worker.service.keys import INGRESS_KEY
 
 PAYER = "TDemoKnownPayer1111111111111111111"  # demo-entity in rules/profiles.yaml
@@ -80,8 +86,6 @@ async def test_refused_deliveries_in_a_row_alert_once(
 async def test_other_refusals_do_not_alert(tmp_path: Path) -> None:
     """Refusals that do not say the secret is wrong (here a path nothing is served on) alert
     nothing and show no streak."""
-    import aiohttp
-
     async with Stack(tmp_path) as stack:
         async with aiohttp.ClientSession() as http:
             for _ in range(3 * REFUSALS_IN_A_ROW):
@@ -91,3 +95,54 @@ async def test_other_refusals_do_not_alert(tmp_path: Path) -> None:
         await stack.settle()
         assert await auth_alerts(stack) == []
         assert status(stack)["webhookAuthRefused"] is None
+
+
+async def test_serve_with_its_ingress_process_records_the_streak(
+    tmp_path: Path, provider_url: str
+) -> None:
+    """`serve` (the webhook listener in a process of its own): deliveries signed with another
+    secret, one after another, leave one critical alert and the streak in `status`; a delivery
+    signed right ends it."""
+    service = Service(tmp_path, provider_url)
+
+    async def post(secret: str) -> int:
+        body = dumpb(deposit_event(tx="T-secret-watch"))
+        headers = signed_headers(HOOK_KEY, secret, "POST", HOOK_PATH, body)
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(service.url + HOOK_PATH, data=body, headers=headers) as answer,
+        ):
+            return answer.status
+
+    def streak() -> Any:
+        with closing(sqlite3.connect(service.db)) as conn:
+            conn.row_factory = sqlite3.Row
+            return status_report(conn)["webhookAuthRefused"]
+
+    async def until(check: Any, what: str) -> None:
+        for _ in range(400):  # bounded: each write follows its delivery within milliseconds
+            if check():
+                return
+            await asyncio.sleep(0.025)
+        pytest.fail(f"timed out waiting for {what}")
+
+    try:
+        await service.start()
+        for _ in range(REFUSALS_IN_A_ROW + 2):
+            assert await post("the-provider-has-another-one") == 401
+        await until(lambda: streak() is not None, "the streak")
+        assert streak()["refused"] >= REFUSALS_IN_A_ROW
+        alerts = rows(
+            service.db,
+            "SELECT json_extract(params, '$.severity') FROM actions WHERE action = 'alert'"
+            " AND json_extract(params, '$.condition') = ?",
+            CONDITION,
+        )
+        assert alerts == [("critical",)]
+        code, out, err = await cli(service.config, "status")
+        assert code == 0 and json.loads(out)["webhookAuthRefused"] is not None, err
+        assert await post(HOOK_SECRET) == 200
+        await until(lambda: streak() is None, "the streak to end")
+        assert await service.stop() == 0
+    finally:
+        await service.kill()
