@@ -139,6 +139,8 @@ async def online_problems(
 def online_summary(settings: Settings, providers: int, wallets: int) -> list[str]:
     """What `check --online` checked against the provider, and what it cannot check: the
     webhook secret, which only the provider signs with (docs/operator.md)."""
+    from worker.ingest.secret_watch import REFUSALS_IN_A_ROW
+
     return [
         f"online: {settings.provider.base_url} accepted signed requests (provider.api_key,"
         f" provider.api_secret, provider.signature); its {providers} payer providers and"
@@ -146,8 +148,8 @@ def online_summary(settings: Settings, providers: int, wallets: int) -> list[str
         "online: the webhook secret and API key cannot be tested from here (the provider signs"
         " its deliveries, depositd only verifies them): compare webhook.secret and"
         " webhook.api_key with the provider's dashboard; once serve runs, a refused delivery"
-        " shows in `depositd status` (webhookRefusals), and 5 in a row with none accepted"
-        " alert (critical)",
+        f" shows in `depositd status` (webhookRefusals), and {REFUSALS_IN_A_ROW} in a row with"
+        " none accepted alert (critical)",
     ]
 
 

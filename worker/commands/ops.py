@@ -22,7 +22,6 @@ from worker import __version__
 from worker.clock import ms_from_iso, utc_now
 from worker.commands.dbopen import run_on_db
 from worker.config.settings import load_settings
-from worker.ingest.secret_watch import streak_of
 from worker.service.lock import serving
 from worker.store import actions, alerts, events, leases
 from worker.store.actions import requeue_failed_actions
@@ -34,7 +33,7 @@ from worker.store.events import requeue_event, requeue_failed_events
 from worker.store.findings import reconciliation_status
 from worker.store.leases import SCHEDULER_LEASE
 from worker.store.ledger import count_booked
-from worker.store.meta import all_meta
+from worker.store.meta import all_meta, auth_refusal_streak
 
 # The files SQLite keeps beside a database: writing over any of them under a running service
 # corrupts the database.
@@ -225,7 +224,7 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
         "webhookRefusals": json.loads(meta.get("webhook_refusals") or "null"),
         # Deliveries refused in a row for their signature or API key, none accepted since
         # `since` (alerted once): webhook.secret or webhook.api_key differs from the provider's.
-        "webhookAuthRefused": streak_of(meta),
+        "webhookAuthRefused": auth_refusal_streak(meta),
         # The instance leading the scheduler (its polls and daily jobs), since when, until when.
         "leader": _leader(conn),
         # The last reconciliation run and the findings still open (`depositd reconcile`).

@@ -15,7 +15,6 @@ from urllib.parse import quote
 import sqlite_utils
 
 from worker.clock import ms_from_iso
-from worker.ingest.secret_watch import streak_of
 from worker.store import (
     abnormal,
     actions,
@@ -29,7 +28,7 @@ from worker.store import (
     ledger,
 )
 from worker.store import operator as operator_store
-from worker.store.meta import all_meta
+from worker.store.meta import all_meta, auth_refusal_streak
 from worker.store.tx import conn_of
 from worker.track.history import fact_changes
 from worker.track.tracker import Deposit
@@ -70,7 +69,7 @@ def overview(db: sqlite_utils.Database) -> dict[str, Any]:
         "abnormal": [r for r in abnormal.list_abnormal(db, limit=PAGE_SIZE)],
         "polls": {name: meta.get(f"last_{name}_poll_ok") for name in POLLS},
         "last_webhook": meta.get("last_webhook_at"),
-        "webhook_auth_refused": streak_of(meta),
+        "webhook_auth_refused": auth_refusal_streak(meta),
         "reconciliation": findings.last_run(db),
         "by_state": deposits.deposits_by_state(db),
         "queues": {

@@ -21,13 +21,13 @@ import sqlite_utils
 from worker.act.rows import enqueue_alert
 from worker.clock import utc_now
 from worker.logs import get_logger
-from worker.store.meta import get_meta, set_meta
+from worker.store.meta import WEBHOOK_AUTH_REFUSED, get_meta, set_meta
 from worker.store.writer import Store
 
 log = get_logger(__name__)
 
 REFUSALS_IN_A_ROW = 5
-META_KEY = "webhook_auth_refused"
+META_KEY = WEBHOOK_AUTH_REFUSED
 CONDITION = "webhook_auth_refused"
 # Refusals that say the sender does not hold our secret or key (not a clock, size or body fault).
 AUTH_REASONS = ("bad_signature", "unknown_api_key")
@@ -41,15 +41,6 @@ def alert_detail(refused: int, since: str) -> str:
         " provider's dashboard. Deposits are still found by the polls, but the provider may"
         " disable the endpoint."
     )
-
-
-def streak_of(meta: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The stored streak (`refused`, `since`, `alertedAt`) from the meta rows, or None."""
-    raw = meta.get(META_KEY)
-    if not raw:
-        return None
-    value: dict[str, Any] = json.loads(raw)
-    return value
 
 
 def _record(db: sqlite_utils.Database, refused: int, since: str) -> bool:
