@@ -18,9 +18,9 @@ from typing import Any
 
 import sqlite_utils
 
-from worker.act.rows import enqueue_alert
 from worker.clock import utc_now
 from worker.logs import get_logger
+from worker.store.actions import queue_alert
 from worker.store.meta import WEBHOOK_AUTH_REFUSED, get_meta, set_meta
 from worker.store.writer import Store
 
@@ -50,8 +50,13 @@ def _record(db: sqlite_utils.Database, refused: int, since: str) -> bool:
     first = streak is None
     if first:
         streak = {"since": since, "alertedAt": utc_now()}
-        enqueue_alert(
-            db, None, CONDITION, "critical", trigger="system", detail=alert_detail(refused, since)
+        queue_alert(
+            db,
+            transaction_id=None,
+            condition=CONDITION,
+            severity="critical",
+            trigger="system",
+            detail=alert_detail(refused, since),
         )
     assert streak is not None
     streak["refused"] = max(refused, int(streak.get("refused", 0)))
