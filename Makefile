@@ -10,7 +10,10 @@ PIP_LOCKED := $(BIN)/pip install -q --require-hashes --only-binary :all:
 $(STAMP): requirements/dev.txt pyproject.toml
 	$(PY) -m venv --clear $(VENV)
 	$(PIP_LOCKED) -r requirements/dev.txt
-	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	# setuptools warns at every editable install about folders named like the package (here
+	# the package's own folder): a block of asterisks on each first `make demo`, not a problem.
+	PYTHONWARNINGS="ignore:Editable installation.:UserWarning" \
+	    $(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 .PHONY: setup demo test lint lock tools screenshots schemas mutation model deb

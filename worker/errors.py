@@ -24,6 +24,11 @@ class AlreadyServing(DepositdError, OSError):
     not be taken, even shared."""
 
 
+class InstanceRunning(AlreadyServing):
+    """Another `serve` holds this SQLite database and this one was not told to share it
+    (`storage.several_instances`); the message names the other one (pid, listening ports)."""
+
+
 class ListenError(DepositdError, OSError):
     """A listening address of `serve` cannot be bound (taken by another process, or not an
     address of this host): `setting` names the key, `address` its HOST:PORT."""

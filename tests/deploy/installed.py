@@ -87,7 +87,7 @@ def configure(machine: Machine) -> tuple[str, str]:
         target.write_text((secrets / source).read_text())
         target.chmod(0o600)
     (etc / "depositd.env").write_text(f"PROVIDER_API_KEY={key}\n")
-    (etc / "profiles.yaml").write_text(machine.path("/root/sbx/profiles.yaml").read_text())
+    (etc / "profiles.yaml").write_text(machine.path("/root/sbx/rules/profiles.yaml").read_text())
     config = {
         "provider": {
             "base_url": sbx["provider"]["base_url"],

@@ -393,7 +393,7 @@ def test_init_sandbox_from_the_installed_copy(host: Host) -> None:
     """`depositd init --sandbox` works from the installed copy (item 7): it found the shipped
     rules install.sh put under the prefix."""
     assert "shipped rules folder was not found" not in host.init
-    assert host.machine.path("/root/sbx/rules.yaml").exists()
+    assert host.machine.path("/root/sbx/rules/default.yaml").exists()
 
 
 def test_a_staged_tree_runs_where_it_lands(host: Host) -> None:

@@ -59,7 +59,7 @@ INTERVAL_S = 1  # the shortest scheduler interval of the instances (the lead's l
 def store_config(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """The `storage` block both instances share: a SQLite file or a PostgreSQL database."""
     if request.param == "sqlite":
-        yield {"path": str(tmp_path / "depositd.db")}
+        yield {"path": str(tmp_path / "depositd.db"), "several_instances": True}
         return
     cluster: Cluster = request.getfixturevalue("pg_cluster")
     url = cluster.create_database()

@@ -35,7 +35,7 @@ from worker.store.events import requeue_event, requeue_failed_events
 from worker.store.findings import reconciliation_status
 from worker.store.leases import SCHEDULER_LEASE
 from worker.store.ledger import count_booked
-from worker.store.meta import all_meta
+from worker.store.meta import all_meta, auth_refusal_streak
 from worker.store.pg import is_postgres
 
 # The files SQLite keeps beside a database: writing over any of them under a running service
@@ -228,6 +228,9 @@ def status_report(
         "booked": count_booked(conn),
         # Requests refused on the webhook port by reason, since `since` (a serve's start).
         "webhookRefusals": json.loads(meta.get("webhook_refusals") or "null"),
+        # Deliveries refused in a row for their signature or API key, none accepted since
+        # `since` (alerted once): webhook.secret or webhook.api_key differs from the provider's.
+        "webhookAuthRefused": auth_refusal_streak(meta),
         # The instance leading the scheduler (its polls and daily jobs), since when, until when.
         "leader": _leader(conn),
         # The long-running tasks of serve down (restarting, or given up), by instance.

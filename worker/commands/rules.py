@@ -150,22 +150,38 @@ def _deposit_before(
     return deposit
 
 
-def _show_deposit(out: Out, before: Deposit | None, after: Deposit) -> None:
+def _show_deposit(
+    out: Out, before: Deposit | None, after: Deposit, now: Deposit | None = None
+) -> None:
+    """The deposit and the state the fact moves it between; `now`: the tracked deposit today,
+    for a stored event (whose `before` is the deposit as that event found it)."""
     amount = after.as_json()["amount"] or "?"
     name = f" ({after.wallet_name})" if after.wallet_name else ""
     out(f"deposit {after.transaction_id}: wallet {after.wallet_id}{name}")
     out(f"  {amount} {after.currency or '?'} on {after.network or '?'}")
     out(f"  from {after.from_address or '(unknown address)'}")
-    was = before.state.value if before is not None else "(not tracked yet)"
-    out(f"  state: {was} -> {after.state.value}")
+    if before is not None:
+        was = before.state.value
+    elif now is not None:
+        was = "(first seen in this event)"
+    else:
+        was = "(not tracked yet)"
+    tracked = f"; tracked now: {now.state.value}" if now is not None else ""
+    out(f"  state: {was} -> {after.state.value}{tracked}")
 
 
 def explain_fact(
-    out: Out, rules: RuleBook, profiles: Profiles, before: Deposit | None, fact: Fact
+    out: Out,
+    rules: RuleBook,
+    profiles: Profiles,
+    before: Deposit | None,
+    fact: Fact,
+    now: Deposit | None = None,
 ) -> int:
-    """Print the tracker's view of the fact and what the rules would do; returns actions count."""
+    """Print the tracker's view of the fact and what the rules would do; returns actions count.
+    `now`: the deposit as tracked today, when the fact is a stored event's."""
     after, transitions = observe(before, fact)
-    _show_deposit(out, before, after)
+    _show_deposit(out, before, after, now)
     match = profiles.for_deposit(after.wallet_id, after.from_address)
     if match is None:
         out("profile: none applies (profile: missing)")
@@ -243,11 +259,13 @@ def run(args: argparse.Namespace, out: Out = print) -> int:
                 return 0
             out("not a deposit event: deposit rules do not run for it")
             return 0
+        now = None
         if getattr(args, "event", None):
             before = _deposit_before(conn, fact.transaction_id, args.event)
+            now = _stored_deposit(conn, fact.transaction_id)
         else:
             before = _stored_deposit(conn, fact.transaction_id)
-        explain_fact(out, bundle.rules, bundle.profiles, before, fact)
+        explain_fact(out, bundle.rules, bundle.profiles, before, fact, now)
         out("")
         out("dry run: nothing was sent, stored or changed")
         return 0

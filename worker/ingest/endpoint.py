@@ -24,6 +24,7 @@ from worker.clock import ms_from_iso, utc_now
 from worker.config.settings import WebhookSettings
 from worker.errors import StorageError, StorageUnavailable
 from worker.ingest.limits import BodyBudget, CountRefusal, Sampled, arrived_path, not_found_log
+from worker.ingest.secret_watch import SecretWatch
 from worker.logs import get_logger
 from worker.metrics import (
     CONTENT_TYPE,
@@ -390,6 +391,8 @@ class Ingress:
         self.started_at = utc_now()
         self._refusals_write: asyncio.TimerHandle | None = None
         self._writes: set[asyncio.Future[None]] = set()
+        # Deliveries refused for their signature or API key, none accepted in between: alerted.
+        self.secret_watch = SecretWatch(store)
 
     def add_routes(self, app: web.Application) -> None:
         """Register the webhook path and /healthz; /readyz and /metrics too unless they have a
@@ -419,6 +422,7 @@ class Ingress:
         for reason, n in counts.items():
             self.metrics.webhook_refusals.labels(reason=reason).inc(n)
             self.refusals[reason] = self.refusals.get(reason, 0) + n
+        self.secret_watch.refused(counts)
         if self._refusals_write is None:
             self._refusals_write = asyncio.get_running_loop().call_later(
                 _REFUSALS_WRITE_S, self._write_refusals
@@ -457,6 +461,8 @@ class Ingress:
 
     def record_counts(self, counts: dict[tuple[str, str], int], seconds: Sequence[float]) -> None:
         """Count deliveries: n per (event type label, outcome), and each one's time to answer."""
+        if any(label != "none" and n for (label, _), n in counts.items()):
+            self.secret_watch.accepted()  # a label: the delivery passed its signature
         for key, n in counts.items():
             child = self._counters.get(key)
             if child is None:  # the labelled children are looked up once each

@@ -128,6 +128,11 @@ class Runtime(LeaderJobs, ConsoleOperations):
             return "scheduler not running"
         return None
 
+    def wake_outbox(self) -> None:
+        """Have the outbox look for due rows now (one was queued outside it)."""
+        if self.outbox is not None:
+            self.outbox.wake()
+
     async def alert(self, condition: str, severity: str, detail: str) -> None:
         """Queue an alert that concerns no single deposit."""
         assert self.store is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shlex
 import signal
 import socket
 from collections.abc import AsyncIterator, Awaitable
@@ -20,7 +21,7 @@ from aiohttp import web
 from worker.aio import first_done
 from worker.config.settings import Settings, load_settings
 from worker.console.app import run_console
-from worker.errors import ListenError
+from worker.errors import InstanceRunning, ListenError
 from worker.ingest import process as front
 from worker.ingest.limits import GuardedSite, Limits, track_requests
 from worker.ingest.link import CoreSide
@@ -64,11 +65,27 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
         # database; PostgreSQL: an advisory lock held by a session of its own.
         listeners = await held.enter_async_context(bound(settings))
         if settings.storage.path is not None:
-            app[SOLE_KEY] = held.enter_context(serve_lock(settings.storage.path))
+            app[SOLE_KEY] = held.enter_context(
+                serve_lock(
+                    settings.storage.path,
+                    alone=not settings.storage.several_instances,
+                    listening=_listening(settings),
+                )
+            )
         else:
             app[SOLE_KEY] = held.enter_context(pg_serve_lock(settings.storage))
         app[OTHERS_KEY] = not app[SOLE_KEY]
         return await _serve(settings, app, runner, listeners, notifier)
+
+
+def _listening(settings: Settings) -> str:
+    """This instance's listening settings, as a second instance's refusal names them."""
+    named = [("webhook.listen", settings.webhook.listen)]
+    if settings.webhook.ops_listen is not None:
+        named.append(("webhook.ops_listen", settings.webhook.ops_listen))
+    if settings.console is not None:
+        named.append(("console.listen", settings.console.listen))
+    return ", ".join(f"{key} {value}" for key, value in named)
 
 
 async def _serve(
@@ -247,7 +264,20 @@ def run_serve(args: argparse.Namespace) -> int:
         return asyncio.run(serve(settings))
     except ListenError as exc:
         # A port taken: bad configuration for this host (exit 2), and nothing has run yet.
-        log.error("cannot listen", setting=exc.setting, listen=exc.address, error=exc.reason)
+        # Most often another `serve` of this configuration holds it.
+        log.error(
+            "cannot listen",
+            setting=exc.setting,
+            listen=exc.address,
+            error=exc.reason,
+            hint="is another depositd serve running?"
+            f" `depositd status --config {shlex.quote(str(settings.config_path))}`"
+            " shows whether one holds this database",
+        )
+        return 2
+    except InstanceRunning as exc:
+        # Another instance on this SQLite file: nothing has run yet (exit 2, as a taken port).
+        log.error("cannot serve", error=str(exc))
         return 2
     except OSError as exc:
         log.error("cannot serve", error=str(exc))

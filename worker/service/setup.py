@@ -70,6 +70,7 @@ def build_service(
         ready_checks=[runtime.scheduler_running],
         sweep_interval_s=sweep_interval_s,
     )
+    app[INGRESS_KEY].secret_watch.wake = runtime.wake_outbox
     if settings.console is not None:
         # console: the operator's pages, on the same store and runtime (served by `serve`)
         processor = app[PROCESSOR_KEY]

@@ -177,7 +177,7 @@ class Forwarder:
         headers = {
             "Content-Type": "application/json",
             # Its own scheme, not the provider's: merchant systems verify method-path-v1
-            # (docs/signatures.md, "forward").
+            # (docs/signatures.md, "`forward`'s own signing").
             **signing.signed_headers(
                 "depositd", secret, "POST", path, body, scheme=signing.METHOD_PATH_V1
             ),
