@@ -22,7 +22,7 @@ from stores import StoreMaker
 from structlog.testing import capture_logs
 
 from worker.act.kinds import SPECS
-from worker.act.kinds.book import book_checked
+from worker.act.kinds.book import WAITING_FOR_TX_HASH, book_checked
 from worker.act.kinds.submit import Submitter
 from worker.act.reactor import RuleReactor
 from worker.act.rows import ActionRows
@@ -327,8 +327,29 @@ async def test_a_credited_deposit_is_booked_once_its_txhash_is_known(env: Env) -
     await env.processor.observe_fact(_fact_of(order("TXA", **later)))
     await env.processor.observe_fact(_fact_of(order("TXA", **later)))
     await env.processor.observe_fact(_fact_of(order("TXB", **later)))
-    ledger = await rows(env.store, "SELECT transaction_id, tx_hash FROM ledger")
-    assert ledger == [{"transaction_id": "TXA", "tx_hash": "0xlate"}]
+    ledger = await rows(env.store, "SELECT transaction_id, tx_hash, trigger FROM ledger")
+    assert ledger == [{"transaction_id": "TXA", "tx_hash": "0xlate", "trigger": "credited"}]
+    books = await rows(
+        env.store,
+        "SELECT trigger, rule, params, status, outcome FROM actions"
+        " WHERE action = 'book' AND transaction_id = 'TXA' ORDER BY id",
+    )
+    assert books == [
+        {
+            "trigger": "credited",
+            "rule": "book it",
+            "params": "{}",
+            "status": "skipped",
+            "outcome": WAITING_FOR_TX_HASH,
+        },
+        {
+            "trigger": "credited",
+            "rule": "book it",
+            "params": "{}",
+            "status": "done",
+            "outcome": "booked (the txHash is known now)",
+        },
+    ]
     assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
 
 
