@@ -14,11 +14,11 @@ import pytest
 from pgcluster import Cluster
 
 from worker.commands.cli import main
-from worker.service.lock import serve_lock
 from worker.store.actions import insert_action
 from worker.store.ledger import insert_booking
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
+from worker.store.servelock import serve_lock
 from worker.store.writer import Store, event_row
 
 AMOUNTS = ["1234.567800", "0.000001", "99.99"]

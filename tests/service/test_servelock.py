@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from worker.service.lock import lock_path, serve_lock, serving
+from worker.store.servelock import lock_path, serve_lock, serving
 
 
 def test_the_lock_is_shared_by_instances_and_says_which_came_alone(tmp_path: Path) -> None:

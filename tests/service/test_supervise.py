@@ -32,8 +32,7 @@ from worker.poll.scheduler import Poller
 from worker.service import supervise
 from worker.service.runtime import Runtime
 from worker.service.serve import serve
-from worker.service.supervise import TASKS_DOWN
-from worker.store.meta import get_meta
+from worker.store.meta import TASKS_DOWN, get_meta
 from worker.track.processor import Processor
 
 ROOT = Path(__file__).resolve().parents[2]

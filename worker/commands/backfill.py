@@ -22,7 +22,7 @@ from worker.commands.read import parse_since
 from worker.config.settings import Settings, load_settings
 from worker.logs import configure
 from worker.service.bundle import load_bundle
-from worker.service.lock import serving
+from worker.store.servelock import serving
 
 if TYPE_CHECKING:
     from worker.poll.catchup import ReadStats

@@ -28,11 +28,11 @@ import sqlite_utils
 
 from worker.config.settings import StorageSettings, load_settings
 from worker.errors import SchemaTooNew, StorageError
-from worker.service.lock import lock_path
 from worker.store import transfer
 from worker.store.database import table_columns
 from worker.store.pg import PgDatabase, connect
 from worker.store.pgstore import command_connection, hold_serve_lock_alone, serving_on
+from worker.store.servelock import lock_path
 from worker.store.sqlite import connect as sqlite_connect
 from worker.store.writer import migrate
 from worker.urls import mask_url

@@ -22,8 +22,6 @@ from worker import __version__
 from worker.clock import ms_from_iso, utc_now
 from worker.commands.dbopen import run_on_db
 from worker.config.settings import load_settings
-from worker.service.lock import serving
-from worker.service.supervise import TASKS_DOWN
 from worker.store import actions, alerts, events, leases
 from worker.store.actions import requeue_failed_actions
 from worker.store.alerts import requeue_failed_alerts
@@ -35,8 +33,9 @@ from worker.store.events import requeue_event, requeue_failed_events
 from worker.store.findings import reconciliation_status
 from worker.store.leases import SCHEDULER_LEASE
 from worker.store.ledger import count_booked
-from worker.store.meta import all_meta, auth_refusal_streak
+from worker.store.meta import TASKS_DOWN, all_meta, auth_refusal_streak
 from worker.store.pg import is_postgres
+from worker.store.servelock import serving
 
 # The files SQLite keeps beside a database: writing over any of them under a running service
 # corrupts the database.
@@ -188,7 +187,7 @@ def status_report(
     conn: sqlite3.Connection, in_use: bool | None = None, *, synchronous: str = "FULL"
 ) -> dict[str, Any]:
     """What `status` shows, read from the database; `in_use`: whether a serve holds it now
-    (`worker.service.lock.serving`), None when unknown; `synchronous`: SQLite's
+    (`worker.store.servelock.serving`), None when unknown; `synchronous`: SQLite's
     `storage.synchronous` (what a commit survives there)."""
     meta: dict[str, Any] = all_meta(conn)
     started, stopped = meta.get("started_at"), meta.get("stopped_at")

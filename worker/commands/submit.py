@@ -23,9 +23,9 @@ from worker.act.approve import Approval, approve, operator_name
 from worker.commands.dbopen import run_on_db
 from worker.config.profiles import Profiles
 from worker.config.settings import Settings, load_settings
-from worker.service.lock import serving
 from worker.store.actions import get_action
 from worker.store.pg import PgConnection, PgDatabase
+from worker.store.servelock import serving
 from worker.store.writer import transaction
 
 EXIT = {

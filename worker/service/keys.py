@@ -21,7 +21,7 @@ PROCESSOR_KEY = web.AppKey("processor", Processor)
 INGRESS_KEY = web.AppKey("ingress", Ingress)
 READY_CHECKS_KEY: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
 LIMITS_KEY = web.AppKey("limits", Limits)
-# True when no other serve used the database as this one started (`worker.service.lock`): the
+# True when no other serve used the database as this one started (`worker.store.servelock`): the
 # claims and leases recorded there belong to instances that are gone.
 SOLE_KEY = web.AppKey("sole", bool)
 # True when other serve instances held the database as this one started: a schema migration is

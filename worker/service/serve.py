@@ -36,11 +36,11 @@ from worker.service.keys import (
     SUPERVISOR_KEY,
 )
 from worker.service.listeners import Listeners, bound
-from worker.service.lock import serve_lock
 from worker.service.setup import build_service
 from worker.service.supervise import Supervisor
 from worker.service.systemd import SystemdNotifier
 from worker.store.pgstore import serve_lock as pg_serve_lock
+from worker.store.servelock import serve_lock
 
 log = get_logger(__name__)
 

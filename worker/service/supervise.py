@@ -31,12 +31,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from worker.act.rows import backoff
 from worker.aio import first_done
 from worker.logs import get_logger
-from worker.store.meta import get_meta, set_meta
+from worker.store.meta import TASKS_DOWN, get_meta, set_meta
 
 log = get_logger(__name__)
 
-# The `meta` key `status` reads: {instance: [the tasks down there]}, instances with none left out.
-TASKS_DOWN = "tasks_down"
 
 RESTART_BASE_S = 1.0
 RESTART_MAX_S = 30.0

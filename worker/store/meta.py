@@ -12,6 +12,9 @@ from worker.store.tx import Db
 if TYPE_CHECKING:
     import sqlite_utils
 
+# The long-running tasks of `serve` down, by instance (JSON; `worker.service.supervise`).
+TASKS_DOWN = "tasks_down"
+
 
 def get_meta(db: Db, key: str) -> str | None:
     """A value of the `meta` table."""

@@ -1,5 +1,6 @@
-"""The database's unavailability told in a few log lines (docs/operations.md, "When the database
-is unavailable").
+"""The database's unavailability told in a few log lines.
+
+See docs/operations.md, "When the database is unavailable".
 
 The store reports each group transaction that failed (`failed`) and each that committed
 (`recovered`). The first failure opens an outage, logged once with what the instance does

@@ -104,8 +104,8 @@ def migrate(db: sqlite_utils.Database, *, others_serving: bool | Callable[[], bo
 
     `others_serving` (or its answer, asked only when a migration is due): `serve` instances
     hold the database (a rolling upgrade): a schema that needs migrating is refused
-    (`SchemaUpgradeRefused`), the schema left as it is (docs/postgresql.md, "Upgrading several
-    instances").
+    (`SchemaUpgradeRefused`), the schema left as it is.
+    See docs/postgresql.md, "Upgrading several instances".
     """
     with transaction(db):
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -275,7 +275,7 @@ class Store:
         """`open`'s answer, or how to look: a `serve` holding the database's lock file."""
         if self._others_serving is not None:
             return self._others_serving
-        from worker.service.lock import serving  # the lock file beside the database
+        from worker.store.servelock import serving  # the lock file beside the database
 
         return lambda: bool(serving(self.path))
 

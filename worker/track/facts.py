@@ -3,8 +3,9 @@
 The event type is itself a fact (docs/concepts.md); a poll's record says what it says. Both feed
 `worker.track.tracker.observe` alike.
 
-Every fact is dated in this machine's clock, the one clock the facts are compared in
-(docs/reconciliation.md, "Times"): the provider's clock may run minutes ahead of or behind it.
+Every fact is dated in this machine's clock, the one clock the facts are compared in (see
+docs/reconciliation.md, "Money safety"): the provider's clock may run minutes ahead of or
+behind it.
 
 - A webhook is dated at its event's time as the provider's clock tells it, moved into ours by
   the delivery's own signing time (API-TIMESTAMP is the provider's clock at the moment it sent
