@@ -4,6 +4,7 @@ held-balance drifts, the runs, and the lists a person pages through."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -236,6 +237,7 @@ def test_runs_say_what_was_reconciled_and_status_shows_it(db: sqlite_utils.Datab
         "outcome": "failed",
         "findings": 0,
         "error": "boom",
+        "ledger_mark": None,
     }
     assert fs.last_reconciled_day(db) == D1
     assert (fs.day_reconciled(db, D0), fs.day_reconciled(db, D1)) == (True, True)
@@ -329,3 +331,63 @@ def test_a_failed_run_is_alerted_once_per_day(db: sqlite_utils.Database) -> None
     assert fs.failure_alerted(db, D1) is True
     assert fs.failure_alerted(db, D2) is False
     assert fs.failure_alerted(db, D0) is False
+
+
+def test_days_due_compare_the_ledger_side_a_run_saw(db: sqlite_utils.Database) -> None:
+    """A completed run's ledger side unchanged: not due; a row booked or moved onto the day
+    since: due; a run recorded without its mark (before the mark was kept): due when a row of
+    its day was booked after it started. A failed run stands for no run."""
+
+    def book(tx: str, day: str, booked_at: str) -> None:
+        ledger.book_once(
+            db,
+            transaction_id=tx,
+            wallet_id=1,
+            wallet_name="w",
+            currency="USDT",
+            network="TRON",
+            amount="1",
+            from_address=None,
+            tx_hash=None,
+            trigger="credited",
+        )
+        db.execute("UPDATE ledger SET booked_at = ? WHERE transaction_id = ?", [booked_at, tx])
+        credited = int(datetime.fromisoformat(f"{day}T12:00:00+00:00").timestamp() * 1000)
+        db.execute(
+            "INSERT INTO deposits (transaction_id, fact_time) VALUES (?, ?)",
+            [tx, json.dumps({"credit_status": credited})],
+        )
+
+    with db.conn:
+        book("A", D0, f"{D0}T10:00:00.000Z")
+        book("B", D1, f"{D1}T10:00:00.000Z")
+        fs.record_run(
+            db,
+            D0,
+            started_at=f"{D1}T02:30:00.000Z",
+            finished_at="f",
+            outcome="clean",
+            findings=0,
+            ledger_mark=fs.ledger_mark(["A"]),
+        )
+        fs.record_run(
+            db,
+            D1,
+            started_at=f"{D2}T02:30:00.000Z",
+            finished_at="f",
+            outcome="clean",
+            findings=0,
+        )
+        fs.record_run(
+            db, D2, started_at="s", finished_at="f", outcome="failed", findings=0, error="x"
+        )
+    assert fs.days_due(db, D0, D2) == [(D2, "not reconciled")]
+    with db.conn:
+        book("C", D0, f"{D2}T09:00:00.000Z")  # credited D0, booked two days later
+        book("D", D1, f"{D2}T09:00:00.000Z")  # after the run of D1 recorded without a mark
+    assert fs.days_due(db, D0, D2) == [
+        (D0, "ledger changed since its run"),
+        (D1, "ledger changed since its run"),
+        (D2, "not reconciled"),
+    ]
+    assert fs.ledger_mark(["C", "A"]) == fs.ledger_mark(["A", "C"]) != fs.ledger_mark(["A"])

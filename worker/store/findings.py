@@ -7,7 +7,9 @@ again touched, those gone marked resolved) so a run is never half-written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import datetime as dt
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -242,12 +244,14 @@ def record_run(
     outcome: str,
     findings: int,
     error: str | None = None,
+    ledger_mark: str | None = None,
 ) -> None:
-    """One reconciliation run: clean, findings or failed."""
+    """One reconciliation run: clean, findings or failed; a completed one with the mark of the
+    ledger side it compared (`ledger_mark`)."""
     db.execute(
-        "INSERT INTO reconcile_runs (day, started_at, finished_at, outcome, findings, error)"
-        " VALUES (?,?,?,?,?,?)",
-        [day, started_at, finished_at, outcome, findings, error],
+        "INSERT INTO reconcile_runs (day, started_at, finished_at, outcome, findings, error,"
+        " ledger_mark) VALUES (?,?,?,?,?,?,?)",
+        [day, started_at, finished_at, outcome, findings, error, ledger_mark],
     )
 
 
@@ -387,3 +391,73 @@ def search_findings(db: sqlite_utils.Database, text: str) -> list[dict[str, Any]
         [text, text],
     )
     return [dict(r) for r in rows]
+
+
+def ledger_mark(transaction_ids: Iterable[str]) -> str:
+    """What a day's ledger side is, in a few characters: the count of its rows and a digest of
+    their transactionIds (a row gained, or moved to another day, changes it)."""
+    ids = sorted(transaction_ids)
+    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
+    return f"{len(ids)}:{digest}"
+
+
+def days_due(db: sqlite_utils.Database, first_day: str, last_day: str) -> list[tuple[str, str]]:
+    """(day, why) of each day from `first_day` to `last_day` (YYYY-MM-DD, both included)
+    that a run must compare (again), oldest first (docs/reconciliation.md, "When a day is
+    final"):
+
+    - `ledger changed since its run`: the day's ledger side (the rows credited that day) is not
+      the one its last completed run compared: a row was booked since, or its credit moved
+      (a run recorded without its mark: a row booked after it started);
+    - `not reconciled`: no run of the day completed, and the day holds ledger rows, or comes
+      after the first day any run completed, or is `last_day` (days before depositd reconciled
+      anything, without a booking, are none of its business).
+    """
+    credit_day = _credit_day(db)
+    ids: dict[str, list[str]] = {}
+    latest: dict[str, str] = {}
+    for day, tx, booked_at in db.execute(
+        f"SELECT {credit_day}, l.transaction_id, l.booked_at FROM ledger l"
+        " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
+        # Booked no earlier than the day before its credit (a provider's clock ahead of ours
+        # by less than a day): the credit time is read only for rows that recent.
+        f" WHERE l.booked_at >= ? AND {credit_day} BETWEEN ? AND ?",
+        [_day_before(first_day), first_day, last_day],
+    ):
+        ids.setdefault(str(day), []).append(str(tx))
+        latest[str(day)] = max(latest.get(str(day), ""), str(booked_at or ""))
+    runs = {
+        str(r[0]): (r[1], str(r[2] or ""))
+        for r in db.execute(
+            "SELECT day, ledger_mark, started_at FROM reconcile_runs WHERE id IN"
+            " (SELECT MAX(id) FROM reconcile_runs WHERE outcome IN ('clean', 'findings')"
+            " AND day BETWEEN ? AND ? GROUP BY day)",
+            [first_day, last_day],
+        )
+    }
+    first = db.execute(
+        "SELECT MIN(day) FROM reconcile_runs WHERE outcome IN ('clean', 'findings')"
+    ).fetchone()[0]
+    out: list[tuple[str, str]] = []
+    day = dt.date.fromisoformat(first_day)
+    while day.isoformat() <= last_day:
+        text = day.isoformat()
+        run = runs.get(text)
+        if run is None:
+            if text in ids or text == last_day or (first is not None and text > str(first)):
+                out.append((text, "not reconciled"))
+        else:
+            mark, started = run
+            changed = (
+                mark != ledger_mark(ids.get(text, []))
+                if mark is not None
+                else latest.get(text, "") > started
+            )
+            if changed:
+                out.append((text, "ledger changed since its run"))
+        day += dt.timedelta(days=1)
+    return out
+
+
+def _day_before(day: str) -> str:
+    return (dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat()
