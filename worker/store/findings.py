@@ -382,13 +382,38 @@ def findings_between(
     return [dict(r) for r in rows]
 
 
-def search_findings(db: sqlite_utils.Database, text: str) -> list[dict[str, Any]]:
+def findings_between_after(
+    db: sqlite_utils.Database,
+    first_day: str,
+    last_day: str,
+    after: tuple[str, int] | None,
+    *,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """`findings_between` a chunk at a time: the first `limit` findings after `after` (the
+    (day, id) of the previous chunk's last one; None: from the start)."""
+    where = ""
+    params: list[Any] = [first_day, last_day]
+    if after is not None:
+        where = " AND (day > ? OR (day = ? AND id > ?))"
+        params += [after[0], after[0], after[1]]
+    rows = db.execute(
+        f"SELECT * FROM findings WHERE day BETWEEN ? AND ?{where} ORDER BY day, id LIMIT ?",
+        [*params, limit],
+    )
+    return [dict(r) for r in rows]
+
+
+def search_findings(
+    db: sqlite_utils.Database, text: str, *, limit: int = 50
+) -> list[dict[str, Any]]:
     """Findings about the deposit `text` (a transactionId) or the txHash `text` (whatever its
-    case), latest day first: a report record depositd never booked has a txHash only."""
+    case), latest day first, at most `limit`: a report record depositd never booked has a
+    txHash only."""
     rows = db.execute(
         "SELECT * FROM findings WHERE transaction_id = ? OR lower(tx_hash) = lower(?)"
-        " ORDER BY day DESC, id LIMIT 50",
-        [text, text],
+        " ORDER BY day DESC, id LIMIT ?",
+        [text, text, limit],
     )
     return [dict(r) for r in rows]
 
