@@ -90,7 +90,9 @@ def copy_writes(database: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Writing(f"a depositd command writes to {database}") from None
+            raise Writing(
+                f"a depositd command writes to {database}: copy once it has finished"
+            ) from None
         yield
     finally:
         os.close(fd)
@@ -100,7 +102,7 @@ def hold_copy_writes(conn: Any, where: str) -> None:
     """Take a PostgreSQL database's write lock exclusively on `conn`'s session, for as long as
     it lasts; `Writing` while a command holds it."""
     if not conn.execute("SELECT pg_try_advisory_lock(?)", [WRITE_LOCK]).fetchone()[0]:
-        raise Writing(f"a depositd command writes to {where}")
+        raise Writing(f"a depositd command writes to {where}: copy once it has finished")
 
 
 def _pg_connection(storage: StorageSettings) -> Any:
