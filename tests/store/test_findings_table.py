@@ -333,61 +333,85 @@ def test_a_failed_run_is_alerted_once_per_day(db: sqlite_utils.Database) -> None
     assert fs.failure_alerted(db, D0) is False
 
 
+def book_credited(db: sqlite_utils.Database, tx: str, day: str, booked_at: str) -> None:
+    """A ledger row of `tx` booked at `booked_at`, its credit at the provider on `day` 12:00."""
+    ledger.book_once(
+        db,
+        transaction_id=tx,
+        wallet_id=1,
+        wallet_name="w",
+        currency="USDT",
+        network="TRON",
+        amount="1",
+        from_address=None,
+        tx_hash=None,
+        trigger="credited",
+    )
+    db.execute("UPDATE ledger SET booked_at = ? WHERE transaction_id = ?", [booked_at, tx])
+    credited = int(datetime.fromisoformat(f"{day}T12:00:00+00:00").timestamp() * 1000)
+    db.execute(
+        "INSERT INTO deposits (transaction_id, fact_time) VALUES (?, ?)",
+        [tx, json.dumps({"credit_status": credited})],
+    )
+
+
+def run(db: sqlite_utils.Database, day: str, mark: str | None, started: str = "s") -> None:
+    """A completed (clean) run of `day` that compared the ledger side `mark`."""
+    fs.record_run(
+        db, day, started_at=started, finished_at="f", outcome="clean", findings=0, ledger_mark=mark
+    )
+
+
 def test_days_due_compare_the_ledger_side_a_run_saw(db: sqlite_utils.Database) -> None:
     """A completed run's ledger side unchanged: not due; a row booked or moved onto the day
     since: due; a run recorded without its mark (before the mark was kept): due when a row of
     its day was booked after it started. A failed run stands for no run."""
-
-    def book(tx: str, day: str, booked_at: str) -> None:
-        ledger.book_once(
-            db,
-            transaction_id=tx,
-            wallet_id=1,
-            wallet_name="w",
-            currency="USDT",
-            network="TRON",
-            amount="1",
-            from_address=None,
-            tx_hash=None,
-            trigger="credited",
-        )
-        db.execute("UPDATE ledger SET booked_at = ? WHERE transaction_id = ?", [booked_at, tx])
-        credited = int(datetime.fromisoformat(f"{day}T12:00:00+00:00").timestamp() * 1000)
-        db.execute(
-            "INSERT INTO deposits (transaction_id, fact_time) VALUES (?, ?)",
-            [tx, json.dumps({"credit_status": credited})],
-        )
-
     with db.conn:
-        book("A", D0, f"{D0}T10:00:00.000Z")
-        book("B", D1, f"{D1}T10:00:00.000Z")
-        fs.record_run(
-            db,
-            D0,
-            started_at=f"{D1}T02:30:00.000Z",
-            finished_at="f",
-            outcome="clean",
-            findings=0,
-            ledger_mark=fs.ledger_mark(["A"]),
-        )
-        fs.record_run(
-            db,
-            D1,
-            started_at=f"{D2}T02:30:00.000Z",
-            finished_at="f",
-            outcome="clean",
-            findings=0,
-        )
+        book_credited(db, "A", D0, f"{D0}T10:00:00.000Z")
+        book_credited(db, "B", D1, f"{D1}T10:00:00.000Z")
+        run(db, D0, fs.ledger_mark(["A"]), f"{D1}T02:30:00.000Z")
+        run(db, D1, None, f"{D2}T02:30:00.000Z")
         fs.record_run(
             db, D2, started_at="s", finished_at="f", outcome="failed", findings=0, error="x"
         )
     assert fs.days_due(db, D0, D2) == [(D2, "not reconciled")]
     with db.conn:
-        book("C", D0, f"{D2}T09:00:00.000Z")  # credited D0, booked two days later
-        book("D", D1, f"{D2}T09:00:00.000Z")  # after the run of D1 recorded without a mark
+        book_credited(db, "C", D0, f"{D2}T09:00:00.000Z")  # credited D0, booked two days later
+        book_credited(db, "D", D1, f"{D2}T09:00:00.000Z")  # after D1's run recorded no mark
     assert fs.days_due(db, D0, D2) == [
         (D0, "ledger changed since its run"),
         (D1, "ledger changed since its run"),
         (D2, "not reconciled"),
     ]
     assert fs.ledger_mark(["C", "A"]) == fs.ledger_mark(["A", "C"]) != fs.ledger_mark(["A"])
+
+
+def test_days_due_without_a_run(db: sqlite_utils.Database) -> None:
+    """Before any run only the last day and days with bookings are due; once a run completed,
+    every later day no run completed is due, with or without bookings, an earlier one only
+    with bookings. A day whose run compared no rows stays done while it has none; so does a
+    run without a mark whose day has no row, or whose rows were all booked before it started.
+    Rows of as many ids but other ones are another ledger side."""
+    d3, d4 = "2026-11-22", "2026-11-23"
+    assert fs.days_due(db, D0, D2) == [(D2, "not reconciled")]
+    with db.conn:
+        book_credited(db, "A", D0, f"{D0}T10:00:00.000Z")
+    assert fs.days_due(db, D0, D2) == [(D0, "not reconciled"), (D2, "not reconciled")]
+    with db.conn:
+        run(db, D1, fs.ledger_mark([]))
+    assert fs.days_due(db, D0, d3) == [
+        (D0, "not reconciled"),
+        (D2, "not reconciled"),
+        (d3, "not reconciled"),
+    ]
+    with db.conn:
+        run(db, D0, None, f"{D0}T10:00:00.000Z")  # started as A was booked: A was seen
+        run(db, D2, fs.ledger_mark([]))
+        run(db, d3, fs.ledger_mark(["Z"]))
+        book_credited(db, "B", d3, f"{d3}T10:00:00.000Z")
+        run(db, d4, None, f"{d4}T02:30:00.000Z")
+    assert fs.days_due(db, D0, d4) == [(d3, "ledger changed since its run")]
+    with db.conn:
+        # Booked two days before its credit day began: before the day the query reads from.
+        book_credited(db, "E", D2, "2026-11-19T23:00:00.000Z")
+    assert fs.days_due(db, D2, D2) == []
