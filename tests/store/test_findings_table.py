@@ -290,6 +290,13 @@ def test_lists_of_findings_a_person_reads(db: sqlite_utils.Database) -> None:
     assert subjects(fs.page_findings(db, open_only=False, limit=2, offset=1)) == ["tx-b", "0xc"]
     assert subjects(fs.findings_between(db, D1, D2)) == ["tx-b", "0xc", "tx-d"]
     assert subjects(fs.findings_between(db, D0, D0)) == ["0xa"]
+    # The export's chunks: after a (day, id) key, a day's findings cut in the middle.
+    chunk = fs.findings_between_after(db, D0, D2, None, limit=2)
+    assert subjects(chunk) == ["0xa", "tx-b"]
+    after = (chunk[-1]["day"], chunk[-1]["id"])
+    assert subjects(fs.findings_between_after(db, D0, D2, after, limit=5)) == ["0xc", "tx-d"]
+    assert subjects(fs.findings_between_after(db, D1, D1, (D0, 999), limit=5)) == ["tx-b", "0xc"]
+    assert subjects(fs.search_findings(db, "0xccc", limit=0)) == []
     assert subjects(fs.findings_of_day(db, D2)) == []
     got = fs.get_finding(db, ids["tx-b"])
     assert got is not None and (got["subject"], got["acknowledged_by"]) == ("tx-b", "ana")
