@@ -406,7 +406,7 @@ def test_days_due_without_a_run(db: sqlite_utils.Database) -> None:
     assert fs.days_due(db, D0, D2) == [(D0, "not reconciled"), (D2, "not reconciled")]
     with db.conn:
         run(db, D1, fs.ledger_mark([]))
-    assert fs.days_due(db, D0, d3) == [
+    assert fs.days_due(db, "2026-11-18", d3) == [
         (D0, "not reconciled"),
         (D2, "not reconciled"),
         (d3, "not reconciled"),
@@ -419,6 +419,24 @@ def test_days_due_without_a_run(db: sqlite_utils.Database) -> None:
         run(db, d4, None, f"{d4}T02:30:00.000Z")
     assert fs.days_due(db, D0, d4) == [(d3, "ledger changed since its run")]
     with db.conn:
+        # Booked after d4's run (without a mark) started, then one booked before it: the
+        # latest booking counts, whatever order the rows are read in.
+        book_credited(db, "X", d4, f"{d4}T05:00:00.000Z")
+        book_credited(db, "Y", d4, f"{d4}T01:00:00.000Z")
+    assert fs.days_due(db, d4, d4) == [(d4, "ledger changed since its run")]
+    with db.conn:
         # Booked two days before its credit day began: before the day the query reads from.
         book_credited(db, "E", D2, "2026-11-19T23:00:00.000Z")
     assert fs.days_due(db, D2, D2) == []
+
+
+async def test_days_due_read_the_credit_day_on_either_engine(store: Store) -> None:
+    """A booking credited on a day and booked on a later one makes the credit day due."""
+
+    def write(db: Any) -> None:
+        book_credited(db, "A", D0, f"{D2}T10:00:00.000Z")
+        run(db, D1, fs.ledger_mark([]))
+
+    await store.write(write)
+    due = await store.read(lambda db: fs.days_due(db, D0, D2))
+    assert due == [(D0, "not reconciled"), (D2, "not reconciled")]
