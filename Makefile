@@ -10,10 +10,13 @@ PIP_LOCKED := $(BIN)/pip install -q --require-hashes --only-binary :all:
 $(STAMP): requirements/dev.txt pyproject.toml
 	$(PY) -m venv --clear $(VENV)
 	$(PIP_LOCKED) -r requirements/dev.txt
-	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	# setuptools warns at every editable install about folders named like the package (here
+	# the package's own folder): a block of asterisks on each first `make demo`, not a problem.
+	PYTHONWARNINGS="ignore:Editable installation.:UserWarning" \
+	    $(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-.PHONY: setup demo test lint lock tools screenshots schemas mutation
+.PHONY: setup demo test lint lock tools screenshots schemas mutation model deb
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -82,6 +85,18 @@ schemas: $(STAMP)
 # `make mutation` for all, `make mutation MODULES=worker/track/tracker.py` for one.
 mutation: $(STAMP)
 	$(BIN)/python mutation/run.py $(MODULES)
+
+# The generated model test of the money path, EXAMPLES histories per engine (make test runs a
+# fixed budget of them); a run by hand draws new histories each time (DEPOSITD_MODEL_SEED).
+EXAMPLES ?= 2000
+model: $(STAMP) tools
+	DEPOSITD_MODEL_EXAMPLES=$(EXAMPLES) DEPOSITD_MODEL_SEED=$$RANDOM $(BIN)/pytest -q -p no:randomly \
+	    -n 2 --timeout=0 tests/model
+
+# The Debian package, dist/depositd_VERSION_ARCH.deb (deploy/build-deb.sh; build it on the
+# Debian release it is for: its virtualenv uses that release's /usr/bin/python3).
+deb:
+	deploy/build-deb.sh --out dist
 
 lint: $(STAMP)
 	$(BIN)/python requirements/check.py

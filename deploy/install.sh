@@ -128,12 +128,12 @@ LOCK=$SRC/requirements/runtime.txt
 [[ -f $LOCK ]] || die "missing $LOCK"
 # shellcheck disable=SC2086 # PIP_ARGS is a list of arguments on purpose
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes \
-    --only-binary :all: $PIP_ARGS -r "$LOCK"
+    --only-binary :all: ${ROOT:+--no-compile} $PIP_ARGS -r "$LOCK"
 # shellcheck disable=SC2086
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-    --no-build-isolation $PIP_ARGS "$BUILD"
+    --no-build-isolation ${ROOT:+--no-compile} $PIP_ARGS "$BUILD"
 version=$("$VENV/bin/depositd" --version) # also proves the installed program starts
-log "installed $version into $VENV"
+log "installed $version into ${VENV#"$ROOT"}${ROOT:+ (staged under $ROOT)}"
 
 # 2. Shipped files under the prefix, replaced on every run: documentation (the unit's
 #    Documentation= points here), the example config and the default rules to compare with.
@@ -172,6 +172,22 @@ TMPFILES
 chmod 0644 "$SHARE.new/sysusers.conf" "$SHARE.new/tmpfiles.conf"
 rm -rf "$SHARE"
 mv "$SHARE.new" "$SHARE"
+
+# 2b. A staged tree runs where it lands, not where it was built: pip and venv write the path
+#     they install to into every script's #! line, pyvenv.cfg and the activate scripts, and
+#     byte code names its source files by it. Rewritten to the final path (the interpreter is
+#     found relative to the script, so the staged copy keeps working for the steps below).
+if [[ -n $ROOT ]]; then
+    staged=$ROOT$PREFIX
+    sed_staged=$(printf '%s' "$staged" | sed 's/[#\\&.*^$[]/\\&/g')
+    { grep -rlIF -e "$staged" "$VENV/bin" "$VENV/pyvenv.cfg" || true; } | while IFS= read -r file; do
+        sed -i "s#$sed_staged#$PREFIX#g" "$file"
+    done
+    find "$VENV" -name __pycache__ -prune -exec rm -rf {} +
+    PYTHONDONTWRITEBYTECODE=1 "$VENV/bin/python" -m compileall -q -j 0 -s "$ROOT" -p / \
+        "$VENV/lib" >/dev/null
+    log "rewrote the staged virtualenv for $PREFIX/venv"
+fi
 
 # 3. Configuration, rules and profiles, installed only where missing. Secrets are credentials
 #    (root only; systemd hands them over) or environment variables.
@@ -305,12 +321,18 @@ install -m 0755 "$BUILD/depositctl" "$ROOT$PREFIX/bin/depositctl"
 # 4. The units, rewritten for the prefix. Replaced on every run: local changes belong in
 #    drop-ins (systemctl edit depositd). The backup timer is installed, not enabled.
 install -d -m 0755 "$UNIT_DIR"
-for unit in depositd.service depositd-setup.service depositd-backup.service \
+for unit in depositd.service depositd.socket depositd-setup.service depositd-backup.service \
     depositd-backup.timer; do
     sed "s#/opt/depositd/#$PREFIX/#g" "$SRC/deploy/$unit" >"$BUILD/$unit"
     install -m 0644 "$BUILD/$unit" "$UNIT_DIR/$unit"
     log "installed $UNIT_DIR/$unit"
 done
+# Nothing staged may name the staging directory: checked, not assumed.
+if [[ -n $ROOT ]]; then
+    leaked=$(grep -rlF -e "$ROOT$PREFIX" -e "$ROOT/etc" "$ROOT$PREFIX" "$ETC" "$UNIT_DIR" |
+        head -5 || true)
+    [[ -z $leaked ]] || die "the staged tree names $ROOT, where it was built: $leaked"
+fi
 if [[ $RUN_SYSTEMCTL == 1 ]]; then
     systemctl daemon-reload
     log "ran systemctl daemon-reload"

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from pgcluster import Cluster, MissingPostgres, running_cluster
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET, Processes
 from stores import StoreMaker
 
 from worker.dev.harness import Stack
@@ -129,6 +129,17 @@ async def start_stack(
             return stack
 
         yield start
+
+
+@pytest.fixture
+async def processes() -> AsyncIterator[Processes]:
+    """What the test starts (`serve`, commands, the sandbox): killed at its teardown, also when
+    it fails."""
+    owned = Processes()
+    try:
+        yield owned
+    finally:
+        await owned.kill_all()
 
 
 @pytest.fixture

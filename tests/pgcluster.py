@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,10 +33,13 @@ class MissingPostgres(RuntimeError):
 
 
 def server_bin() -> Path:
-    """The folder of initdb/pg_ctl: on PATH, else the newest /usr/lib/postgresql/*/bin."""
+    """The folder of initdb, pg_ctl and pg_basebackup: on PATH, else the newest
+    /usr/lib/postgresql/*/bin."""
     found = shutil.which("initdb")
     if found:
-        return Path(found).parent
+        # A link on PATH (as /usr/local/bin/initdb): the folder it points into has the rest
+        # (pg_basebackup) as well.
+        return Path(found).resolve().parent
     for folder in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
         if (Path(folder) / "initdb").exists():
             return Path(folder)
@@ -73,6 +77,9 @@ class Cluster:
         self.base_url = base_url
         self._stop = stop
         self._start = start
+        self.port = 0  # a throwaway server's port
+        self.crash_command: list[str] | None = None
+        self.promote_command: list[str] | None = None
 
     def url(self, database: str) -> str:
         """The URL of `database` on this server."""
@@ -104,6 +111,16 @@ class Cluster:
             raise RuntimeError(f"{ENV_URL} names a server these tests do not control")
         subprocess.run(self._start, check=True, capture_output=True)
 
+    def crash(self) -> None:
+        """Stop the server hard (`pg_ctl stop -m immediate`: as if its machine died)."""
+        assert self.crash_command is not None
+        subprocess.run(self.crash_command, check=True, capture_output=True)
+
+    def promote(self) -> None:
+        """Promote a standby to primary (`pg_ctl promote`, waiting until it accepts writes)."""
+        assert self.promote_command is not None
+        subprocess.run(self.promote_command, check=True, capture_output=True)
+
 
 @contextlib.contextmanager
 def running_cluster() -> Iterator[Cluster]:
@@ -112,25 +129,131 @@ def running_cluster() -> Iterator[Cluster]:
     if given:
         yield Cluster(given, None, None)
         return
+    with _server_folder() as (bindir, prefix, folder):
+        yield _start_primary(bindir, prefix, folder, "data", "")
+
+
+@contextlib.contextmanager
+def _server_folder() -> Iterator[tuple[Path, list[str], Path]]:
+    """The server binaries, the unprivileged prefix, and a private folder removed after (every
+    server started in it stopped first)."""
     bindir = server_bin()
     prefix = _as_user()
     folder = Path(tempfile.mkdtemp(prefix="depositd-pg-"))
     if prefix:
         shutil.chown(folder, TEST_USER, TEST_USER)
-    data = folder / "data"
-    port = _free_port()
+    try:
+        yield bindir, prefix, folder
+    finally:
+        for data in folder.glob("*/PG_VERSION"):
+            subprocess.run(
+                [
+                    *prefix,
+                    str(bindir / "pg_ctl"),
+                    "-D",
+                    str(data.parent),
+                    "-m",
+                    "immediate",
+                    "stop",
+                ],
+                capture_output=True,
+            )
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _pg_ctl(bindir: Path, prefix: list[str], folder: Path, name: str) -> list[str]:
+    data = folder / name
+    return [
+        *prefix,
+        str(bindir / "pg_ctl"),
+        "-D",
+        str(data),
+        "-w",
+        "-l",
+        str(folder / f"{name}.log"),
+    ]
+
+
+def _start_primary(bindir: Path, prefix: list[str], folder: Path, name: str, extra: str) -> Cluster:
+    """initdb and start a server in `folder / name` on a free port; `extra`: more -c options
+    given on its command line (not copied by a base backup)."""
     subprocess.run(
-        [*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust"],
+        [
+            *prefix,
+            str(bindir / "initdb"),
+            "-D",
+            str(folder / name),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+        ],
         check=True,
         capture_output=True,
     )
-    options = f"-h 127.0.0.1 -p {port} -k {folder} -c max_connections=200"
-    pg_ctl = [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(folder / "log")]
+    return _start_server(bindir, prefix, folder, name, extra)
+
+
+def _start_server(bindir: Path, prefix: list[str], folder: Path, name: str, extra: str) -> Cluster:
+    port = _free_port()
+    options = f"-h 127.0.0.1 -p {port} -k {folder} -c max_connections=200 {extra}".strip()
+    pg_ctl = _pg_ctl(bindir, prefix, folder, name)
     start = [*pg_ctl, "-o", options, "start"]
     stop = [*pg_ctl, "-m", "fast", "stop"]
     subprocess.run(start, check=True, capture_output=True)
-    try:
-        yield Cluster(f"postgresql://postgres@127.0.0.1:{port}/postgres", stop, start)
-    finally:
-        subprocess.run(stop, capture_output=True)
-        shutil.rmtree(folder, ignore_errors=True)
+    cluster = Cluster(f"postgresql://postgres@127.0.0.1:{port}/postgres", stop, start)
+    cluster.port = port
+    cluster.crash_command = [*pg_ctl, "-m", "immediate", "stop"]
+    cluster.promote_command = [*pg_ctl, "promote"]
+    return cluster
+
+
+@contextlib.contextmanager
+def replicated_pair() -> Iterator[tuple[Cluster, Cluster]]:
+    """A primary and a streaming standby (`pg_basebackup -R`), the standby synchronous: a
+    commit on the primary returns once the standby has flushed it (`synchronous_standby_names`
+    on the primary's command line, so that the standby, once promoted, does not wait for a
+    standby of its own). Both stopped and removed after."""
+    with _server_folder() as (bindir, prefix, folder):
+        primary = _start_primary(
+            bindir, prefix, folder, "primary", "-c synchronous_standby_names=*"
+        )
+        subprocess.run(
+            [
+                *prefix,
+                str(bindir / "pg_basebackup"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(primary.port),
+                "-U",
+                "postgres",
+                "-D",
+                str(folder / "standby"),
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        standby = _start_server(bindir, prefix, folder, "standby", "")
+        _until_synchronous(primary)
+        yield primary, standby
+
+
+def _until_synchronous(primary: Cluster, within_s: float = 30) -> None:
+    """Wait until the primary streams to a standby it counts as synchronous."""
+    deadline = time.monotonic() + within_s
+    with psycopg.connect(primary.base_url, autocommit=True) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM pg_stat_replication WHERE sync_state = 'sync'"
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the standby did not become synchronous")
+            time.sleep(0.05)

@@ -1,14 +1,18 @@
-"""`python -m worker serve` as a subprocess, for the tests that kill or signal it; free ports."""
+"""`python -m worker serve` as a subprocess, for the tests that kill or signal it; free ports;
+`Processes`, which owns what a test starts (the `processes` fixture)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Self
+from typing import Self, TypeVar
 
 import aiohttp
 
@@ -79,3 +83,42 @@ class ServeProcess:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.kill()
+
+
+Started = TypeVar("Started", asyncio.subprocess.Process, subprocess.Popen[bytes])
+
+
+class Processes:
+    """The processes a test starts: every one still running is killed (SIGKILL) and reaped when
+    the test ends, whether it passed or failed, so that none outlives it."""
+
+    def __init__(self) -> None:
+        self._serves: list[ServeProcess] = []
+        self._started: list[asyncio.subprocess.Process | subprocess.Popen[bytes]] = []
+
+    def serve(self, config: Path, port: int, log: Path) -> ServeProcess:
+        """A `ServeProcess` (not started yet) owned by the test."""
+        serve = ServeProcess(config, port, log)
+        self._serves.append(serve)
+        return serve
+
+    def own(self, proc: Started) -> Started:
+        """Own a process started by the test (`asyncio.create_subprocess_exec`, `Popen`)."""
+        self._started.append(proc)
+        return proc
+
+    async def kill_all(self) -> None:
+        """Kill and reap every owned process still running."""
+        for serve in self._serves:
+            await serve.kill()
+        for proc in self._started:
+            if isinstance(proc, subprocess.Popen) and proc.poll() is not None:
+                continue
+            if proc.returncode is not None:
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGKILL)
+            if isinstance(proc, subprocess.Popen):
+                await asyncio.get_running_loop().run_in_executor(None, proc.wait)
+            else:
+                await proc.wait()

@@ -24,6 +24,11 @@ class AlreadyServing(DepositdError, OSError):
     not be taken, even shared."""
 
 
+class InstanceRunning(AlreadyServing):
+    """Another `serve` holds this SQLite database and this one was not told to share it
+    (`storage.several_instances`); the message names the other one (pid, listening ports)."""
+
+
 class ListenError(DepositdError, OSError):
     """A listening address of `serve` cannot be bound (taken by another process, or not an
     address of this host): `setting` names the key, `address` its HOST:PORT."""
@@ -33,6 +38,16 @@ class ListenError(DepositdError, OSError):
         self.address = address
         self.reason = reason
         super().__init__(f"{setting}: cannot listen on {address}: {reason}")
+
+
+class StorageUnavailable(StorageError):
+    """A group transaction did not commit: the database is unavailable (the store logs the
+    outage in a few lines, `worker.store.outage`)."""
+
+
+class SchemaUpgradeRefused(StorageError):
+    """The database's schema needs migrating while an instance of an older version serves
+    on it: refused, that instance would run on a schema it does not know."""
 
 
 class SchemaTooNew(StorageError):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-__all__ = ["host_port", "is_loopback", "mask_url", "plain_http_problem"]
+__all__ = ["db_hosts", "host_port", "is_loopback", "mask_url", "plain_http_problem"]
 
 
 def host_port(url: str) -> str:
@@ -54,24 +54,66 @@ def plain_http_problem(url: str, *, allowed: bool, key: str) -> tuple[str | None
     )
 
 
-# A password given as a query parameter (`postgresql://user@host/db?password=...`, which libpq
-# accepts as well as `user:password@`).
-_QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
+# Parameters whose value is a secret, in a URL's query or a key=value string: the password,
+# and the passphrase of a client certificate's key (libpq's `sslpassword`).
+_SECRET_KEYS = ("password", "sslpassword")
+_QUERY_SECRET = re.compile(r"(?i)((?:^|&)(?:ssl)?password=)[^&]*")
+# A key=value string that libpq would not parse still has its secrets masked: a value quoted
+# ('...', with \\ and \' escapes) or up to the next blank.
+_PAIR_SECRET = re.compile(r"(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)")
 
 
 def mask_url(url: str) -> str:
-    """The URL with its password replaced by `***`, in the user part or as a `password=`
-    query parameter (for logs, status and errors)."""
+    """A database URL or connection string with its secrets replaced by `***` (for logs,
+    status and errors): every form libpq accepts.
+
+    - a URL, one host or several (`postgresql://user:pw@h1:5432,h2:5433/db?...`): the password
+      before the hosts, and a `password=` or `sslpassword=` query parameter;
+    - a key=value string (`host=h1,h2 port=5432 user=u password='p w'`): the same keys;
+    - a service name (`service=prod`, `postgresql:///?service=prod`) carries no secret here
+      (it is in the service file): shown as it is.
+
+    Anything else (an http:// URL) has a password before its host masked as well.
+    """
+    if "://" not in url:
+        return _PAIR_SECRET.sub(r"\1***", url)
+    scheme, _, rest = url.partition("://")
+    rest, mark, query = rest.partition("?")
+    query = _QUERY_SECRET.sub(r"\1***", query)
+    # The user part ends at the last `@` before the query: a password holding `/` or `@`
+    # unescaped is masked whole all the same.
+    userinfo, at, hosts = rest.rpartition("@")
+    if at and ":" in userinfo:
+        rest = f"{userinfo.partition(':')[0]}:***@{hosts}"
+    return f"{scheme}://{rest}{mark}{query}"
+
+
+def db_hosts(url: str) -> str:
+    """The servers a database URL or connection string names, `host:port` each, comma-separated
+    (`db1:5432, db2:5433`); `service NAME` for a service name; `(unparsed)` when libpq
+    would refuse it. Never the user, database or password."""
+    from psycopg import Error
+    from psycopg.conninfo import conninfo_to_dict
+
+    if "/" in url.partition("://")[2].partition("?")[0].rpartition("@")[0]:
+        # A password holding an unescaped `/`: libpq would read part of it as a host.
+        return "(unparsed)"
     try:
-        parts = urlsplit(url)
-        password, port = parts.password, parts.port
-    except ValueError:
-        return "(a malformed URL)"
-    if parts.query:
-        parts = parts._replace(query=_QUERY_PASSWORD.sub(r"\1***", parts.query))
-    if password is None:
-        return urlunsplit(parts)
-    host = parts.hostname or ""
-    if port is not None:
-        host = f"{host}:{port}"
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+        params = conninfo_to_dict(url)
+    except Error:
+        return "(unparsed)"
+    hosts = str(params.get("host") or params.get("hostaddr") or "").split(",")
+    ports = str(params.get("port") or "").split(",")
+    named: list[str] = []
+    for i, host in enumerate(hosts):
+        # libpq: one port for every host, or one per host; an empty one is the default.
+        port = ports[i] if len(ports) == len(hosts) else ports[0]
+        host = host or ("" if params.get("service") else "localhost")
+        if not host:
+            continue
+        if ":" in host and not host.startswith("/"):
+            host = f"[{host}]"
+        named.append(f"{host}:{port or 5432}")
+    if params.get("service"):
+        named.insert(0, f"service {params['service']}")
+    return ", ".join(named)

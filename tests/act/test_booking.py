@@ -315,19 +315,81 @@ async def test_a_likely_duplicate_written_differently_is_held_not_booked_twice(
     assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
 
 
-async def test_a_likely_duplicate_of_a_deposit_booked_before_its_txhash_was_known_is_held(
-    env: Env,
-) -> None:
-    """A deposit booked while its txHash was not known yet (the ledger row has none), the hash
-    learnt later: a second transactionId with that hash, amount, address and currency is held
-    as a likely duplicate, not booked a second time."""
+async def test_a_credited_deposit_is_booked_once_its_txhash_is_known(env: Env) -> None:
+    """A deposit credited before its txHash is known is held (nothing booked, no alert), and
+    booked, once, when a later fact states the hash; a second transactionId with that hash,
+    amount, address and currency is then held as a likely duplicate."""
     done = {"status": "SUCCESS", "whiteListStatus": None}
     await env.processor.observe_fact(_fact_of(order("TXA", **done, transactionHash=None)))
+    assert await rows(env.store, "SELECT transaction_id FROM ledger") == []
+    assert await alerts(env.store) == []
     later = {**done, "transactionHash": "0xlate", "updateTime": 1_700_000_000_005}
+    await env.processor.observe_fact(_fact_of(order("TXA", **later)))
     await env.processor.observe_fact(_fact_of(order("TXA", **later)))
     await env.processor.observe_fact(_fact_of(order("TXB", **later)))
     ledger = await rows(env.store, "SELECT transaction_id, tx_hash FROM ledger")
-    assert ledger == [{"transaction_id": "TXA", "tx_hash": None}]
+    assert ledger == [{"transaction_id": "TXA", "tx_hash": "0xlate"}]
+    assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
+
+
+@pytest.mark.parametrize("hash_seen", ["0xH", "0xh"])
+async def test_a_likely_duplicate_credited_before_its_txhash_is_known_is_held(
+    env: Env, hash_seen: str
+) -> None:
+    """TXA booked with txHash 0xH; TXB credited with no txHash yet (a CREDITED webhook, a
+    record without one), same amount, currency and receiving address: TXB is not booked;
+    once its next fact brings the hash (in any case) it is held as a likely duplicate of TXA,
+    one critical alert, and the ledger holds the money once."""
+    done = {"status": "SUCCESS", "whiteListStatus": None}
+    await env.processor.observe_fact(_fact_of(order("TXA", **done, transactionHash="0xH")))
+    await env.processor.observe_fact(_fact_of(order("TXB", **done, transactionHash=None)))
+    assert await rows(env.store, "SELECT transaction_id FROM ledger") == [{"transaction_id": "TXA"}]
+    later = {**done, "transactionHash": hash_seen, "updateTime": 1_700_000_000_005}
+    await env.processor.observe_fact(_fact_of(order("TXB", **later)))
+    assert await rows(env.store, "SELECT transaction_id FROM ledger") == [{"transaction_id": "TXA"}]
+    assert [a for a in await alerts(env.store) if a[0] == "TXB"] == [
+        ("TXB", "duplicate_tx_hash", "critical")
+    ]
+    outcomes = await rows(
+        env.store, "SELECT outcome FROM actions WHERE action='book' AND transaction_id='TXB'"
+    )
+    assert outcomes[-1]["outcome"].startswith("held: likely duplicate of TXA")
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["one batch", "two batches"])
+async def test_a_likely_duplicate_credited_by_webhook_before_its_txhash_is_held(
+    env: Env, together: bool
+) -> None:
+    """The webhook batch path: TXB's DEPOSIT_WHITELIST_CREDITED carries no transactionHash,
+    its DEPOSIT_ORDER_NOTIFICATION brings TXA's hash; in one batch with TXA's booking or in
+    later ones, TXB is held as a likely duplicate and booked nowhere."""
+    base = {"whiteListStatus": None}
+    await deliver(
+        env.store,
+        webhook("DEPOSIT_ORDER_NOTIFICATION", "TXA", NOW, status="SUCCESS", transactionHash="0xH"),
+    )
+    if not together:
+        await env.processor.run_until_idle()
+    required = webhook("DEPOSIT_WHITELIST_REQUIRED", "TXB", NOW + 1, transactionHash=None)
+    await deliver(env.store, required)
+    credited = webhook("DEPOSIT_WHITELIST_CREDITED", "TXB", NOW + 2, transactionHash=None)
+    await deliver(env.store, credited)
+    if not together:
+        await env.processor.run_until_idle()
+        assert await rows(env.store, "SELECT transaction_id FROM ledger") == [
+            {"transaction_id": "TXA"}
+        ]
+    done = webhook(
+        "DEPOSIT_ORDER_NOTIFICATION",
+        "TXB",
+        NOW + 3,
+        status="SUCCESS",
+        transactionHash="0xH",
+        **base,
+    )
+    await deliver(env.store, done)
+    await env.processor.run_until_idle()
+    assert await rows(env.store, "SELECT transaction_id FROM ledger") == [{"transaction_id": "TXA"}]
     assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
 
 
@@ -473,7 +535,9 @@ async def test_book_on_a_failed_deposit_records_why_it_was_skipped(env: Env) -> 
 
 def _fact_of(record: dict[str, Any]) -> Fact:
     """The fact a polled record states."""
-    return fact_from_order(DepositOrder.model_validate(record))
+    return fact_from_order(
+        DepositOrder.model_validate(record), sent_at=record.get("updateTime") or now_ms()
+    )
 
 
 # --- 3 and 8: amounts ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from worker.act.kinds.submit import CODE_OUTCOMES
 from worker.act.outbox import Outbox
 from worker.act.reactor import RuleReactor
 from worker.act.rows import ActionRows
+from worker.clock import now_ms
 from worker.config.profiles import Profiles
 from worker.config.yamlsrc import Loc
 from worker.errors import ConfigError
@@ -94,7 +95,9 @@ def order(tx: str) -> Fact:
         "createTime": 1_700_000_000_000,
         "updateTime": 1_700_000_000_000,
     }
-    return fact_from_order(DepositOrder.model_validate(record))
+    return fact_from_order(
+        DepositOrder.model_validate(record), sent_at=record.get("updateTime") or now_ms()
+    )
 
 
 async def test_a_registered_kind_is_accepted_recorded_and_run(

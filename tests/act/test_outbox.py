@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
+from structlog.testing import capture_logs
+from waits import until, until_async
 
 from worker.act.kinds.forward import forward_secret
 from worker.act.outbox import Outbox
+from worker.clock import utc_now
 from worker.commands.cli import main
 from worker.config.profiles import Profiles
 from worker.dev.harness import Stack
@@ -53,6 +56,61 @@ async def test_run_survives_a_storage_failure(
         await client.close()
         await store.close()
     assert passes == 2
+
+
+def _action_row(db: Any, next_attempt_at: str) -> None:
+    db.execute(
+        "INSERT INTO actions (transaction_id, action, params, status, attempts, next_attempt_at)"
+        " VALUES ('tx-hand-edited', 'no_such_action', '{}', 'pending', 0, ?)",
+        [next_attempt_at],
+    )
+
+
+@pytest.mark.parametrize("due", ["not a time", "2999-01-01T00:00:00"])
+async def test_a_next_attempt_time_not_understood_leaves_the_runner_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, due: str
+) -> None:
+    """A row whose next attempt time is not a time (logged once) or one without its zone (read
+    as UTC, as the store writes them) does not end the runner: rows due later still run."""
+    store = Store(tmp_path / "depositd.db")
+    await store.open()
+
+    async def observe(fact: Fact) -> None:
+        return None
+
+    client = ProviderClient("http://127.0.0.1:9", "key", "secret", retries=0)
+    outbox = Outbox(store, client=client, notifiers={}, profiles=Profiles.empty, observe=observe)
+    stop = asyncio.Event()
+    await store.write(lambda db: _action_row(db, due))
+    reads: list[float] = []
+    read_due = outbox._until_next_due
+
+    async def counted(cap_s: float = 1.0) -> float:
+        reads.append(await read_due(cap_s))
+        return reads[-1]
+
+    monkeypatch.setattr(outbox, "_until_next_due", counted)
+    with capture_logs() as logs:
+        running = asyncio.create_task(outbox.run(stop))
+        try:
+            await until(lambda: reads or running.done(), "the next due time read")
+            await store.write(lambda db: _action_row(db, utc_now()))
+            outbox.wake()
+
+            async def skipped() -> bool:
+                rows = await store.read(lambda db: list(db.query("SELECT status FROM actions")))
+                return [r["status"] for r in rows] == ["pending", "skipped"]
+
+            await until_async(skipped, "the row due now to run")
+            assert not running.done()
+        finally:
+            stop.set()
+            await asyncio.wait_for(running, 5)
+            await client.close()
+            await store.close()
+    warnings = [(e["log_level"], e["value"]) for e in logs if "not understood" in e["event"]]
+    assert warnings == ([("warning", due)] if due == "not a time" else [])
+    assert reads and all(0 < wait <= 1.0 for wait in reads)
 
 
 FORWARD_RULES = """\

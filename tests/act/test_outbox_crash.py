@@ -6,13 +6,15 @@ import asyncio
 import json
 import signal
 import sqlite3
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+from aiohttp.typedefs import Handler
 from pytest_aiohttp import AiohttpServer
-from serveproc import ServeProcess, free_port
+from serveproc import Processes, free_port
+from waits import until
 
 from worker.dev.sandbox import SANDBOX_KEY, SandboxConfig, create_app
 
@@ -49,16 +51,11 @@ def db_rows(path: Path, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, 
         conn.close()
 
 
-async def until(check: Callable[[], bool], what: str, within_s: float = 15) -> None:
-    """Poll `check` until it holds."""
-    deadline = time.monotonic() + within_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 async def test_sigkill_with_submission_in_flight_submits_once_with_same_key(
-    tmp_path: Path, aiohttp_server: AiohttpServer, recorded: list[dict[str, Any]]
+    tmp_path: Path,
+    aiohttp_server: AiohttpServer,
+    recorded: list[dict[str, Any]],
+    processes: Processes,
 ) -> None:
     """SIGKILL while the submission is in flight: after restart it happens once, same key."""
     port = free_port()
@@ -83,6 +80,25 @@ async def test_sigkill_with_submission_in_flight_submits_once_with_same_key(
         return answer
 
     sandbox.submit = counting_submit  # type: ignore[method-assign]
+    # The first submission is held at the sandbox until the test lets it go (after the kill
+    # and the resumed submission), so the worker is killed mid-call however slow the machine.
+    release_first = asyncio.Event()
+    submits_arrived: list[int] = []
+    submits_ended: list[int] = []
+
+    @web.middleware
+    async def hold_first_submit(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method != "POST" or not request.path.endswith("/submit"):
+            return await handler(request)
+        submits_arrived.append(1)
+        try:
+            if len(submits_arrived) == 1:
+                await release_first.wait()
+            return await handler(request)
+        finally:  # answered, or dropped with its connection
+            submits_ended.append(1)
+
+    app.middlewares.append(hold_first_submit)
     server = await aiohttp_server(app)
 
     profiles = tmp_path / "profiles.yaml"
@@ -112,10 +128,8 @@ async def test_sigkill_with_submission_in_flight_submits_once_with_same_key(
             }
         )
     )
-    serve = ServeProcess(config, port, tmp_path / "serve.log")
+    serve = processes.serve(config, port, tmp_path / "serve.log")
     await serve.start()
-    # The first submission is held at the sandbox, so the worker is killed mid-call.
-    sandbox.set_fault("submit", "latency", count=1, latency_s=1.5)
     tx = sandbox.inject_deposit(1001, "USDT", "TRON", "250.75", PAYER_ADDRESS)["transactionId"]
 
     def submit_rows() -> list[dict[str, Any]]:
@@ -138,7 +152,8 @@ async def test_sigkill_with_submission_in_flight_submits_once_with_same_key(
     await serve.start()
     await until(lambda: submit_rows()[0]["status"] == "done", "the resumed submission")
     # Let the held first request finish at the sandbox too, whatever it does.
-    await asyncio.sleep(1.6)
+    release_first.set()
+    await until(lambda: len(submits_ended) == 2, "the held first request to end")
     assert len(submit_rows()) == 1
     assert applied == [tx]  # the provider's state changed once
     seen = submits_seen()

@@ -115,3 +115,31 @@ async def test_serve_warns_at_start_for_wallets_the_provider_does_not_list(
     ]
     assert len(warned) == 3, warned
     assert any(w.startswith(f"{rules / 'main-usd.yaml'}:1:") and "Main USDT" in w for w in warned)
+
+
+def _agreeing_setup(tmp_path: Path, provider_url: str) -> Path:
+    """`_setup` without what the provider does not list."""
+    config, rules, profiles = _setup(tmp_path, provider_url)
+    for name in ("main-usd.yaml", "w1003.yaml"):
+        (rules / name).unlink()
+    profiles.write_text((ROOT / "rules" / "profiles.yaml").read_text())
+    return config
+
+
+async def test_check_online_says_what_it_checked_and_not_the_webhook_secret(
+    tmp_path: Path, provider_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a setup the provider agrees with, `check --online` prints more than `check`: that the
+    provider accepted signed requests and covers the profiles' providers and the wallets, and
+    that the webhook secret cannot be tested from here, with the settings to compare."""
+    config = _agreeing_setup(tmp_path, provider_url)
+    assert await asyncio.to_thread(main, ["check", "--config", str(config)]) == 0
+    offline = capsys.readouterr().out
+    assert await asyncio.to_thread(main, ["check", "--online", "--config", str(config)]) == 0
+    online = capsys.readouterr().out
+    extra = online.removeprefix(offline).splitlines()
+    assert len(extra) == 2, online
+    assert extra[0].startswith(f"online: {provider_url} accepted signed requests")
+    assert "cannot be tested from here" in extra[1]
+    assert "webhook.secret" in extra[1] and "webhook.api_key" in extra[1]
+    assert "ws" not in extra[1].split()  # the configured secret itself is never printed

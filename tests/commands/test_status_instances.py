@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from stores import StoreMaker
 from test_ops import Service, cli
@@ -16,7 +17,9 @@ async def test_status_says_running_while_another_instance_serves(
     shared advisory lock); the first stops cleanly (recording its stop): status still says
     running (the second holds the database), not an unclean stop; once the second stops too,
     not running."""
-    shared = make_store.storage("shared.db")
+    shared: dict[str, Any] = {**make_store.storage("shared.db")}
+    if "path" in shared:
+        shared["several_instances"] = True  # SQLite: each instance says it may share
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
     first = Service(tmp_path / "a", provider_url, storage=shared)

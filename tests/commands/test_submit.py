@@ -96,6 +96,22 @@ async def test_a_held_deposit_is_submitted_once_and_recorded(
     assert [(r["kind"], r["remote"], r["note"]) for r in recorded] == [
         ("submit_profile", "ana@cli", "KYC seen")
     ]
+    # Who submitted, and why, shows in the deposit's history (JSON and text), not only the
+    # trigger `operator`; the facts say the submission moved the deposit, and to what.
+    code, out, err = await _cli(capsys, "deposits", tx, "--json", "--config", config)
+    assert code == 0, err
+    shown = json.loads(out)
+    assert [(o["kind"], o["by"], o["note"]) for o in shown["operatorActions"]] == [
+        ("submit_profile", "ana@cli", "KYC seen")
+    ]
+    assert shown["operatorActions"][0]["outcome"].startswith("queued submission #")
+    assert {"from": "needs_details", "to": "submitted"} in [f["moved"] for f in shown["facts"]]
+    code, out, err = await _cli(capsys, "deposits", tx, "--config", config)
+    assert code == 0, err
+    operator = out.split("\noperator actions\n", 1)[1].splitlines()
+    assert operator[0].split() == ["at", "by", "kind", "note", "outcome"]
+    assert "ana@cli  submit_profile  KYC seen  queued submission #" in operator[1]
+    assert "moved needs_details -> submitted (whiteListStatus)" in out
 
     code, out, err = await _cli(
         capsys, "submit", tx, "--profile", "demo-entity", "--by", "ana", "--config", config

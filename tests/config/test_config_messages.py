@@ -91,7 +91,7 @@ def test_a_bad_indent_is_named_in_plain_words(tmp_path: Path) -> None:
 def test_country_code_uk_suggests_gb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`countryCode: UK` in a profile is refused with file, line and the code meant: GB."""
     main(["init", "--sandbox", str(tmp_path / "s")])
-    profiles = tmp_path / "s" / "profiles.yaml"
+    profiles = tmp_path / "s" / "rules" / "profiles.yaml"
     profiles.write_text(profiles.read_text().replace("countryCode: SG", "countryCode: UK"))
     capsys.readouterr()
     assert main(["check", "--config", str(tmp_path / "s" / "depositd.yaml")]) == 2
@@ -99,6 +99,47 @@ def test_country_code_uk_suggests_gb(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert capsys.readouterr().err.splitlines() == [
         f"{profiles}:{line}: profile 'fictitious-demo-payer': countryCode is not an ISO 3166-1"
         " alpha-2 code; did you mean 'GB'?"
+    ]
+
+
+def test_a_wrong_profile_value_is_reported_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A profile with a bad value that a rule names by name: only the profile's error, not a
+    second one calling the rule's profile unknown; a rule naming a profile that is not in the
+    file at all still is."""
+    main(["init", "--sandbox", str(tmp_path / "s")])
+    profiles = tmp_path / "s" / "rules" / "profiles.yaml"
+    profiles.write_text(profiles.read_text().replace("countryCode: SG", "countryCode: UK"))
+    rules = tmp_path / "s" / "rules" / "named.yaml"
+    rules.write_text(
+        "wallet: 1001\nrules:\n"
+        '  - name: named\n    "on": [needs_details]\n'
+        "    then: [{submit_profile: {profile: fictitious-demo-payer}}]\n"
+        '  - name: other\n    "on": [rejected]\n'
+        "    then: [{submit_profile: {profile: nobody}}]\n"
+    )
+    capsys.readouterr()
+    assert main(["check", "--config", str(tmp_path / "s" / "depositd.yaml")]) == 2
+    errors = [e for e in capsys.readouterr().err.splitlines() if not e.startswith("warning")]
+    assert len(errors) == 2, errors
+    assert errors[0].startswith(f"{profiles}:") and "did you mean 'GB'?" in errors[0]
+    assert errors[1].startswith(f"{rules}:") and "unknown profile 'nobody'" in errors[1]
+
+
+def test_a_misspelled_payer_field_gets_a_did_you_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`walletLable:` in a profile is named with the field meant, as every other key is."""
+    main(["init", "--sandbox", str(tmp_path / "s")])
+    profiles = tmp_path / "s" / "rules" / "profiles.yaml"
+    profiles.write_text(profiles.read_text().replace("walletLabel:", "walletLable:"))
+    capsys.readouterr()
+    assert main(["check", "--config", str(tmp_path / "s" / "depositd.yaml")]) == 2
+    line = profiles.read_text().splitlines().index("    walletLable: Fictitious demo wallet") + 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{profiles}:{line}: profile 'fictitious-demo-payer': walletLable is not a payer details"
+        " field; did you mean 'walletLabel'?"
     ]
 
 
@@ -113,7 +154,7 @@ def test_check_warns_when_alerts_go_nowhere(
     assert main(["check", "--config", str(config)]) == 0
     err = capsys.readouterr().err
     assert "notify: no channel is configured, so the alerts of your rules" in err
-    assert f"{tmp_path / 's' / 'rules.yaml'}:" in err
+    assert f"{tmp_path / 's' / 'rules' / 'default.yaml'}:" in err
     config.write_text(
         config.read_text() + "notify:\n  slack: {webhook_url: 'http://127.0.0.1:9'}\n"
     )
@@ -134,7 +175,7 @@ async def test_check_online_lists_offered_providers_closest_first(
     config.write_text(text)
     (folder / "secrets" / "provider_api_key").write_text(PROVIDER_KEY)
     (folder / "secrets" / "provider_api_secret").write_text(PROVIDER_SECRET)
-    profiles = folder / "profiles.yaml"
+    profiles = folder / "rules" / "profiles.yaml"
     profiles.write_text(profiles.read_text().replace("provider: Binance", "provider: Krakn"))
     proc = await asyncio.create_subprocess_exec(
         *[sys.executable, "-m", "worker", "check", "--online", "--config", str(config)],
@@ -150,3 +191,29 @@ async def test_check_online_lists_offered_providers_closest_first(
         f"{profiles}:{line}: profile 'fictitious-demo-payer': provider is not one the provider"
         " offers; give one of (closest first): Kraken, Binance, OKX, Coinbase, Bybit"
     ]
+
+
+@pytest.mark.parametrize("how", ["default", "env", "option"])
+def test_a_missing_configuration_says_how_to_give_one(
+    tmp_path: Path,
+    how: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No configuration file where one was looked for: the error names the path, why that
+    path, and the ways to give one: --config, $DEPOSITD_CONFIG, `depositd init --sandbox`."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DEPOSITD_CONFIG", raising=False)
+    argv = ["status"]
+    if how == "env":
+        monkeypatch.setenv("DEPOSITD_CONFIG", str(tmp_path / "env.yaml"))
+    elif how == "option":
+        argv += ["--config", "given.yaml"]
+    assert main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    path = {"default": "depositd.yaml", "env": "env.yaml", "option": "given.yaml"}[how]
+    assert line.startswith(f"{tmp_path / path}: no configuration file here (")
+    why = {"default": "the default", "env": "named by $DEPOSITD_CONFIG", "option": "--config"}
+    assert why[how] in line
+    assert "--config PATH" in line and "$DEPOSITD_CONFIG" in line
+    assert "depositd init --sandbox DIR" in line

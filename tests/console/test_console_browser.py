@@ -18,10 +18,14 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
+from worker.act.approve import approve
 from worker.store import operator as operator_store
+from worker.store.meta import all_meta
+from worker.store.tx import conn_of
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_PROFILE_SOURCE = "TConsoleNoProfile000000000000001"  # wallet 1001 has no fallback profile
+KNOWN_PAYER = "TDemoKnownPayer1111111111111111111"  # demo-entity in rules/profiles.yaml
 PAYER = {
     "firstName": "Ottoline",
     "lastName": "Brackenbury-Vesk",
@@ -96,6 +100,14 @@ def test_overview_lists_a_deposit_waiting_for_a_profile_and_its_timeline(
     assert browser.find_element(By.ID, "state").text == "needs_details"
     facts = browser.find_element(By.ID, "facts").text
     assert "webhook" in facts or "poll" in facts
+    # Each fact says what it changed; "moved" (and the row's emphasis) only for a state change.
+    rows = browser.find_elements(By.CSS_SELECTOR, "#facts tbody tr")
+    changes = [row.find_elements(By.TAG_NAME, "td")[-1].text for row in rows]
+    assert changes[0] == "first seen: needs_details", changes
+    for row, change in zip(rows, changes, strict=True):
+        emphasised = "transition" in (row.get_attribute("class") or "")
+        assert emphasised == change.startswith(("moved ", "first seen: ")), changes
+        assert change.startswith(("moved ", "first seen: ", "changed ", "known already"))
     alerts = browser.find_element(By.ID, "alerts").text
     assert "needs_details" in alerts and "slack" in alerts and "email" in alerts
 
@@ -183,6 +195,16 @@ def test_hosted_page_embedded_filled_in_and_closed(
     src = frame.get_attribute("src") or ""
     assert src.startswith(stack.sandbox_url + "/hosted/") and f"transactionId={tx}" in src
     assert "darkMode=false" in src
+    # The frame fills the window below it: the page itself does not scroll (one scrollbar).
+    page_height, window_height, frame_height = browser.execute_script(
+        "return [document.documentElement.scrollHeight, window.innerHeight,"
+        " document.getElementById('hosted-frame').getBoundingClientRect().height]"
+    )
+    assert page_height <= window_height and frame_height >= 400, (
+        page_height,
+        window_height,
+        frame_height,
+    )
     # A close message that does not come from the frame is ignored.
     browser.execute_script(
         "window.postMessage({type: arguments[0], source: 'deposit-travel-rule'}, '*')",
@@ -229,7 +251,8 @@ def test_a_stored_profile_is_chosen_by_name_and_submitted(
     log_in(browser, live)
     browser.get(f"{stack.console_url}/deposits/{tx}")
     choice = Select(browser.find_element(By.ID, "profile"))
-    assert [o.text for o in choice.options] == ["demo-entity", "demo-person"]
+    # No profile applies to this deposit: none is chosen for the operator.
+    assert [o.text for o in choice.options] == ["choose a profile", "demo-entity", "demo-person"]
     assert "Demo Trading" not in browser.page_source
     choice.select_by_visible_text("demo-person")
     browser.find_element(By.CSS_SELECTOR, "#submit-profile input[name=note]").send_keys(
@@ -249,6 +272,67 @@ def test_a_stored_profile_is_chosen_by_name_and_submitted(
     assert "submit_profile" in done and "payer on file" in done and "demo-person" in done
     assert "submit_profile" in browser.find_element(By.ID, "actions").text
     assert "Demo Street" not in browser.page_source
+
+
+def test_a_refused_submission_is_a_console_page_with_a_way_back(
+    live: LiveStack, browser: webdriver.Chrome
+) -> None:
+    """Submitting from a page that went stale (the deposit was submitted meanwhile) is refused
+    (409) on a page of the console, saying why, with a link back to the deposit."""
+    stack = live.stack
+    tx = _waiting_deposit(live, "TConsoleNoProfile000000000000007")
+    log_in(browser, live)
+    browser.get(f"{stack.console_url}/deposits/{tx}")
+    Select(browser.find_element(By.ID, "profile")).select_by_visible_text("demo-entity")
+    live.run(
+        stack.store.write(
+            lambda db: approve(db, tx, "demo-person", stack.runtime.profiles, note="", remote="t")
+        )
+    )
+    stack.outbox.wake()
+
+    async def submitted() -> bool:
+        deposit = await stack.deposit(tx)
+        return deposit is not None and deposit.state.value == "submitted"
+
+    live.until(submitted, "the other submission to be taken")
+    submit(browser, browser.find_element(By.ID, "submit-profile-button"))
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Not done"
+    assert (
+        "not waiting for payer details"
+        in browser.find_element(By.CSS_SELECTOR, "#refused .error").text
+    )
+    assert browser.find_element(By.CSS_SELECTOR, "header nav")  # the console's own layout
+    back = browser.find_element(By.ID, "back")
+    assert back.get_attribute("href") == f"{stack.console_url}/deposits/{tx}"
+    back.click()
+    assert browser.find_element(By.ID, "state").text == "submitted"
+
+
+def test_the_profile_just_rejected_is_not_chosen_again(
+    live: LiveStack, browser: webdriver.Chrome
+) -> None:
+    """A deposit whose applying profile the provider rejected: the form chooses no profile and
+    marks that one as just rejected."""
+    stack = live.stack
+    order = live.call(
+        lambda: stack.sandbox.inject_deposit(1001, "USDT", "TRON", "12.00", KNOWN_PAYER)
+    )
+    tx = str(order["transactionId"])
+
+    async def state_is(state: str) -> bool:
+        deposit = await stack.deposit(tx)
+        return deposit is not None and deposit.state.value == state
+
+    live.until(lambda: state_is("submitted"), "the stored profile to be submitted")
+    live.call(lambda: stack.sandbox.reject_review(tx, "name does not match"))
+    live.until(lambda: state_is("rejected"), "the rejection")
+    log_in(browser, live)
+    browser.get(f"{stack.console_url}/deposits/{tx}")
+    choice = Select(browser.find_element(By.ID, "profile"))
+    assert choice.first_selected_option.text == "choose a profile"
+    assert "demo-entity (applies to this deposit)" not in [o.text for o in choice.options]
+    assert "demo-entity (just rejected: correct it first)" in [o.text for o in choice.options]
 
 
 def test_a_post_without_csrf_token_is_refused(live: LiveStack, browser: webdriver.Chrome) -> None:
@@ -353,3 +437,40 @@ def test_every_page_passes_axe_and_every_action_is_keyboard_reachable(
             problems[path] = found
     found = [f"{path}: {problem}" for path, some in problems.items() for problem in some]
     assert found == [], "\n".join(found)
+
+
+def test_overview_shows_refused_webhook_deliveries(
+    live: LiveStack, browser: webdriver.Chrome
+) -> None:
+    """With the provider signing with another webhook secret, the overview says deliveries are
+    refused and names the two settings to compare (and passes axe); once a delivery is accepted
+    again, the notice is gone."""
+    stack = live.stack
+    right = stack.sandbox.cfg.webhook_secret
+    stack.sandbox.cfg.webhook_secret = "not-the-secret-the-worker-has"
+    try:
+        live.call(
+            lambda: stack.sandbox.inject_deposit(1002, "USDT", "TRON", "5.00", NO_PROFILE_SOURCE)
+        )
+
+        async def streak() -> bool:
+            meta = await stack.store.read(lambda db: all_meta(conn_of(db)))
+            return bool(meta.get("webhook_auth_refused"))
+
+        live.until(streak, "the refusals in a row to be recorded")
+        log_in(browser, live)
+        notice = browser.find_element(By.ID, "webhook-auth")
+        assert "webhook.secret" in notice.text and "webhook.api_key" in notice.text
+        assert notice.get_attribute("role") == "alert"
+        assert AXE.is_file(), f"{AXE} missing: run `make tools` (npm install of axe-core)"
+        assert _axe_violations(browser, AXE.read_text(encoding="utf-8")) == []
+    finally:
+        stack.sandbox.cfg.webhook_secret = right
+
+    async def cleared() -> bool:
+        meta = await stack.store.read(lambda db: all_meta(conn_of(db)))
+        return not meta.get("webhook_auth_refused")
+
+    live.until(cleared, "an accepted delivery to end the streak")
+    browser.get(stack.console_url + "/")
+    assert not browser.find_elements(By.ID, "webhook-auth")

@@ -60,6 +60,8 @@ def test_demo_runs_every_scenario_ok(tmp_path: Path) -> None:
     assert f"{len(demo.SCENARIOS)}/{len(demo.SCENARIOS)} scenarios as expected" in result.stdout
     for needle in PAYER_DATA:
         assert needle not in output, f"payer data {needle!r} printed"
+    mails = [line.strip() for line in result.stdout.splitlines() if "e-mail: " in line]
+    assert mails and all(line.startswith("e-mail: [depositd] ") for line in mails), mails
     log_text = (kept / "depositd.log").read_text(encoding="utf-8")
     for needle in PAYER_DATA[:3]:
         assert needle not in log_text

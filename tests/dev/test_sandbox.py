@@ -583,3 +583,16 @@ def test_sandbox_takes_each_section_scheme(tmp_path: Path) -> None:
     config.write_text(text)
     cfg = sandbox_config(load_settings(config))
     assert (cfg.signature, cfg.webhook_signature) == (METHOD_PATH_V1, DEFAULT)
+
+
+def test_transaction_hashes_are_written_as_their_chain_writes_them() -> None:
+    """A TRON deposit's txHash is 64 hex digits without 0x; an EVM chain's starts with 0x."""
+    import re
+
+    from worker.dev.sandbox import Sandbox, SandboxConfig
+
+    sandbox = Sandbox(SandboxConfig(api_key="k", api_secret="s"))
+    tron = sandbox.inject_deposit(1002, "USDT", "TRON", "1.00", "TFromHash000000000000000000000001")
+    eth = sandbox.inject_deposit(1002, "USDT", "ETH", "1.00", "0xFromHash00000000000000000000001")
+    assert re.fullmatch(r"[0-9a-f]{64}", tron["transactionHash"]), tron["transactionHash"]
+    assert re.fullmatch(r"0x[0-9a-f]{64}", eth["transactionHash"]), eth["transactionHash"]

@@ -6,7 +6,6 @@ outbox, polls), an aiosmtpd server and an HTTP Slack stand-in (`worker.dev.harne
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -21,6 +20,7 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
+from worker.clock import now_ms
 from worker.dev.harness import WEBHOOK_PATH, Stack
 from worker.provider import jsonio
 from worker.provider.signing import METHOD_PATH_V1, signed_headers, verify
@@ -78,6 +78,12 @@ MakeStack = Callable[..., Awaitable[Stack]]
 def submits(recorded: Recorded, tx: str) -> Recorded:
     """The submit requests the sandbox received for one deposit."""
     return [r for r in recorded if r["method"] == "POST" and r["path"].endswith(f"/{tx}/submit")]
+
+
+def history_reads(recorded: Recorded) -> int:
+    """The history poll's requests so far."""
+    paths = ("/v1/wallet/history", "/v1/wallet/transaction/list")
+    return sum(r["path"].startswith(paths) for r in recorded)
 
 
 @pytest.fixture
@@ -241,7 +247,10 @@ async def test_rejection_alerts_without_resubmit_until_profile_changes(
 
     stack.sandbox.reject_review(tx, "company address does not match the registry")
     await stack.settle()
-    await asyncio.sleep(1.2)  # two more poll rounds: still no resubmission
+    # Two more rounds of the history poll (each reads the new and the rejected deposits): still
+    # no resubmission.
+    asked = history_reads(recorded)
+    await stack.wait_for(lambda: history_reads(recorded) >= asked + 4, what="two more polls")
     await stack.settle()
     assert len(submits(recorded, tx)) == 1
     [slack] = stack.slack_for(tx, "rejected")
@@ -357,6 +366,74 @@ async def test_rejections_and_resubmissions_tracked_whatever_the_provider_clock(
     assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("provider_clock_offset_ms", [-600_000, -60_000, 0, 60_000, 600_000])
+async def test_a_stale_read_of_a_rejection_never_undoes_a_resubmission(
+    make_stack: MakeStack, recorded: Recorded, provider_clock_offset_ms: int
+) -> None:
+    """Facts are ordered in this machine's clock: a detail read of the first rejection whose
+    request was sent before the corrected profile was submitted, and whose answer is applied
+    after that submission was accepted, changes nothing (the deposit stays submitted, no second
+    rejection alert, no third payload), whether the provider's clock is 10 minutes behind or
+    ahead; the next rejection, read by a poll with no webhook, is still taken."""
+    stack = await make_stack(provider_clock_offset_ms=provider_clock_offset_ms, scheduler=False)
+    client = stack.runtime.client
+    assert client is not None
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "500", ENTITY_ADDRESS)["transactionId"]
+    await submitted(stack, tx)
+    stack.sandbox.reject_review(tx, "rejection 1")
+    await stack.settle()
+    assert (await stack.deposit(tx)).state.value == "rejected"  # type: ignore[union-attr]
+    stale_sent_at = now_ms()
+    stale = await client.transaction_detail(tx)  # the old rejection, read now...
+    corrected = {**ENTITY, "companyAddress": "1 Quartz Boulevard, Singapore"}
+    assert await stack.rewrite_profiles(profiles_yaml(entity=corrected))
+    await submitted(stack, tx)
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+    # ... and applied after the resubmission was accepted.
+    await stack.processor.observe_fact(fact_from_order(stale, sent_at=stale_sent_at))
+    await stack.settle()
+    assert (await stack.deposit(tx)).state.value == "submitted"  # type: ignore[union-attr]
+    assert len(stack.slack_for(tx, "rejected")) == 1
+    assert len(submits(recorded, tx)) == 2
+    # The second rejection's webhook is lost: a detail read sent after it still rejects.
+    stack.sandbox.drop_webhooks(1)
+    stack.sandbox.reject_review(tx, "rejection 2")
+    sent_at = now_ms()
+    fresh = await client.transaction_detail(tx)
+    await stack.processor.observe_fact(fact_from_order(fresh, sent_at=sent_at))
+    await stack.settle()
+    deposit = await stack.deposit(tx)
+    assert deposit is not None and deposit.state.value == "rejected"
+    assert deposit.fail_message == "rejection 2"
+    rejections = [p for p in stack.slack_for(tx) if "rejected" in json.dumps(p)]
+    assert len(rejections) == 2 and "rejection 2" in json.dumps(rejections[-1])
+
+
+@pytest.mark.parametrize("update_time", [True, False], ids=["updateTime", "no updateTime"])
+async def test_a_rejection_read_by_a_poll_after_a_lost_webhook_is_taken(
+    make_stack: MakeStack, update_time: bool
+) -> None:
+    """The submission was accepted, its DEPOSIT_WHITELIST_FAILED webhook is lost: the detail
+    poll's read of `rejected` (a record with or without updateTime, whose createTime is older
+    than the submission) rejects the deposit and alerts once."""
+    stack = await make_stack(scheduler=False)
+    client = stack.runtime.client
+    assert client is not None
+    tx = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "500", ENTITY_ADDRESS)["transactionId"]
+    await submitted(stack, tx)
+    stack.sandbox.drop_webhooks(1)
+    stack.sandbox.reject_review(tx, "name mismatch")
+    sent_at = now_ms()
+    order = await client.transaction_detail(tx)
+    if not update_time:
+        order = order.model_copy(update={"updateTime": None})
+    await stack.processor.observe_fact(fact_from_order(order, sent_at=sent_at))
+    await stack.settle()
+    deposit = await stack.deposit(tx)
+    assert deposit is not None and deposit.state.value == "rejected"
+    assert len(stack.slack_for(tx, "rejected")) == 1
+
+
 async def post_webhook(stack: Stack, envelope: Mapping[str, Any]) -> int:
     """Post one signed webhook to the worker's ingress; the HTTP status."""
     import aiohttp
@@ -389,7 +466,7 @@ async def test_alerts_once_per_condition_and_never_carry_payer_data(
     stack.sandbox.block(tx_b)  # no webhook: only transaction detail shows it
     for _ in range(5):  # what five detail polls do
         order = await stack.runtime.client.transaction_detail(tx_b)  # type: ignore[union-attr]
-        await stack.processor.observe_fact(fact_from_order(order, source="poll"))
+        await stack.processor.observe_fact(fact_from_order(order, source="poll", sent_at=now_ms()))
         await stack.settle()
 
     tx_r = rejected["transactionId"]

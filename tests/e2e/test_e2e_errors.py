@@ -14,6 +14,7 @@ import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -702,11 +703,22 @@ async def test_submission_retried_without_end_keeps_a_bounded_back_off(
     await stack.wait_for(lambda: len(submits(recorded, tx)) >= 2, what="a failed attempt")
     await stack.store.write(
         lambda db: db.execute(
-            "UPDATE actions SET attempts=5000, next_attempt_at='0' WHERE action='submit_profile'"
+            "UPDATE actions SET attempts=5000, next_attempt_at='2000-01-01T00:00:00.000Z'"
+            " WHERE action='submit_profile'"
         )
     )
+    asked = len(submits(recorded, tx))
     stack.outbox.wake()
-    await stack.wait_for(lambda: len(submits(recorded, tx)) >= 4, what="attempt 5001")
+    await stack.wait_for(lambda: len(submits(recorded, tx)) > asked, what="attempt 5001")
+
+    async def recorded_again() -> bool:
+        [row] = await submit_rows(stack, tx)
+        return int(row["attempts"]) > 5000 and row["status"] != "running"
+
+    await stack.wait_for(recorded_again, what="attempt 5001's outcome")
     stack.sandbox.clear_faults()
     [row] = await submit_rows(stack, tx)
-    assert row["status"] in ("pending", "running"), row["outcome"]
+    assert row["status"] == "pending", row["outcome"]
+    # Due again within the longest back-off (300 s), not never.
+    due = datetime.fromisoformat(row["next_attempt_at"].replace("Z", "+00:00"))
+    assert due <= datetime.now(UTC) + timedelta(seconds=300)

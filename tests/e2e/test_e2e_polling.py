@@ -14,6 +14,7 @@ import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.provider.models import WhiteListStatus
 from worker.track.facts import fact_from_order
@@ -166,7 +167,7 @@ async def test_blocked_after_submission_alerts_once_in_slack_and_email(
     )
     detail = await stack.runtime.client.transaction_detail(tx)  # type: ignore[union-attr]
     for _ in range(3):
-        await stack.processor.observe_fact(fact_from_order(detail, source="poll"))
+        await stack.processor.observe_fact(fact_from_order(detail, source="poll", sent_at=now_ms()))
 
     async def more_runs() -> bool:
         return polls(await scrape(stack), "detail", "ok") >= runs + 4

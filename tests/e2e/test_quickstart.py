@@ -1,4 +1,5 @@
-"""The README's quick start, run as written: init, sandbox and serve as processes, a deposit."""
+"""The README's quick start, run as written: init, sandbox and serve as processes, a deposit,
+and the operator console `init` configured, logged in to with its token file."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
+from http.cookiejar import CookieJar
 from pathlib import Path
 
 import pytest
@@ -78,7 +82,9 @@ def test_readme_quickstart_books_a_deposit(
         "ledger",
     ]
     init, sandbox, serve, inject, deposits, ledger = (depositd(c, folder) for c in commands)
-    subprocess.run(init, check=True, env=ENV, cwd=tmp_path, capture_output=True)
+    written = subprocess.run(
+        init, check=True, env=ENV, cwd=tmp_path, capture_output=True, text=True
+    )
     logs = {name: tmp_path / f"{name}.log" for name in ("sandbox", "serve")}
     for name, argv in (("sandbox", sandbox), ("serve", serve)):
         with logs[name].open("wb") as log:
@@ -106,3 +112,32 @@ def test_readme_quickstart_books_a_deposit(
     for name, path in logs.items():
         text = path.read_text()
         assert "[warning" not in text and "[error" not in text, f"{name}:\n{text}"
+    console_shows_the_deposit(written.stdout, folder, tx)
+
+
+def console_shows_the_deposit(init_out: str, folder: Path, tx: str) -> None:
+    """The console address `init` printed answers while serve runs: the token in
+    secrets/console_token logs in, the deposit's timeline shows it completed, and the pages may
+    frame the sandbox's hosted Travel Rule page."""
+    found = re.search(
+        r"^the console, while serve runs: (http://127\.0\.0\.1:\d+/)$", init_out, re.M
+    )
+    assert found, init_out
+    url = found.group(1)
+    assert f"cat {folder}/secrets/console_token" in init_out
+    token = (folder / "secrets" / "console_token").read_text().strip()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+    with opener.open(url + "login", timeout=10) as answer:
+        csrf = re.search(r'name="csrf" value="([^"]+)"', answer.read().decode())
+    assert csrf
+    form = urllib.parse.urlencode({"csrf": csrf.group(1), "token": token, "operator": "me"})
+    with opener.open(url + "login", data=form.encode(), timeout=10) as answer:
+        assert answer.url == url and "Log out" in answer.read().decode()
+    with opener.open(f"{url}deposits/{tx}", timeout=10) as answer:
+        page = answer.read().decode()
+        policy = answer.headers["Content-Security-Policy"]
+    assert tx in page and "completed" in page
+    sandbox = re.search(
+        r"base_url: (http://127\.0\.0\.1:\d+)", (folder / "depositd.yaml").read_text()
+    )
+    assert sandbox and f"frame-src {sandbox.group(1)}" in policy, policy

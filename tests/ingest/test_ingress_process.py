@@ -164,14 +164,16 @@ async def test_a_second_serve_on_the_same_port_fails(tmp_path: Path, provider_ur
 async def test_a_second_serve_on_the_same_database_joins_the_first(
     tmp_path: Path, provider_url: str
 ) -> None:
-    """Two services may share a database (each claims the actions it runs): the second one, on
-    another port, starts beside the first, and an event sent to both is stored once."""
+    """Two services may share a database (each claims the actions it runs) when told so
+    (`storage.several_instances`): the second one, on another port, starts beside the first,
+    and an event sent to both is stored once."""
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
     async with Service(tmp_path / "a", provider_url) as first:
         second = Service(tmp_path / "b", provider_url)
         cfg = json.loads(second.config.read_text())
         cfg["storage"]["path"] = str(first.db)
+        cfg["storage"]["several_instances"] = True
         second.config.write_text(json.dumps(cfg))
         async with second:
             assert (

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from waits import until
 
+from worker.clock import utc_now
 from worker.poll.leader import Leader, lease_time
+from worker.store.leases import SCHEDULER_LEASE, Lease, get_lease
 from worker.store.writer import Store
 
 TTL_S = 1.0
@@ -80,6 +86,48 @@ async def test_a_leader_that_cannot_renew_in_time_stops_its_jobs(store: Store) -
     assert not a.leading
     assert jobs == ["a started", "a stopped"]
     await store.open()
+
+
+async def test_a_live_leader_whose_lease_lapsed_holds_it_again_at_its_next_try(
+    store: Store,
+) -> None:
+    """The lease can lapse under a live leader: its renewals fail (the store unavailable, or
+    slower than the lease's last quarter) for longer than the lease. It is not current from
+    then until the first renewal the store takes: the leader's next try, within a quarter of
+    the lease once the store answers again, when the leader runs its jobs again."""
+    jobs: list[str] = []
+    a = leader(store, "a", jobs)
+    stop = asyncio.Event()
+    await a.tick()
+    running = asyncio.create_task(a.run(stop))
+    try:
+        await until(lambda: jobs == ["a started"], "a to lead")
+        await store.close()  # every renewal fails from now on
+        await until(lambda: jobs == ["a started", "a stopped"], "a to stop its jobs", 5)
+        await until(lambda: not current(recorded(store)), "the lease to lapse", 5)
+        assert recorded(store) is not None  # still a's: nobody else took it
+        await store.open()
+        answering = time.monotonic()
+        await until(lambda: a.leading, "a to lead again", 5)
+        took = time.monotonic() - answering
+        assert current(await a.holder())
+        assert jobs == ["a started", "a stopped", "a started"]
+        # One try every quarter of the lease; a busy machine may add a little to it.
+        assert took < TTL_S / 4 + 1.0, took
+    finally:
+        stop.set()
+        await running
+
+
+def recorded(store: Store) -> Lease | None:
+    """The scheduler's lease as the database holds it (read beside the store, closed or not)."""
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        return get_lease(conn, SCHEDULER_LEASE)
+
+
+def current(lease: Lease | None) -> bool:
+    """As `depositd status` says: the lease has not lapsed."""
+    return lease is not None and lease.expires_at > utc_now()
 
 
 def test_the_lease_is_at_most_the_shortest_interval() -> None:

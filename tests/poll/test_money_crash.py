@@ -9,13 +9,12 @@ import json
 import signal
 import sqlite3
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pytest_aiohttp import AiohttpServer
-from serveproc import ServeProcess, free_port
+from serveproc import Processes, free_port
+from waits import until
 
 from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
 
@@ -37,14 +36,6 @@ def db_rows(path: Path, sql: str) -> list[dict[str, Any]]:
         return []
     finally:
         conn.close()
-
-
-async def until(check: Callable[[], bool], what: str, within_s: float = 15) -> None:
-    """Poll `check` until it holds."""
-    deadline = time.monotonic() + within_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 FUND = {
@@ -98,7 +89,10 @@ async def setup(
 
 
 async def test_sigkill_mid_abnormal_poll_loses_and_repeats_nothing(
-    tmp_path: Path, aiohttp_server: AiohttpServer
+    tmp_path: Path,
+    aiohttp_server: AiohttpServer,
+    processes: Processes,
+    recorded: list[dict[str, Any]],
 ) -> None:
     """serve killed while the second page of abnormal funds is in flight: the first record is
     kept, the restart stores the rest, and each record queued its alert exactly once."""
@@ -118,29 +112,35 @@ async def test_sigkill_mid_abnormal_poll_loses_and_repeats_nothing(
     )
     for i in range(3):
         sandbox.inject_abnormal_fund({**FUND, "txHash": f"0xcrash{i}"})
-    sandbox.set_fault("abnormal_funds", "latency", count=None, latency_s=1.0)
-    serve = ServeProcess(config, port, tmp_path / "serve.log")
+    # The first page is answered; the second is held at the provider (until the faults are
+    # cleared) so that the kill lands while it is in flight, however slow the machine.
+    sandbox.set_fault("abnormal_funds", "latency", count=1, latency_s=0)
+    sandbox.set_fault("abnormal_funds", "timeout", count=None)
+    serve = processes.serve(config, port, tmp_path / "serve.log")
     await serve.start()
 
     def stored() -> list[dict[str, Any]]:
         return db_rows(db, "SELECT * FROM abnormal_funds ORDER BY id")
 
-    await until(lambda: len(stored()) == 1, "the first page's record", within_s=20)
+    def pages_asked() -> int:
+        return sum(r["path"].endswith("/abnormal-fund/list") for r in recorded)
+
+    await until(lambda: pages_asked() >= 2, "the second page asked for", within_s=20)
+    await until(lambda: len(stored()) == 1, "the first page's record")
     assert await serve.signal(signal.SIGKILL) == -signal.SIGKILL
     assert len(stored()) == 1 and stored()[0]["alerted_at"]
 
     sandbox.clear_faults()
     await serve.start()
-    try:
-        await until(lambda: len(stored()) == 3, "every record after the restart")
-        await asyncio.sleep(1.5)  # a few more polls: nothing new may be queued
-        alerts = db_rows(db, "SELECT params FROM actions WHERE trigger='abnormal_fund'")
-        subjects = [json.loads(a["params"])["once_per"].split(":")[1] for a in alerts]
-        assert sorted(subjects) == sorted(r["id"] for r in stored())
-        log = (tmp_path / "serve.log").read_text()
-        assert FUND["fromAddress"] not in log
-    finally:
-        await serve.kill()
+    await until(lambda: len(stored()) == 3, "every record after the restart")
+    # A few more polls, each reading every page again: nothing new may be queued.
+    asked = pages_asked()
+    await until(lambda: pages_asked() >= asked + 6, "two more polls")
+    alerts = db_rows(db, "SELECT params FROM actions WHERE trigger='abnormal_fund'")
+    subjects = [json.loads(a["params"])["once_per"].split(":")[1] for a in alerts]
+    assert sorted(subjects) == sorted(r["id"] for r in stored())
+    log = (tmp_path / "serve.log").read_text()
+    assert FUND["fromAddress"] not in log
 
 
 async def reconcile(config: Path, day: str) -> asyncio.subprocess.Process:
@@ -156,7 +156,10 @@ async def reconcile(config: Path, day: str) -> asyncio.subprocess.Process:
 
 
 async def test_sigkill_mid_reconciliation_records_nothing_and_the_rerun_completes_it(
-    tmp_path: Path, aiohttp_server: AiohttpServer
+    tmp_path: Path,
+    aiohttp_server: AiohttpServer,
+    processes: Processes,
+    recorded: list[dict[str, Any]],
 ) -> None:
     """A reconciliation killed while reading the report leaves no finding and no run; the next
     run records every finding once, and a further run reports none again."""
@@ -173,16 +176,20 @@ async def test_sigkill_mid_reconciliation_records_nothing_and_the_rerun_complete
                 "txHash": f"0xextra{i}",
             }
         )
-    sandbox.set_fault("settlement", "latency", count=None, latency_s=5.0)
-    proc = await reconcile(config, day)
-    await asyncio.sleep(1.5)  # the report's first page is held at the provider
+    sandbox.set_fault("settlement", "timeout", count=None)  # held until the faults are cleared
+    proc = processes.own(await reconcile(config, day))
+    await until(
+        lambda: any("/settlement/" in r["path"] for r in recorded),
+        "the report's first page asked for",
+        within_s=30,
+    )
     proc.send_signal(signal.SIGKILL)
     await proc.wait()
     assert db_rows(db, "SELECT * FROM findings") == []
     assert db_rows(db, "SELECT * FROM reconcile_runs") == []
 
     sandbox.clear_faults()
-    proc = await reconcile(config, day)
+    proc = processes.own(await reconcile(config, day))
     out, _ = await proc.communicate()
     assert proc.returncode == 3
     assert sorted(json.loads(line)["reportAmount"] for line in out.splitlines()) == [
@@ -190,7 +197,7 @@ async def test_sigkill_mid_reconciliation_records_nothing_and_the_rerun_complete
         "2.5",
         "3.5",
     ]
-    proc = await reconcile(config, day)
+    proc = processes.own(await reconcile(config, day))
     await proc.communicate()
     assert proc.returncode == 3
     findings = db_rows(db, "SELECT * FROM findings")

@@ -20,6 +20,7 @@ from stores import StoreMaker
 from structlog.testing import capture_logs
 
 from worker.act.kinds import SPECS
+from worker.clock import now_ms
 from worker.dev.sandbox.envelopes import partner_ok
 from worker.poll.reconcile import Reconciler, finding_fields
 from worker.provider.client import ProviderClient
@@ -500,7 +501,9 @@ async def hold(env: Env, tx: str, amount: str, wallet: int = 1001) -> None:
         "createTime": NOON,
         "updateTime": NOON,
     }
-    await Processor(env.store).observe_fact(fact_from_order(DepositOrder.model_validate(order)))
+    await Processor(env.store).observe_fact(
+        fact_from_order(DepositOrder.model_validate(order), sent_at=now_ms())
+    )
 
 
 def balance(wallet: int, unavailable: str, currency: str = "USDT") -> dict[str, Any]:

@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
 from worker.act.rows import enqueue_alert
+from worker.clock import now_ms
 from worker.config.settings import SchedulerSettings
 from worker.dev.sandbox.app import SANDBOX_KEY, create_app
 from worker.dev.sandbox.config import SandboxConfig
@@ -146,10 +147,11 @@ async def test_history_poll_never_runs_twice_at_once(env: Env) -> None:
     scheduler = Scheduler(poller, sched_settings)
     scheduler.start()
     try:
-        await asyncio.sleep(0.6)
+        # Several runs, each far longer than the interval: any overlap would show by then.
+        await until(lambda: poller.finished >= 3, timeout=15)
     finally:
         await scheduler.stop()
-    assert poller.started >= 2, "the scheduler should have started several runs"
+    assert poller.started >= 3, "the scheduler should have started several runs"
     assert poller.max_in_flight == 1
     # Each run reads the init and the rejected queue: two sequential slow calls per run.
     assert env.calls.count("history") <= 2 * poller.started
@@ -323,7 +325,7 @@ async def mark_submitted(env: Env, tx: str) -> None:
         },
     )
     order = await env.client.transaction_detail(tx)
-    await env.processor.observe_fact(fact_from_order(order, source="poll"))
+    await env.processor.observe_fact(fact_from_order(order, source="poll", sent_at=now_ms()))
     await env.processor.observe_fact(
         Fact(
             transaction_id=tx,

@@ -73,9 +73,14 @@ def test_every_shipped_yaml_names_its_schema_and_matches_it(path: Path) -> None:
 
 
 def test_init_writes_the_schemas_its_files_name(tmp_path: Path) -> None:
-    """`depositd init --sandbox` writes schemas/ beside its three YAML files, which name them."""
+    """`depositd init --sandbox` writes schemas/ in its folder, which its YAML files name."""
     config = write_sandbox_setup(tmp_path / "local")
-    for name, kind in (("depositd", "config"), ("rules", "rules"), ("profiles", "profiles")):
+    for name, kind in (
+        ("depositd", "config"),
+        ("rules/default", "rules"),
+        ("rules/examples/wallet-1001.example", "rules"),
+        ("rules/profiles", "profiles"),
+    ):
         path = config.parent / f"{name}.yaml"
         schema = schema_named_by(path)
         assert schema == config.parent / "schemas" / f"{kind}.schema.json"

@@ -527,6 +527,30 @@ def test_ignore_stops_later_rules(tmp_path: Path) -> None:
     assert verdicts[1].reason == "not evaluated: rule 'dust' ran ignore"
 
 
+def test_explain_after_ignore_gives_other_triggers_rules_their_own_reason(tmp_path: Path) -> None:
+    """After an `ignore`, a later rule that is not on the trigger says so, as it would without
+    the ignore: only a rule that could have run is "not evaluated"."""
+    rules = book(
+        tmp_path,
+        (
+            "all.yaml",
+            """
+            wallet: "*"
+            rules:
+              - {name: stop, "on": [credited], then: [ignore]}
+              - {name: ask, "on": [needs_details], then: [{alert: {severity: info}}]}
+              - {name: book, "on": [credited], then: [book]}
+            """,
+        ),
+    )
+    verdicts = rules.explain(deposit(), "credited", profile_found=False)
+    assert [(v.rule, v.reason) for v in verdicts] == [
+        ("stop", None),
+        ("ask", "not on credited (on: needs_details)"),
+        ("book", "not evaluated: rule 'stop' ran ignore"),
+    ]
+
+
 WALLETS = (
     ("a-default.yaml", "wallet: '*'\nrules:\n  - {name: any, on: [credited], then: [book]}\n"),
     ("b-id.yaml", "wallet: 1001\nrules:\n  - {name: by id, on: [credited], then: [book]}\n"),
@@ -778,12 +802,13 @@ def test_rules_test_stored_event_touches_nothing(config: Path) -> None:
     before = snapshot(db_path.parent)
     code, text = run_test(config, "--event", credited["eventId"])
     assert code == 0
-    assert "state: needs_details -> credited" in text
+    assert "state: needs_details -> credited; tracked now: credited" in text
     assert "[match] book credited deposit -> book" in text
     assert "would run: book (rule 'book credited deposit')" in text
     code, text = run_test(config, "--event", required["eventId"])
     assert code == 0
-    assert "state: (not tracked yet) -> needs_details" in text
+    # The event that made the deposit known: not "not tracked yet", since it is tracked.
+    assert "state: (first seen in this event) -> needs_details; tracked now: credited" in text
     assert "would run: submit_profile profile acme" in text
     assert snapshot(db_path.parent) == before
 

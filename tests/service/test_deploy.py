@@ -30,8 +30,14 @@ UNIT = DEPLOY / "depositd.service"
 EXAMPLE = DEPLOY / "depositd.example.yaml"
 INSTALL = DEPLOY / "install.sh"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
-# The units shipped next to depositd.service: first-start setup and the daily backup.
-COMPANIONS = ("depositd-setup.service", "depositd-backup.service", "depositd-backup.timer")
+# The units shipped next to depositd.service: the socket holding the webhook port, first-start
+# setup and the daily backup.
+COMPANIONS = (
+    "depositd.socket",
+    "depositd-setup.service",
+    "depositd-backup.service",
+    "depositd-backup.timer",
+)
 CREDENTIALS = (
     "api_secret",
     "webhook_secret",
@@ -377,6 +383,7 @@ def test_install_puts_files_in_place(installed: Installed) -> None:
     units = installed.root / "etc/systemd/system"
     assert {p.name for p in units.iterdir()} == {
         "depositd.service",
+        "depositd.socket",
         "depositd-setup.service",
         "depositd-backup.service",
         "depositd-backup.timer",
@@ -427,10 +434,29 @@ def test_install_rewrites_the_unit_for_the_prefix(installed: Installed) -> None:
     assert parse_unit(text)["Service"]["ExecStart"] == [f"{PREFIX}/venv/bin/depositd serve"]
 
 
+def test_staged_tree_names_only_final_paths(installed: Installed) -> None:
+    """Nothing under the staged root names the staging directory (the tree runs where it is
+    copied to, not where it was built): the console scripts' #! lines, pyvenv.cfg, the
+    activate scripts and the byte code name the prefix."""
+    staged = str(installed.root)
+    leaked = [
+        str(path)
+        for path in installed.root.rglob("*")
+        if path.is_file() and not path.is_symlink() and staged.encode() in path.read_bytes()
+    ]
+    assert leaked == []
+    script = (installed.venv / "bin/depositd").read_text().splitlines()[0]
+    assert script == f"#!{PREFIX}/venv/bin/python"
+    assert f"{PREFIX}/venv" in (installed.venv / "pyvenv.cfg").read_text()
+    code = next((installed.venv / "lib").rglob("worker/__pycache__/logs.*.pyc")).read_bytes()
+    assert f"{PREFIX}/venv/lib/".encode() in code
+
+
 def test_installed_depositd_runs(installed: Installed) -> None:
-    """The installed console script starts from its own virtualenv and prints its help."""
+    """The installed package runs on its own virtualenv's interpreter and prints its help
+    (the staged console script names the final path, tested above and in tests/deploy)."""
     proc = subprocess.run(
-        [str(installed.venv / "bin/depositd"), "--help"],
+        [str(installed.venv / "bin/python"), "-m", "worker", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -486,7 +512,7 @@ def test_installed_service_has_no_demo_smtp_server(installed: Installed) -> None
     """The service install leaves the demo's SMTP server out; `depositd demo` there names the
     extra to install instead of failing with a traceback."""
     proc = subprocess.run(
-        [str(installed.venv / "bin/depositd"), "demo"],
+        [str(installed.venv / "bin/python"), "-m", "worker", "demo"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -510,7 +536,7 @@ def test_installed_check_accepts_the_installed_config(
         .replace("/var/lib/depositd/", f"{tmp_path}/")
     )
     proc = subprocess.run(
-        [str(installed.venv / "bin/depositd"), "check", "--config", str(config)],
+        [str(installed.venv / "bin/python"), "-m", "worker", "check", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=60,

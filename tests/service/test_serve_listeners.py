@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT, ServeProcess, free_port
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT, Processes, ServeProcess, free_port
 
 
 def _config(tmp_path: Path, provider_url: str, port: int, **extra: Any) -> Path:
@@ -49,7 +49,7 @@ def _lines(log: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("setting", ["console.listen", "webhook.ops_listen"])
 async def test_a_taken_port_stops_serve_before_it_acts(
-    tmp_path: Path, provider_url: str, setting: str
+    tmp_path: Path, provider_url: str, setting: str, processes: Processes
 ) -> None:
     """The console's (or the operational endpoints') port held by another process: serve exits
     2 with one error naming that setting and HOST:PORT, and never opened the database (no
@@ -69,12 +69,53 @@ async def test_a_taken_port_stops_serve_before_it_acts(
             }  # fmt: skip
         config = _config(tmp_path, provider_url, port, **extra)
         log = tmp_path / "serve.log"
-        proc = await ServeProcess(config, port, log).spawn()
+        proc = await processes.serve(config, port, log).spawn()
         assert await asyncio.wait_for(proc.wait(), 30) == 2
     errors = [line for line in _lines(log) if line.get("level") == "error"]
     assert len(errors) == 1, errors
     assert errors[0]["setting"] == setting and errors[0]["listen"] == f"127.0.0.1:{busy}"
+    assert f"depositd status --config {config}" in errors[0]["hint"]
     assert not (tmp_path / "depositd.db").exists()
+
+
+async def test_a_second_instance_on_one_sqlite_file_is_refused(
+    tmp_path: Path, provider_url: str
+) -> None:
+    """A second serve on the same SQLite file (other ports) exits 2 naming the first one's pid
+    and ports; the first keeps serving. One told it may share (storage.several_instances)
+    joins."""
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    first_dir.mkdir(), second_dir.mkdir()
+    storage = {"path": str(tmp_path / "depositd.db")}
+    port, other = free_port(), free_port()
+    first = ServeProcess(
+        _config(first_dir, provider_url, port, storage=storage), port, first_dir / "serve.log"
+    )
+    try:
+        await first.start()
+        second = _config(second_dir, provider_url, other, storage=storage)
+        log = second_dir / "serve.log"
+        proc = await ServeProcess(second, other, log).spawn()
+        assert await asyncio.wait_for(proc.wait(), 30) == 2
+        errors = [line for line in _lines(log) if line.get("level") == "error"]
+        assert len(errors) == 1, errors
+        assert first.proc is not None
+        assert (
+            f"(pid {first.proc.pid}, webhook.listen 127.0.0.1:{port}) already serves"
+            in (errors[0]["error"])
+        )
+        assert "storage.several_instances: true" in errors[0]["error"]
+        assert first.proc.returncode is None
+
+        shared = {**storage, "several_instances": True}  # told it may share: it joins
+        joined = ServeProcess(_config(second_dir, provider_url, other, storage=shared), other, log)
+        try:
+            await joined.start()
+            assert await joined.signal(signal.SIGTERM) == 0
+        finally:
+            await joined.kill()
+    finally:
+        await first.kill()
 
 
 async def test_a_clean_stop_logs_no_warning(tmp_path: Path, provider_url: str) -> None:

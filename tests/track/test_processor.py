@@ -25,6 +25,7 @@ from worker.provider.jsonio import dumpb
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
 from worker.store.writer import Store, event_row
 from worker.track import processor as processor_mod
+from worker.track.batch import Reaction
 from worker.track.processor import Processor
 from worker.track.tracker import Deposit, Fact, Transition
 
@@ -46,6 +47,7 @@ class RecordingReactor:
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
+        reaction: Reaction,
     ) -> None:
         """Record the transitions (and write a row, to prove it shares the transaction)."""
         if self.fail_on and fact.event_id == self.fail_on:
@@ -309,8 +311,9 @@ class LoggingReactor(RecordingReactor):
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
+        reaction: Reaction,
     ) -> list[LogLine]:
-        super().react(db, deposit, transitions, fact)
+        super().react(db, deposit, transitions, fact, reaction)
         return [("reacted", {"transactionId": deposit.transaction_id})]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.provider.models import CreditStatus, DepositOrder
 from worker.track.facts import fact_from_order
@@ -42,18 +43,24 @@ def test_blocked_then_credited_then_success_is_released_and_completed() -> None:
     """BLOCKED, then CREDITED, then SUCCESS: released with credited (so the booking rule books
     it), then completed; a late BLOCKED reading changes nothing."""
     t0 = 1_790_000_000_000
-    deposit, blocked = observe(None, fact_from_order(detail(t0, "PROCESSING", "BLOCKED")))
+    deposit, blocked = observe(
+        None, fact_from_order(sent_at=t0, order=detail(t0, "PROCESSING", "BLOCKED"))
+    )
     assert [t.key for t in blocked] == ["submitted", "blocked"] and deposit.state is State.BLOCKED
     deposit, released = observe(
-        deposit, fact_from_order(detail(t0 + 5, "PROCESSING", "CREDITED", "approved"))
+        deposit,
+        fact_from_order(sent_at=t0 + 5, order=detail(t0 + 5, "PROCESSING", "CREDITED", "approved")),
     )
     assert [t.key for t in released] == ["released", "credited"]
     assert deposit.state is State.CREDITED
     deposit, done = observe(
-        deposit, fact_from_order(detail(t0 + 9, "SUCCESS", "CREDITED", "approved"))
+        deposit,
+        fact_from_order(sent_at=t0 + 9, order=detail(t0 + 9, "SUCCESS", "CREDITED", "approved")),
     )
     assert [t.key for t in done] == ["completed"] and deposit.state is State.COMPLETED
-    again, late = observe(deposit, fact_from_order(detail(t0 + 1, "PROCESSING", "BLOCKED")))
+    again, late = observe(
+        deposit, fact_from_order(sent_at=t0 + 1, order=detail(t0 + 1, "PROCESSING", "BLOCKED"))
+    )
     assert late == [] and again.state is State.COMPLETED
 
 
@@ -138,7 +145,7 @@ async def test_release_after_blocked_books_once_across_webhook_poll_and_restart(
     await poller.poll_blocked()
     detail = await stack.runtime.client.transaction_detail(tx)  # type: ignore[union-attr]
     assert detail.creditStatus is CreditStatus.CREDITED
-    await stack.processor.observe_fact(fact_from_order(detail, source="poll"))
+    await stack.processor.observe_fact(fact_from_order(detail, source="poll", sent_at=now_ms()))
     await stack.settle()
 
     deposit = await stack.deposit(tx)

@@ -104,7 +104,7 @@ def poll(at: int, status: str, white: str | None, credit: str | None = None, **e
     body["toAddress"] = "TWalletReceiving111111111111111111"
     if credit is not None:
         body["creditStatus"] = credit
-    return fact_from_order(DepositOrder.model_validate(body))
+    return fact_from_order(DepositOrder.model_validate(body), sent_at=at)
 
 
 def run(facts: Sequence[Fact], start: Deposit | None = None) -> tuple[Deposit, list[Transition]]:
@@ -242,15 +242,19 @@ def test_detail_poll_says_what_it_says() -> None:
 
 
 def test_history_record_without_credit_status_says_nothing_about_it() -> None:
-    """A history record without creditStatus leaves it UNKNOWN; no updateTime uses the given now."""
+    """A history record without creditStatus leaves it UNKNOWN; it is dated when its request
+    was sent."""
     order = DepositOrder.model_validate(order_data(whiteListStatus="rejected", failMessage="m"))
-    fact = fact_from_order(order, observed_at=T0 + 42)
+    fact = fact_from_order(order, sent_at=T0 + 42)
     assert fact.credit_status is UNKNOWN
     assert fact.white_list_status is WhiteListStatus.REJECTED
     assert (fact.observed_at, fact.fail_message) == (T0 + 42, "m")
     no_key = order_data()
     del no_key["whiteListStatus"]
-    assert fact_from_order(DepositOrder.model_validate(no_key)).white_list_status is UNKNOWN
+    assert (
+        fact_from_order(DepositOrder.model_validate(no_key), sent_at=T0).white_list_status
+        is UNKNOWN
+    )
 
 
 def test_fact_json_omits_unknown_and_round_trips() -> None:

@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from worker.clock import now_ms
+from worker.errors import StorageError
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, WhiteListStatus
@@ -70,6 +72,7 @@ async def find_in_queues(
     filters: dict[str, Any] = {} if wallet_id is None else {"wallet_id": wallet_id}
     for queue in QUEUES:
         found: DepositOrder | None = None
+        sent_at = now_ms()  # what the queue lists held then or later (`fact_from_order`)
         async for order in client.iter_history(white_list_status=queue, **filters):
             if order.transactionId == transaction_id:
                 found = order
@@ -77,7 +80,13 @@ async def find_in_queues(
         if found is None:
             continue
         try:
-            await observe(fact_from_order(found, source="poll"))
+            await observe(fact_from_order(found, source="poll", sent_at=sent_at))
+        except StorageError as exc:  # the database unavailable: one line, no traceback
+            log.error(
+                "history record read; its fact not recorded now",
+                transactionId=transaction_id,
+                error=str(exc),
+            )
         except Exception:
             # What was read still decides the submission's row; the polls record it later.
             log.exception(

@@ -80,6 +80,7 @@ class Outbox:
             on_lost=on_claim_lost,
         )
         self._stop: asyncio.Event | None = None
+        self._unreadable_due: str | None = None  # the last due time that was not a time
         self._wake = asyncio.Event()
         # One pass at a time: serve's loop and a burst caller must not run a row twice.
         self._pass = asyncio.Lock()
@@ -113,6 +114,11 @@ class Outbox:
             while not stop.is_set():
                 try:
                     ran = await self.run_once()
+                except StorageError as exc:
+                    # The rows wait, the next pass retries; an outage counts it in its lines.
+                    if not self._store.outage.note("outboxPassesFailed"):
+                        log.error("outbox pass failed; retrying", error=str(exc))
+                    ran = 0
                 except Exception:
                     # The runner must outlive a storage outage: the rows wait, the next pass
                     # retries.
@@ -136,7 +142,18 @@ class Outbox:
             return cap_s
         if not first:
             return cap_s
-        due = datetime.fromisoformat(first.replace("Z", "+00:00"))
+        try:
+            due = datetime.fromisoformat(first.replace("Z", "+00:00"))
+            if due.tzinfo is None:
+                due = due.replace(tzinfo=UTC)  # the store's times are UTC
+        except ValueError:
+            # Not a time (a row edited by hand): the rows are compared as text when claimed,
+            # so it is due or not by that alone; look again within the cap, as with no
+            # delayed row, rather than end the runner. Said once per value.
+            if first != self._unreadable_due:
+                self._unreadable_due = first
+                log.warning("next attempt time not understood; checking every second", value=first)
+            return cap_s
         return min(cap_s, max(0.005, (due - datetime.now(UTC)).total_seconds()))
 
     async def run_until_idle(self, *, include_delayed: bool = False) -> None:
@@ -249,6 +266,15 @@ class Outbox:
                 await self._rows.finish(action_id, "skipped", f"nothing to run for {row['action']}")
             else:
                 await runner.run(action_id, row, deposit, params, attempts)
+        except StorageError as exc:
+            # The database unavailable: nothing can be recorded; the row stays claimed and is
+            # run again (same Idempotency-Key) once the claim lapses.
+            log.error(
+                "action outcome not recorded",
+                actionId=action_id,
+                action=row["action"],
+                error=str(exc),
+            )
         except Exception as exc:  # a bug must not stop the runner; the row shows it
             log.exception("action crashed", actionId=action_id, action=row["action"])
             await self._rows.finish(

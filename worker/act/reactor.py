@@ -14,10 +14,12 @@ import sqlite_utils
 
 from worker.act.kinds import KINDS
 from worker.act.kinds.base import Recording
+from worker.act.kinds.book import CREDITED_STATES, book_held
 from worker.config.profiles import ProfileMatch, Profiles
 from worker.logs import LogLine
 from worker.rules import Intent, RuleBook
 from worker.store.actions import acted_on_event
+from worker.track.batch import Reaction
 from worker.track.tracker import Deposit, Fact, Transition
 
 
@@ -34,9 +36,11 @@ class RuleReactor:
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
+        reaction: Reaction,
     ) -> list[LogLine]:
-        """Record the actions that the rules pick for each transition (and raw eventType);
-        the lines to log once committed."""
+        """Record the actions that the rules pick for each transition (and raw eventType),
+        and the booking that waited for the txHash this fact states first
+        (`Reaction.learnt_tx_hash`); the lines to log once committed."""
         rulebook = self._rules()
         lines: list[LogLine] = []
         match = self._profiles().for_deposit(deposit.wallet_id, deposit.from_address)
@@ -59,9 +63,13 @@ class RuleReactor:
                 if rule in ran:
                     continue
                 running.add(rule)
-                if self._record(db, deposit, key, fact, intent, match, lines):
+                if self._record(db, deposit, key, fact, reaction, intent, match, lines):
                     break  # `ignore`: nothing after it runs
             ran |= running
+        if reaction.learnt_tx_hash and deposit.state in CREDITED_STATES:
+            done = book_held(db, deposit, "(the txHash is known now)", reaction)
+            if done is not None:
+                lines.append((done[1], {"transactionId": deposit.transaction_id}))
         return lines
 
     def _record(
@@ -70,6 +78,7 @@ class RuleReactor:
         deposit: Deposit,
         trigger: str,
         fact: Fact,
+        reaction: Reaction,
         intent: Intent,
         match: ProfileMatch | None,
         lines: list[LogLine],
@@ -78,5 +87,7 @@ class RuleReactor:
         kind = KINDS.get(intent.action)
         if kind is None:
             raise ValueError(f"unknown action {intent.action!r}")
-        kind.record(Recording(db, deposit, trigger, fact, intent, match, self._profiles, lines))
+        kind.record(
+            Recording(db, deposit, trigger, fact, intent, match, self._profiles, lines, reaction)
+        )
         return kind.spec.final

@@ -76,19 +76,9 @@ def submit_key(transaction_id: str, content_hash: str) -> str:
 def submit_params(
     deposit: Deposit, profile: str, content_hash: str, *, named: bool
 ) -> dict[str, Any]:
-    """The params of a submit_profile action.
-
-    `after_ms` is the provider's time of the whitelist status the submission answers: once the
-    provider accepts it, the tracker takes "pending" as observed just after that, never at this
-    machine's clock, which the provider's own timestamps must not be compared with (a review
-    finished within the call, or a clock that is off, would otherwise lose a rejection).
-    """
-    return {
-        "profile": profile,
-        "content_hash": content_hash,
-        "named": named,
-        "after_ms": deposit.white_list_time(),
-    }
+    """The params of a submit_profile action. Once the provider accepts it, the tracker
+    takes "pending" as observed when the acceptance arrived (`worker.track.facts`)."""
+    return {"profile": profile, "content_hash": content_hash, "named": named}
 
 
 def key_used(db: sqlite_utils.Database, transaction_id: str, key: str) -> bool:

@@ -19,6 +19,7 @@ def _files_problems(loaded: Loaded) -> list[str]:
     """With the config itself invalid: the problems of the rules and profiles it names, when
     it names them plainly (docs/commands.md: every problem at once)."""
     from worker.act.kinds import SPECS
+    from worker.service.bundle import names_in_file
 
     profiles_path = loaded.files.get("profiles")
     rules_path = loaded.files.get("rules")
@@ -31,6 +32,7 @@ def _files_problems(loaded: Loaded) -> list[str]:
             names = Profiles.load(profiles_path).names()
         except ConfigError as exc:
             problems.extend(exc.problems)
+            names = names_in_file(profiles_path)  # its problems are reported once, there
     if rules_path is not None:
         try:
             rules = RuleBook.load(rules_path, profile_names=names, specs=SPECS)
@@ -117,10 +119,12 @@ def placeholder_hosts(settings: Settings) -> list[str]:
     ]
 
 
-async def online_problems(settings: Settings, bundle: Bundle) -> tuple[list[str], list[str]]:
-    """(problems, notes) of `check --online`: profiles whose `provider` the options endpoint
-    does not offer, and rule sets and profile fallbacks naming a wallet the provider's wallet
-    list does not hold (`worker.service.wallets`)."""
+async def online_problems(
+    settings: Settings, bundle: Bundle
+) -> tuple[list[str], list[str], list[str]]:
+    """(problems, notes, summary) of `check --online`: profiles whose `provider` the options
+    endpoint does not offer, and rule sets and profile fallbacks naming a wallet the provider's
+    wallet list does not hold (`worker.service.wallets`); the summary says what was checked."""
     from worker.provider.client import ProviderClient
     from worker.service.wallets import wallet_problems
 
@@ -129,7 +133,24 @@ async def online_problems(settings: Settings, bundle: Bundle) -> tuple[list[str]
         listed = await client.list_wallets()
     problems = bundle.profiles.provider_problems(names)
     wallets, notes = wallet_problems(bundle.rules, bundle.profiles, listed)
-    return problems + wallets, notes
+    return problems + wallets, notes, online_summary(settings, len(names), len(listed))
+
+
+def online_summary(settings: Settings, providers: int, wallets: int) -> list[str]:
+    """What `check --online` checked against the provider, and what it cannot check: the
+    webhook secret, which only the provider signs with (docs/operator.md)."""
+    from worker.ingest.secret_watch import REFUSALS_IN_A_ROW
+
+    return [
+        f"online: {settings.provider.base_url} accepted signed requests (provider.api_key,"
+        f" provider.api_secret, provider.signature); its {providers} payer providers and"
+        f" {wallets} wallets cover what the profiles and rules name",
+        "online: the webhook secret and API key cannot be tested from here (the provider signs"
+        " its deliveries, depositd only verifies them): compare webhook.secret and"
+        " webhook.api_key with the provider's dashboard; once serve runs, a refused delivery"
+        f" shows in `depositd status` (webhookRefusals), and {REFUSALS_IN_A_ROW} in a row with"
+        " none accepted alert (critical)",
+    ]
 
 
 async def accepted_scheme(settings: Settings) -> Scheme | None:
@@ -192,6 +213,31 @@ def refused_as_unauthorised(settings: Settings, exc: ProviderError) -> None:
     )
 
 
+def database_line(settings: Settings) -> tuple[bool, str]:
+    """What an acknowledged webhook survives with this database (`check --online`): SQLite's
+    from `storage.synchronous`, PostgreSQL's read from the server; (False, the error) when it
+    cannot be reached."""
+    import sqlite3
+
+    from worker.store.durability import durability_line, postgres_durability, sqlite_durability
+
+    storage = settings.storage
+    if storage.url is None:
+        promise = sqlite_durability(storage.synchronous)
+        return True, f"database: {storage.where}: {durability_line(promise)}"
+    from worker.store.pgstore import command_connection
+
+    try:
+        conn = command_connection(storage)
+        try:
+            promise = postgres_durability(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return False, f"database: {exc}"
+    return True, f"database: {storage.where}: {durability_line(promise)}"
+
+
 def signature_lines(settings: Settings) -> list[str]:
     """The schemes in force, as `check` prints them."""
     return [
@@ -228,9 +274,10 @@ def run(args: argparse.Namespace) -> int:
     if not online:
         for note in filter(None, map(name_note, bundle.rules.rulesets)):
             print(f"note: {note}", file=sys.stderr)
+    summary: list[str] = []
     if online:
         try:
-            bad, notes = asyncio.run(online_problems(settings, bundle))
+            bad, notes, summary = asyncio.run(online_problems(settings, bundle))
         except ProviderAuthError as exc:
             refused_as_unauthorised(settings, exc)
             return 1
@@ -239,6 +286,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
+        reached, database = database_line(settings)
+        print(database, file=sys.stderr if not reached else sys.stdout)
+        if not reached:
+            return 1
         if bad:
             for problem in bad:
                 print(problem, file=sys.stderr)
@@ -247,6 +298,6 @@ def run(args: argparse.Namespace) -> int:
         f"ok: {settings.config_path}: {len(bundle.rules.rulesets)} rule set(s), "
         f"{len(bundle.profiles.names())} profile(s)"
     )
-    for line in signature_lines(settings):
+    for line in [*signature_lines(settings), *summary]:
         print(line)
     return 0

@@ -1,11 +1,14 @@
 """`depositd init --sandbox DIR`: a working local setup against the provider sandbox.
 
-DIR gets a configuration with two free loopback ports fixed in it (the sandbox's and the
-webhook's), the shipped default rules, a profiles file with one fictitious profile, the
-credentials as files under `secrets/` (read through `*_file` keys), the JSON Schemas of the
-three YAML files under `schemas/` (each file's `# yaml-language-server: $schema=` line names
-its own: editors complete and check keys, docs/configuration.md), and the database path. No
-alert channel is configured: alerts are logged only, as the config file's comment says.
+DIR gets a configuration with three free loopback ports fixed in it (the sandbox's, the
+webhook's and the operator console's), a rules folder laid out as the shipped one (`rules/`:
+the default rule set, the per-wallet example under `examples/` and a profiles file with one
+fictitious profile, so every path those files mention exists), the credentials and the
+console's login token as files under `secrets/` (read through `*_file` keys), the JSON Schemas
+of the three YAML files under `schemas/` (each file's `# yaml-language-server: $schema=` line
+names its own: editors complete and check keys, docs/configuration.md), and the database path
+(the first `serve` creates it). No alert channel is configured: alerts are logged only, as the
+config file's comment says.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ _CONFIG = """\
 # Terminal 1: {depositd} sandbox --config {config} --auto-review
 # Terminal 2: {depositd} serve --config {config}
 # Then:       {depositd} sandbox inject --config {config} --amount 125.50
+# Console:    http://127.0.0.1:{console_port}/ (login token: secrets/console_token)
 # Every key is described in docs/reference.md. Relative paths resolve against this folder.
 
 provider:
@@ -52,8 +56,13 @@ scheduler:
   history_interval_s: 10                      # poll often: a local setup has nothing to spare
   detail_interval_s: 10
 
-rules: rules.yaml
-profiles: profiles.yaml
+rules: rules                                  # a folder: every rules/*.yaml (docs/rules.md)
+profiles: rules/profiles.yaml
+
+console:
+  listen: 127.0.0.1:{console_port}            # the operator console (docs/console.md)
+  token_file: secrets/console_token           # its login token
+  hosted_url: http://127.0.0.1:{sandbox_port}/hosted   # the sandbox's hosted Travel Rule page
 
 # notify: no channel, so alerts are logged only (a warning line named "alert") and
 # `depositd check` says so. Add notify.slack or notify.email (docs/reference.md) to send them.
@@ -64,7 +73,7 @@ log:
 """
 
 _PROFILES = """\
-# yaml-language-server: $schema=schemas/profiles.schema.json
+# yaml-language-server: $schema=../schemas/profiles.schema.json
 # Payer profiles for the local sandbox setup. The one profile here is fictitious: its name,
 # company and address are made up, for the sandbox only. Every field: docs/reference.md.
 profiles:
@@ -110,40 +119,75 @@ def invoked_as(argv0: str | None = None) -> str:
     return shlex.quote(os.path.abspath(argv0))
 
 
+_CREDENTIALS = ("provider_api_key", "provider_api_secret", "webhook_secret", "console_token")
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = _free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def write_sandbox_setup(folder: Path, depositd: str = "depositd") -> Path:
     """Write the setup into `folder` (created; must be empty); return the config's path."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ConfigError([f"{folder}: exists and is not an empty folder; give a new one"])
     rules = default_rules().read_text(encoding="utf-8")
+    example = (shipped_rules() / "examples" / _EXAMPLE).read_text(encoding="utf-8")
     folder.mkdir(parents=True, exist_ok=True)
     secret_dir = folder / "secrets"
     secret_dir.mkdir(mode=0o700)
-    for name in ("provider_api_key", "provider_api_secret", "webhook_secret"):
+    for name in _CREDENTIALS:
         path = secret_dir / name
         path.touch(mode=0o600)
         path.write_text(secrets.token_urlsafe(24) + "\n", encoding="utf-8")
     config = folder / "depositd.yaml"
-    sandbox_port = _free_port()
-    webhook_port = _free_port()
-    while webhook_port == sandbox_port:
-        webhook_port = _free_port()
+    sandbox_port, webhook_port, console_port = free_ports(3)
     config.write_text(
         _CONFIG.format(
-            config=config, sandbox_port=sandbox_port, webhook_port=webhook_port, depositd=depositd
+            config=config,
+            sandbox_port=sandbox_port,
+            webhook_port=webhook_port,
+            console_port=console_port,
+            depositd=depositd,
         ),
         encoding="utf-8",
     )
-    (folder / "rules.yaml").write_text(_schema_line(rules, "rules"), encoding="utf-8")
-    (folder / "profiles.yaml").write_text(_PROFILES, encoding="utf-8")
+    # The shipped layout (rules/default.yaml, rules/profiles.yaml, rules/examples/): the
+    # paths the default rules and the example name exist here as they do in the repository.
+    (folder / "rules" / "examples").mkdir(parents=True)
+    (folder / "rules" / "default.yaml").write_text(
+        _schema_line(rules, "../schemas/rules"), encoding="utf-8"
+    )
+    (folder / "rules" / "examples" / _EXAMPLE).write_text(
+        _schema_line(example, "../../schemas/rules"), encoding="utf-8"
+    )
+    (folder / "rules" / "profiles.yaml").write_text(_PROFILES, encoding="utf-8")
     (folder / "schemas").mkdir()
     for kind in KINDS:
         (folder / "schemas" / f"{kind}.schema.json").write_text(text_of(kind), encoding="utf-8")
     return config
 
 
-def _schema_line(text: str, kind: str) -> str:
-    """`text` with its `$schema=` line naming `schemas/KIND.schema.json` beside it."""
-    line = f"# yaml-language-server: $schema=schemas/{kind}.schema.json\n"
+_EXAMPLE = "wallet-1001.example.yaml"
+
+
+def console_address(config: Path) -> str:
+    """The console's URL in a configuration `init` wrote."""
+    found = re.search(
+        r"^  listen: (127\.0\.0\.1:\d+) +# the operator console", config.read_text(), re.M
+    )
+    assert found is not None
+    return f"http://{found.group(1)}/"
+
+
+def _schema_line(text: str, schema: str) -> str:
+    """`text` with its `$schema=` line naming `SCHEMA.schema.json`."""
+    line = f"# yaml-language-server: $schema={schema}.schema.json\n"
     text, found = _MODELINE.subn(line, text, count=1)
     return text if found else line + text
 
@@ -156,9 +200,7 @@ def run(args: argparse.Namespace) -> int:
     depositd = invoked_as()
     config = write_sandbox_setup(Path(args.sandbox).resolve(), depositd)
     quoted = shlex.quote(str(config))
-    print(
-        f"wrote depositd.yaml, rules.yaml, profiles.yaml, schemas/ and secrets/ in {config.parent}"
-    )
+    print(f"wrote depositd.yaml, rules/, schemas/ and secrets/ in {config.parent}")
     print("next, in two terminals:")
     print(f"  {depositd} sandbox --config {quoted} --auto-review")
     print(f"  {depositd} serve --config {quoted}")
@@ -166,4 +208,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  {depositd} sandbox inject --config {quoted} --amount 125.50")
     print(f"  {depositd} deposits --config {quoted}")
     print(f"  {depositd} ledger --config {quoted}")
+    token = shlex.quote(str(config.parent / "secrets" / "console_token"))
+    print(f"the console, while serve runs: {console_address(config)}")
+    print(f"its login token: cat {token}")
     return 0

@@ -23,17 +23,20 @@ from worker.clock import ms_from_iso, utc_now
 from worker.commands.dbopen import run_on_db
 from worker.config.settings import load_settings
 from worker.service.lock import serving
+from worker.service.supervise import TASKS_DOWN
 from worker.store import actions, alerts, events, leases
 from worker.store.actions import requeue_failed_actions
 from worker.store.alerts import requeue_failed_alerts
 from worker.store.conflicts import count_held_deposits
 from worker.store.database import finish_copy
 from worker.store.deposits import count_waiting_on_human, deposits_by_state
+from worker.store.durability import postgres_durability, sqlite_durability
 from worker.store.events import requeue_event, requeue_failed_events
 from worker.store.findings import reconciliation_status
 from worker.store.leases import SCHEDULER_LEASE
 from worker.store.ledger import count_booked
-from worker.store.meta import all_meta
+from worker.store.meta import all_meta, auth_refusal_streak
+from worker.store.pg import is_postgres
 
 # The files SQLite keeps beside a database: writing over any of them under a running service
 # corrupts the database.
@@ -181,9 +184,12 @@ def _leader(conn: sqlite3.Connection) -> dict[str, Any] | None:
     return {**lease.as_json(), "current": lease.expires_at > utc_now()}
 
 
-def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[str, Any]:
+def status_report(
+    conn: sqlite3.Connection, in_use: bool | None = None, *, synchronous: str = "FULL"
+) -> dict[str, Any]:
     """What `status` shows, read from the database; `in_use`: whether a serve holds it now
-    (`worker.service.lock.serving`), None when unknown."""
+    (`worker.service.lock.serving`), None when unknown; `synchronous`: SQLite's
+    `storage.synchronous` (what a commit survives there)."""
     meta: dict[str, Any] = all_meta(conn)
     started, stopped = meta.get("started_at"), meta.get("stopped_at")
     # `serve` records its start and its stop; a SIGKILL, a crash or a power cut leaves the start
@@ -222,10 +228,19 @@ def status_report(conn: sqlite3.Connection, in_use: bool | None = None) -> dict[
         "booked": count_booked(conn),
         # Requests refused on the webhook port by reason, since `since` (a serve's start).
         "webhookRefusals": json.loads(meta.get("webhook_refusals") or "null"),
+        # Deliveries refused in a row for their signature or API key, none accepted since
+        # `since` (alerted once): webhook.secret or webhook.api_key differs from the provider's.
+        "webhookAuthRefused": auth_refusal_streak(meta),
         # The instance leading the scheduler (its polls and daily jobs), since when, until when.
         "leader": _leader(conn),
+        # The long-running tasks of serve down (restarting, or given up), by instance.
+        "tasksDown": json.loads(meta.get(TASKS_DOWN) or "{}"),
         # The last reconciliation run and the findings still open (`depositd reconcile`).
         "reconciliation": reconciliation_status(conn),
+        # What an acknowledged webhook survives, as the database is set up now.
+        "durability": (
+            postgres_durability(conn) if is_postgres(conn) else sqlite_durability(synchronous)
+        ),
     }
 
 
@@ -242,7 +257,8 @@ def run_status(args: argparse.Namespace) -> int:
         in_use = pg_serving(storage)
 
     def body(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
-        print(json.dumps(status_report(conn, in_use), indent=2), file=out)
+        report = status_report(conn, in_use, synchronous=storage.synchronous)
+        print(json.dumps(report, indent=2), file=out)
         return 0
 
     return run_on_db(args, body, settings=settings)

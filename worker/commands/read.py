@@ -18,12 +18,14 @@ from typing import Any, TextIO
 from worker.commands import eventfilter
 from worker.commands.dbopen import run_on_db
 from worker.provider import jsonio
+from worker.store import operator as operator_store
 from worker.store.actions import actions_of, failed_with_events
 from worker.store.addresses import list_addresses
 from worker.store.alerts import failed_alerts
 from worker.store.deposits import get_deposit_row, list_deposits
 from worker.store.facts import facts_of
 from worker.store.ledger import booked_since
+from worker.track.history import FactChange, fact_changes
 from worker.track.tracker import Deposit, State
 
 
@@ -247,6 +249,17 @@ def _one_deposit(conn: sqlite3.Connection, tx: str, as_json: bool, out: TextIO) 
         }
         for f in facts_of(conn, tx)
     ]
+    replayed = fact_changes([f["fact"] for f in facts], [f["changed"] for f in facts])
+    changes: list[FactChange | None] = [None] * len(facts) if replayed is None else [*replayed]
+    for f, change in zip(facts, changes, strict=True):
+        # Which fields the fact changed, and the state it moved the deposit to (docs/reference.md)
+        f["changedFields"] = None if change is None else list(change.fields)
+        f["moved"] = (
+            None
+            if change is None or change.moved is None
+            else {"from": change.moved[0], "to": change.moved[1]}
+        )
+        f["change"] = ("yes" if f["changed"] else "no") if change is None else change.describe()
     actions = [
         {
             "createdAt": a["created_at"],
@@ -262,24 +275,32 @@ def _one_deposit(conn: sqlite3.Connection, tx: str, as_json: bool, out: TextIO) 
         }
         for a in actions_of(conn, tx)
     ]
+    operator = [
+        {"at": o["at"], "kind": o["kind"], "by": o["remote"], "note": o["note"],
+         "outcome": o["outcome"]}
+        for o in reversed(operator_store.recent(conn, subject=tx))
+    ]  # fmt: skip
     if as_json:
-        _json_line({**deposit, "facts": facts, "actions": actions}, out)
+        shown = [{k: v for k, v in f.items() if k != "change"} for f in facts]
+        _json_line(
+            {**deposit, "facts": shown, "actions": actions, "operatorActions": operator}, out
+        )
         return 0
     width = max(len(k) for k in deposit)
     for key, value in deposit.items():
         print(f"{key.ljust(width)}  {_cell(value)}", file=out)
     print("\nfacts", file=out)
     table(
-        ["recordedAt", "source", "eventId", "changed", "status", "whiteListStatus", "creditStatus"],
+        ["recordedAt", "source", "eventId", "status", "whiteListStatus", "creditStatus", "change"],
         [
             [
                 f["recordedAt"],
                 f["source"],
                 f["eventId"],
-                f["changed"],
                 f["fact"].get("status"),
                 f["fact"].get("white_list_status"),
                 f["fact"].get("credit_status"),
+                f["change"],
             ]
             for f in facts
         ],
@@ -312,6 +333,13 @@ def _one_deposit(conn: sqlite3.Connection, tx: str, as_json: bool, out: TextIO) 
         ],
         out,
     )
+    if operator:
+        print("\noperator actions", file=out)
+        table(
+            ["at", "by", "kind", "note", "outcome"],
+            [[o["at"], o["by"], o["kind"], o["note"], o["outcome"]] for o in operator],
+            out,
+        )
     return 0
 
 

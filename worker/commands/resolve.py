@@ -16,10 +16,8 @@ from typing import Any, TextIO
 
 import sqlite_utils
 
-from worker.act.kinds.book import book_checked
-from worker.act.rows import add_action
+from worker.act.kinds.book import book_held
 from worker.commands.dbopen import run_on_db
-from worker.store.actions import held_booking, set_rule
 from worker.store.conflicts import all_conflicts
 from worker.store.conflicts import open_conflicts as open_of
 from worker.store.deposits import get_deposit_row, lock_deposit
@@ -81,26 +79,13 @@ def _values(sets: list[str], open_fields: set[str]) -> tuple[dict[str, Any], lis
 
 def _book_held(db: sqlite_utils.Database, tx: str, by: str) -> str:
     """Make the booking held by the conflict, once; what happened, for the output."""
-    held = held_booking(db, tx)
-    if held is None:
-        return "no booking was held; rules book it when the deposit is credited"
     row = get_deposit_row(db, tx)
     assert row is not None
     deposit = Deposit.from_row(row)
-    trigger = str(held[0]).split("#")[0]
-    status, outcome = book_checked(db, deposit, trigger)
-    action_id = add_action(
-        db,
-        deposit=deposit,
-        action="book",
-        params={},
-        trigger=str(held[0]),
-        event_id=held[4],
-        status=status,
-        outcome=f"{outcome} after the decision by {by}",
-    )
-    set_rule(db, action_id, held[1], held[2], held[3])
-    return f"{outcome} (amount {deposit.as_json()['amount']} {deposit.currency})"
+    done = book_held(db, deposit, f"after the decision by {by}")
+    if done is None:
+        return "no booking was held; rules book it when the deposit is credited"
+    return f"{done[1]} (amount {deposit.as_json()['amount']} {deposit.currency})"
 
 
 def _resolve(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from worker.clock import now_ms
 from worker.commands.orders import explain_order
 from worker.config.profiles import Profiles
 from worker.config.settings import load_settings
@@ -109,7 +110,9 @@ def _fact(data: Any, source: str) -> tuple[Fact | None, str]:
                 return None, title
             return fact_from_event(env), title
         order = DepositOrder.model_validate(data)
-        return fact_from_order(order), f"deposit order {order.transactionId} (as a poll)"
+        return fact_from_order(
+            order, sent_at=now_ms()
+        ), f"deposit order {order.transactionId} (as a poll)"
     except ValidationError as exc:
         raise _Usage(f"{source}: not a webhook event or deposit order: {_errors(exc)}") from None
 
@@ -142,26 +145,43 @@ def _deposit_before(
     for row in rows:
         if row["event_id"] == event_id:
             break
-        deposit, _ = observe(deposit, Fact.from_json(jsonio.loads(row["fact"])))
+        fact = Fact.from_json(jsonio.loads(row["fact"]), observed_at=row["observed_at"])
+        deposit, _ = observe(deposit, fact)
     return deposit
 
 
-def _show_deposit(out: Out, before: Deposit | None, after: Deposit) -> None:
+def _show_deposit(
+    out: Out, before: Deposit | None, after: Deposit, now: Deposit | None = None
+) -> None:
+    """The deposit and the state the fact moves it between; `now`: the tracked deposit today,
+    for a stored event (whose `before` is the deposit as that event found it)."""
     amount = after.as_json()["amount"] or "?"
     name = f" ({after.wallet_name})" if after.wallet_name else ""
     out(f"deposit {after.transaction_id}: wallet {after.wallet_id}{name}")
     out(f"  {amount} {after.currency or '?'} on {after.network or '?'}")
     out(f"  from {after.from_address or '(unknown address)'}")
-    was = before.state.value if before is not None else "(not tracked yet)"
-    out(f"  state: {was} -> {after.state.value}")
+    if before is not None:
+        was = before.state.value
+    elif now is not None:
+        was = "(first seen in this event)"
+    else:
+        was = "(not tracked yet)"
+    tracked = f"; tracked now: {now.state.value}" if now is not None else ""
+    out(f"  state: {was} -> {after.state.value}{tracked}")
 
 
 def explain_fact(
-    out: Out, rules: RuleBook, profiles: Profiles, before: Deposit | None, fact: Fact
+    out: Out,
+    rules: RuleBook,
+    profiles: Profiles,
+    before: Deposit | None,
+    fact: Fact,
+    now: Deposit | None = None,
 ) -> int:
-    """Print the tracker's view of the fact and what the rules would do; returns actions count."""
+    """Print the tracker's view of the fact and what the rules would do; returns actions count.
+    `now`: the deposit as tracked today, when the fact is a stored event's."""
     after, transitions = observe(before, fact)
-    _show_deposit(out, before, after)
+    _show_deposit(out, before, after, now)
     match = profiles.for_deposit(after.wallet_id, after.from_address)
     if match is None:
         out("profile: none applies (profile: missing)")
@@ -239,11 +259,13 @@ def run(args: argparse.Namespace, out: Out = print) -> int:
                 return 0
             out("not a deposit event: deposit rules do not run for it")
             return 0
+        now = None
         if getattr(args, "event", None):
             before = _deposit_before(conn, fact.transaction_id, args.event)
+            now = _stored_deposit(conn, fact.transaction_id)
         else:
             before = _stored_deposit(conn, fact.transaction_id)
-        explain_fact(out, bundle.rules, bundle.profiles, before, fact)
+        explain_fact(out, bundle.rules, bundle.profiles, before, fact, now)
         out("")
         out("dry run: nothing was sent, stored or changed")
         return 0

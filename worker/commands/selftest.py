@@ -183,6 +183,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"stored: {'yes (' + stored + ')' if stored else 'no'}")
     if stored:
         print("ok: the public URL reaches depositd with the path and body intact")
+        # Signed with this configuration's own secret: it cannot show the provider's differs.
+        print(
+            "note: signed with this configuration's webhook.secret and webhook.api_key, so it"
+            " cannot tell whether the provider signs with the same ones; its deliveries refused"
+            " show in `depositd status` (webhookRefusals, webhookAuthRefused)"
+        )
         return 0
     print(f"check: {hint(sent, settings.storage.where)}")
     return 1

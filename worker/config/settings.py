@@ -190,6 +190,12 @@ class StorageSettings(Section):
     password: Credential | None = None
     synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL"
     retention_days: int = Field(90, ge=1)
+    # An outage of the database longer than this is logged once more and alerted, once
+    # (docs/operations.md, "When the database is unavailable").
+    outage_alert_s: float = Field(60, gt=0)
+    # SQLite: False, a second `serve` on the file refuses to start, naming the first; True,
+    # several instances on this machine share it (docs/postgresql.md). PostgreSQL: always.
+    several_instances: bool = False
 
     @field_validator("url")
     @classmethod
@@ -386,6 +392,20 @@ def config_path(explicit: str | os.PathLike[str] | None) -> Path:
     return Path(explicit or os.environ.get("DEPOSITD_CONFIG") or DEFAULT_CONFIG)
 
 
+def _no_config(cfg: Path, explicit: str | os.PathLike[str] | None) -> str:
+    """A configuration file that is not there: which one was looked for, and why that one."""
+    if explicit:
+        why = "given with --config"
+    elif os.environ.get("DEPOSITD_CONFIG"):
+        why = "named by $DEPOSITD_CONFIG"
+    else:
+        why = "the default, ./depositd.yaml: neither --config nor $DEPOSITD_CONFIG names one"
+    return (
+        f"{cfg}: no configuration file here ({why}); give one with --config PATH or"
+        " $DEPOSITD_CONFIG, or write a local setup with `depositd init --sandbox DIR`"
+    )
+
+
 def _at(data: Any, loc: Loc) -> Any:
     for part in loc:
         if isinstance(data, dict):
@@ -562,6 +582,8 @@ def read_settings(path: str | os.PathLike[str] | None = None) -> Loaded:
     cfg = config_path(path).resolve()
     try:
         src = load_yaml(cfg)
+    except FileNotFoundError:
+        return Loaded(cfg, None, [_no_config(cfg, path)], {})
     except OSError as exc:
         return Loaded(cfg, None, [f"{cfg}: cannot read configuration: {exc.strerror}"], {})
     except UnicodeDecodeError:

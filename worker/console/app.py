@@ -20,6 +20,7 @@ from worker.config.settings import ConsoleSettings
 from worker.console import actions, export, pages
 from worker.console.auth import guard, security_headers
 from worker.console.queries import age, path_segment, utc
+from worker.console.refused import refused_page
 from worker.console.state import CONSOLE, Console, Operations
 from worker.logs import get_logger
 from worker.store.writer import Store
@@ -39,7 +40,8 @@ def build_console(
     console = Console(settings, store, ops, wake_processor)
     app = web.Application(
         middlewares=[
-            guard(console.sessions, security_headers(console.hosted_origin), console.tokens)
+            guard(console.sessions, security_headers(console.hosted_origin), console.tokens),
+            refused_page,
         ],
         client_max_size=64 * 1024,
     )

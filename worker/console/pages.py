@@ -197,8 +197,19 @@ async def deposit_timeline(request: web.Request) -> dict[str, Any]:
     data["hosted"] = bool(console.hosted_origin) and waiting
     # The approve path: stored profiles by name only (never their contents).
     data["profiles"] = sorted(console.ops.profiles.names()) if waiting else []
-    data["suggested"] = _suggested(console, data["deposit"])
+    data["rejected_profile"] = _rejected_profile(data)
+    suggested = _suggested(console, data["deposit"])
+    # The profile the provider just rejected is not offered first again (docs/console.md).
+    data["suggested"] = None if suggested == data["rejected_profile"] else suggested
     return data
+
+
+def _rejected_profile(data: dict[str, Any]) -> str | None:
+    """For a rejected deposit, the profile of its last submission (the one rejected)."""
+    if data["deposit"]["state"] != "rejected":
+        return None
+    submitted = [a for a in data["actions"] if a["action"] == "submit_profile" and a["profile"]]
+    return str(submitted[-1]["profile"]) if submitted else None
 
 
 def _suggested(console: Console, deposit: dict[str, Any]) -> str | None:

@@ -28,8 +28,9 @@ from worker.store import (
     ledger,
 )
 from worker.store import operator as operator_store
-from worker.store.meta import all_meta
+from worker.store.meta import all_meta, auth_refusal_streak
 from worker.store.tx import conn_of
+from worker.track.history import fact_changes
 from worker.track.tracker import Deposit
 
 PAGE_SIZE = 50
@@ -68,6 +69,7 @@ def overview(db: sqlite_utils.Database) -> dict[str, Any]:
         "abnormal": [r for r in abnormal.list_abnormal(db, limit=PAGE_SIZE)],
         "polls": {name: meta.get(f"last_{name}_poll_ok") for name in POLLS},
         "last_webhook": meta.get("last_webhook_at"),
+        "webhook_auth_refused": auth_refusal_streak(meta),
         "reconciliation": findings.last_run(db),
         "by_state": deposits.deposits_by_state(db),
         "queues": {
@@ -90,14 +92,25 @@ def timeline(db: sqlite_utils.Database, tx: str) -> dict[str, Any] | None:
     if row is None:
         return None
     fact_rows = []
-    for f in facts.facts_of(db, tx):
-        fact = json.loads(f["fact"] or "{}")
+    stored = facts.facts_of(db, tx)
+    bodies = [json.loads(f["fact"] or "{}") for f in stored]
+    applied = [bool(f["changed"]) for f in stored]
+    changes = fact_changes(bodies, applied)
+    for i, (f, fact) in enumerate(zip(stored, bodies, strict=True)):
+        change = None if changes is None else changes[i]
         fact_rows.append(
             {
                 "recorded_at": f["recorded_at"],
                 "source": f["source"],
                 "event_id": f["event_id"],
-                "changed": bool(f["changed"]),
+                "changed": applied[i],
+                # Which fields it changed; "moved" only when the state did (worker.track.history)
+                "moved": change is not None and change.moved is not None,
+                "change": (
+                    change.describe()
+                    if change is not None
+                    else ("changed the deposit" if applied[i] else "known already")
+                ),
                 "status": fact.get("status"),
                 "white_list_status": fact.get("white_list_status"),
                 "credit_status": fact.get("credit_status"),

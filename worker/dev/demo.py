@@ -27,6 +27,7 @@ from typing import TextIO
 
 import yaml
 
+from worker.clock import now_ms
 from worker.dev import demo_hosted, demo_money
 from worker.dev.demokit import Checks, Demo, Result
 from worker.dev.harness import Stack
@@ -220,9 +221,10 @@ async def blocked(demo: Demo) -> Result:
     assert client is not None
     reads = 0
     for _ in range(DETAIL_REREADS):
+        sent_at = now_ms()
         order = await client.transaction_detail(tx)
         reads += order.creditStatus is CreditStatus.BLOCKED
-        await stack.processor.observe_fact(fact_from_order(order, source="poll"))
+        await stack.processor.observe_fact(fact_from_order(order, sent_at=sent_at))
     await asyncio.sleep(2 * stack.detail_interval_s)  # let the scheduler poll again too
     await stack.settle()
     check = Checks()
@@ -258,8 +260,9 @@ async def released(demo: Demo) -> Result:
     client = stack.runtime.client
     assert client is not None
     # The same release read again, as a poll after a restart would: nothing more happens.
+    sent_at = now_ms()
     await stack.processor.observe_fact(
-        fact_from_order(await client.transaction_detail(tx), source="poll")
+        fact_from_order(await client.transaction_detail(tx), sent_at=sent_at)
     )
     await stack.settle()
     check = Checks()

@@ -137,7 +137,8 @@ class Demo:
         if not actions:
             self.say("      (none)")
         alerts = [f"slack: {p['text'].split(' | ')[0]}" for p in stack.slack_for(tx)]
-        alerts += [f"e-mail: {m['Subject']}" for m in stack.emails_for(tx)]
+        # One line each: a folded or padded header is shown with single spaces.
+        alerts += [f"e-mail: {' '.join(str(m['Subject']).split())}" for m in stack.emails_for(tx)]
         self.say("    alerts received:")
         for line in alerts or ["(none)"]:
             self.say(f"      {line}")
@@ -157,7 +158,7 @@ class Demo:
         deposit: Deposit | None = None
         lines = []
         for row in rows:
-            fact = Fact.from_json(json.loads(row["fact"]))
+            fact = Fact.from_json(json.loads(row["fact"]), observed_at=row["observed_at"])
             deposit, fired = observe(deposit, fact)
             origin = fact.event_type if fact.source == "webhook" else f"{fact.source}"
             lines += [f"{t.key:<16} from {origin} -> {deposit.state.value}" for t in fired]

@@ -245,8 +245,12 @@ class Stack:
         self._settings = load_settings(self.config_path)
 
         offset = self.provider_clock_offset_ms
+
+        def provider_clock() -> int:
+            return clock.now_ms() + offset
+
         self._sandbox_app = create_app(
-            self._sandbox_config(), clock=lambda: clock.now_ms() + offset
+            self._sandbox_config(), clock=provider_clock, signing_clock=provider_clock
         )
         self._sandbox_runner = web.AppRunner(
             self._sandbox_app, handle_signals=False, access_log=None, shutdown_timeout=1.0
@@ -351,6 +355,9 @@ class Stack:
                 "path": WEBHOOK_PATH,
                 "api_key": self.webhook_api_key,
                 "secret": self.webhook_secret,
+                # The sandbox signs its deliveries by its own clock: a clock set far off
+                # must still be let in.
+                "tolerance_s": 300 + abs(self.provider_clock_offset_ms) // 1000,
                 **self.signature,
             },
             "storage": self.storage or {"path": str(self.db_path)},

@@ -22,8 +22,9 @@ from aiohttp import web
 
 from worker.clock import ms_from_iso, utc_now
 from worker.config.settings import WebhookSettings
-from worker.errors import StorageError
+from worker.errors import StorageError, StorageUnavailable
 from worker.ingest.limits import BodyBudget, CountRefusal, Sampled, arrived_path, not_found_log
+from worker.ingest.secret_watch import SecretWatch
 from worker.logs import get_logger
 from worker.metrics import (
     CONTENT_TYPE,
@@ -49,6 +50,8 @@ log = get_logger(__name__)
 
 # A readiness check answers None when fine, else what is wrong (shown in /readyz).
 ReadyCheck = Callable[[], Awaitable[str | None]]
+# A health check names what of the process is down (shown in /healthz); empty when all runs.
+HealthCheck = Callable[[], list[str]]
 
 _OK = b"{}"
 _CHUNK = 64 * 1024
@@ -315,6 +318,10 @@ class Gate:
         return Accepted(row, event_type_label(event_type))
 
 
+# Retry-After of a delivery that could not be stored.
+STORAGE_RETRY_AFTER_S = 5
+
+
 def webhook_handler(
     gate: Gate, store_row: StoreRow, record: Record, refused: CountRefusal = lambda _: None
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -345,9 +352,14 @@ def webhook_handler(
             new = await store_row(verdict.row)
         except Exception as exc:  # whatever kept it from being stored: never 200, it is retried
             record(verdict.label, "unavailable", time.perf_counter() - started)
-            if sampled.allow("webhook not stored"):
+            # The database unavailable: `serve` logs the outage once, with the deliveries
+            # refused counted (`worker.store.outage`), not a line per delivery.
+            if not isinstance(exc, StorageUnavailable) and sampled.allow("webhook not stored"):
                 log.error("webhook not stored", eventId=verdict.row[0], error=str(exc))
-            return _error(503, "storage unavailable")
+            answer = _error(503, "storage unavailable")
+            # The database is back within seconds after a failover (docs/postgresql.md).
+            answer.headers["Retry-After"] = str(STORAGE_RETRY_AFTER_S)
+            return answer
         outcome = "duplicate" if not new else "new" if verdict.known else "ignored"
         record(verdict.label, outcome, time.perf_counter() - started)
         return web.Response(body=_OK, content_type="application/json")
@@ -373,11 +385,14 @@ class Ingress:
         self.wake = wake
         # Kept by reference: checks appended later (e.g. the scheduler's) are seen.
         self.ready_checks = ready_checks
+        self.health_checks: list[HealthCheck] = []
         self._counters: dict[tuple[str, str], Any] = {}
         self.refusals: dict[str, int] = {}  # since this process started, by reason
         self.started_at = utc_now()
         self._refusals_write: asyncio.TimerHandle | None = None
         self._writes: set[asyncio.Future[None]] = set()
+        # Deliveries refused for their signature or API key, none accepted in between: alerted.
+        self.secret_watch = SecretWatch(store)
 
     def add_routes(self, app: web.Application) -> None:
         """Register the webhook path and /healthz; /readyz and /metrics too unless they have a
@@ -388,7 +403,7 @@ class Ingress:
             self.settings.path,
             webhook_handler(gate, self.queue_row, self.record, self.count_refusal),
         )
-        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/healthz", self.healthz)
         if self.settings.ops_listen is None:
             self.add_ops_routes(app)
 
@@ -407,6 +422,7 @@ class Ingress:
         for reason, n in counts.items():
             self.metrics.webhook_refusals.labels(reason=reason).inc(n)
             self.refusals[reason] = self.refusals.get(reason, 0) + n
+        self.secret_watch.refused(counts)
         if self._refusals_write is None:
             self._refusals_write = asyncio.get_running_loop().call_later(
                 _REFUSALS_WRITE_S, self._write_refusals
@@ -445,6 +461,8 @@ class Ingress:
 
     def record_counts(self, counts: dict[tuple[str, str], int], seconds: Sequence[float]) -> None:
         """Count deliveries: n per (event type label, outcome), and each one's time to answer."""
+        if any(label != "none" and n for (label, _), n in counts.items()):
+            self.secret_watch.accepted()  # a label: the delivery passed its signature
         for key, n in counts.items():
             child = self._counters.get(key)
             if child is None:  # the labelled children are looked up once each
@@ -476,6 +494,18 @@ class Ingress:
             return 503, {"status": "not ready", "failed": failed}
         return 200, {"status": "ready"}
 
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """The process's tasks all run: (200 or 503, the JSON answer naming those down)."""
+        problems = [problem for check in self.health_checks for problem in check()]
+        if problems:
+            return 503, {"status": "failing", "problems": problems}
+        return 200, {"status": "ok"}
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """GET /healthz: 200 while the process answers and its long-running tasks run."""
+        status, answer = self.health()
+        return web.json_response(answer, status=status)
+
     async def readyz(self, request: web.Request) -> web.Response:
         """GET /readyz: 200 when ready; 503 lists the failures."""
         status, answer = await self.readiness()
@@ -497,7 +527,8 @@ class Ingress:
             self.metrics.events_pending.set(depths.get("pending", 0))
             self.metrics.events_failed.set(depths.get("failed", 0))
         except StorageError as exc:
-            log.warning("metrics without store gauges", error=str(exc))
+            if not self.store.outage.note("metricsWithoutStore"):  # counted in the outage
+                log.warning("metrics without store gauges", error=str(exc))
         self.metrics.count_commits(self.store.commits)
         return self.metrics.render(openmetrics_format)
 
@@ -505,11 +536,6 @@ class Ingress:
         """GET /metrics."""
         om = wants_openmetrics(request.headers.get("Accept"))
         return metrics_response(await self.metrics_body(om), om)
-
-
-async def healthz(request: web.Request) -> web.Response:
-    """GET /healthz: the process answers."""
-    return web.json_response({"status": "ok"})
 
 
 def metrics_response(body: bytes, openmetrics_format: bool = False) -> web.Response:

@@ -8,6 +8,7 @@ event-loop turn and written together.
 From the ingress process:
     ("E", id, row)                  store this accepted `EventRow`
     ("R", id) / ("M", id)           the /readyz answer / the /metrics text
+    ("H", id)                       the /healthz answer (whether `serve`'s tasks run)
     ("O", id)                       the /metrics text in the OpenMetrics format
     ("C", counts, seconds)          deliveries answered since the last such frame:
                                     {(event type label, outcome): n}, [seconds to answer]
@@ -16,8 +17,9 @@ From the ingress process:
     ("p",)                          the answer to a ping
 From `serve`:
     ("e", id, code, error)          STORED_NEW or STORED_KNOWN after the commit; NOT_STORED
-                                    (and why) when the commit failed or the row was not queued
-    ("h", id, status, body)         an HTTP answer for "R" / "M" / "O"
+                                    (and why) when the commit failed or the row was not queued,
+                                    UNAVAILABLE when the database is (`serve` logs the outage)
+    ("h", id, status, body)         an HTTP answer for "R" / "H" / "M" / "O"
     ("P",)                          a ping (for the watchdog): answer "p"
 """
 
@@ -30,7 +32,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from worker.errors import StorageError
+from worker.errors import StorageError, StorageUnavailable
 from worker.ingest.endpoint import Ingress
 from worker.logs import get_logger
 from worker.store.writer import EventRow
@@ -39,7 +41,7 @@ log = get_logger(__name__)
 
 _LENGTH = struct.Struct("!I")
 
-STORED_NEW, STORED_KNOWN, NOT_STORED = 1, 2, 0
+STORED_NEW, STORED_KNOWN, NOT_STORED, UNAVAILABLE = 1, 2, 0, 3
 
 
 class LinkLost(StorageError):
@@ -138,6 +140,9 @@ class CoreSide(_Framed):
             self.ingress.record_counts(message[1], message[2])
         elif kind == "F":
             self.ingress.count_refusals(message[1])
+        elif kind == "H":
+            status, answer = self.ingress.health()
+            self.send(("h", message[1], status, json.dumps(answer).encode()))
         elif kind in ("R", "M", "O"):
             task = asyncio.create_task(self._answer(kind, message[1]))
             self._tasks.add(task)
@@ -161,7 +166,8 @@ class CoreSide(_Framed):
             if future.cancelled():
                 self.send(("e", ident, NOT_STORED, "cancelled"))
             elif (exc := future.exception()) is not None:
-                self.send(("e", ident, NOT_STORED, str(exc)))
+                code = UNAVAILABLE if isinstance(exc, StorageUnavailable) else NOT_STORED
+                self.send(("e", ident, code, str(exc)))
             else:
                 self.send(("e", ident, STORED_NEW if future.result() else STORED_KNOWN, ""))
 
@@ -205,10 +211,13 @@ class FrontSide(_Framed):
         code, error = await self._ask(("E", row))
         if code == NOT_STORED:
             raise StorageError(error)
+        if code == UNAVAILABLE:
+            raise StorageUnavailable(error)
         return bool(code == STORED_NEW)
 
     async def http(self, kind: str) -> tuple[int, bytes]:
-        """The (status, body) of /readyz ("R") or /metrics ("M", or "O" for OpenMetrics)."""
+        """The (status, body) of /readyz ("R"), /healthz ("H") or /metrics ("M", or "O" for
+        OpenMetrics)."""
         status, body = await self._ask((kind,))
         return int(status), bytes(body)
 

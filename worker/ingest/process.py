@@ -5,8 +5,8 @@ so do storing and processing. `serve` therefore binds the listening socket, star
 with it (`python -m worker.ingest.process`), and keeps the store, the processor, the scheduler and
 the
 outbox. Here each accepted delivery goes to `serve` over `worker.ingest.link` and is answered 200
-only once `serve` reports it committed. /healthz is answered here; /readyz and /metrics are
-asked of `serve`.
+only once `serve` reports it committed. /healthz, /readyz and /metrics are asked of `serve`
+(/healthz: whether its long-running tasks run).
 
 This process exits when `serve` does (the link closes), and on SIGTERM stops accepting and
 finishes the requests in flight first.
@@ -30,7 +30,7 @@ from aiohttp import web
 
 from worker.aio import first_done
 from worker.config.settings import load_settings
-from worker.ingest.endpoint import Gate, healthz, metrics_response, webhook_handler
+from worker.ingest.endpoint import Gate, metrics_response, webhook_handler
 from worker.ingest.limits import GuardedSite, Limits, not_found_log, track_requests
 from worker.ingest.link import FrontSide
 from worker.logs import configure, get_logger
@@ -107,6 +107,12 @@ async def run(config: Path, listen_fd: int, link_fd: int) -> int:
 
     async def readyz(request: web.Request) -> web.Response:
         status, body = await link.http("R")
+        return web.Response(body=body, status=status, content_type="application/json")
+
+    async def healthz(request: web.Request) -> web.Response:
+        # This process answers, and `serve`'s tasks run (asked of it: a task down there is
+        # the service failing, docs/operations.md).
+        status, body = await link.http("H")
         return web.Response(body=body, status=status, content_type="application/json")
 
     async def metrics(request: web.Request) -> web.Response:

@@ -133,6 +133,18 @@ _TEXTS: dict[str, _Text] = {
         "Nothing of the run was recorded; the next run reads the day again. Check the provider "
         "and the log line named in the detail.",
     ),
+    "database_unavailable": _Text(
+        "Database unavailable: deliveries answered 503",
+        "Check the database server and the network to it (the detail names the error). "
+        "Deliveries are refused with 503 and retried by the provider; nothing acknowledged is "
+        "lost. depositd resumes by itself once the database answers.",
+    ),
+    "webhook_auth_refused": _Text(
+        "Webhook deliveries refused: secret or API key differs from the provider's",
+        "Compare webhook.secret and webhook.api_key with the provider's dashboard and correct "
+        "the one that differs, then restart serve; until then webhooks are lost and deposits "
+        "are only found by the polls, and the provider may disable the endpoint.",
+    ),
     "auth_failure": _Text(
         "Provider authentication failing",
         "Check the API key and secret and the host clock (API-TIMESTAMP); depositd retries "

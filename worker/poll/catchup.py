@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import sqlite_utils
 from pydantic import ValidationError
 
-from worker.clock import iso_from_ms, ms_from_iso
+from worker.clock import iso_from_ms, ms_from_iso, now_ms
 from worker.errors import ProviderError
 from worker.logs import LogLine, get_logger
 from worker.provider.client import ProviderClient
@@ -284,9 +284,12 @@ class HistoryReader:
                 return page
 
             batch: list[Fact] = []
+            # Every record of the window is dated when its first page was asked for: what
+            # it says held then or later (`fact_from_order`).
+            sent_at = now_ms()
             try:
                 async for record in pages(fetch, self._max_pages, what="history (full)"):
-                    fact = self._fact(record, stats)
+                    fact = self._fact(record, stats, sent_at)
                     if fact is not None:
                         batch.append(fact)
                     if len(batch) >= self._page_size():
@@ -309,7 +312,7 @@ class HistoryReader:
         return "history total kept changing while paging"
 
     @staticmethod
-    def _fact(record: dict[str, Any], stats: ReadStats) -> Fact | None:
+    def _fact(record: dict[str, Any], stats: ReadStats, sent_at: int) -> Fact | None:
         stats.records += 1
         tx = record.get("transactionId")
         if not isinstance(tx, str) or not tx:
@@ -328,7 +331,7 @@ class HistoryReader:
                 "unreadable history record skipped", transactionId=tx, problems=exc.error_count()
             )
             return None
-        return fact_from_order(order, source="poll")
+        return fact_from_order(order, source="poll", sent_at=sent_at)
 
     async def _apply(self, facts: list[Fact], stats: ReadStats, progress: Progress | None) -> None:
         if facts:

@@ -21,6 +21,7 @@ from typing import Any
 
 from worker.clock import iso_from_ms, now_ms
 from worker.config.settings import SchedulerSettings
+from worker.errors import StorageError
 from worker.logs import get_logger
 from worker.poll.catchup import HistoryReader, ReadStats, covered_until
 from worker.poll.jobs import IntervalAndDaily
@@ -116,7 +117,8 @@ class CatchUp(IntervalAndDaily):
                     may_start=may_start,
                 )
             except Exception as exc:  # storage or a bug: the job must not die unseen
-                log.exception(f"{name} failed", error=f"{type(exc).__name__}: {exc}")
+                if not isinstance(exc, StorageError):  # the database unavailable: no traceback
+                    log.exception(f"{name} failed", error=f"{type(exc).__name__}: {exc}")
                 stats = ReadStats(complete=False, error=f"{type(exc).__name__}: {exc}")
         line = log.info if stats.complete else log.warning
         line(

@@ -30,12 +30,17 @@ def poll_backoff(failures: int, base_s: float, max_s: float) -> float:
     return backoff(failures + 1, base_s, max_s) * (0.5 + random.random() / 2)
 
 
-async def logged_run(name: str, run: Coroutine[Any, Any, T]) -> T:
+async def logged_run(name: str, run: Coroutine[Any, Any, T]) -> T | None:
     """One run of a job, its start and end logged at debug (with several instances, they show
-    that the scheduler's jobs ran on one at a time)."""
+    that the scheduler's jobs ran on one at a time). An error that escapes the run is logged
+    as it happens, with the job's name (None then): each run is a task of its own, started
+    again at the job's next time, and nothing else would read its error."""
     log.debug("job started", job=name)
     try:
         return await run
+    except Exception as exc:
+        log.exception("job failed", job=name, error=f"{type(exc).__name__}: {exc}")
+        return None
     finally:
         log.debug("job ended", job=name)
 

@@ -95,7 +95,8 @@ class Leader:
         try:
             lease = await asyncio.wait_for(self._store.write(take), max(0.05, budget))
         except (StorageError, TimeoutError) as exc:
-            log.warning("lease not renewed", lease=self.name, error=str(exc) or "timeout")
+            if not self._store.outage.note("leaseRenewalsFailed"):  # counted in the outage
+                log.warning("lease not renewed", lease=self.name, error=str(exc) or "timeout")
             if self.leading and time.monotonic() >= self._valid_until:
                 await self._lose("lease not renewed in time")
             return

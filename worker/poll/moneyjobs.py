@@ -18,7 +18,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from worker.config.settings import SchedulerSettings
-from worker.errors import ProviderAuthError, ProviderError
+from worker.errors import ProviderAuthError, ProviderError, StorageError
 from worker.logs import get_logger
 from worker.poll.abnormal import AbnormalPoll
 from worker.poll.jobs import DAILY_MISFIRE_GRACE_S, IntervalAndDaily, poll_backoff
@@ -223,6 +223,8 @@ class MoneyJobs(IntervalAndDaily):
         try:
             count = await self._poll.run()
         except Exception as exc:
+            if isinstance(exc, StorageError) and self._store.outage.note("pollsFailed"):
+                return 0  # counted in the outage's lines; the next turn tries again
             await self._poll_failed(exc)
             return 0
         self._failures = 0

@@ -27,6 +27,7 @@ from worker.errors import (
     ProviderError,
     ProviderRetryLater,
     ProviderUnavailable,
+    StorageError,
 )
 from worker.logs import get_logger
 from worker.poll.detailplan import DetailPlan, Listing
@@ -163,11 +164,13 @@ class Poller:
         # on cannot keep the other from being read in the same run.
         tracked: dict[str, dict[str, Any]] = {}  # the page in hand's deposits, as stored
         for status in QUEUES:
+            # A queue's records are dated when its first page was asked for (`fact_from_order`).
+            sent_at = now_ms()
             async for order in self._queue(status, tracked):
                 tx = order.transactionId
                 listed.add(tx)
                 seen += 1
-                fact: Fact | None = fact_from_order(order, source="poll")
+                fact: Fact | None = fact_from_order(order, source="poll", sent_at=sent_at)
                 row = tracked.get(tx)
                 if row is None:
                     self.stats.found_by_poll += 1
@@ -218,7 +221,13 @@ class Poller:
         return pages(fetch, self._settings.max_pages, what=f"history {status}")
 
     async def _detail(self) -> int:
-        rows = await self._store.write(lambda db: detail_candidates(db, DETAIL_STATES))
+        # A completed deposit whose txHash is not known yet is read too: its booking waits
+        # for the txHash (docs/reconciliation.md).
+        rows = await self._store.write(
+            lambda db: detail_candidates(
+                db, DETAIL_STATES, without_tx_hash=(State.COMPLETED.value,)
+            )
+        )
         tracked = {tx for tx, _, _ in rows}
         for tx in [t for t in self._detail_failing if t not in tracked]:
             del self._detail_failing[tx]  # final now, or gone: nothing more to remember
@@ -238,6 +247,7 @@ class Poller:
     async def _detail_one(self, tx: str) -> bool:
         """Read and apply one deposit's detail (False: it failed, logged and counted); raises
         only what ends the whole run."""
+        sent_at = now_ms()
         try:
             order = await self._client.transaction_detail(tx)
         except PROVIDER_WIDE:
@@ -259,8 +269,10 @@ class Poller:
             await self._deposit_failed(tx, str(exc))
             return False
         try:
-            await self._observe(fact_from_order(order, source="poll"))
+            await self._observe(fact_from_order(order, source="poll", sent_at=sent_at))
         except Exception as exc:
+            if isinstance(exc, StorageError) and self._store.outage.note("pollsFailed"):
+                return False  # counted in the outage's lines; the next run reads it again
             await self._deposit_failed(tx, f"{type(exc).__name__}: {exc}", trace=True)
             return False
         self._detail_failing.pop(tx, None)
@@ -304,6 +316,8 @@ class Poller:
             await self._failed(name, kind, str(exc))
             return 0
         except Exception as exc:
+            if isinstance(exc, StorageError) and self._store.outage.note("pollsFailed"):
+                return 0  # counted in the outage's lines; the next turn tries again
             # Storage or a bug: the poll task must not die with an unretrieved exception.
             log.exception("poll crashed", poll=name)
             await self._failed(name, "error", f"{type(exc).__name__}: {exc}")
@@ -359,7 +373,7 @@ class Scheduler:
         self._poller = poller
         self._settings = settings
         self._scheduler = AsyncIOScheduler(timezone="UTC")
-        self._running: dict[str, asyncio.Task[int]] = {}
+        self._running: dict[str, asyncio.Task[int | None]] = {}
         self._stopping = False
 
     @property

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import pycountry
 from pydantic import BaseModel, ConfigDict, Field
 
+from worker.config.yamlkeys import suggest
 from worker.errors import DepositdError
 from worker.provider.codes import WalletCode
 from worker.provider.jsonio import decimal_str
@@ -304,7 +305,8 @@ def _check_extra(c: _Checker) -> None:
         if field in WITHDRAWN_FIELDS:
             c.add(field, BAD_VALUE, f"{field} is a withdrawn field and must not be sent")
         elif field not in _KNOWN:
-            c.add(str(field), BAD_VALUE, f"{field} is not a payer details field")
+            hint = suggest(str(field), _KNOWN - set(WITHDRAWN_FIELDS))
+            c.add(str(field), BAD_VALUE, f"{field} is not a payer details field{hint}")
 
 
 def payer_problems(

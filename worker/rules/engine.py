@@ -245,7 +245,9 @@ class RuleBook:
         verdicts: list[RuleVerdict] = []
         ignored_by: str | None = None
         for rule in ruleset.rules:
-            if ignored_by is not None:
+            if ignored_by is not None and trigger in rule.on:
+                # Only a rule that could have run is stopped by the ignore; the others say why
+                # they do not apply, as without it.
                 reason = f"not evaluated: rule {ignored_by!r} ran ignore"
                 verdicts.append(RuleVerdict(rule.name, False, reason, rule.actions))
                 continue

@@ -6,6 +6,9 @@ from __future__ import annotations
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
 
 from worker.act.kinds import KINDS, SPECS, Kind
 from worker.config.profiles import Profiles
@@ -24,6 +27,16 @@ class Bundle:
     warnings: list[str] = field(default_factory=list)
 
 
+def names_in_file(path: Path) -> set[str] | None:
+    """The profile names a profiles file that did not load gives; None when unreadable."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):  # ValueError: a date YAML cannot build
+        return None
+    profiles = data.get("profiles") if isinstance(data, dict) else None
+    return {str(name) for name in profiles} if isinstance(profiles, dict) else None
+
+
 def load_bundle(settings: Settings) -> Bundle:
     """Load profiles then rules; `ConfigError` lists every problem of both."""
     problems: list[str] = []
@@ -34,19 +47,24 @@ def load_bundle(settings: Settings) -> Bundle:
             " an OS crash (FULL, the default, and EXTRA cannot)"
         )
     profiles = Profiles.empty()
+    # The names rules may give. A profiles file with problems of its own has them reported, and
+    # a rule naming one of its profiles is not reported again as naming an unknown one.
+    profile_names: set[str] | None = set()
     if settings.profiles is None:
         warnings.append("profiles: not set; submit_profile never finds a profile")
     else:
         try:
             profiles = Profiles.load(settings.profiles)
+            profile_names = profiles.names()
         except ConfigError as exc:
             problems.extend(exc.problems)
+            profile_names = names_in_file(settings.profiles)
     rules = RuleBook.empty()
     if settings.rules is None:
         warnings.append("rules: not set; nothing acts (events are stored and tracked only)")
     else:
         try:
-            rules = RuleBook.load(settings.rules, profile_names=profiles.names(), specs=SPECS)
+            rules = RuleBook.load(settings.rules, profile_names=profile_names, specs=SPECS)
         except ConfigError as exc:
             problems.extend(exc.problems)
         else:

@@ -10,6 +10,7 @@ from worker.config.settings import Settings
 from worker.ingest.endpoint import Ingress, ReadyCheck
 from worker.ingest.limits import Limits
 from worker.metrics import Metrics
+from worker.service.supervise import Supervisor
 from worker.store.writer import Store
 from worker.track.processor import Processor
 
@@ -23,7 +24,12 @@ LIMITS_KEY = web.AppKey("limits", Limits)
 # True when no other serve used the database as this one started (`worker.service.lock`): the
 # claims and leases recorded there belong to instances that are gone.
 SOLE_KEY = web.AppKey("sole", bool)
+# True when other serve instances held the database as this one started: a schema migration is
+# refused (`worker.store.writer.migrate`); False when alone or not known (tests, commands).
+OTHERS_KEY = web.AppKey("others_serving", bool)
 # Checks the systemd watchdog pings depend on besides the event loop (the ingress process).
 LIVENESS_KEY: web.AppKey[list[Callable[[], bool]]] = web.AppKey("liveness")
 # The operator console's app (`console.listen`), when configured; `serve` runs it beside the rest.
 CONSOLE_APP_KEY = web.AppKey("console_app", web.Application)
+# The watcher of the long-running tasks (`worker.service.supervise`).
+SUPERVISOR_KEY = web.AppKey("supervisor", Supervisor)

@@ -24,6 +24,7 @@ from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics, money_jobs
 from worker.poll.scheduler import Observe, Poller, Scheduler
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
+from worker.service.supervise import Supervisor
 from worker.store.meta import set_meta
 from worker.store.writer import Store
 
@@ -93,6 +94,7 @@ class LeaderJobs:
     _tasks: list[asyncio.Task[Any]]
     _stop: asyncio.Event
     reactor: RuleReactor
+    supervisor: Supervisor
 
     if TYPE_CHECKING:
 
@@ -140,7 +142,8 @@ class LeaderJobs:
         )
         # The first try now: an instance alone on its database leads from its start on.
         await self.leader.tick()
-        self._tasks.append(asyncio.create_task(self.leader.run(self._stop), name="leader"))
+        leader, stop = self.leader, self._stop
+        self._tasks.append(self.supervisor.keep("leader", lambda: leader.run(stop)))
 
     async def _start_jobs(self) -> None:
         """This instance leads: build and start the polls, catch-up and money jobs."""

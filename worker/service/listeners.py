@@ -4,7 +4,8 @@ The webhook listener (`webhook.listen`), the operational endpoints (`webhook.ops
 the console (`console.listen`) are bound first, all of them: a port that is taken stops `serve`
 (exit 2, naming the setting and HOST:PORT) before the database is opened, the scheduler polls,
 a deposit is booked or an alert is sent. Under systemd a restart loop on a taken port then acts
-on nothing (docs/operator.md).
+on nothing (docs/operator.md). Under socket activation the webhook's socket comes from systemd
+(`worker.service.activation`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from worker.config.settings import Settings
 from worker.errors import ListenError
 from worker.ingest import process as front
+from worker.service import activation
 
 
 @dataclass
@@ -41,7 +43,10 @@ async def bound(settings: Settings) -> AsyncIterator[Listeners]:
     """Bind every listener `settings` names (`ListenError` for the first that cannot be), and
     close whichever are still open when the block ends."""
     async with contextlib.AsyncExitStack() as stack:
-        webhook = await _bind("webhook.listen", settings.webhook.host, settings.webhook.port)
+        # Handed over by systemd (deploy/depositd.socket), else bound here.
+        webhook = activation.inherited(settings.webhook.host, settings.webhook.port)
+        if webhook is None:
+            webhook = await _bind("webhook.listen", settings.webhook.host, settings.webhook.port)
         stack.callback(webhook.close)
         found = Listeners(webhook)
         ops = settings.webhook.ops_address

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from worker.errors import AlreadyServing
+from worker.errors import AlreadyServing, InstanceRunning
 
 # `status` takes the lock exclusively for an instant to look: a serve starting then retries.
 _TRIES, _PAUSE_S = 20, 0.05
@@ -30,9 +30,12 @@ def lock_path(database: Path) -> Path:
 
 
 @contextmanager
-def serve_lock(database: Path) -> Iterator[bool]:
+def serve_lock(database: Path, *, alone: bool = False, listening: str = "") -> Iterator[bool]:
     """Hold the database's serve lock (shared with other instances) for the block; yields
-    True when no other `serve` held it at start (this instance is the only one)."""
+    True when no other `serve` held it at start (this instance is the only one).
+
+    `alone`: another `serve` holding it is refused (`InstanceRunning`, naming its pid and
+    `listening` as the first one wrote them into the lock file)."""
     path = lock_path(database)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Readable by all (it holds a pid): `status` run by another user looks at it.
@@ -41,11 +44,38 @@ def serve_lock(database: Path) -> Iterator[bool]:
         sole = _take(fd, database)
         if sole:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            os.pwrite(fd, f"{os.getpid()}\n{listening}\n".encode(), 0)
             fcntl.flock(fd, fcntl.LOCK_SH)  # others may join from now on
+        elif alone:
+            raise InstanceRunning(
+                _running(database, os.pread(fd, 4096, 0).decode(errors="replace"))
+            )
         yield sole
     finally:
         os.close(fd)  # releases the lock
+
+
+def _running(database: Path, recorded: str) -> str:
+    """What refuses a second instance: the first one's pid and ports, when still recorded."""
+    pid, _, listening = recorded.partition("\n")
+    who = "another depositd serve"
+    if pid.strip().isdigit() and _alive(int(pid)):
+        who += f" (pid {pid.strip()}" + (f", {listening.strip()})" if listening.strip() else ")")
+    return (
+        f"{who} already serves {database}: a SQLite database serves one instance. Stop that"
+        " one first (`depositd status` shows it), or, to run several on this machine, set"
+        " storage.several_instances: true in each one's configuration"
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _take(fd: int, database: Path) -> bool:

@@ -28,7 +28,8 @@ from worker.config.settings import Settings
 from worker.errors import ConfigError, ProviderError, StorageError
 from worker.logs import get_logger
 from worker.metrics import Metrics
-from worker.notify.channels import Notifier, notifiers_from_settings
+from worker.notify.channels import Notifier, notifiers_from_settings, send_all
+from worker.notify.message import build_alert
 from worker.poll.catchupjobs import CatchUp
 from worker.poll.leader import Leader
 from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics
@@ -46,6 +47,7 @@ from worker.service.maintenance import (
 )
 from worker.service.operations import ConsoleOperations
 from worker.service.reconfig import reread
+from worker.service.supervise import Supervisor, record_down
 from worker.service.systemd import SystemdNotifier, watchdog_loop
 from worker.service.wallets import wallet_problems
 from worker.store.leases import default_instance_id
@@ -98,6 +100,7 @@ class Runtime(LeaderJobs, ConsoleOperations):
         self._metrics: Metrics | None = None
         self._poll_metrics: PollMetrics | None = None
         self.notifier = SystemdNotifier()
+        self.supervisor = Supervisor()  # the app's own, given to `connect`
         self._tasks: list[asyncio.Task[Any]] = []
         # Small writes started from sync callbacks: held here so none is lost or outlives the store.
         self._side_writes: set[asyncio.Task[Any]] = set()
@@ -124,6 +127,11 @@ class Runtime(LeaderJobs, ConsoleOperations):
         if self.leader.leading and (self.scheduler is None or not self.scheduler.running):
             return "scheduler not running"
         return None
+
+    def wake_outbox(self) -> None:
+        """Have the outbox look for due rows now (one was queued outside it)."""
+        if self.outbox is not None:
+            self.outbox.wake()
 
     async def alert(self, condition: str, severity: str, detail: str) -> None:
         """Queue an alert that concerns no single deposit."""
@@ -245,22 +253,72 @@ class Runtime(LeaderJobs, ConsoleOperations):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), DAY_S)
 
+    def _outage_alert(self, since: str, seconds: float, error: str) -> None:
+        """The database unavailable for `storage.outage_alert_s`: one alert through every
+        channel, sent from here (the database that would queue it is what is missing)."""
+        if not self.notifiers:
+            return
+        alert = build_alert(
+            "database_unavailable",
+            "critical",
+            detail=f"unavailable since {since} ({seconds:.0f} s so far) on instance"
+            f" {self.instance}: {error}",
+        )
+        self._hold(send_all(self.notifiers, alert), name="outage-alert")
+
+    def _record_down(self, problems: list[str]) -> None:
+        """The tasks down here, recorded for `status` (`worker.service.supervise`)."""
+
+        async def record() -> None:
+            assert self.store is not None
+            try:
+                await self.store.write(
+                    partial(record_down, instance=self.instance, problems=problems)
+                )
+            except StorageError as exc:
+                log.warning("tasks down not recorded for status", error=str(exc))
+
+        if self.store is not None and self.store.is_open:
+            self._hold(record(), name="record-down")
+
     def _hold(self, work: Coroutine[Any, Any, Any], name: str | None = None) -> None:
         """Run `work` from a sync callback; held until done (the loop keeps only a weak
         reference to a task) and awaited at shutdown."""
         task = asyncio.get_running_loop().create_task(work, name=name)
         self._side_writes.add(task)
-        task.add_done_callback(self._side_writes.discard)
+        task.add_done_callback(self._held_done)
+
+    def _held_done(self, task: asyncio.Task[Any]) -> None:
+        """A held task's error is logged (or counted in a database outage), never left for
+        asyncio's "exception was never retrieved"."""
+        self._side_writes.discard(task)
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        store = self.store
+        if (
+            isinstance(exc, StorageError)
+            and store is not None
+            and store.outage.note("writesFailed")
+        ):
+            return
+        log.error("task failed", task=task.get_name(), error=f"{type(exc).__name__}: {exc}")
 
     # --- the steps `worker.service.setup` runs, in the order of the stages ---------------------
 
-    def connect(self, store: Store, metrics: Metrics) -> ProviderClient:
-        """The store and metrics the actors use, and the provider client (its calls counted)."""
+    def connect(
+        self, store: Store, metrics: Metrics, supervisor: Supervisor | None = None
+    ) -> ProviderClient:
+        """The store, metrics and task supervisor the actors use, and the provider client (its
+        calls counted)."""
         self.store = store
         self._metrics = metrics
+        if supervisor is not None:
+            self.supervisor = supervisor
+        self.supervisor.on_change.append(self._record_down)
         self._stop = asyncio.Event()
         log.info("instance", instance=self.instance)
         self._poll_metrics = PollMetrics(metrics)
+        store.outage.on_long.append(self._outage_alert)
 
         def on_call(endpoint: str, outcome: str) -> None:
             metrics.provider_calls.labels(endpoint=endpoint, outcome=outcome).inc()
@@ -309,10 +367,11 @@ class Runtime(LeaderJobs, ConsoleOperations):
         """Queue the submissions the profiles call for; run the outbox and daily maintenance."""
         assert self.store is not None and self.outbox is not None
         await self.store.write(partial(submissions_due, bundle=self.bundle))
+        outbox, stop, keep = self.outbox, self._stop, self.supervisor.keep
         self._tasks = [
-            asyncio.create_task(self.outbox.run(self._stop), name="outbox"),
-            asyncio.create_task(self._daily(), name="daily"),
-            asyncio.create_task(self.check_wallets(), name="wallets"),
+            keep("outbox", lambda: outbox.run(stop)),
+            keep("daily", self._daily),
+            keep("wallets", self.check_wallets, once=True),
         ]
 
     def listen_for_reload(self) -> None:
@@ -341,6 +400,7 @@ class Runtime(LeaderJobs, ConsoleOperations):
         # the same Idempotency-Key, and a poll is read again. One grace for all of it: the
         # outbox stops taking rows at once while a poll in flight ends.
         deadline = loop.time() + STOP_GRACE_S
+        self.supervisor.stopping()
         self._stop.set()
         for task in self._tasks:
             if task.get_name() == "watchdog":

@@ -10,18 +10,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shlex
 import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
 
 from aiohttp import web
 
 from worker.aio import first_done
 from worker.config.settings import Settings, load_settings
 from worker.console.app import run_console
-from worker.errors import ListenError
+from worker.errors import InstanceRunning, ListenError
 from worker.ingest import process as front
-from worker.ingest.endpoint import healthz
 from worker.ingest.limits import GuardedSite, Limits, track_requests
 from worker.ingest.link import CoreSide
 from worker.logs import configure, get_logger
@@ -30,11 +31,14 @@ from worker.service.keys import (
     INGRESS_KEY,
     LIMITS_KEY,
     LIVENESS_KEY,
+    OTHERS_KEY,
     SOLE_KEY,
+    SUPERVISOR_KEY,
 )
 from worker.service.listeners import Listeners, bound
 from worker.service.lock import serve_lock
 from worker.service.setup import build_service
+from worker.service.supervise import Supervisor
 from worker.service.systemd import SystemdNotifier
 from worker.store.pgstore import serve_lock as pg_serve_lock
 
@@ -61,10 +65,27 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
         # database; PostgreSQL: an advisory lock held by a session of its own.
         listeners = await held.enter_async_context(bound(settings))
         if settings.storage.path is not None:
-            app[SOLE_KEY] = held.enter_context(serve_lock(settings.storage.path))
+            app[SOLE_KEY] = held.enter_context(
+                serve_lock(
+                    settings.storage.path,
+                    alone=not settings.storage.several_instances,
+                    listening=_listening(settings),
+                )
+            )
         else:
             app[SOLE_KEY] = held.enter_context(pg_serve_lock(settings.storage))
+        app[OTHERS_KEY] = not app[SOLE_KEY]
         return await _serve(settings, app, runner, listeners, notifier)
+
+
+def _listening(settings: Settings) -> str:
+    """This instance's listening settings, as a second instance's refusal names them."""
+    named = [("webhook.listen", settings.webhook.listen)]
+    if settings.webhook.ops_listen is not None:
+        named.append(("webhook.ops_listen", settings.webhook.ops_listen))
+    if settings.console is not None:
+        named.append(("console.listen", settings.console.listen))
+    return ", ".join(f"{key} {value}" for key, value in named)
 
 
 async def _serve(
@@ -102,15 +123,16 @@ async def _serve(
                 )
             log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
             notifier.ready(f"serving on {settings.webhook.listen}")
-            if ingress is None:
-                await stop.wait()
-            else:
-                await first_done(stop.wait(), ingress.wait())
-                if not stop.is_set() and ingress.returncode == 0:
-                    log.info("ingress process stopped")  # it had SIGTERM first: stop as well
-                elif not stop.is_set():
-                    log.error("ingress process exited", status=ingress.returncode)
-                    status = 1
+            # Until a signal, the exit of the ingress process, or a task given up
+            # (`worker.service.supervise`): serving on without it would answer 200 while
+            # nothing acts on what is stored.
+            supervisor = app[SUPERVISOR_KEY]
+            waits: list[Awaitable[Any]] = [stop.wait(), supervisor.failed.wait()]
+            if ingress is not None:
+                waits.append(ingress.wait())
+            await first_done(*waits)
+            if not stop.is_set():
+                status = _unasked_stop(supervisor, ingress, notifier)
             log.info("shutting down")
             notifier.stopping()
     finally:
@@ -122,6 +144,25 @@ async def _serve(
             loop.remove_signal_handler(sig)
     log.info("stopped")
     return status
+
+
+def _unasked_stop(
+    supervisor: Supervisor,
+    ingress: asyncio.subprocess.Process | None,
+    notifier: SystemdNotifier,
+) -> int:
+    """The exit status of a stop no signal asked for: a task given up, or the ingress process
+    gone (0 when it stopped on a SIGTERM of its own)."""
+    if supervisor.failed.is_set():
+        log.error("a task of the service failed; stopping", task=supervisor.failure)
+        notifier.status(f"stopping: task {supervisor.failure} failed")
+        return 1
+    assert ingress is not None
+    if ingress.returncode == 0:
+        log.info("ingress process stopped")  # it had SIGTERM first: stop as well
+        return 0
+    log.error("ingress process exited", status=ingress.returncode)
+    return 1
 
 
 _OPS_CONNECTIONS = 64
@@ -136,7 +177,7 @@ async def _ops_listener(
     limits = Limits(_OPS_CONNECTIONS, settings.webhook.head_timeout_s)
     ops = web.Application(middlewares=[track_requests(limits)])
     app[INGRESS_KEY].add_ops_routes(ops)
-    ops.router.add_get("/healthz", healthz)
+    ops.router.add_get("/healthz", app[INGRESS_KEY].healthz)
     runner = web.AppRunner(ops, handle_signals=False, access_log=None, keepalive_timeout=15.0)
     await runner.setup()
     try:
@@ -190,7 +231,11 @@ async def _ingress_process(
         interval = SystemdNotifier().watchdog_interval_s()
         if interval is not None:
             every, within = interval / 4, interval / 2
-            pinging = asyncio.ensure_future(link.keep_pinging(every))
+            # Restarted after an error, like the other tasks: a pinger that ended with one
+            # would leave the ingress process unwatched (its liveness read as fine).
+            pinging = app[SUPERVISOR_KEY].keep(
+                "ingress link", lambda: link.keep_pinging(every), once=True
+            )
             pinger = pinging
             app[LIVENESS_KEY].append(lambda: pinging.done() or link.heard_within(within))
         yield proc
@@ -219,7 +264,20 @@ def run_serve(args: argparse.Namespace) -> int:
         return asyncio.run(serve(settings))
     except ListenError as exc:
         # A port taken: bad configuration for this host (exit 2), and nothing has run yet.
-        log.error("cannot listen", setting=exc.setting, listen=exc.address, error=exc.reason)
+        # Most often another `serve` of this configuration holds it.
+        log.error(
+            "cannot listen",
+            setting=exc.setting,
+            listen=exc.address,
+            error=exc.reason,
+            hint="is another depositd serve running?"
+            f" `depositd status --config {shlex.quote(str(settings.config_path))}`"
+            " shows whether one holds this database",
+        )
+        return 2
+    except InstanceRunning as exc:
+        # Another instance on this SQLite file: nothing has run yet (exit 2, as a taken port).
+        log.error("cannot serve", error=str(exc))
         return 2
     except OSError as exc:
         log.error("cannot serve", error=str(exc))

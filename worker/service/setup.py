@@ -34,13 +34,16 @@ from worker.service.keys import (
     LIMITS_KEY,
     LIVENESS_KEY,
     METRICS_KEY,
+    OTHERS_KEY,
     PROCESSOR_KEY,
     READY_CHECKS_KEY,
     SETTINGS_KEY,
     SOLE_KEY,
     STORE_KEY,
+    SUPERVISOR_KEY,
 )
 from worker.service.runtime import Runtime
+from worker.service.supervise import Supervisor, SupervisorMetrics, record_gone
 from worker.store import actions, alerts, leases
 from worker.store.meta import set_meta
 from worker.store.pgstore import store_for
@@ -67,6 +70,7 @@ def build_service(
         ready_checks=[runtime.scheduler_running],
         sweep_interval_s=sweep_interval_s,
     )
+    app[INGRESS_KEY].secret_watch.wake = runtime.wake_outbox
     if settings.console is not None:
         # console: the operator's pages, on the same store and runtime (served by `serve`)
         processor = app[PROCESSOR_KEY]
@@ -103,16 +107,22 @@ def build_app(
     async def processor_running() -> str | None:
         return None if processor.running else "processor not running"
 
-    checks: list[ReadyCheck] = [processor_running, *ready_checks]
+    # Every long-running task is watched: one down makes /healthz and /readyz say so, and one
+    # given up stops `serve` (exit 1; its STOPPING=1 ends the watchdog's pings).
+    supervisor = Supervisor(SupervisorMetrics(metrics.registry))
+    checks: list[ReadyCheck] = [processor_running, supervisor.ready, *ready_checks]
     app[SETTINGS_KEY] = settings
     app[STORE_KEY] = store
     app[METRICS_KEY] = metrics
     app[PROCESSOR_KEY] = processor
     app[READY_CHECKS_KEY] = checks
     app[LIVENESS_KEY] = []
+    app[SUPERVISOR_KEY] = supervisor
     app[LIMITS_KEY] = limits
     app[SOLE_KEY] = False
+    app[OTHERS_KEY] = False
     ingress = Ingress(settings.webhook, store, metrics, wake=processor.wake, ready_checks=checks)
+    ingress.health_checks.append(supervisor.problems)
     ingress.add_routes(app)
     app[INGRESS_KEY] = ingress
     app.cleanup_ctx.append(_store_ctx)
@@ -127,7 +137,7 @@ def _acting_ctx(runtime: Runtime) -> CleanupCtx:
     async def acting(app: web.Application) -> AsyncIterator[None]:
         store, processor, metrics = app[STORE_KEY], app[PROCESSOR_KEY], app[METRICS_KEY]
         # act: the provider client, then the outbox, woken by every commit that queues work
-        runtime.connect(store, metrics)
+        runtime.connect(store, metrics, app[SUPERVISOR_KEY])
         outbox = runtime.build_outbox(processor.observe_fact)
         processor.after_commit.append(outbox.wake)
         await runtime.start_outbox()
@@ -146,13 +156,25 @@ def _acting_ctx(runtime: Runtime) -> CleanupCtx:
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     store = app[STORE_KEY]
-    await store.open()
+    # Beside instances already serving, a schema migration is refused: a rolling upgrade
+    # across a schema change would run them on a schema they do not know.
+    await store.open(others_serving=app[OTHERS_KEY])
     await store.write(lambda db: set_meta(db, "started_at", utc_now()))
     if app[SOLE_KEY]:
         released = await store.write(_forget_claims)
         if released:
             log.info("claims of stopped instances released", actions=released)
-    log.info("store open", path=store.where, synchronous=store.synchronous)
+    try:
+        promise = await store.durability()
+    except StorageError as exc:  # said at the next start; serving does not depend on it
+        promise = {"survives": f"not known now: {exc}"}
+    # What a 200 promises, said at start (docs/postgresql.md, "What an acknowledgement survives").
+    log.info(
+        "store open",
+        path=store.where,
+        acknowledgedSurvives=promise.pop("survives"),
+        **promise,
+    )
     yield
     with contextlib.suppress(StorageError):  # the store may be what failed
         await store.write(lambda db: set_meta(db, "stopped_at", utc_now()))
@@ -164,13 +186,19 @@ def _forget_claims(db: sqlite_utils.Database) -> int:
     """No other instance runs: the actions, alert sends and leases they held are free now, not
     once their leases lapse (a restart after a crash resumes at once)."""
     leases.clear_leases(db)
+    record_gone(db)
     alerts.release_claims(db)
     return actions.release_claims(db)
 
 
 async def _processor_ctx(app: web.Application) -> AsyncIterator[None]:
-    processor = app[PROCESSOR_KEY]
+    processor, supervisor = app[PROCESSOR_KEY], app[SUPERVISOR_KEY]
     processor.start()
+    # Its loop handles every error of a batch; were it to end all the same, nothing stored
+    # would be processed: the service stops (exit 1) rather than answer 200 on.
+    supervisor.watch("processor", processor.task)
     processor.wake()  # events left pending by a previous run
     yield
-    await processor.stop()
+    supervisor.stopping()
+    with contextlib.suppress(Exception):  # logged when it ended (`Supervisor.watch`)
+        await processor.stop()

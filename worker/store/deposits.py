@@ -15,6 +15,10 @@ from worker.store.tx import Db, conn_of
 if TYPE_CHECKING:
     import sqlite_utils
 
+# The key of the `fact_time` column that holds the provider's time of the credit (its clock,
+# the one its daily settlement report is cut by): the UTC day the ledger row belongs to.
+CREDIT_DAY_TIME = "credit_provider"
+
 
 def get_deposit_row(db: Db, transaction_id: str) -> dict[str, Any] | None:
     """The `deposits` row of a transaction, or None."""
@@ -105,16 +109,21 @@ def in_states(db: Db, states: Sequence[str]) -> list[str]:
     ]
 
 
-def detail_candidates(db: Db, states: Sequence[str]) -> list[tuple[str, str, int]]:
-    """(transactionId, state, last change in epoch ms) of the deposits in `states`, least
-    recently updated first: what the detail poll chooses from (docs/polling.md)."""
+def detail_candidates(
+    db: Db, states: Sequence[str], *, without_tx_hash: Sequence[str] = ()
+) -> list[tuple[str, str, int]]:
+    """(transactionId, state, last change in epoch ms) of the deposits in `states`, and of
+    those in `without_tx_hash` whose txHash is not known yet, least recently updated first:
+    what the detail poll chooses from (docs/polling.md)."""
     marks = ",".join("?" for _ in states)
+    hashless = ",".join("?" for _ in without_tx_hash) or "NULL"
     return [
         (str(tx), str(state), ms_from_iso(updated_at))
         for tx, state, updated_at in db.execute(
             f"SELECT transaction_id, state, updated_at FROM deposits WHERE state IN ({marks})"
+            f" OR (state IN ({hashless}) AND tx_hash IS NULL)"
             " ORDER BY updated_at, transaction_id",
-            list(states),
+            [*states, *without_tx_hash],
         ).fetchall()
     ]
 

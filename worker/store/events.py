@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,17 @@ class StoredEvent:
     received_at: str | None
     status: str
     error: str | None
+    headers: str | None = None  # the `STORED_HEADERS` as JSON
+
+    def signed_at(self) -> int | None:
+        """The delivery's API-TIMESTAMP (the provider's clock when it sent it), if stored."""
+        if not self.headers:
+            return None
+        try:
+            value = json.loads(self.headers).get("API-TIMESTAMP")
+            return int(value) if isinstance(value, str) and value.isdigit() else None
+        except (ValueError, AttributeError):
+            return None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> StoredEvent:
@@ -49,6 +61,7 @@ class StoredEvent:
             received_at=row["received_at"],
             status=row["status"],
             error=row["error"],
+            headers=dict(row).get("headers"),
         )
 
 
@@ -90,7 +103,7 @@ def insert_events(db: sqlite_utils.Database, rows: Sequence[Sequence[Any]]) -> l
 
 _PENDING = (
     "SELECT seq, event_id, event_type, reference_id, transaction_id, body, received_at,"
-    " status, error FROM events WHERE status = 'pending' ORDER BY seq LIMIT ?"
+    " status, error, headers FROM events WHERE status = 'pending' ORDER BY seq LIMIT ?"
 )
 
 
@@ -102,7 +115,9 @@ def pending_events(db: sqlite_utils.Database, *, limit: int = 100) -> list[Store
     else:
         rows = db.conn.execute(_PENDING, (limit,)).fetchall()
     # Positional construction: this runs once per processed event.
-    return [StoredEvent(r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7], r[8]) for r in rows]
+    return [
+        StoredEvent(r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7], r[8], r[9]) for r in rows
+    ]
 
 
 # One statement, one round trip: the pending rows locked (`FOR UPDATE SKIP LOCKED`), an advisory
@@ -111,7 +126,7 @@ def pending_events(db: sqlite_utils.Database, *, limit: int = 100) -> list[Store
 # holds it). CTEs with a locking clause or a volatile function are evaluated once, in full.
 _CLAIM = (
     "WITH claimed AS (SELECT seq, event_id, event_type, reference_id, transaction_id, body,"
-    " received_at, status, error FROM events WHERE status = 'pending' ORDER BY seq LIMIT ?"
+    " received_at, status, error, headers FROM events WHERE status = 'pending' ORDER BY seq LIMIT ?"
     " FOR UPDATE SKIP LOCKED),"
     " ids AS (SELECT transaction_id, MIN(seq) AS first FROM claimed"
     " WHERE transaction_id IS NOT NULL GROUP BY transaction_id),"
@@ -122,7 +137,7 @@ _CLAIM = (
     " AND e.seq <= (SELECT MAX(seq) FROM claimed)"
     " AND e.seq NOT IN (SELECT seq FROM claimed) GROUP BY e.transaction_id)"
     " SELECT c.seq, c.event_id, c.event_type, c.reference_id, c.transaction_id, c.body,"
-    " c.received_at, c.status, c.error FROM claimed c LEFT JOIN cut"
+    " c.received_at, c.status, c.error, c.headers FROM claimed c LEFT JOIN cut"
     " ON cut.transaction_id = c.transaction_id WHERE c.transaction_id IS NULL"
     " OR (c.transaction_id IN (SELECT transaction_id FROM won)"
     " AND (cut.seq IS NULL OR c.seq < cut.seq)) ORDER BY c.seq"

@@ -79,7 +79,7 @@ def facts_of(db: Db, transaction_id: str) -> list[Any]:
 def fact_history(conn: sqlite3.Connection, transaction_id: str) -> list[Any]:
     """The recorded facts (JSON) of one deposit with their eventIds, in recorded order."""
     return conn.execute(
-        "SELECT fact, event_id FROM facts WHERE transaction_id = ? ORDER BY id",
+        "SELECT fact, event_id, observed_at FROM facts WHERE transaction_id = ? ORDER BY id",
         [transaction_id],
     ).fetchall()
 
@@ -89,7 +89,8 @@ def sources_and_facts(db: Db, transaction_id: str) -> list[dict[str, Any]]:
     return [
         dict(r)
         for r in db.execute(
-            "SELECT source, fact FROM facts WHERE transaction_id=? ORDER BY id", [transaction_id]
+            "SELECT source, fact, observed_at FROM facts WHERE transaction_id=? ORDER BY id",
+            [transaction_id],
         )
     ]
 

@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from worker.store.database import has_table
+from worker.store.deposits import CREDIT_DAY_TIME
 from worker.store.pg import is_postgres
 
 if TYPE_CHECKING:
@@ -57,14 +58,18 @@ class Finding:
 
 
 def _credit_day(db: sqlite_utils.Database) -> str:
-    """The UTC day a booked deposit's credit fell on (the booking time when none is known)."""
-    credit = (
-        "to_char(to_timestamp((d.fact_time::jsonb ->> 'credit_status')::bigint / 1000)"
-        " AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
-        if is_postgres(db)
-        else "date(json_extract(d.fact_time, '$.credit_status') / 1000, 'unixepoch')"
-    )
-    return f"COALESCE({credit}, substr(l.booked_at, 1, 10))"
+    """The UTC day a booked deposit's credit fell on: by the provider's clock, as its daily
+    report is cut (`CREDIT_DAY_TIME`); else when depositd saw the credit (rows credited before
+    the provider's time was kept); else the booking time."""
+    days = []
+    for key in (CREDIT_DAY_TIME, "credit_status"):
+        days.append(
+            f"to_char(to_timestamp((d.fact_time::jsonb ->> '{key}')::bigint / 1000)"
+            " AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+            if is_postgres(db)
+            else f"date(json_extract(d.fact_time, '$.{key}') / 1000, 'unixepoch')"
+        )
+    return f"COALESCE({days[0]}, {days[1]}, substr(l.booked_at, 1, 10))"
 
 
 _LEDGER_SELECT = (

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from worker.store.pg import is_postgres
 from worker.store.tx import Db
@@ -47,3 +49,17 @@ def all_meta(conn: Db) -> dict[str, str]:
 def probe(db: Db) -> None:
     """Read one row: raises when the database does not answer a read."""
     db.execute("SELECT 1 FROM meta LIMIT 1").fetchall()
+
+
+# Webhook deliveries refused in a row for their signature or API key, none accepted since
+# (worker.ingest.secret_watch writes it; `status` and the console show it).
+WEBHOOK_AUTH_REFUSED = "webhook_auth_refused"
+
+
+def auth_refusal_streak(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The stored streak (`refused`, `since`, `alertedAt`) from the meta rows, or None."""
+    raw = meta.get(WEBHOOK_AUTH_REFUSED)
+    if not raw:
+        return None
+    value: dict[str, Any] = json.loads(raw)
+    return value

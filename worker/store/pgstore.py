@@ -24,6 +24,7 @@ import psycopg
 from worker.config.settings import StorageSettings
 from worker.errors import AlreadyServing, StorageError
 from worker.logs import get_logger
+from worker.store.durability import postgres_durability
 from worker.store.pg import PgConnection, PgDatabase, connect
 from worker.store.writer import (
     Store,
@@ -33,7 +34,7 @@ from worker.store.writer import (
     _Settled,
     migrate,
 )
-from worker.urls import mask_url
+from worker.urls import db_hosts, mask_url
 
 log = get_logger(__name__)
 
@@ -64,6 +65,7 @@ class _Link:
         self._failures = 0
         self._retry_at = 0.0
         self._last_error = ""
+        self.on_restored: Callable[[], None] | None = None
 
     def get(self) -> PgDatabase:
         if self.db is not None and not self.db.conn.broken:
@@ -84,8 +86,14 @@ class _Link:
             raise StorageError(f"database unreachable: {exc}") from exc
         if self._failures:
             log.info("database connection restored", connection=self.name)
+            if self.on_restored is not None:
+                self.on_restored()
         self._failures = 0
         return self.db
+
+    def retry_now(self) -> None:
+        """The next `get` connects at once, whatever the back-off (the server is back)."""
+        self._retry_at = 0.0
 
     def close(self) -> None:
         db, self.db = self.db, None
@@ -102,16 +110,25 @@ class PgStore(Store):
     def __init__(self, url: str, *, password: str | None = None) -> None:
         super().__init__(Path("."), synchronous="FULL")
         self.url = url
-        self.where = mask_url(url)
+        self.where = self.outage.where = mask_url(url)
+        self.outage.servers = db_hosts(url)
         self._wlink = _Link(url, password, "writer")
         self._rlink = _Link(url, password, "reader")
+        # The writer connected again: the reader may as well, rather than wait out its back-off
+        # (a poll reading through it would fail once more after the outage ended).
+        self._wlink.on_restored = self._rlink.retry_now
 
     def _open_writer(self) -> None:
         db = self._wlink.get()
         try:
             db.execute("SELECT pg_advisory_lock(?)", [MIGRATION_LOCK])
             try:
-                migrate(db)  # type: ignore[arg-type]
+                others = self._others_serving
+                migrate(
+                    db,  # type: ignore[arg-type]
+                    # A command: does a serve hold the serve lock now (pg_locks)?
+                    others_serving=others if others is not None else lambda: serving_on(db.conn),
+                )
             finally:
                 db.execute("SELECT pg_advisory_unlock(?)", [MIGRATION_LOCK])
         except sqlite3.Error as exc:
@@ -191,6 +208,10 @@ class PgStore(Store):
         except sqlite3.Error as exc:
             raise StorageError(str(exc)) from exc
         return settled
+
+    async def durability(self) -> dict[str, Any]:
+        """What the server says a commit survives (read on the read connection)."""
+        return await self.read(postgres_durability)
 
     def _run_read(self, fn: Callable[[Any], T]) -> T:
         db = self._rlink.get()  # StorageError while the database is unreachable
@@ -353,8 +374,11 @@ def store_for(storage: StorageSettings) -> Store:
     """The store `storage` names: PostgreSQL with `url`, else the SQLite file at `path`."""
     if storage.url is not None:
         password = storage.password.get_secret_value() if storage.password else None
-        return PgStore(storage.url, password=password)
-    return Store(storage.file, synchronous=storage.synchronous)
+        store: Store = PgStore(storage.url, password=password)
+    else:
+        store = Store(storage.file, synchronous=storage.synchronous)
+    store.outage.alert_after_s = storage.outage_alert_s
+    return store
 
 
 def command_connection(storage: StorageSettings, *, readonly: bool = True) -> PgConnection:

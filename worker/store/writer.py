@@ -23,11 +23,13 @@ from typing import Any, TypeVar
 
 import sqlite_utils
 
-from worker.errors import SchemaTooNew, StorageError
+from worker.errors import SchemaTooNew, SchemaUpgradeRefused, StorageError, StorageUnavailable
 from worker.logs import get_logger
 from worker.store.database import has_table
+from worker.store.durability import sqlite_durability
 from worker.store.events import insert_events
 from worker.store.meta import set_meta, set_meta_unless_busy
+from worker.store.outage import Outage
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 from worker.store.sqlite import connect
 
@@ -97,8 +99,14 @@ def schema_version(db: sqlite_utils.Database) -> int:
     return int(row[0]) if row else 0
 
 
-def migrate(db: sqlite_utils.Database) -> int:
-    """Apply pending migrations, each with its version record in one transaction."""
+def migrate(db: sqlite_utils.Database, *, others_serving: bool | Callable[[], bool] = False) -> int:
+    """Apply pending migrations, each with its version record in one transaction.
+
+    `others_serving` (or its answer, asked only when a migration is due): `serve` instances
+    hold the database (a rolling upgrade): a schema that needs migrating is refused
+    (`SchemaUpgradeRefused`), the schema left as it is (docs/postgresql.md, "Upgrading several
+    instances").
+    """
     with transaction(db):
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         current = schema_version(db)
@@ -106,6 +114,13 @@ def migrate(db: sqlite_utils.Database) -> int:
         raise SchemaTooNew(
             f"database schema version {current} is newer than this depositd supports "
             f"({SCHEMA_VERSION}); upgrade depositd"
+        )
+    due = 0 < current < SCHEMA_VERSION
+    if due and (others_serving() if callable(others_serving) else others_serving):
+        raise SchemaUpgradeRefused(
+            f"database schema version {current} needs migrating to {SCHEMA_VERSION}, and"
+            " another depositd serve of an older version is running on it; stop every"
+            " instance, then start this version (the first one started migrates)"
         )
     for version in range(current, SCHEMA_VERSION):
         with transaction(db):
@@ -204,6 +219,8 @@ class Store:
         self.where = str(self.path)  # what logs and status show: the file, or the masked URL
         self.synchronous = synchronous
         self.commits = 0  # write transactions committed; tests and metrics read it
+        # Rounds that fail open an outage, logged in a few lines; the next commit closes it.
+        self.outage = Outage(self.where)
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
         self._reader: concurrent.futures.ThreadPoolExecutor | None = None
         self._wdb: sqlite_utils.Database | None = None
@@ -215,11 +232,15 @@ class Store:
         self._driver: asyncio.Task[None] | None = None
         self._closing = False
         self._checkpoint: asyncio.Future[None] | None = None
+        self._others_serving: bool | None = None  # `open`'s: other instances hold it
 
     # --- lifecycle ----------------------------------------------------------------------
 
-    async def open(self) -> None:
-        """Open both connections and apply migrations; `SchemaTooNew` for a newer database."""
+    async def open(self, *, others_serving: bool | None = None) -> None:
+        """Open both connections and apply migrations; `SchemaTooNew` for a newer database,
+        `SchemaUpgradeRefused` for an older one while others serve on it (see `migrate`):
+        `others_serving` as `serve` knows it from its lock, None (a command) to look now."""
+        self._others_serving = others_serving
         loop = asyncio.get_running_loop()
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="store-w")
         self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="store-r")
@@ -238,7 +259,7 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = connect(self.path, synchronous=self.synchronous)
             self._wdb = sqlite_utils.Database(conn, execute_plugins=False)
-            migrate(self._wdb)
+            migrate(self._wdb, others_serving=self._others_now())
             # BEGIN runs on the event loop: waiting for another process's write lock is done
             # there with asyncio.sleep (see `_begin`), never inside SQLite's busy handler.
             conn.execute("PRAGMA busy_timeout = 0")
@@ -249,6 +270,14 @@ class Store:
             raise StorageError(f"cannot open database {self.path}: {exc}") from exc
         except OSError as exc:
             raise StorageError(f"cannot open database {self.path}: {exc.strerror}") from exc
+
+    def _others_now(self) -> bool | Callable[[], bool]:
+        """`open`'s answer, or how to look: a `serve` holding the database's lock file."""
+        if self._others_serving is not None:
+            return self._others_serving
+        from worker.service.lock import serving  # the lock file beside the database
+
+        return lambda: bool(serving(self.path))
 
     def _open_reader(self) -> None:
         try:
@@ -265,6 +294,7 @@ class Store:
             self._work.set()
             driver, self._driver = self._driver, None
             await driver
+        self.outage.stop()
         if self._writer is not None:
             writer, self._writer = self._writer, None
             await loop.run_in_executor(writer, self._close_db, self._wdb)
@@ -418,10 +448,12 @@ class Store:
                 db.conn.execute("ROLLBACK")
             except sqlite3.Error as failed:  # the next BEGIN then fails, and says so
                 log.error("rollback failed", error=str(failed))
-        error = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
+        text = str(exc) if isinstance(exc, StorageError) else f"write failed: {exc}"
+        error = StorageUnavailable(text)
+        error.__cause__ = exc
         _fail_waiters(inserts, inline, threaded, error)
         if isinstance(exc, Exception):
-            log.error("group transaction failed", error=str(error))
+            self.outage.failed(text, refused=len(inserts))
 
     @staticmethod
     def _can_roll_back(db: sqlite_utils.Database) -> bool:
@@ -430,6 +462,7 @@ class Store:
     def _settle(self, settled: list[_Settled]) -> None:
         """The round committed: count it, and hand each waiter its result or its exception."""
         self.commits += 1
+        self.outage.recovered()
         if self.commits % _CHECKPOINT_EVERY == 0 and self._checkpoint is None:
             self._start_checkpoint()
         for future, ok, value in settled:
@@ -505,6 +538,10 @@ class Store:
         if any(results):
             set_meta_unless_busy(db, "last_webhook_at", str(batch[-1].row[EVENT_ROW_RECEIVED_AT]))
         return results
+
+    async def durability(self) -> dict[str, Any]:
+        """What an acknowledged (committed) delivery survives (`worker.store.durability`)."""
+        return sqlite_durability(self.synchronous)
 
     # --- reads ----------------------------------------------------------------------------
 

@@ -11,9 +11,7 @@ savepoint) as soon as any of them raises, so that the failure stays that event's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,12 +55,19 @@ class BookingMissed(Exception):
     events applied again one at a time, each booking then read as it happens."""
 
 
-_BOOKINGS: ContextVar[Bookings | None] = ContextVar("batch_bookings", default=None)
+@dataclass(frozen=True)
+class Reaction:
+    """What the reactor is told about the fact it reacts to, beside the deposit and its
+    transitions (`worker.track.processor.Reactor`): passed in the arguments, all the way to the
+    book action."""
 
-
-def batch_bookings() -> Bookings | None:
-    """The bookings of the deferring batch being applied, if any."""
-    return _BOOKINGS.get()
+    # The deferring batch's bookings (`Bookings`): a booking with a txHash is written at the
+    # batch's end; None: each booking is written and read at once.
+    bookings: Bookings | None = None
+    # The fact created the deposit: no conflict can be recorded against it yet.
+    created: bool = False
+    # The fact stated the deposit's txHash for the first time: a booking may wait for it.
+    learnt_tx_hash: bool = False
 
 
 @dataclass
@@ -88,15 +93,6 @@ class BatchWrites:
         known = {tx: Deposit.from_row(rows[tx]) if tx in rows else None for tx in ids}
         bookings = Bookings(booked_sent()) if booked_sent is not None else None
         return cls(known, defer=defer, bookings=bookings)
-
-    @contextmanager
-    def counting_bookings(self) -> Iterator[None]:
-        """Booking in the block counts on `bookings` (see `batch_bookings`)."""
-        token = _BOOKINGS.set(self.bookings)
-        try:
-            yield
-        finally:
-            _BOOKINGS.reset(token)
 
     def load(self, db: sqlite_utils.Database, transaction_id: str) -> Deposit | None:
         """The deposit as it stands in this batch (read from the table if not read yet)."""

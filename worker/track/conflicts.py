@@ -10,9 +10,6 @@ with the decided value.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from decimal import Decimal
 from typing import Any
 
@@ -31,24 +28,13 @@ from worker.store.conflicts import (
 from worker.store.deposits import lock_deposit, set_field
 from worker.track.tracker import FIXED_FIELDS, Deposit, Fact, conflicts
 
-# The deposit the fact being reacted to has just created (no conflict can be recorded for it).
-_CREATED: ContextVar[str | None] = ContextVar("created_deposit", default=None)
 
-
-@contextmanager
-def reacting(transaction_id: str, *, created: bool) -> Iterator[None]:
-    """The block reacts to a fact about this deposit; `created`: the fact created it."""
-    token = _CREATED.set(transaction_id if created else None)
-    try:
-        yield
-    finally:
-        _CREATED.reset(token)
-
-
-def held_by(db: sqlite_utils.Database, transaction_id: str) -> list[dict[str, Any]]:
+def held_by(
+    db: sqlite_utils.Database, transaction_id: str, *, created: bool = False
+) -> list[dict[str, Any]]:
     """The undecided conflicts of a deposit; none, without a query, for a deposit the fact
-    being reacted to has just created (conflicts are recorded only against a stored deposit)."""
-    if _CREATED.get() == transaction_id:
+    being reacted to has just `created` (conflicts are recorded only against a stored one)."""
+    if created:
         return []
     return open_conflicts(db, transaction_id)
 

@@ -53,8 +53,8 @@ from worker.store.facts import fact_row, fact_text, insert_fact_rows, poll_fact_
 from worker.store.tx import savepoint
 from worker.store.writer import Store
 from worker.track.addresses import apply_address_update
-from worker.track.batch import BatchWrites
-from worker.track.conflicts import alert_conflict, reacting, record_conflicts
+from worker.track.batch import BatchWrites, Reaction
+from worker.track.conflicts import alert_conflict, record_conflicts
 from worker.track.facts import cap_time, fact_from_event
 from worker.track.orders import ORDER_KINDS, apply_order_event
 from worker.track.tracker import Deposit, Fact, Transition, observe
@@ -71,10 +71,13 @@ class Reactor(Protocol):
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
+        reaction: Reaction,
     ) -> list[LogLine] | None:
         """Record whatever the transitions call for, using `db` only (a batch that is undone
         and applied again calls it again for the same fact); the lines to log once that is
-        committed (a line such as "booked" must not precede the commit)."""
+        committed (a line such as "booked" must not precede the commit). `reaction`: what else
+        is known of the fact (the batch's bookings, whether it created the deposit or stated
+        its txHash first)."""
 
 
 @dataclass
@@ -103,6 +106,16 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _statement(fact: Fact) -> dict[str, Any]:
+    """What the facts table stores of a fact. A read is dated when its request was sent
+    (`worker.track.facts`), so a poll's time is kept in the row's own column only: the text of
+    two reads saying the same thing is the same (`poll_fact_repeats`)."""
+    stated = fact.to_json()
+    if fact.source == "poll":
+        del stated["observed_at"]
+    return stated
+
+
 def apply_fact(
     db: sqlite_utils.Database,
     fact: Fact,
@@ -127,23 +140,26 @@ def apply_fact(
             alert_conflict(db, before, fact, name)
     after, transitions = observe(before, fact)
     changed = before is None or after != before
+    # Moved: something but the times changed (a read dated later than the last one repeating
+    # a status moves its time on, which is stored, but is no change of the deposit).
+    moved = changed and (before is None or not after.same_but_times(before))
     if batch is not None:
         batch.keep(after, changed=changed)
     if changed and (batch is None or not batch.defer):
         upsert_deposit_row(db, after.to_row())
-    stated = fact_text(fact.to_json())
-    # A poll repeating what it already said since the deposit last changed is not stored again
-    # (every poll would add a row that changes nothing); a fact that changes something always is.
-    if fact.source == "poll" and not changed and batch is not None:
+    stated = fact_text(_statement(fact))
+    # A poll repeating what it already said since the deposit last moved is not stored again
+    # (every poll would add a row that changes nothing); a fact that moves it always is.
+    if fact.source == "poll" and not moved and batch is not None:
         batch.flush(db)  # the facts table is read: the deferred rows first
-    if changed or fact.source != "poll" or not poll_fact_repeats(db, tx, stated):
+    if moved or fact.source != "poll" or not poll_fact_repeats(db, tx, stated):
         row = fact_row(
             transaction_id=tx,
             source=fact.source,
             event_id=fact.event_id,
             observed_at=fact.observed_at,
             fact=stated,
-            changed=changed,
+            changed=moved,
         )
         if batch is not None and batch.defer:
             batch.facts.append(row)
@@ -151,8 +167,12 @@ def apply_fact(
             insert_fact_rows(db, [row])
     lines = None
     if reactor is not None:
-        with reacting(tx, created=before is None):
-            lines = reactor.react(db, after, transitions, fact)
+        reaction = Reaction(
+            bookings=batch.bookings if batch is not None else None,
+            created=before is None,
+            learnt_tx_hash=before is not None and before.tx_hash is None and bool(after.tx_hash),
+        )
+        lines = reactor.react(db, after, transitions, fact, reaction)
     return after, transitions, lines or []
 
 
@@ -223,6 +243,12 @@ class Processor:
         """True while the background loop runs."""
         return self._task is not None and not self._task.done()
 
+    @property
+    def task(self) -> asyncio.Task[None]:
+        """The background loop's task, between `start` and `stop`."""
+        assert self._task is not None, "the processor is not started"
+        return self._task
+
     def start(self) -> None:
         """Start the background loop."""
         self._stopping = False
@@ -244,7 +270,8 @@ class Processor:
                 while not self._stopping and await self.process_batch():
                     pass
             except StorageError as exc:
-                log.error("processing paused: storage unavailable", error=str(exc))
+                if not self.store.outage.note("processingFailed"):  # counted in the outage
+                    log.error("processing paused: storage unavailable", error=str(exc))
             except Exception as exc:
                 # A fault outside any one event (each event's own is caught in its batch): the
                 # batch was rolled back; keep the loop alive and try again at the next sweep.
@@ -350,7 +377,7 @@ class Processor:
         outcomes: list[_Outcome] = []
         tried = 0
         try:
-            with savepoint(conn, "batch"), batch.counting_bookings():
+            with savepoint(conn, "batch"):
                 for event in events:
                     if tried >= floor and time.perf_counter() > deadline:
                         break
@@ -414,7 +441,7 @@ class Processor:
             apply_order_event(db, envelope)
             return _Outcome(event, "processed")
         received = _ms(event.received_at)
-        fact = fact_from_event(envelope, received_at=received)
+        fact = fact_from_event(envelope, received_at=received, signed_at=event.signed_at())
         if fact is None:
             return _Outcome(event, "ignored")
         if received is not None:

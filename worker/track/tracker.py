@@ -24,6 +24,7 @@ from worker.provider.models import (
     OrderStatus,
     WhiteListStatus,
 )
+from worker.store.deposits import CREDIT_DAY_TIME
 
 SOURCES = frozenset({"webhook", "poll", "submit"})
 
@@ -87,6 +88,7 @@ _ATTRIBUTES = (
 # human to decide (`worker.track.conflicts`), never applied and never ignored in silence.
 FIXED_FIELDS = ("wallet_id", "currency", "network", "amount", "from_address", "to_address")
 _STATUSES = ("status", "white_list_status", "credit_status", "whitelisted")
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _E = TypeVar("_E", OrderStatus, CreditStatus)
 
@@ -112,6 +114,10 @@ class Fact:
     to_address: str | None = None
     tx_hash: str | None = None
     fail_message: str | None = None
+    # The provider's own time of what the fact states, in the provider's clock (creditTime, a
+    # record's updateTime): never compared with `observed_at`; it dates a credit for the
+    # provider's daily report (`CREDIT_DAY_TIME`).
+    provider_time: int | None = None
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -136,9 +142,12 @@ class Fact:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Fact:
-        """The inverse of `to_json` (for replaying stored facts)."""
+    def from_json(cls, data: Mapping[str, Any], *, observed_at: int | None = None) -> Fact:
+        """The inverse of `to_json` (for replaying stored facts); `observed_at` for a stored
+        fact whose text leaves its time to the row (a poll's, `worker.track.processor`)."""
         kwargs: dict[str, Any] = {k: v for k, v in data.items() if k in _FACT_FIELDS}
+        if "observed_at" not in kwargs and observed_at is not None:
+            kwargs["observed_at"] = observed_at
         if "status" in kwargs:
             kwargs["status"] = OrderStatus(kwargs["status"])
         if kwargs.get("white_list_status") is not None:
@@ -235,6 +244,14 @@ class Deposit:
             updated_at=ms_from_iso(row["updated_at"]),
         )
 
+    def same_but_times(self, other: Deposit) -> bool:
+        """Equal to `other` in every field but the times facts were seen at."""
+        return all(
+            getattr(self, name) == getattr(other, name)
+            for name in _DEPOSIT_FIELDS
+            if name not in ("field_times", "updated_at")
+        )
+
     def white_list_time(self) -> int:
         """The provider's time of the fact that set the whitelist status held (else of the
         newest fact): what a submission decided now answers."""
@@ -262,6 +279,7 @@ class Deposit:
         }
 
 
+_DEPOSIT_FIELDS = tuple(f.name for f in fields(Deposit))
 _PLAIN_COLUMNS = ("transaction_id", *(a for a in _ATTRIBUTES if a != "amount"), "fail_message")
 _AnyEnum = TypeVar("_AnyEnum", bound=Enum)
 
@@ -352,6 +370,8 @@ def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transiti
     credit = _merge_credit(deposit.credit_status, fact.credit_status)
     if credit is not deposit.credit_status:
         changes["credit_status"], times["credit_status"] = credit, t
+        if credit is CreditStatus.CREDITED and fact.provider_time is not None:
+            times[CREDIT_DAY_TIME] = fact.provider_time
 
     whitelisted = deposit.whitelisted
     wl, wl_time = deposit.white_list_status, times.get("white_list_status")
@@ -367,6 +387,8 @@ def observe(deposit: Deposit | None, fact: Fact) -> tuple[Deposit, list[Transiti
     if final_status is OrderStatus.SUCCESS:
         if changes.get("credit_status", deposit.credit_status) is not CreditStatus.CREDITED:
             changes["credit_status"], times["credit_status"] = CreditStatus.CREDITED, t
+            if fact.provider_time is not None:
+                times[CREDIT_DAY_TIME] = fact.provider_time
         if whitelisted and wl is not WhiteListStatus.APPROVED:
             wl, wl_time = WhiteListStatus.APPROVED, t
     if whitelisted is not deposit.whitelisted:
@@ -452,6 +474,8 @@ def _merge_white_list(
     seen: WhiteListStatus,
     t: int,
 ) -> tuple[WhiteListStatus | None, int | None]:
+    # A status seen again holds from the newer time on: a read sent later says it still
+    # held then, so an older fact delivered late (a rejection of an earlier round) loses.
     if current is WhiteListStatus.APPROVED:
         return current, current_time
     if seen is WhiteListStatus.APPROVED or current is None:

@@ -10,7 +10,7 @@ import this one), `worker.act.reactor` calls `record` inside the processor's tra
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import sqlite_utils
@@ -22,6 +22,7 @@ from worker.notify.channels import Notifier
 from worker.provider.client import ProviderClient
 from worker.rules import ActionSpec, Intent, RuleBook
 from worker.store.writer import Store
+from worker.track.batch import Reaction
 from worker.track.tracker import Deposit, Fact
 
 Observe = Callable[[Fact], Awaitable[Any]]
@@ -39,6 +40,7 @@ class Recording:
     match: ProfileMatch | None
     profiles: Callable[[], Profiles]
     lines: list[LogLine]  # what to log once committed
+    reaction: Reaction = field(default_factory=Reaction)  # the batch's bookings and the like
 
     def add(self, *, params: dict[str, Any], **fields: Any) -> None:
         """Add this intent's action row (status, outcome and key as `fields` say); its id is

@@ -10,15 +10,18 @@ from typing import Any
 import sqlite_utils
 
 from worker.act.kinds.base import Kind, Recording
-from worker.act.rows import enqueue_alert
+from worker.act.rows import add_action, enqueue_alert
 from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
 from worker.store import ledger
+from worker.store.actions import held_booking, set_rule
 from worker.store.conflicts import decided_value_of
-from worker.track.batch import Bookings, batch_bookings
+from worker.track.batch import Bookings, Reaction
 from worker.track.conflicts import DUPLICATE, WIRE_NAMES, held_by, hold_likely_duplicate
 from worker.track.tracker import Deposit, State
 
+# Booking outside a processor batch (`depositd resolve`): nothing deferred, nothing created.
+_ALONE = Reaction()
 # The states in which the deposit is credited at this moment: credited, or completed (an order
 # at SUCCESS is credited, whitelisted or not). Booking happens in no other.
 CREDITED_STATES = frozenset({State.CREDITED, State.COMPLETED})
@@ -47,19 +50,27 @@ def _amount(deposit: Deposit) -> str | None:
     return None if deposit.amount is None else decimal_str(deposit.amount)
 
 
-def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> tuple[str, str]:
+def book_checked(
+    db: sqlite_utils.Database, deposit: Deposit, trigger: str, reaction: Reaction = _ALONE
+) -> tuple[str, str]:
     """Book the deposit if it may be booked now; the book action's (status, outcome).
 
     Whatever trigger a rule names, a deposit is booked only while credited, never while a fixed
-    field is in conflict (`worker.track.conflicts`), and never while it is a likely duplicate of
+    field is in conflict (`worker.track.conflicts`), never before its txHash is known (held;
+    booked by `book_held` once a fact states it), and never while it is a likely duplicate of
     another transactionId booked with the same txHash (held, one critical alert). A deposit
     already booked says so whatever else holds now (the ledger is read only when booking is
     refused or did not happen: otherwise the INSERT itself says whether the row was new).
+    `reaction`: the fact being reacted to; its batch's bookings, when it defers them.
     """
-    known = batch_bookings()
+    known = reaction.bookings
     if known is not None and deposit.transaction_id in known.booked:
         return "done", "already booked"
-    refused = _refusal(db, deposit)
+    refused = _refusal(db, deposit, created=reaction.created)
+    if refused is None and not deposit.tx_hash:
+        # Whether it is a likely duplicate of a booked deposit cannot be told yet: a credit
+        # whose txHash comes later (a webhook or a record without one) waits for it.
+        refused = ("skipped", WAITING_FOR_TX_HASH, None)
     if refused is None and deposit.tx_hash:
         if known is not None:
             return _book_counted(deposit, trigger, known)
@@ -81,6 +92,38 @@ def book_checked(db: sqlite_utils.Database, deposit: Deposit, trigger: str) -> t
     return status, outcome
 
 
+# The outcome of a booking held until the deposit's txHash is known (docs/reconciliation.md).
+WAITING_FOR_TX_HASH = (
+    "held: waiting for the txHash; booked once a webhook or a poll states it"
+    " (the detail poll reads credited deposits)"
+)
+
+
+def book_held(
+    db: sqlite_utils.Database, deposit: Deposit, why: str, reaction: Reaction = _ALONE
+) -> tuple[str, str] | None:
+    """Make the booking that was held (a conflict, a likely duplicate, a txHash not known yet),
+    if one was: booked at most once, under the held row's trigger and rule, recorded as a book
+    action whose outcome ends with `why`; (status, outcome), or None when none was held."""
+    held = held_booking(db, deposit.transaction_id)
+    if held is None:
+        return None
+    trigger = str(held[0])
+    status, outcome = book_checked(db, deposit, trigger.split("#")[0], reaction)
+    action_id = add_action(
+        db,
+        deposit=deposit,
+        action="book",
+        params={},
+        trigger=trigger,
+        event_id=held[4],
+        status=status,
+        outcome=f"{outcome} {why}",
+    )
+    set_rule(db, action_id, held[1], held[2], held[3])
+    return status, outcome
+
+
 def _book_counted(deposit: Deposit, trigger: str, known: Bookings) -> tuple[str, str]:
     """In a deferring batch, a deposit with a txHash: booked at the batch's end, with the
     batch's other such bookings, by one statement that writes nothing when a decision on
@@ -93,13 +136,16 @@ def _book_counted(deposit: Deposit, trigger: str, known: Bookings) -> tuple[str,
     return "done", "booked"
 
 
-def _refusal(db: sqlite_utils.Database, deposit: Deposit) -> tuple[str, str, str | None] | None:
+def _refusal(
+    db: sqlite_utils.Database, deposit: Deposit, *, created: bool
+) -> tuple[str, str, str | None] | None:
     """Why the deposit may not be booked now, before its txHash is looked at (`_duplicate`):
-    (status, outcome, critical alert detail or None); None when it may be."""
+    (status, outcome, critical alert detail or None); None when it may be. `created`: the fact
+    reacted to created the deposit (no conflict can hold it)."""
     tx = deposit.transaction_id
     if deposit.state not in CREDITED_STATES:
         return "skipped", f"not booked: the deposit is {deposit.state.value}, not credited", None
-    held = held_by(db, tx)
+    held = held_by(db, tx, created=created)
     if held:
         names = ", ".join(sorted({WIRE_NAMES[c["field"]] for c in held}))
         return (
@@ -148,7 +194,7 @@ def _duplicate(db: sqlite_utils.Database, deposit: Deposit) -> tuple[str, str, s
 def record(rec: Recording) -> None:
     """Book (if it may be booked now) and record what booking did; log it once committed."""
     deposit = rec.deposit
-    status, outcome = book_checked(rec.db, deposit, rec.trigger.split("#")[0])
+    status, outcome = book_checked(rec.db, deposit, rec.trigger.split("#")[0], rec.reaction)
     rec.add(params={}, status=status, outcome=outcome)
     fields = {
         "transactionId": deposit.transaction_id,

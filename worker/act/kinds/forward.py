@@ -102,8 +102,9 @@ class Forwarder:
 
     async def close(self) -> None:
         """Close the HTTP session, if a forward opened one."""
-        if self._http is not None:
-            await self._http.close()
+        http, self._http = self._http, None  # a restarted outbox opens a new one
+        if http is not None:
+            await http.close()
 
     async def run(
         self,
@@ -176,7 +177,7 @@ class Forwarder:
         headers = {
             "Content-Type": "application/json",
             # Its own scheme, not the provider's: merchant systems verify method-path-v1
-            # (docs/signatures.md, "forward").
+            # (docs/signatures.md, "`forward`'s own signing").
             **signing.signed_headers(
                 "depositd", secret, "POST", path, body, scheme=signing.METHOD_PATH_V1
             ),

@@ -40,6 +40,7 @@ from worker.errors import (
     ProviderRequestRefused,
     ProviderRetryLater,
     ProviderUnavailable,
+    StorageError,
 )
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
@@ -252,17 +253,23 @@ class Submitter:
             f"submitted profile {sub.profile}; whiteListStatus pending",
             key=sub.key,
         )
-        # Just after the status the submission answered, in the provider's time (rows queued
-        # before `after_ms` was recorded: this machine's clock).
-        after = params.get("after_ms")
+        # Dated when the provider's acceptance arrived, in this machine's clock like every
+        # fact (`worker.track.facts`): a read sent before then may still show the status this
+        # submission answered, and must not override it.
         fact = Fact(
             transaction_id=sub.tx,
             source="submit",
-            observed_at=int(after) + 1 if after is not None else clock.now_ms(),
+            observed_at=clock.now_ms(),
             white_list_status=WhiteListStatus.PENDING,
         )
         try:
             await self._observe(fact)
+        except StorageError as exc:  # the database unavailable: one line, no traceback
+            log.error(
+                "submission accepted; its fact not recorded now",
+                transactionId=sub.tx,
+                error=str(exc),
+            )
         except Exception:
             # The provider has the submission and the row says so: it must stay done (a failed
             # row would let a profile edit queue a second submission while this one is under
@@ -330,6 +337,7 @@ class Submitter:
 
     async def _refresh(self, tx: str) -> DepositOrder | None:
         """Read the deposit's detail and feed it to the tracker; None if it is gone."""
+        sent_at = clock.now_ms()
         try:
             order = await self._client.transaction_detail(tx)
         except ProviderBusinessError as exc:
@@ -341,7 +349,9 @@ class Submitter:
             await self._rows.write(partial(alert_mismatch, transaction_id=tx, detail=str(exc)))
             raise
         try:
-            await self._observe(fact_from_order(order, source="poll"))
+            await self._observe(fact_from_order(order, source="poll", sent_at=sent_at))
+        except StorageError as exc:  # the database unavailable: one line, no traceback
+            log.error("detail read; its fact not recorded now", transactionId=tx, error=str(exc))
         except Exception:
             # What was read still decides this row; the detail poll records it later.
             log.exception("detail read; its fact not recorded now", transactionId=tx)

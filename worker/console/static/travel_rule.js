@@ -11,6 +11,17 @@
   const origin = box.dataset.origin;
   let busy = false;
 
+  // The frame takes the window's height below it, so that only the frame scrolls (the hosted
+  // page cannot tell its own height across origins): one scrollbar, not two.
+  function fit() {
+    const rect = frame.getBoundingClientRect();
+    const below = document.body.getBoundingClientRect().bottom - rect.bottom;
+    const top = rect.top + window.scrollY;
+    frame.style.height = Math.max(window.innerHeight - top - below, 400) + "px";
+  }
+  fit();
+  window.addEventListener("resize", fit);
+
   async function refresh() {
     if (busy) return;
     busy = true;
@@ -29,6 +40,7 @@
       state.dataset.state = data.state;
       document.getElementById("wls").textContent = data.whiteListStatus || "-";
       document.getElementById("closed").hidden = false;
+      fit();
     } finally {
       busy = false;
     }

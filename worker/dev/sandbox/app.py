@@ -339,10 +339,16 @@ async def _release_held(app: web.Application) -> None:
     app[SANDBOX_KEY].faults.release.set()
 
 
-def create_app(cfg: SandboxConfig, *, clock: Callable[[], int] | None = None) -> web.Application:
-    """The sandbox application: provider API, control API, delivery in the background."""
+def create_app(
+    cfg: SandboxConfig,
+    *,
+    clock: Callable[[], int] | None = None,
+    signing_clock: Callable[[], int] | None = None,
+) -> web.Application:
+    """The sandbox application: provider API, control API, delivery in the background
+    (`Sandbox` says what the two clocks are)."""
     app = web.Application(middlewares=[provider_edge])
-    app[SANDBOX_KEY] = Sandbox(cfg, clock=clock)
+    app[SANDBOX_KEY] = Sandbox(cfg, clock=clock, signing_clock=signing_clock)
     endpoints: dict[Handler, str] = {}
     for method, path, name, handler in ROUTES:
         app.router.add_route(method, path, handler)

@@ -84,9 +84,15 @@ def _amount_back(env: dict[str, Any]) -> dict[str, Any]:
 class Deliverer:
     """Delivers envelopes to the configured webhook URL; `on_change` runs after each outcome."""
 
-    def __init__(self, cfg: SandboxConfig, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        cfg: SandboxConfig,
+        on_change: Callable[[], None] = lambda: None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
         self.cfg = cfg
         self.on_change = on_change
+        self._clock = clock
         self.history: deque[Delivery] = deque(maxlen=HISTORY_LIMIT)
         self._queues: dict[str, deque[Delivery]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -201,6 +207,8 @@ class Deliverer:
             url.raw_path_qs,
             body,
             scheme=self.cfg.webhook_signature,
+            # Signed by the provider's own clock, as a provider's delivery is.
+            timestamp_ms=self._clock(),
         )
         headers["Content-Type"] = "application/json"
         delivery.attempts += 1

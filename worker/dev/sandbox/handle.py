@@ -34,7 +34,16 @@ ABNORMAL_FUND_NOTIFICATION = "ABNORMAL_FUND_NOTIFICATION"
 class Sandbox:
     """One sandbox: state, persistence, delivery and faults behind methods."""
 
-    def __init__(self, cfg: SandboxConfig, *, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: SandboxConfig,
+        *,
+        clock: Callable[[], int] | None = None,
+        signing_clock: Callable[[], int] | None = None,
+    ) -> None:
+        """`clock`: the provider's times in its records and events; `signing_clock`: the
+        provider's wall clock its deliveries' API-TIMESTAMP is signed by (this machine's by
+        default; a test that runs the provider's clock off ours passes the same clock)."""
         self.cfg = cfg
         self.clock = clock or now_ms
         self._file = StateFile(cfg.state_path) if cfg.state_path is not None else None
@@ -46,7 +55,7 @@ class Sandbox:
         )
         # Idempotency-Key -> {"fingerprint": ..., "answer": the first successful answer}.
         self.idempotency: dict[str, dict[str, Any]] = dict((docs or {}).get("idempotency", {}))
-        self.deliverer = Deliverer(cfg, on_change=self.persist)
+        self.deliverer = Deliverer(cfg, on_change=self.persist, clock=signing_clock or now_ms)
         if docs is not None:
             self.deliverer.restore(docs.get("outbox", []), int(docs.get("drops_owed", 0)))
         self.faults = Faults()

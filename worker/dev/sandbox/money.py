@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from worker.dev.sandbox.records import Order, new_id, parse_amount
+from worker.dev.sandbox.records import Order, new_id, new_tx_hash, parse_amount
 from worker.errors import SandboxError
 from worker.provider.models import CreditStatus
 
@@ -60,7 +60,7 @@ def abnormal_fund(fund_id: int, spec: Mapping[str, Any], now: int) -> dict[str, 
         "network": spec["network"],
         "fromAddress": spec["fromAddress"],
         "toAddress": spec["toAddress"],
-        "txHash": str(spec.get("txHash") or "0x" + new_id("")[:20].lower()),
+        "txHash": str(spec.get("txHash") or new_tx_hash(str(spec["network"]), 20)),
         "txTime": tx_time,
         "expiresTime": expires,
         "status": str(spec.get("status") or UNMATCHED),
@@ -213,7 +213,7 @@ def _extra_fields(spec: Mapping[str, Any], day: dt.date) -> dict[str, Any]:
         "recordId": new_id("SR"),
         "asset": spec["asset"],
         "network": spec["network"],
-        "txHash": str(spec.get("txHash") or "0x" + new_id("")[:20].lower()),
+        "txHash": str(spec.get("txHash") or new_tx_hash(str(spec["network"]), 20)),
         "fromAddress": str(spec.get("fromAddress") or ""),
         "toAddress": str(spec.get("toAddress") or ""),
         "settledAt": settled,

@@ -28,6 +28,13 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:20]}"
 
 
+def new_tx_hash(network: str, digits: int = 64) -> str:
+    """A fresh transaction hash written as that chain writes it: TRON's are bare hex, an EVM
+    chain's (ETH, BSC, ...) start with 0x."""
+    body = (uuid.uuid4().hex + uuid.uuid4().hex)[:digits]
+    return body if network.upper() == "TRON" else "0x" + body
+
+
 @dataclass(frozen=True)
 class Event:
     """A webhook the state change causes (the envelope is completed by delivery)."""

@@ -11,7 +11,6 @@ operations raise `SandboxNotFound` / `SandboxError`.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -25,6 +24,7 @@ from worker.dev.sandbox.records import (
     Order,
     Wallet,
     new_id,
+    new_tx_hash,
     status_value,
 )
 from worker.errors import SandboxError, SandboxNotFound, WalletCodeError
@@ -178,7 +178,7 @@ class SandboxState:
                 raise SandboxError(f"{name} must not be empty")
         order = Order(
             transaction_id=new_id("T"),
-            transaction_hash=tx_hash or "0x" + uuid.uuid4().hex + uuid.uuid4().hex,
+            transaction_hash=tx_hash or new_tx_hash(network),
             wallet_id=wallet_id,
             wallet_name=wallet.name,
             currency=currency,
