@@ -52,9 +52,10 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """The database both versions share."""
+    """The database both versions share (SQLite: several instances allowed on the file, as
+    during a rolling upgrade on one machine)."""
     if request.param == "sqlite":
-        yield {"path": str(tmp_path / "depositd.db")}
+        yield {"path": str(tmp_path / "depositd.db"), "several_instances": True}
         return
     cluster: Cluster = request.getfixturevalue("pg_cluster")
     url = cluster.create_database()
