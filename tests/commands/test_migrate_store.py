@@ -13,12 +13,16 @@ from typing import Any
 import pytest
 from pgcluster import Cluster
 
+from worker.commands import migrate as migrate_command
 from worker.commands.cli import main
+from worker.config.settings import StorageSettings, load_settings
 from worker.store.actions import insert_action
 from worker.store.ledger import insert_booking
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
+from worker.store.pgstore import serve_lock as pg_serve_lock
 from worker.store.servelock import serve_lock
+from worker.store.writelock import command_writes
 from worker.store.writer import Store, event_row
 
 AMOUNTS = ["1234.567800", "0.000001", "99.99"]
@@ -302,3 +306,140 @@ def test_a_password_in_the_url_is_refused_and_never_shown(
     err = capsys.readouterr().err
     assert "--password-file" in err and "s3cret" not in err
     assert not (tmp_path / "d.db").exists()
+
+
+async def _source(kind: str, tmp_path: Path, pg_cluster: Cluster) -> tuple[Path, str, Any]:
+    """A seeded source database of `kind` with one failed action: its config, a `--to` of the
+    other engine, and a raw connection to the source that takes no lock of depositd's."""
+    db = tmp_path / "depositd.db"
+    await seed_sqlite(db)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE actions SET status = 'failed' WHERE id = 1")
+    conn.commit()
+    conn.close()
+    config = write_config(tmp_path, {"path": str(db)})
+    if kind == "sqlite":
+        return (
+            config,
+            pg_cluster.create_database(),
+            lambda: sqlite3.connect(db, isolation_level=None),
+        )
+    url = pg_cluster.create_database()
+    assert main(["migrate-store", "--config", str(config), "--to", url]) == 0
+    pg_config = write_config(tmp_path, {"url": url}, "pg.yaml")
+    return pg_config, str(tmp_path / "back.db"), lambda: pg_connect(url)
+
+
+def _target_rows(to: str, sql: str) -> list[tuple[Any, ...]] | None:
+    """Rows of the target (None: no such table, or no such file)."""
+    if to.startswith("postgresql://"):
+        return pg_rows(to, sql) if "actions" in pg_tables(to) else None
+    if not Path(to).exists():
+        return None
+    conn = sqlite3.connect(to)
+    try:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+    finally:
+        conn.close()
+
+
+def _during_copy(monkeypatch: pytest.MonkeyPatch, act: Any) -> list[Any]:
+    """Run `act()` once while the copy copies its first table; what it returned."""
+    done: list[Any] = []
+
+    def progress() -> Any:
+        def show(table: str, copied: int, total: int) -> None:
+            if not done:
+                done.append(act())
+
+        return show
+
+    monkeypatch.setattr(migrate_command, "_progress", progress)
+    return done
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_command_that_writes_during_the_copy_is_refused(
+    tmp_path: Path,
+    pg_cluster: Cluster,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+) -> None:
+    """`retry-failed` run while the copy runs writes nothing (exit 1, naming the copy): the
+    copy and the source hold the same rows, the failed action is failed on both."""
+    config, to, _raw = await _source(kind, tmp_path, pg_cluster)
+    capsys.readouterr()
+    retried = _during_copy(monkeypatch, lambda: main(["retry-failed", "--config", str(config)]))
+    assert main(["migrate-store", "--config", str(config), "--to", to]) == 0
+    err = capsys.readouterr().err
+    assert retried == [1]
+    assert "migrate-store is copying" in err and "nothing was written" in err
+    assert _target_rows(to, "SELECT status FROM actions WHERE id = 1") == [("failed",)]
+    monkeypatch.setattr(migrate_command, "_progress", lambda: None)
+    assert main(["retry-failed", "--config", str(config)]) == 0  # the copy is done: it writes
+    assert "queued again: 0 event(s), 1 action(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_copy_is_refused_while_a_command_writes(
+    tmp_path: Path, pg_cluster: Cluster, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """A command holding the write lock (as `resolve --set`, `submit`, `reconcile` do while
+    they run) keeps the copy from starting: exit 2, the target untouched."""
+    config, to, _raw = await _source(kind, tmp_path, pg_cluster)
+    capsys.readouterr()
+    with command_writes(load_settings(config).storage):
+        assert main(["migrate-store", "--config", str(config), "--to", to]) == 2
+    assert "a depositd command writes to" in capsys.readouterr().err
+    assert _target_rows(to, "SELECT COUNT(*) FROM actions") in (None, [(0,)])
+    assert main(["migrate-store", "--config", str(config), "--to", to]) == 0
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_change_to_the_source_during_the_copy_fails_it(
+    tmp_path: Path,
+    pg_cluster: Cluster,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+) -> None:
+    """A write that takes no lock of depositd's (a sqlite3 or psql session), committed after
+    the copy's snapshot, is found by the source's check: exit 1, the target left empty, though
+    no row count or ledger sum changed."""
+    config, to, raw = await _source(kind, tmp_path, pg_cluster)
+    capsys.readouterr()
+
+    def write() -> None:
+        conn = raw()
+        try:
+            conn.execute("UPDATE actions SET status = 'pending' WHERE id = 1")
+        finally:
+            conn.close()
+
+    _during_copy(monkeypatch, write)
+    assert main(["migrate-store", "--config", str(config), "--to", to]) == 1
+    out, err = capsys.readouterr()
+    assert "the source changed during the copy" in err and "rows per table" not in out
+    assert _target_rows(to, "SELECT COUNT(*) FROM actions") is None
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_target_a_serve_uses_is_refused(
+    tmp_path: Path, pg_cluster: Cluster, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """A target database a `serve` runs on (its empty schema, its serve lock held) is refused:
+    exit 2, nothing copied into it."""
+    config, to, _raw = await _source(kind, tmp_path, pg_cluster)
+    capsys.readouterr()
+    if to.startswith("postgresql://"):
+        store = PgStore(to)
+        await store.open()
+        await store.close()  # the empty schema, as a serve starting on it leaves
+        held: Any = pg_serve_lock(StorageSettings(url=to))
+    else:
+        held = serve_lock(Path(to))
+    with held:
+        assert main(["migrate-store", "--config", str(config), "--to", to]) == 2
+    assert "a depositd serve runs on" in capsys.readouterr().err
+    assert _target_rows(to, "SELECT COUNT(*) FROM actions") in (None, [(0,)])

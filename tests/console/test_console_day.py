@@ -11,6 +11,7 @@ import re
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -18,9 +19,14 @@ import pytest
 from stores import StoreMaker
 
 from worker.config.shipped import shipped_rules
+from worker.console import export
 from worker.console.export import FINDING_COLUMNS, cell, to_csv
+from worker.console.queries import SEARCH_LIMIT
 from worker.dev.harness import Stack
-from worker.store import abnormal
+from worker.errors import StorageError
+from worker.store import abnormal, ledger
+from worker.store import findings as findings_store
+from worker.store.findings import Finding
 
 MakeStack = Callable[..., Awaitable[Stack]]
 EVIL_WALLET = '=HYPERLINK("http://evil.invalid","open")'
@@ -199,12 +205,30 @@ async def test_findings_export_of_a_day_range(start_stack: MakeStack) -> None:
         )
 
         async def stored() -> bool:
-            found = await stack.store.read(lambda db: abnormal.search_abnormal(db, "0xfeed0042"))
+            found = await stack.store.read(
+                lambda db: abnormal.search_abnormal(db, "0xfeed0042", limit=1)
+            )
             return bool(found)
 
         await stack.wait_for(stored, what="the abnormal fund")
         status, _, html = await _get(session, f"{base}/search?q=0xfeed0042")
         assert status == 200 and 'id="search-abnormal"' in html and "0xFEED0042" in html
+        assert 'id="search-abnormal-more"' not in html
+
+        # Many abnormal funds under one txHash (dust sent in a loop): the page lists the
+        # first SEARCH_LIMIT and says that more match.
+        def dust(db: Any) -> None:
+            for n in range(SEARCH_LIMIT + 5):
+                row = {"id": f"AB-dust-{n:03d}", "amount": "0.01", "currency": "USDT"}
+                abnormal.upsert_abnormal(
+                    db, {**row, "tx_hash": "0xDUST"}, f"{today}T00:00:{n:02d}Z"
+                )
+
+        await stack.store.write(dust)
+        status, _, html = await _get(session, f"{base}/search?q=0xdust")
+        assert status == 200 and html.count("AB-dust-") == SEARCH_LIMIT
+        assert "AB-dust-049" in html and "AB-dust-050" not in html
+        assert 'id="search-abnormal-more"' in html and "more match" in html
 
 
 def test_no_cell_is_a_formula_and_money_stays_exact() -> None:
@@ -220,3 +244,76 @@ def test_no_cell_is_a_formula_and_money_stays_exact() -> None:
         [{key: None for _, key in FINDING_COLUMNS} | {"note": '=cmd|"/c calc"!A1', "id": 7}],
     )
     assert text.splitlines()[1].startswith("7,") and '"\'=cmd|""/c calc""!A1"' in text
+
+
+async def test_exports_are_streamed_chunk_by_chunk_whole_and_in_order(
+    start_stack: MakeStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger and findings CSVs of a range are sent as they are read (chunked, no length
+    known beforehand, the console's security headers on them), a chunk of rows at a time:
+    every row once, in order, across chunk edges that fall inside runs of equal booking times
+    and days; a range with exactly a chunk's worth of rows ends too."""
+    monkeypatch.setattr(export, "CHUNK", 4)
+    stack = await start_stack(console=True)
+    day = "2026-02-03"
+
+    def fill(db: Any) -> None:
+        for n in range(11):
+            ledger.book_once(
+                db,
+                transaction_id=f"TX-{n:02d}",
+                wallet_id=1001,
+                wallet_name="w",
+                currency="USDT",
+                network="TRON",
+                amount=f"{n}.5",
+                from_address=None,
+                tx_hash=None,
+                trigger="credited",
+            )
+            # Three rows a second: chunks of four cut runs of equal times.
+            db.execute(
+                "UPDATE ledger SET booked_at = ? WHERE transaction_id = ?",
+                [f"{day}T10:00:{n // 3:02d}.000Z", f"TX-{n:02d}"],
+            )
+        findings_store.save_findings(
+            db,
+            day,
+            [Finding(day=day, kind="missing_in_ledger", subject=f"s{n}") for n in range(8)],
+            f"{day}T03:00:00.000Z",
+        )
+
+    await stack.store.write(fill)
+    base = stack.console_url
+    async with _client() as session:
+        await _log_in(session, stack)
+        async with session.get(f"{base}/export/ledger.csv?from={day}") as answer:
+            assert answer.status == 200
+            assert answer.headers.get("Transfer-Encoding") == "chunked"
+            assert "Content-Length" not in answer.headers
+            assert answer.headers["X-Frame-Options"] == "DENY"
+            assert answer.headers["Content-Type"] == "text/csv; charset=utf-8"
+            text = await answer.text()
+        rows = list(csv.DictReader(io.StringIO(text)))
+        assert [r["transactionId"] for r in rows] == [f"TX-{n:02d}" for n in range(11)]
+        assert [r["amount"] for r in rows] == [f"{n}.5" for n in range(11)]
+        status, _, text = await _get(session, f"{base}/export/findings.csv?from={day}")
+        assert status == 200
+        assert [r["subject"] for r in csv.DictReader(io.StringIO(text))] == [
+            f"s{n}" for n in range(8)
+        ]
+
+        # The store failing after the first chunk: the download is cut off, never a file
+        # that ends as if it were whole.
+        whole = ledger.booked_between_after
+
+        def failing(db: Any, *args: Any, **kw: Any) -> Any:
+            if args[2] is not None:
+                raise StorageError("the store went away")
+            return whole(db, *args, **kw)
+
+        monkeypatch.setattr(ledger, "booked_between_after", failing)
+        async with session.get(f"{base}/export/ledger.csv?from={day}") as answer:
+            assert answer.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await answer.read()

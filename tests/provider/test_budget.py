@@ -23,6 +23,7 @@ from worker.errors import ProviderRateLimited
 from worker.provider.budget import (
     DEFAULT_BACKOFF_S,
     MAX_BACKOFF_S,
+    MAX_DEBT_S,
     RequestBudget,
     parse_retry_after,
     polling,
@@ -110,6 +111,24 @@ async def test_rate_limit_with_retry_after_backs_off_every_poll_for_that_long(
     with polling():
         await env.client.transaction_detail(tx)
     assert env.clock.ms - held_from >= 30_000, "a detail read went during the back-off"
+
+
+async def test_a_burst_of_submissions_holds_the_polls_for_the_capped_debt_only(
+    env: Env,
+) -> None:
+    """A thousand submissions at 2 requests a second would hold every poll for 500 s if their
+    tokens were all owed; the debt is capped, so the next poll waits `MAX_DEBT_S` and one
+    token's refill at most."""
+    (tx,) = [env.sandbox.inject_deposit(1001, "USDT", "TRON", "5", "TBudget5")["transactionId"]]
+    budget = env.client.budget
+    assert budget is not None
+    for _ in range(1000):
+        budget.spend()  # what each submission's call takes
+    await env.client.submit_payer(tx, ENTITY_PAYER, idempotency_key="k5")
+    start = env.clock.ms
+    with polling():
+        await env.client.transaction_detail(tx)
+    assert env.clock.ms - start == (MAX_DEBT_S + 0.5) * 1000
 
 
 def test_backoff_without_retry_after_doubles_and_is_capped() -> None:

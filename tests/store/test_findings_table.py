@@ -4,6 +4,7 @@ held-balance drifts, the runs, and the lists a person pages through."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -236,6 +237,7 @@ def test_runs_say_what_was_reconciled_and_status_shows_it(db: sqlite_utils.Datab
         "outcome": "failed",
         "findings": 0,
         "error": "boom",
+        "ledger_mark": None,
     }
     assert fs.last_reconciled_day(db) == D1
     assert (fs.day_reconciled(db, D0), fs.day_reconciled(db, D1)) == (True, True)
@@ -288,6 +290,13 @@ def test_lists_of_findings_a_person_reads(db: sqlite_utils.Database) -> None:
     assert subjects(fs.page_findings(db, open_only=False, limit=2, offset=1)) == ["tx-b", "0xc"]
     assert subjects(fs.findings_between(db, D1, D2)) == ["tx-b", "0xc", "tx-d"]
     assert subjects(fs.findings_between(db, D0, D0)) == ["0xa"]
+    # The export's chunks: after a (day, id) key, a day's findings cut in the middle.
+    chunk = fs.findings_between_after(db, D0, D2, None, limit=2)
+    assert subjects(chunk) == ["0xa", "tx-b"]
+    after = (chunk[-1]["day"], chunk[-1]["id"])
+    assert subjects(fs.findings_between_after(db, D0, D2, after, limit=5)) == ["0xc", "tx-d"]
+    assert subjects(fs.findings_between_after(db, D1, D1, (D0, 999), limit=5)) == ["tx-b", "0xc"]
+    assert subjects(fs.search_findings(db, "0xccc", limit=0)) == []
     assert subjects(fs.findings_of_day(db, D2)) == []
     got = fs.get_finding(db, ids["tx-b"])
     assert got is not None and (got["subject"], got["acknowledged_by"]) == ("tx-b", "ana")
@@ -329,3 +338,105 @@ def test_a_failed_run_is_alerted_once_per_day(db: sqlite_utils.Database) -> None
     assert fs.failure_alerted(db, D1) is True
     assert fs.failure_alerted(db, D2) is False
     assert fs.failure_alerted(db, D0) is False
+
+
+def book_credited(db: sqlite_utils.Database, tx: str, day: str, booked_at: str) -> None:
+    """A ledger row of `tx` booked at `booked_at`, its credit at the provider on `day` 12:00."""
+    ledger.book_once(
+        db,
+        transaction_id=tx,
+        wallet_id=1,
+        wallet_name="w",
+        currency="USDT",
+        network="TRON",
+        amount="1",
+        from_address=None,
+        tx_hash=None,
+        trigger="credited",
+    )
+    db.execute("UPDATE ledger SET booked_at = ? WHERE transaction_id = ?", [booked_at, tx])
+    credited = int(datetime.fromisoformat(f"{day}T12:00:00+00:00").timestamp() * 1000)
+    db.execute(
+        "INSERT INTO deposits (transaction_id, fact_time) VALUES (?, ?)",
+        [tx, json.dumps({"credit_status": credited})],
+    )
+
+
+def run(db: sqlite_utils.Database, day: str, mark: str | None, started: str = "s") -> None:
+    """A completed (clean) run of `day` that compared the ledger side `mark`."""
+    fs.record_run(
+        db, day, started_at=started, finished_at="f", outcome="clean", findings=0, ledger_mark=mark
+    )
+
+
+def test_days_due_compare_the_ledger_side_a_run_saw(db: sqlite_utils.Database) -> None:
+    """A completed run's ledger side unchanged: not due; a row booked or moved onto the day
+    since: due; a run recorded without its mark (before the mark was kept): due when a row of
+    its day was booked after it started. A failed run stands for no run."""
+    with db.conn:
+        book_credited(db, "A", D0, f"{D0}T10:00:00.000Z")
+        book_credited(db, "B", D1, f"{D1}T10:00:00.000Z")
+        run(db, D0, fs.ledger_mark(["A"]), f"{D1}T02:30:00.000Z")
+        run(db, D1, None, f"{D2}T02:30:00.000Z")
+        fs.record_run(
+            db, D2, started_at="s", finished_at="f", outcome="failed", findings=0, error="x"
+        )
+    assert fs.days_due(db, D0, D2) == [(D2, "not reconciled")]
+    with db.conn:
+        book_credited(db, "C", D0, f"{D2}T09:00:00.000Z")  # credited D0, booked two days later
+        book_credited(db, "D", D1, f"{D2}T09:00:00.000Z")  # after D1's run recorded no mark
+    assert fs.days_due(db, D0, D2) == [
+        (D0, "ledger changed since its run"),
+        (D1, "ledger changed since its run"),
+        (D2, "not reconciled"),
+    ]
+    assert fs.ledger_mark(["C", "A"]) == fs.ledger_mark(["A", "C"]) != fs.ledger_mark(["A"])
+
+
+def test_days_due_without_a_run(db: sqlite_utils.Database) -> None:
+    """Before any run only the last day and days with bookings are due; once a run completed,
+    every later day no run completed is due, with or without bookings, an earlier one only
+    with bookings. A day whose run compared no rows stays done while it has none; so does a
+    run without a mark whose day has no row, or whose rows were all booked before it started.
+    Rows of as many ids but other ones are another ledger side."""
+    d3, d4 = "2026-11-22", "2026-11-23"
+    assert fs.days_due(db, D0, D2) == [(D2, "not reconciled")]
+    with db.conn:
+        book_credited(db, "A", D0, f"{D0}T10:00:00.000Z")
+    assert fs.days_due(db, D0, D2) == [(D0, "not reconciled"), (D2, "not reconciled")]
+    with db.conn:
+        run(db, D1, fs.ledger_mark([]))
+    assert fs.days_due(db, "2026-11-18", d3) == [
+        (D0, "not reconciled"),
+        (D2, "not reconciled"),
+        (d3, "not reconciled"),
+    ]
+    with db.conn:
+        run(db, D0, None, f"{D0}T10:00:00.000Z")  # started as A was booked: A was seen
+        run(db, D2, fs.ledger_mark([]))
+        run(db, d3, fs.ledger_mark(["Z"]))
+        book_credited(db, "B", d3, f"{d3}T10:00:00.000Z")
+        run(db, d4, None, f"{d4}T02:30:00.000Z")
+    assert fs.days_due(db, D0, d4) == [(d3, "ledger changed since its run")]
+    with db.conn:
+        # Booked after d4's run (without a mark) started, then one booked before it: the
+        # latest booking counts, whatever order the rows are read in.
+        book_credited(db, "X", d4, f"{d4}T05:00:00.000Z")
+        book_credited(db, "Y", d4, f"{d4}T01:00:00.000Z")
+    assert fs.days_due(db, d4, d4) == [(d4, "ledger changed since its run")]
+    with db.conn:
+        # Booked two days before its credit day began: before the day the query reads from.
+        book_credited(db, "E", D2, "2026-11-19T23:00:00.000Z")
+    assert fs.days_due(db, D2, D2) == []
+
+
+async def test_days_due_read_the_credit_day_on_either_engine(store: Store) -> None:
+    """A booking credited on a day and booked on a later one makes the credit day due."""
+
+    def write(db: Any) -> None:
+        book_credited(db, "A", D0, f"{D2}T10:00:00.000Z")
+        run(db, D1, fs.ledger_mark([]))
+
+    await store.write(write)
+    due = await store.read(lambda db: fs.days_due(db, D0, D2))
+    assert due == [(D0, "not reconciled"), (D2, "not reconciled")]

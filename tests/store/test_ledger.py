@@ -187,6 +187,18 @@ def test_reads_by_time_day_and_period(db: sqlite_utils.Database, clock: list[str
     ]
     assert ids(ledger.booked_between(db, "2026-11-19", "2026-11-19")) == ["tx-e"]
     assert ledger.booked_on_day(db, day, limit=1, offset=0)[0]["amount"] == "4"
+    # The export's chunks: after a (booked_at, transactionId) key, ties cut in the middle.
+    chunk = ledger.booked_between_after(db, "2026-11-20", "2026-11-21", None, limit=1)
+    assert ids(chunk) == ["tx-a"]
+    after = (chunk[0]["booked_at"], chunk[0]["transaction_id"])
+    assert ids(ledger.booked_between_after(db, "2026-11-20", "2026-11-21", after, limit=2)) == [
+        "tx-b",
+        "tx-c",
+    ]
+    last = ("2026-11-20T23:59:59.999Z", "tx-c")
+    assert ids(ledger.booked_between_after(db, "2026-11-19", "2026-11-21", last, limit=9)) == [
+        "tx-d"
+    ]
 
 
 def test_booked_among_reads_past_its_batches(db: sqlite_utils.Database, clock: list[str]) -> None:

@@ -116,7 +116,7 @@ async def backfill(
     from worker.poll.catchup import HistoryReader, covered_until
     from worker.provider.client import ProviderClient
     from worker.store.pgstore import serving as pg_serving
-    from worker.store.pgstore import store_for
+    from worker.store.writelock import command_store
 
     out = out if out is not None else sys.stdout
     bundle = load_bundle(settings)  # ConfigError: exit 2, nothing read
@@ -126,10 +126,8 @@ async def backfill(
     running = serving(storage.path) if storage.path is not None else pg_serving(storage)
     where = "the running serve" if running else "serve at its next start"
     print(f"backfill: actions this records are run by {where}", file=sys.stderr)
-    store = store_for(settings.storage)
-    await store.open()
     progress = ProgressLine(out)
-    try:
+    async with command_store(storage) as store:
         async with ProviderClient.from_settings(settings.provider, retries=retries) as client:
             reader = HistoryReader(
                 client, store, lambda: reactor, page_size=s.page_size, max_pages=s.max_pages
@@ -142,8 +140,6 @@ async def backfill(
                 progress=progress,
             )
         mark = await store.read(covered_until)
-    finally:
-        await store.close()
     progress.end(stats)
     print(summary(stats, since, until, mark), file=out, flush=True)
     return 0 if stats.complete and not stats.failed else 1

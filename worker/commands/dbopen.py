@@ -27,9 +27,25 @@ class NoDatabase(Exception):
 def open_db(
     args: argparse.Namespace, *, readonly: bool = True, settings: Settings | None = None
 ) -> Iterator[sqlite3.Connection]:
-    """A connection to the configured database (read-only by default); `NoDatabase` if absent."""
+    """A connection to the configured database (read-only by default); `NoDatabase` if absent.
+    A writable one comes with the commands' write lock held (`worker.store.writelock`): refused
+    while `migrate-store` copies the database."""
     if settings is None:
         settings = load_settings(args.config)
+    if readonly:
+        with _connection(settings, readonly=True) as conn:
+            yield conn
+        return
+    if settings.storage.url is None and not settings.storage.file.exists():
+        raise NoDatabase(f"no database at {settings.storage.file} (has `depositd serve` run yet?)")
+    from worker.store.writelock import command_writes
+
+    with command_writes(settings.storage), _connection(settings, readonly=False) as conn:
+        yield conn
+
+
+@contextmanager
+def _connection(settings: Settings, *, readonly: bool) -> Iterator[sqlite3.Connection]:
     if settings.storage.url is not None:
         from worker.store.pgstore import command_connection  # psycopg: only for PostgreSQL
 

@@ -3,10 +3,12 @@ of the other engine (docs/postgresql.md).
 
 SQLite to PostgreSQL (`--to postgresql://...`) moves one machine to several; PostgreSQL to a
 SQLite file (`--to PATH`) goes back. The service is stopped: the copy is refused while a `serve`
-holds the source, and holds the source's serve lock itself so that none starts meanwhile. The
-target is written in one transaction (schema, rows, sequences), checked against the source
-(rows per table, the ledger's sum per currency) before it commits: a failure or a difference
-leaves it as it was. Exit status: 0 copied and checked, 2 refused, 1 failed.
+holds the source or the target, and holds their serve locks itself so that none starts
+meanwhile; it holds the commands' write lock exclusively (`worker.store.writelock`), so that no
+command writes to the source during the copy. The target is written in one transaction (schema,
+rows, sequences), checked against the source (rows per table, the ledger's sum per currency)
+and the source checked unchanged since the snapshot before it commits: a failure or a
+difference leaves it as it was. Exit status: 0 copied and checked, 2 refused, 1 failed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import sqlite_utils
 
 from worker.config.settings import StorageSettings, load_settings
 from worker.errors import SchemaTooNew, StorageError
-from worker.store import transfer
+from worker.store import transfer, writelock
 from worker.store.database import table_columns
 from worker.store.pg import PgDatabase, connect
 from worker.store.pgstore import command_connection, hold_serve_lock_alone, serving_on
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             _target(args.to, to_postgres, password) as target,
         ):
             figures = _copy(source, target, _progress())
-    except Refused as exc:
+    except (Refused, writelock.Writing) as exc:
         print(f"depositd: migrate-store refused: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
@@ -89,14 +91,15 @@ def _copy(
     source: Any, target: Any, progress: transfer.Progress | None
 ) -> tuple[_Figures, _Figures]:
     """Both sides' figures ((source, target) each), once the target committed them."""
+    tables = list(table_columns(source))
     transfer.begin_source(source)
+    snapshot = transfer.fingerprint(source, tables)
     transfer.begin_target(target)
     try:
         try:
             transfer.create_schema(target)
         except SchemaTooNew as exc:
             raise Refused(str(exc)) from exc
-        tables = list(table_columns(source))
         try:
             transfer.ensure_empty(target, tables)
         except transfer.TargetNotEmpty as exc:
@@ -106,6 +109,14 @@ def _copy(
         mine, theirs = transfer.figures(source, tables), transfer.figures(target, tables)
         if mine != theirs:
             raise ValueError(f"the copy differs from the source: {mine} != {theirs}")
+        transfer.end(source, commit=False)
+        # Something outside depositd's commands (a sqlite3 or psql session, say) may have
+        # written to the source since the snapshot: then the copy lacks it.
+        if transfer.fingerprint(source, tables) != snapshot:
+            raise ValueError(
+                "the source changed during the copy (something other than depositd wrote to"
+                " it); stop every writer and copy again"
+            )
         transfer.end(target, commit=True)
     except BaseException:
         with contextlib.suppress(Exception):
@@ -120,12 +131,14 @@ def _copy(
 @contextlib.contextmanager
 def _held_source(storage: StorageSettings) -> Iterator[Any]:
     """The source's connection, its schema brought to this version (as `serve` would), its
-    serve lock held exclusively: refused while a `serve` holds it."""
+    serve lock and the commands' write lock held exclusively: refused while a `serve` or a
+    command that writes holds them."""
     if storage.url is not None:
         conn = command_connection(storage, readonly=False)
         try:
             if serving_on(conn) or not hold_serve_lock_alone(conn):
                 raise Refused(f"a depositd serve runs on {storage.where}: stop every instance")
+            writelock.hold_copy_writes(conn, storage.where)
             migrate(PgDatabase(conn))  # type: ignore[arg-type]
             yield conn
         finally:
@@ -134,7 +147,10 @@ def _held_source(storage: StorageSettings) -> Iterator[Any]:
     path = storage.file
     if not path.exists():
         raise Refused(f"no database at {path}")
-    with _file_lock(path, f"a depositd serve runs on {path}: stop it first"):
+    with (
+        _file_lock(path, f"a depositd serve runs on {path}: stop it first"),
+        writelock.copy_writes(path),
+    ):
         lite = sqlite_connect(path)
         try:
             migrate(sqlite_utils.Database(lite, execute_plugins=False))
@@ -168,6 +184,10 @@ def _target(to: str, to_postgres: bool, password: str | None) -> Iterator[Any]:
     if to_postgres:
         conn = connect(to, password=password, application_name="depositd-migrate")
         try:
+            # A serve on the target would work on rows the copy then replaces; holding its lock,
+            # none starts meanwhile.
+            if serving_on(conn) or not hold_serve_lock_alone(conn):
+                raise Refused(f"a depositd serve runs on {mask_url(to)}: stop it first")
             yield conn
         finally:
             conn.close()

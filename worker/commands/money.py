@@ -25,7 +25,7 @@ from worker.provider.client import ProviderClient
 from worker.service.bundle import load_bundle
 from worker.store import abnormal as abnormal_store
 from worker.store import findings as findings_store
-from worker.store.pgstore import store_for
+from worker.store.writelock import command_store
 
 EXIT_FINDINGS = 3
 
@@ -52,20 +52,18 @@ def _run_findings(db: Any, day: str) -> list[dict[str, Any]]:
 
 async def _reconcile(settings: Settings, day: dt.date, as_json: bool) -> int:
     bundle = load_bundle(settings)
-    store = store_for(settings.storage)
-    await store.open()
-    try:
-        async with ProviderClient.from_settings(settings.provider) as client:
-            reconciler = Reconciler(
-                client,
-                store,
-                lambda: bundle.rules,
-                drift_after_s=settings.scheduler.detail_interval_s,
-            )
-            result = await reconciler.run(day)
+    async with (
+        command_store(settings.storage) as store,
+        ProviderClient.from_settings(settings.provider) as client,
+    ):
+        reconciler = Reconciler(
+            client,
+            store,
+            lambda: bundle.rules,
+            drift_after_s=settings.scheduler.detail_interval_s,
+        )
+        result = await reconciler.run(day)
         rows = await store.read(partial(_run_findings, day=day.isoformat()))
-    finally:
-        await store.close()
     if result.outcome == "failed":
         print(f"depositd: reconcile {day}: failed: {result.error}", file=sys.stderr)
         return 1
@@ -88,12 +86,8 @@ async def _ack(settings: Settings, finding_id: int, by: str, note: str) -> int:
             return {}
         return findings_store.get_finding(db, finding_id)
 
-    store = store_for(settings.storage)
-    await store.open()
-    try:
+    async with command_store(settings.storage) as store:
         refused = await store.write(job)
-    finally:
-        await store.close()
     if refused is None:
         print(f"depositd: reconcile: no finding {finding_id}", file=sys.stderr)
         return 1
@@ -146,12 +140,8 @@ def abnormal_json(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _abnormal(settings: Settings, as_json: bool) -> int:
-    store = store_for(settings.storage)
-    await store.open()
-    try:
+    async with command_store(settings.storage) as store:  # opening may bring the schema on
         rows = await store.read(abnormal_store.list_abnormal)
-    finally:
-        await store.close()
     for row in rows:
         item = abnormal_json(row)
         if as_json:

@@ -280,7 +280,13 @@ async def search(request: web.Request) -> dict[str, Any]:
     text = request.query.get("q", "").strip()
     if len(text) > MAX_SEARCH:
         raise web.HTTPBadRequest(text=f"a search is at most {MAX_SEARCH} characters")
-    found: dict[str, Any] = {"deposits": [], "addresses": [], "findings": [], "abnormal": []}
+    found: dict[str, Any] = {
+        "deposits": [],
+        "addresses": [],
+        "findings": [],
+        "abnormal": [],
+        "more": set(),
+    }
     if text:
         found = await request.app[CONSOLE].store.read(lambda db: queries.search(db, text))
     return {"q": text, **found}

@@ -226,17 +226,23 @@ SEARCH_LIMIT = 50
 
 def search(db: sqlite_utils.Database, text: str) -> dict[str, Any]:
     """Deposits, registered source addresses, reconciliation findings and abnormal funds that
-    a transactionId, txHash or address names."""
+    a transactionId, txHash or address names: at most `SEARCH_LIMIT` of each kind, `more`
+    naming the kinds that have more."""
     keys = ("id", "wallet_id", "wallet_address", "network", "status", "profile", "updated_at")
-    return {
+    found = {
         "deposits": [
-            deposit_view(r) for r in deposits.search_deposits(db, text, limit=SEARCH_LIMIT)
+            deposit_view(r) for r in deposits.search_deposits(db, text, limit=SEARCH_LIMIT + 1)
         ],
+        "findings": findings.search_findings(db, text, limit=SEARCH_LIMIT + 1),
+        "abnormal": abnormal.search_abnormal(db, text, limit=SEARCH_LIMIT + 1),
+    }
+    return {
+        **{kind: rows[:SEARCH_LIMIT] for kind, rows in found.items()},
+        "more": {kind for kind, rows in found.items() if len(rows) > SEARCH_LIMIT},
+        "limit": SEARCH_LIMIT,
         "addresses": [
             {k: r[k] for k in keys} for r in addresses.search_addresses(conn_of(db), text)
         ],
-        "findings": findings.search_findings(db, text),
-        "abnormal": abnormal.search_abnormal(db, text),
     }
 
 

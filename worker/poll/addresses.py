@@ -53,7 +53,7 @@ from worker.store.addresses import (
     keep_profile,
     update_registered,
 )
-from worker.store.pgstore import store_for
+from worker.store.writelock import command_store
 from worker.store.writer import Store
 
 log = get_logger(__name__)
@@ -329,10 +329,11 @@ async def _alert_failed(settings: Settings, record: SourceAddress, profile: str)
 
 
 async def _main(args: argparse.Namespace, settings: Settings, body: dict[str, Any]) -> int:
-    store = store_for(settings.storage)
-    await store.open()
     try:
-        async with ProviderClient.from_settings(settings.provider) as client:
+        async with (
+            command_store(settings.storage) as store,
+            ProviderClient.from_settings(settings.provider) as client,
+        ):
             record = await register_prepared(
                 settings,
                 client,
@@ -345,8 +346,6 @@ async def _main(args: argparse.Namespace, settings: Settings, body: dict[str, An
     except ProviderError as exc:
         print(f"depositd: {refusal(exc, body)}", file=sys.stderr)
         return 1
-    finally:
-        await store.close()
     print(jsonio.dumps(record_json(record)))
     return 0 if record.status is not AddressStatus.FAILED else 1
 

@@ -1,7 +1,9 @@
 """The money-integrity jobs of `serve`: the abnormal-fund poll every
 `scheduler.abnormal_interval_s` (backing off on provider errors like the other polls; an
-ABNORMAL_FUND_NOTIFICATION webhook starts one at once) and the daily reconciliation of the
-previous UTC day at `scheduler.reconcile_at`."""
+ABNORMAL_FUND_NOTIFICATION webhook starts one at once) and the daily reconciliation at
+`scheduler.reconcile_at`: the previous UTC day, and of the last `RECONCILE_DAYS_BACK` days every
+one no run completed (an outage) or whose ledger rows changed since its last run (a credit
+booked late) (docs/reconciliation.md, "When a day is final")."""
 
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ FAILING_ALERT_AFTER = 3
 # A failed daily reconciliation is tried again this much later, this many times.
 RECONCILE_RETRY_S = 900.0
 RECONCILE_RETRIES = 8
+# How far back the daily job looks for days not reconciled or booked since their run: older
+# days are final (`depositd reconcile --date DAY` still compares them).
+RECONCILE_DAYS_BACK = 14
 OUTCOMES = ("clean", "findings", "failed")
 
 
@@ -134,18 +139,19 @@ class MoneyJobs(IntervalAndDaily):
         self._not_before = 0.0
         self.last_abnormal_ok: float | None = None
         self.reconcile_retry_s = RECONCILE_RETRY_S
+        self.now: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     def hint(self) -> None:
         """An ABNORMAL_FUND_NOTIFICATION arrived: poll now (unless backing off or running)."""
         self.fire("abnormal")
 
     def coroutine(self, name: str) -> Coroutine[Any, Any, Any]:
-        """The run of "abnormal", "reconcile" (yesterday, UTC) or "reconcile-missed"."""
+        """The run of "abnormal", "reconcile" (the days due) or "reconcile-missed"."""
         if name == "abnormal":
             return self.poll_abnormal()
         if name == "reconcile-missed":
             return self.reconcile_missed()
-        return self.daily_reconcile(yesterday())
+        return self.reconcile_due(yesterday_again=True)
 
     def start(self) -> None:
         """The jobs; and yesterday's reconciliation now if its minute passed less than the
@@ -159,40 +165,56 @@ class MoneyJobs(IntervalAndDaily):
             self.fire("reconcile-missed")
 
     async def reconcile_missed(self) -> None:
-        """Yesterday's reconciliation, unless a run completed that day already (decided per
-        day: a later day reconciled from the console says nothing about yesterday)."""
-        day = yesterday()
-        try:
-            done = await self._store.read(
-                partial(findings_store.day_reconciled, day=day.isoformat())
+        """The days due (`reconcile_due`), at the start of the jobs: a day's run that was missed
+        (decided per day: a later day reconciled from the console says nothing about
+        yesterday)."""
+        await self.reconcile_due()
+
+    async def days_due(self) -> list[tuple[str, str]]:
+        """(day, why) of the days to reconcile now, oldest first: of the `RECONCILE_DAYS_BACK`
+        days up to yesterday, those no run completed and those whose ledger side changed since
+        their run."""
+        last = yesterday(self.now())
+        first = last - timedelta(days=RECONCILE_DAYS_BACK - 1)
+        return await self._store.read(
+            partial(
+                findings_store.days_due,
+                first_day=first.isoformat(),
+                last_day=last.isoformat(),
             )
-        except Exception as exc:  # storage: the daily job tomorrow, or a restart, tries again
-            log.warning("missed reconciliation not checked", error=str(exc))
-            return
-        if not done:
-            log.info("reconciliation missed at its minute; running it now", day=day.isoformat())
-            await self.daily_reconcile(day)
+        )
+
+    async def reconcile_due(self, *, yesterday_again: bool = False) -> None:
+        """Reconcile every day due, oldest first, and with `yesterday_again` (the daily job)
+        yesterday even if a run completed it (one from the console before the report was
+        whole); while one fails (the provider down), the days still due are tried again after
+        `RECONCILE_RETRY_S`, up to `RECONCILE_RETRIES` times."""
+        for attempt in range(RECONCILE_RETRIES + 1):
+            try:
+                due = await self.days_due()
+            except Exception as exc:  # storage: the next daily job, or a restart, tries again
+                log.warning("days to reconcile not read", error=str(exc))
+                return
+            last = yesterday(self.now()).isoformat()
+            if yesterday_again and attempt == 0 and all(day != last for day, _ in due):
+                due.append((last, "yesterday"))
+            failed = False
+            for day, why in due:
+                if day != last:
+                    log.info("reconciling a day again", day=day, reason=why)
+                result = await self.reconcile(dt.date.fromisoformat(day))
+                failed = failed or result is None or result.outcome == "failed"
+                if self._stopping:
+                    return
+            if not failed or attempt == RECONCILE_RETRIES:
+                return
+            log.warning("reconciliation tried again later", retryInSeconds=self.reconcile_retry_s)
+            await asyncio.sleep(self.reconcile_retry_s)
 
     def halt(self) -> None:
         """A poll in flight ends after its record; a reconciliation is cancelled after the
         grace (it records nothing until its one write, and the next run reads again)."""
         self._poll.stop()
-
-    async def daily_reconcile(self, day: dt.date) -> None:
-        """The daily job: reconcile `day`; a failed run (the provider down) is tried again
-        after `RECONCILE_RETRY_S`, up to `RECONCILE_RETRIES` times."""
-        for attempt in range(RECONCILE_RETRIES + 1):
-            result = await self.reconcile(day)
-            if result is not None and result.outcome != "failed":
-                return
-            if self._stopping or attempt == RECONCILE_RETRIES:
-                return
-            log.warning(
-                "reconciliation tried again later",
-                day=day.isoformat(),
-                retryInSeconds=self.reconcile_retry_s,
-            )
-            await asyncio.sleep(self.reconcile_retry_s)
 
     async def poll_abnormal(self) -> int:
         """One guarded poll: provider errors back off (doubling) and alert after three."""

@@ -73,6 +73,7 @@ class RunResult:
     outcome: str  # clean, findings, failed
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None
+    ledger_mark: str | None = None  # the ledger side compared (`findings.ledger_mark`)
 
 
 def _booked(row: tuple[Any, ...]) -> Booked:
@@ -164,6 +165,7 @@ def _commit(
         finished_at=utc_now(),
         outcome=result.outcome,
         findings=len(result.findings),
+        ledger_mark=result.ledger_mark,
     )
     return len(new)
 
@@ -295,7 +297,8 @@ class Reconciler:
         drift_found, drift = await self._held()
         cmp.found.extend(drift_found)
         outcome = "findings" if cmp.found else "clean"
-        return RunResult(text, outcome, cmp.found), drift
+        mark = store.ledger_mark(b.transaction_id for b in ledger)
+        return RunResult(text, outcome, cmp.found, ledger_mark=mark), drift
 
     async def _place(self, cmp: DayMatch) -> None:
         for rec, booked in await self._store.read(partial(_elsewhere, recs=cmp.elsewhere)):

@@ -5,7 +5,8 @@ abnormal funds, catch-up, sweep, reconciliation) takes a token from one bucket r
 `provider.max_requests_per_s`, one second's worth deep, and waits for one when it is empty;
 the polls wait in turn (first come, first served). Submissions and operator reads are not held:
 they take their token at once, even into debt, so they go first and the polls after them wait
-for what they used.
+for what they used; the debt is capped at `MAX_DEBT_S` seconds' worth of tokens, so a burst of
+submissions holds the polls that long at most.
 
 A rate-limit answer (`ProviderRateLimited`: 429, or a 5xx naming a rate limit) backs off every
 poll provider-wide: for its Retry-After when it gives one (at most `MAX_BACKOFF_S`), else for
@@ -25,12 +26,15 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-__all__ = ["RequestBudget", "is_polling", "parse_retry_after", "polling"]
+__all__ = ["MAX_DEBT_S", "RequestBudget", "is_polling", "parse_retry_after", "polling"]
 
 # A Retry-After above this is taken as this (a wrong header must not stop the polls for days).
 MAX_BACKOFF_S = 3600.0
 # A rate-limit answer without Retry-After: back off this long, doubling while they follow.
 DEFAULT_BACKOFF_S = 5.0
+# The debt calls that are not held may leave: at most this many seconds of refill. Beyond it a
+# burst of submissions no longer delays the polls (the provider's own 429 still backs them off).
+MAX_DEBT_S = 10.0
 
 _POLLING: ContextVar[bool] = ContextVar("depositd_polling", default=False)
 
@@ -97,9 +101,10 @@ class RequestBudget:
         self._at = now
 
     def spend(self) -> None:
-        """A call that is not held (a submission, an operator read) takes its token now."""
+        """A call that is not held (a submission, an operator read) takes its token now, the
+        debt it leaves capped at `MAX_DEBT_S` seconds of refill."""
         self._refill(self._clock())
-        self._tokens -= 1
+        self._tokens = max(-MAX_DEBT_S * self.rate, self._tokens - 1)
 
     async def acquire(self, endpoint: str) -> float:
         """Wait for a token (and for the back-off to end); returns the seconds waited."""

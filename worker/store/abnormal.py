@@ -68,10 +68,11 @@ def counts_by_status(db: sqlite_utils.Database) -> dict[str, int]:
     return {str(r[0]): int(r[1]) for r in rows}
 
 
-def search_abnormal(db: sqlite_utils.Database, tx_hash: str) -> list[dict[str, Any]]:
-    """Abnormal funds whose txHash is `tx_hash`, whatever its case."""
+def search_abnormal(db: sqlite_utils.Database, tx_hash: str, *, limit: int) -> list[dict[str, Any]]:
+    """Abnormal funds whose txHash is `tx_hash`, whatever its case: the first `limit` seen."""
     rows = db.execute(
-        "SELECT * FROM abnormal_funds WHERE lower(tx_hash) = lower(?) ORDER BY first_seen",
-        [tx_hash],
+        "SELECT * FROM abnormal_funds WHERE lower(tx_hash) = lower(?) ORDER BY first_seen, id"
+        " LIMIT ?",
+        [tx_hash, limit],
     )
     return [dict(r) for r in rows]

@@ -7,7 +7,9 @@ again touched, those gone marked resolved) so a run is never half-written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import datetime as dt
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -247,12 +249,14 @@ def record_run(
     outcome: str,
     findings: int,
     error: str | None = None,
+    ledger_mark: str | None = None,
 ) -> None:
-    """One reconciliation run: clean, findings or failed."""
+    """One reconciliation run: clean, findings or failed; a completed one with the mark of the
+    ledger side it compared (`ledger_mark`)."""
     db.execute(
-        "INSERT INTO reconcile_runs (day, started_at, finished_at, outcome, findings, error)"
-        " VALUES (?,?,?,?,?,?)",
-        [day, started_at, finished_at, outcome, findings, error],
+        "INSERT INTO reconcile_runs (day, started_at, finished_at, outcome, findings, error,"
+        " ledger_mark) VALUES (?,?,?,?,?,?,?)",
+        [day, started_at, finished_at, outcome, findings, error, ledger_mark],
     )
 
 
@@ -383,12 +387,107 @@ def findings_between(
     return [dict(r) for r in rows]
 
 
-def search_findings(db: sqlite_utils.Database, text: str) -> list[dict[str, Any]]:
-    """Findings about the deposit `text` (a transactionId) or the txHash `text` (whatever its
-    case), latest day first: a report record depositd never booked has a txHash only."""
+def findings_between_after(
+    db: sqlite_utils.Database,
+    first_day: str,
+    last_day: str,
+    after: tuple[str, int] | None,
+    *,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """`findings_between` a chunk at a time: the first `limit` findings after `after` (the
+    (day, id) of the previous chunk's last one; None: from the start)."""
+    where = ""
+    params: list[Any] = [first_day, last_day]
+    if after is not None:
+        where = " AND (day > ? OR (day = ? AND id > ?))"
+        params += [after[0], after[0], after[1]]
     rows = db.execute(
-        "SELECT * FROM findings WHERE transaction_id = ? OR lower(tx_hash) = lower(?)"
-        " ORDER BY day DESC, id LIMIT 50",
-        [text, text],
+        f"SELECT * FROM findings WHERE day BETWEEN ? AND ?{where} ORDER BY day, id LIMIT ?",
+        [*params, limit],
     )
     return [dict(r) for r in rows]
+
+
+def search_findings(
+    db: sqlite_utils.Database, text: str, *, limit: int = 50
+) -> list[dict[str, Any]]:
+    """Findings about the deposit `text` (a transactionId) or the txHash `text` (whatever its
+    case), latest day first, at most `limit`: a report record depositd never booked has a
+    txHash only."""
+    rows = db.execute(
+        "SELECT * FROM findings WHERE transaction_id = ? OR lower(tx_hash) = lower(?)"
+        " ORDER BY day DESC, id LIMIT ?",
+        [text, text, limit],
+    )
+    return [dict(r) for r in rows]
+
+
+def ledger_mark(transaction_ids: Iterable[str]) -> str:
+    """What a day's ledger side is, in a few characters: the count of its rows and a digest of
+    their transactionIds (a row gained, or moved to another day, changes it)."""
+    ids = sorted(transaction_ids)
+    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
+    return f"{len(ids)}:{digest}"
+
+
+def days_due(db: sqlite_utils.Database, first_day: str, last_day: str) -> list[tuple[str, str]]:
+    """(day, why) of each day from `first_day` to `last_day` (YYYY-MM-DD, both included)
+    that a run must compare (again), oldest first (docs/reconciliation.md, "When a day is
+    final"):
+
+    - `ledger changed since its run`: the day's ledger side (the rows credited that day) is not
+      the one its last completed run compared: a row was booked since, or its credit moved
+      (a run recorded without its mark: a row booked after it started);
+    - `not reconciled`: no run of the day completed, and the day holds ledger rows, or comes
+      after the first day any run completed, or is `last_day` (days before depositd reconciled
+      anything, without a booking, are none of its business).
+    """
+    credit_day = _credit_day(db)
+    ids: dict[str, list[str]] = {}
+    latest: dict[str, str] = {}
+    for day, tx, booked_at in db.execute(
+        f"SELECT {credit_day}, l.transaction_id, l.booked_at FROM ledger l"
+        " LEFT JOIN deposits d ON d.transaction_id = l.transaction_id"
+        # Booked no earlier than the day before its credit (a provider's clock ahead of ours
+        # by less than a day): the credit time is read only for rows that recent.
+        f" WHERE l.booked_at >= ? AND {credit_day} BETWEEN ? AND ?",
+        [_day_before(first_day), first_day, last_day],
+    ):
+        ids.setdefault(str(day), []).append(str(tx))
+        latest[str(day)] = max(latest.get(str(day), ""), str(booked_at or ""))
+    runs = {
+        str(r[0]): (r[1], str(r[2] or ""))
+        for r in db.execute(
+            "SELECT day, ledger_mark, started_at FROM reconcile_runs WHERE id IN"
+            " (SELECT MAX(id) FROM reconcile_runs WHERE outcome IN ('clean', 'findings')"
+            " AND day BETWEEN ? AND ? GROUP BY day)",
+            [first_day, last_day],
+        )
+    }
+    first = db.execute(
+        "SELECT MIN(day) FROM reconcile_runs WHERE outcome IN ('clean', 'findings')"
+    ).fetchone()[0]
+    out: list[tuple[str, str]] = []
+    day = dt.date.fromisoformat(first_day)
+    while day.isoformat() <= last_day:
+        text = day.isoformat()
+        run = runs.get(text)
+        if run is None:
+            if text in ids or text == last_day or (first is not None and text > str(first)):
+                out.append((text, "not reconciled"))
+        else:
+            mark, started = run
+            changed = (
+                mark != ledger_mark(ids.get(text, []))
+                if mark is not None
+                else latest.get(text, "") > started
+            )
+            if changed:
+                out.append((text, "ledger changed since its run"))
+        day += dt.timedelta(days=1)
+    return out
+
+
+def _day_before(day: str) -> str:
+    return (dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat()

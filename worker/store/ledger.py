@@ -298,6 +298,23 @@ def booked_between(db: Db, first_day: str, last_day: str) -> list[dict[str, Any]
     return [dict(r) for r in rows]
 
 
+def booked_between_after(
+    db: Db, first_day: str, last_day: str, after: tuple[str, str] | None, *, limit: int
+) -> list[dict[str, Any]]:
+    """`booked_between` a chunk at a time: the first `limit` rows after `after` (the
+    (booked_at, transaction_id) of the previous chunk's last row; None: from the start)."""
+    where, params = "", [first_day, last_day]
+    if after is not None:
+        where = " AND (booked_at > ? OR (booked_at = ? AND transaction_id > ?))"
+        params += [after[0], after[0], after[1]]
+    rows = db.execute(
+        f"SELECT * FROM ledger WHERE substr(booked_at, 1, 10) BETWEEN ? AND ?{where}"
+        " ORDER BY booked_at, transaction_id LIMIT ?",
+        [*params, limit],
+    )
+    return [dict(r) for r in rows]
+
+
 def sums_by_currency(conn: Db) -> dict[str, Decimal]:
     """The ledger's booked amounts summed per currency, exactly (`depositd migrate-store`
     compares them on both sides)."""

@@ -236,6 +236,12 @@ def _migrate_pending_events_index(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migrate_reconcile_runs_ledger_mark(db: sqlite_utils.Database) -> None:
+    # What ledger side a completed run compared (its rows' count and ids, `findings.ledger_mark`):
+    # a day whose ledger side is another now is reconciled again (`findings.days_due`).
+    db.execute("ALTER TABLE reconcile_runs ADD COLUMN ledger_mark TEXT")
+
+
 # Append only.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_v1,
@@ -247,5 +253,6 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_instances,
     _migrate_ledger_tx_hash_case_blind,
     _migrate_pending_events_index,
+    _migrate_reconcile_runs_ledger_mark,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

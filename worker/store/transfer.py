@@ -150,3 +150,22 @@ def set_sequences(conn: Any) -> int:
 def figures(conn: Any, tables: list[str]) -> tuple[dict[str, int], dict[str, Decimal]]:
     """What both sides are compared by: rows per table, and the ledger's sum per currency."""
     return row_counts(conn, tables), sums_by_currency(conn)
+
+
+def fingerprint(conn: Any, tables: list[str]) -> tuple[Any, ...]:
+    """What tells whether the source changed since the copy's snapshot: rows per table, a mark
+    of every row's content, and the ledger's sums. The mark is SQLite's `data_version` (it moves
+    with every commit another connection makes) and on PostgreSQL the sum of each row's hash
+    (an update moves it as an insert or a delete does)."""
+    if is_postgres(conn):
+        marks: list[Any] = [
+            tuple(
+                conn.execute(
+                    f"SELECT COUNT(*), COALESCE(SUM(hashtext(r::text)::bigint), 0) FROM {t} AS r"
+                ).fetchone()
+            )
+            for t in tables
+        ]
+    else:
+        marks = [conn.execute("PRAGMA data_version").fetchone()[0]]
+    return (*marks, row_counts(conn, tables), sums_by_currency(conn))
