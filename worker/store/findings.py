@@ -433,8 +433,8 @@ def ledger_mark(transaction_ids: Iterable[str]) -> str:
 
 def days_due(db: sqlite_utils.Database, first_day: str, last_day: str) -> list[tuple[str, str]]:
     """(day, why) of each day from `first_day` to `last_day` (YYYY-MM-DD, both included)
-    that a run must compare (again), oldest first (docs/reconciliation.md, "When a day is
-    final"):
+    that a run must compare (again), oldest first (see docs/reconciliation.md,
+    "When a day is final"):
 
     - `ledger changed since its run`: the day's ledger side (the rows credited that day) is not
       the one its last completed run compared: a row was booked since, or its credit moved
