@@ -1,6 +1,6 @@
 """The write lock of the commands: every command that writes to the database holds it shared
 for as long as it runs; `migrate-store` holds it exclusively while it copies
-(docs/postgresql.md, "Moving between engines").
+(docs/postgresql.md, "Moving a SQLite database to PostgreSQL: `depositd migrate-store`").
 
 A command that writes while a copy runs would leave the source with a row the copy lacks, so
 one of the two is refused: the command when a copy holds the lock, the copy when a command
