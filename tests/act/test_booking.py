@@ -331,8 +331,12 @@ async def test_a_credited_deposit_is_booked_once_its_txhash_is_known(env: Env) -
     assert ledger == [{"transaction_id": "TXA", "tx_hash": "0xlate", "trigger": "credited"}]
     books = await rows(
         env.store,
-        "SELECT trigger, rule, params, status, outcome FROM actions"
+        "SELECT trigger, rule_set, rule_set_version, rule, params, status, outcome FROM actions"
         " WHERE action = 'book' AND transaction_id = 'TXA' ORDER BY id",
+    )
+    held_from = (books[0].pop("rule_set"), books[0].pop("rule_set_version"))
+    assert all(held_from) and (books[1].pop("rule_set"), books[1].pop("rule_set_version")) == (
+        held_from
     )
     assert books == [
         {
@@ -412,6 +416,13 @@ async def test_a_likely_duplicate_credited_by_webhook_before_its_txhash_is_held(
     await env.processor.run_until_idle()
     assert await rows(env.store, "SELECT transaction_id FROM ledger") == [{"transaction_id": "TXA"}]
     assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
+    # The booking held for the txHash is made again, as the credited event's, once it is known.
+    [again] = await rows(
+        env.store,
+        "SELECT trigger, event_id, status FROM actions WHERE action = 'book'"
+        " AND transaction_id = 'TXB' AND outcome LIKE '%(the txHash is known now)'",
+    )
+    assert again == {"trigger": "credited", "event_id": credited["eventId"], "status": "skipped"}
 
 
 async def test_two_deposits_of_one_on_chain_transaction_are_both_booked(env: Env) -> None:

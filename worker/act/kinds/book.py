@@ -76,13 +76,9 @@ def book_checked(
             return _book_counted(deposit, trigger, known)
         refused = _duplicate(db, deposit)
     if refused is None:
-        # Booked unless booked already. A batch counts on it and checks at its end (applied
-        # again one by one if it was not written).
+        # Outside a deferring batch (one with a txHash is booked at its end, one without waits
+        # for it): booked unless booked already.
         written = ledger.book_once(db, **_booking(deposit, trigger))
-        if known is not None:
-            known.booked.add(deposit.transaction_id)
-            known.checks.append(written)
-            return "done", "booked"
         return "done", "booked" if written() else "already booked"
     if ledger.is_booked(db, deposit.transaction_id):
         return "done", "already booked"
