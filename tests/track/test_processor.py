@@ -503,7 +503,9 @@ async def test_short_turns_while_deliveries_arrive(
     monkeypatch.setattr(processor_mod, "_QUIET_S", 0.5)  # room for a slow machine
     for n in range(6):
         await deliver(store, envelope("DEPOSIT_WHITELIST_REQUIRED", f"tx-t{n}", 1))
-    processor = Processor(store, busy_share=0.0, batch_time_s=10.0)
+    # A drain turn long enough for the five on a loaded machine (its default, 40 ms, took three
+    # of them on PostgreSQL under load): what is tested is short turn, then full turn.
+    processor = Processor(store, busy_share=0.0, batch_time_s=10.0, drain_time_s=10.0)
     processor.wake()  # a delivery just arrived
     assert await processor.process_batch() == 1
     await asyncio.sleep(0.6)
