@@ -73,9 +73,7 @@ def submit_key(transaction_id: str, content_hash: str) -> str:
     return hashlib.sha256(f"{transaction_id}:{content_hash}".encode()).hexdigest()[:40]
 
 
-def submit_params(
-    deposit: Deposit, profile: str, content_hash: str, *, named: bool
-) -> dict[str, Any]:
+def submit_params(profile: str, content_hash: str, *, named: bool) -> dict[str, Any]:
     """The params of a submit_profile action. Once the provider accepts it, the tracker
     takes "pending" as observed when the acceptance arrived (`worker.track.facts`)."""
     return {"profile": profile, "content_hash": content_hash, "named": named}
@@ -103,7 +101,7 @@ def add_submission(
         db,
         deposit=deposit,
         action="submit_profile",
-        params=submit_params(deposit, profile, content_hash, named=named),
+        params=submit_params(profile, content_hash, named=named),
         trigger=trigger,
         event_id=event_id,
         intent=intent,

@@ -124,7 +124,7 @@ def record(rec: Recording) -> None:
         # The provider has this very payload already (a rejection is never answered
         # with the same details): wait for a changed profile instead.
         rec.add(
-            params=submit_params(deposit, name, content, named=bool(named)),
+            params=submit_params(name, content, named=bool(named)),
             status="skipped",
             outcome="identical payload already submitted; waiting for a changed profile",
         )
