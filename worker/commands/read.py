@@ -249,10 +249,8 @@ def _one_deposit(conn: sqlite3.Connection, tx: str, as_json: bool, out: TextIO) 
         }
         for f in facts_of(conn, tx)
     ]
-    # A poll's stored text leaves its time to the row (`worker.track.processor`).
     replayed = fact_changes(
-        [{"observed_at": f["observedAt"], **f["fact"]} for f in facts],
-        [f["changed"] for f in facts],
+        [f["fact"] for f in facts], [f["changed"] for f in facts], [f["observedAt"] for f in facts]
     )
     changes: list[FactChange | None] = [None] * len(facts) if replayed is None else [*replayed]
     for f, change in zip(facts, changes, strict=True):

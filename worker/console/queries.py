@@ -95,11 +95,7 @@ def timeline(db: sqlite_utils.Database, tx: str) -> dict[str, Any] | None:
     stored = facts.facts_of(db, tx)
     bodies = [json.loads(f["fact"] or "{}") for f in stored]
     applied = [bool(f["changed"]) for f in stored]
-    # A poll's stored text leaves its time to the row (`worker.track.processor`).
-    changes = fact_changes(
-        [{"observed_at": f["observed_at"], **b} for f, b in zip(stored, bodies, strict=True)],
-        applied,
-    )
+    changes = fact_changes(bodies, applied, [f["observed_at"] for f in stored])
     for i, (f, fact) in enumerate(zip(stored, bodies, strict=True)):
         change = None if changes is None else changes[i]
         fact_rows.append(

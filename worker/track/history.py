@@ -50,16 +50,19 @@ class FactChange:
 
 
 def fact_changes(
-    facts: Sequence[Mapping[str, Any]], applied: Sequence[bool]
+    facts: Sequence[Mapping[str, Any]],
+    applied: Sequence[bool],
+    times: Sequence[int | None] | None = None,
 ) -> list[FactChange] | None:
     """What each of a deposit's facts (`Fact.to_json` dicts, in recorded order) changed;
     `applied`: each one's recorded `changed` flag (a fact recorded as changing nothing shows
-    none). None when a fact cannot be read back."""
+    none); `times`: each one's row `observed_at` (a poll's stored text leaves its time to the
+    row, `Fact.from_json`). None when a fact cannot be read back."""
     deposit: Deposit | None = None
     out: list[FactChange] = []
-    for stored, was_applied in zip(facts, applied, strict=True):
+    for i, (stored, was_applied) in enumerate(zip(facts, applied, strict=True)):
         try:
-            fact = Fact.from_json(stored)
+            fact = Fact.from_json(stored, observed_at=None if times is None else times[i])
         except (TypeError, ValueError, KeyError):
             return None
         after, _ = observe(deposit, fact)
