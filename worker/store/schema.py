@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import sqlite_utils
 
+from worker.store.journal import adopt_ledger
 from worker.store.pg import is_postgres
 
 _SCHEMA_V1 = """
@@ -242,6 +243,36 @@ def _migrate_reconcile_runs_ledger_mark(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE reconcile_runs ADD COLUMN ledger_mark TEXT")
 
 
+def _migrate_journal(db: sqlite_utils.Database) -> None:
+    # The journal of money and Travel Rule decisions (`worker.store.journal`, docs/audit.md):
+    # seq is given by the appender (the head's + 1), never generated. Its rows are never
+    # updated nor deleted: the engine refuses both (whoever drops that refusal first is still
+    # found by the hash chain against a head kept elsewhere). The ledger rows booked before
+    # the journal existed are adopted, one entry each.
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS journal (seq INTEGER NOT NULL PRIMARY KEY, at TEXT NOT NULL,"
+        " kind TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, digest TEXT NOT NULL,"
+        " prev_hash TEXT NOT NULL, hash TEXT NOT NULL)"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS journal_subject ON journal (subject, seq)")
+    if is_postgres(db):
+        db.execute(
+            "CREATE OR REPLACE FUNCTION journal_append_only() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN RAISE EXCEPTION 'the journal is append-only'; END $$"
+        )
+        db.execute(
+            "CREATE TRIGGER journal_append_only BEFORE UPDATE OR DELETE ON journal"
+            " FOR EACH ROW EXECUTE FUNCTION journal_append_only()"
+        )
+    else:
+        for event in ("UPDATE", "DELETE"):
+            db.execute(
+                f"CREATE TRIGGER IF NOT EXISTS journal_no_{event.lower()} BEFORE {event} ON journal"
+                " BEGIN SELECT RAISE(ABORT, 'the journal is append-only'); END"
+            )
+    adopt_ledger(db)
+
+
 # Append only.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_v1,
@@ -254,5 +285,6 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_ledger_tx_hash_case_blind,
     _migrate_pending_events_index,
     _migrate_reconcile_runs_ledger_mark,
+    _migrate_journal,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
