@@ -255,6 +255,14 @@ def _migrate_journal(db: sqlite_utils.Database) -> None:
         " prev_hash TEXT NOT NULL, hash TEXT NOT NULL)"
     )
     db.execute("CREATE INDEX IF NOT EXISTS journal_subject ON journal (subject, seq)")
+    # What each submission sent, as sent (`worker.store.submissions`): `body` holds the payer
+    # values until retention removes them (`purged_at`), its hash stays in the journal.
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS submissions (action_id INTEGER NOT NULL PRIMARY KEY,"
+        " transaction_id TEXT NOT NULL, profile TEXT NOT NULL, fields TEXT NOT NULL, body TEXT,"
+        " payload_sha256 TEXT NOT NULL, sent_at TEXT NOT NULL, outcome TEXT, purged_at TEXT)"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS submissions_transaction ON submissions (transaction_id)")
     if is_postgres(db):
         db.execute(
             "CREATE OR REPLACE FUNCTION journal_append_only() RETURNS trigger LANGUAGE plpgsql"
