@@ -46,6 +46,8 @@ COMMANDS: dict[str, str] = {
     "selftest": "worker.commands.selftest:run",
     "schema": "worker.commands.schema:run",
     "migrate-store": "worker.commands.migrate:run",
+    "evidence": "worker.commands.evidence:run_evidence",
+    "verify-evidence": "worker.commands.evidence:run_verify_evidence",
 }
 
 
@@ -173,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("status", parents=[common], help="state of the running service")
     _migrate_store(sub, common)
     _register_address(sub, common)
+    _evidence(sub, common)
 
     p = sub.add_parser(
         "backfill", parents=[common], help="read the full history of a window into the tracker"
@@ -234,6 +237,33 @@ def _register_address(sub: Any, common: argparse.ArgumentParser) -> None:
         help="register again an address whose last registration FAILED",
     )
     p.add_argument("--no-wait", action="store_true", help="do not poll until ACTIVE or FAILED")
+
+
+def _evidence(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "evidence",
+        parents=[common],
+        help="write everything about one deposit, with its journal proof, to one file",
+    )
+    p.add_argument("transaction_id", metavar="TX", help="the deposit's transactionId")
+    p.add_argument("--out", required=True, metavar="FILE", help="the file to write (JSON)")
+    p.add_argument("--by", required=True, metavar="NAME", help="who writes it (recorded)")
+    p.add_argument(
+        "--with-personal-data",
+        action="store_true",
+        help="include the payer values each submission sent (journaled as an export)",
+    )
+    p = sub.add_parser(
+        "verify-evidence",
+        parents=[common],
+        help="check an evidence file on its own (exit 3: it does not verify)",
+    )
+    p.add_argument("file", metavar="FILE", help="a file `depositd evidence` wrote")
+    p.add_argument(
+        "--anchor",
+        metavar="SEQ:HASH",
+        help="a journal head kept outside the database: check the proof's chain passes it",
+    )
 
 
 def _submit(sub: Any, common: argparse.ArgumentParser) -> None:

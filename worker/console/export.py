@@ -1,4 +1,5 @@
-"""The console's CSV exports: the ledger and the reconciliation findings of a range of days.
+"""The console's downloads: CSV exports of the ledger and the reconciliation findings of a range
+of days, and one deposit's evidence bundle (without personal data).
 
 A spreadsheet runs a cell that starts with `=`, `+`, `-` or `@` (and, in some, a tab or a
 carriage return) as a formula: such a text cell is written with a leading `'`, so a value
@@ -19,10 +20,12 @@ from typing import Any
 
 from aiohttp import web
 
-from worker.console.auth import security_headers
+from worker.console.auth import SESSION_KEY, security_headers
 from worker.console.state import CONSOLE
 from worker.logs import get_logger
-from worker.store import findings, ledger
+from worker.store import evidence, findings, ledger
+from worker.store.evidence_file import Encoder
+from worker.store.journal import Head
 
 log = get_logger(__name__)
 
@@ -145,12 +148,7 @@ async def _stream(
                 break
             rows = await console.store.read(partial(page, after=key(rows[-1])))
     except Exception as exc:
-        # The download is cut off without its last chunk: a file that ends early never
-        # looks whole.
-        log.error("CSV export stopped half-way", path=request.path, error=str(exc))
-        response.force_close()
-        if request.transport is not None:
-            request.transport.close()
+        _cut_off(request, response, "CSV export", exc)
         return response
     await response.write_eof()
     return response
@@ -180,7 +178,65 @@ async def findings_csv(request: web.Request) -> web.StreamResponse:
     )
 
 
+# Proof digests read and sent at a time (64 hex digits each).
+DIGESTS_CHUNK = 10_000
+
+
+def _cut_off(request: web.Request, response: web.StreamResponse, what: str, exc: Exception) -> None:
+    """A download that failed after its first bytes ends without its last ones: a file that
+    ends early never looks whole."""
+    log.error(f"{what} stopped half-way", path=request.path, error=str(exc))
+    response.force_close()
+    if request.transport is not None:
+        request.transport.close()
+
+
+async def evidence_json(request: web.Request) -> web.StreamResponse:
+    """GET /deposits/{tx}/evidence.json: the deposit's evidence bundle without personal data
+    (docs/console.md), as `depositd evidence` writes it; the proof's digests streamed."""
+    console = request.app[CONSOLE]
+    tx = request.match_info["tx"]
+    by = f"{request[SESSION_KEY].operator}@{request.remote or '-'} (console)"
+    receipt = console.ops.webhook_checks()
+    content = await console.store.read(
+        partial(evidence.gather, transaction_id=tx, personal_data=False, receipt=receipt, by=by)
+    )
+    if content is None:
+        raise web.HTTPNotFound(text=f"no deposit {tx}")
+    encoder = Encoder(content)
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", tx)[:100]
+    response = web.StreamResponse(
+        headers={
+            **security_headers(console.hosted_origin),
+            "Content-Type": "application/json",
+            "Content-Disposition": f'attachment; filename="depositd-evidence-{name}.json"',
+        }
+    )
+    await response.prepare(request)
+    log.info("console evidence download", subject=tx, by=by)
+    await response.write(encoder.start())
+    proof = content["journal"]["proof"]
+    try:
+        if proof is not None:
+            after, upto = int(proof["from"]) - 1, Head.parse(proof["head"]).seq
+            while after < upto:
+                chunk = await console.store.read(
+                    partial(evidence.digests, after=after, upto=upto, limit=DIGESTS_CHUNK)
+                )
+                if not chunk:
+                    break  # a gap in the journal: the bundle's check names it
+                await response.write(encoder.digests(chunk))
+                after += len(chunk)
+    except Exception as exc:
+        _cut_off(request, response, "evidence download", exc)
+        return response
+    await response.write(encoder.end())
+    await response.write_eof()
+    return response
+
+
 def add_routes(app: web.Application) -> None:
     """The export routes (GET: they change nothing)."""
     app.router.add_get("/export/ledger.csv", ledger_csv)
     app.router.add_get("/export/findings.csv", findings_csv)
+    app.router.add_get("/deposits/{tx}/evidence.json", evidence_json)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -25,6 +25,9 @@ class Operations(Protocol):
 
     async def travel_rule_link(self, wallet_id: int, transaction_id: str, lng: str) -> str:
         """A fresh URL of the hosted Travel Rule page for one deposit."""
+
+    def webhook_checks(self) -> dict[str, Any]:
+        """What every stored webhook passed at receipt (an evidence bundle states it)."""
 
     @property
     def profiles(self) -> Profiles:

@@ -1,5 +1,6 @@
 """What the operator console asks of the runtime (`worker.console.state.Operations`): a
-deposit's detail read now, a day reconciled again, a Travel Rule link, the outbox woken.
+deposit's detail read now, a day reconciled again, a Travel Rule link, the outbox woken, what
+webhooks passed at receipt.
 
 `ConsoleOperations` is a part of `worker.service.runtime.Runtime`, which sets the attributes it
 names.
@@ -9,11 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from worker.act.outbox import Outbox
 from worker.config.settings import Settings
 from worker.errors import ProviderError
+from worker.ingest.receipt import checks_at_receipt
 from worker.poll.reconcile import Reconciler
 from worker.poll.scheduler import Observe, Poller
 from worker.provider.client import ProviderClient
@@ -64,6 +66,10 @@ class ConsoleOperations:
                 backoff_s=self._poll_backoff_s,
             )
         return self._reader
+
+    def webhook_checks(self) -> dict[str, Any]:
+        """What every stored webhook passed at receipt, with the settings in force now."""
+        return checks_at_receipt(self.settings.webhook)
 
     async def reconcile(self, day: dt.date) -> str:
         """Reconcile one day again now, as `depositd reconcile --date` does; the outcome."""
