@@ -146,9 +146,9 @@ def _deposit_rows(db: Any) -> None:
     }
     journal.append(db, journal.BOOKED, TX, body)
     db.execute(
-        "INSERT INTO reconcile_runs (day, started_at, finished_at, outcome, findings)"
-        " VALUES ('2026-03-04', '2026-03-05T02:30:00.000Z', '2026-03-05T02:30:01.000Z',"
-        " 'clean', 0)"
+        "INSERT INTO reconcile_runs (day, started_at, finished_at, outcome, findings,"
+        " ledger_mark) VALUES ('2026-03-04', '2026-03-05T02:30:00.000Z',"
+        " '2026-03-05T02:30:01.000Z', 'clean', 0, '1:abc')"
     )
     journal.append(
         db,
@@ -361,7 +361,8 @@ def test_an_edit_sealed_again_is_found_by_the_journal(
 ) -> None:
     """A bundle edited and given a new sha256: the ledger row against its booked entry, the
     submission's hash against its entry, an entry against its digest, a proof digest against
-    the chain, a body against its other forms; each exit 3 naming it."""
+    the chain, a body against its other forms, a day's run against its reconciled entry; each
+    exit 3 naming it."""
     out = tmp_path / "evidence.json"
     write_bundle(capsys, config, out)
 
@@ -388,6 +389,9 @@ def test_an_edit_sealed_again_is_found_by_the_journal(
     def dropped_submission(b: dict[str, Any]) -> None:
         b["submissions"] = []
 
+    def run_outcome(b: dict[str, Any]) -> None:
+        b["reconciliation"][0]["runs"][0]["outcome"] = "findings"
+
     expected = {
         amount: "the ledger row's amount is not what journal entry 2 (booked) holds",
         payload_hash: "its payload_sha256 is not what journal entry 1 holds",
@@ -396,6 +400,7 @@ def test_an_edit_sealed_again_is_found_by_the_journal(
         body_text: "webhook event ev-1: its body's forms disagree",
         no_ledger: "journal entry 2 (booked) records a ledger row, and the bundle holds none",
         dropped_submission: "journal entry 1 records the submission of action",
+        run_outcome: "journal entry 3 (reconciled): no run of 2026-03-04 in the bundle is its",
     }
     for change, message in expected.items():
         forged = tmp_path / "forged.json"

@@ -197,6 +197,7 @@ def _content_problem(bundle: Mapping[str, Any], entries: list[journal.Entry]) ->
             _webhook_problem(bundle["webhooks"]["events"])
             or _ledger_problem(bundle, entries)
             or _submission_problem(bundle, entries)
+            or _reconciled_problem(bundle, entries)
             or _export_problem(bundle, entries)
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -271,6 +272,22 @@ def _submission_problem(bundle: Mapping[str, Any], entries: list[journal.Entry])
             f"journal entry {entry.seq} records the submission of action {action_id}, which"
             " the bundle does not hold"
         )
+    return None
+
+
+def _reconciled_problem(bundle: Mapping[str, Any], entries: list[journal.Entry]) -> str | None:
+    """Each day's reconciled entry has its run among the day's runs (runs are only added)."""
+    runs = {
+        day["day"]: [(r["outcome"], r["findings"], r["ledger_mark"]) for r in day["runs"]]
+        for day in bundle["reconciliation"]
+    }
+    for entry in entries:
+        if entry.kind != journal.RECONCILED:
+            continue
+        day = entry.subject.removeprefix("day:")
+        ran = (entry.body.get("outcome"), entry.body.get("findings"), entry.body.get("ledger_mark"))
+        if ran not in runs.get(day, []):
+            return f"journal entry {entry.seq} (reconciled): no run of {day} in the bundle is its"
     return None
 
 
