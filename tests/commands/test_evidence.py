@@ -19,7 +19,7 @@ from worker.commands.cli import main
 from worker.logs import configure
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import HEADER_TIMESTAMP
-from worker.store import journal, operator, submissions
+from worker.store import conflicts, journal, operator, submissions
 from worker.store.actions import insert_action
 from worker.store.evidence_file import encode
 from worker.store.writer import event_row
@@ -150,6 +150,24 @@ def _deposit_rows(db: Any) -> None:
         " ledger_mark) VALUES ('2026-03-04', '2026-03-05T02:30:00.000Z',"
         " '2026-03-05T02:30:01.000Z', 'clean', 0, '1:abc')"
     )
+    cur = db.execute(
+        "INSERT INTO findings (day, kind, subject, transaction_id, tx_hash, ledger_amount,"
+        " report_amount, first_seen, acknowledged_by, acknowledged_at, note) VALUES"
+        " ('2026-03-04', 'amount_differs', '0XFEEDBEEF', NULL, '0XFEEDBEEF', '1250.125',"
+        " '1250.12', '2026-03-05T02:30:01.000Z', 'bo', '2026-03-05T09:00:00.000Z',"
+        " 'rounding at the provider')"
+    )
+    operator.record(
+        db, "ack_finding", f"finding#{cur.lastrowid}", note="rounding at the provider",
+        outcome="acknowledged", remote="bo@::1",
+    )  # fmt: skip
+    conflicts.insert_conflict(
+        db, TX, "amount", fixed_value="1250.125", seen_value="1250.13", source="poll",
+        event_id=None, observed_at=T0, now="2026-03-04T03:00:00.000Z",
+    )  # fmt: skip
+    conflicts.record_decision(
+        db, TX, "amount", "1250.125", by="cy", note="the chain says so", now="2026-03-04T04:00Z"
+    )
     journal.append(
         db,
         journal.RECONCILED,
@@ -255,8 +273,9 @@ def test_a_bundle_verifies_on_its_own(
 ) -> None:
     """The bundle holds the deposit's webhooks as received (with how they were checked), its
     facts, the rule that matched and the provider's answer, the submission's field names and
-    hash, the operator's approval, the ledger row, its day's run and the journal entries with a
-    proof up to the head; verify-evidence checks it without the database (exit 0, the head)."""
+    hash, the operators' decisions (an approval, a finding on its txHash acknowledged, a
+    conflict decided), the ledger row, its day's run and findings, and the journal entries with
+    a proof up to the head; verify-evidence checks it without the database (exit 0, the head)."""
     out = tmp_path / "evidence.json"
     stdout, stderr = write_bundle(capsys, config, out)
     assert "personal data" not in stderr
@@ -291,11 +310,21 @@ def test_a_bundle_verifies_on_its_own(
     (sent,) = bundle["submissions"]
     assert sent["fields"] == sorted(PAYER) and "payload" not in sent
     assert sent["payload_sha256"] == submissions.payload_sha256(PAYER)
-    (approval,) = bundle["operator"]["actions"]
+    approval, ack = bundle["operator"]["actions"]
     assert (approval["by"], approval["note"]) == ("ana@::1", "approved on the phone")
+    assert (ack["by"], ack["kind"], ack["outcome"]) == ("bo@::1", "ack_finding", "acknowledged")
+    (acknowledged,) = bundle["operator"]["findings_acknowledged"]
+    assert (acknowledged["kind"], acknowledged["acknowledged_by"]) == ("amount_differs", "bo")
+    (conflict,) = bundle["operator"]["conflicts"]
+    assert (conflict["seen_value"], conflict["decided_value"], conflict["decided_by"]) == (
+        "1250.13",
+        "1250.125",
+        "cy",
+    )
     assert bundle["ledger"] == LEDGER
     (day,) = bundle["reconciliation"]
     assert day["day"] == "2026-03-04" and day["runs"][0]["outcome"] == "clean"
+    assert [f["kind"] for f in day["findings"]] == ["amount_differs"]
     entries = bundle["journal"]["entries"]
     kinds = [e["kind"] for e in entries]
     assert kinds[:3] == [journal.SUBMITTED, journal.BOOKED, journal.RECONCILED]

@@ -170,11 +170,16 @@ def _submissions(db: Db, transaction_id: str, *, personal_data: bool) -> list[di
 
 
 def _findings_about(db: Db, transaction_id: str, tx_hash: str | None) -> list[dict[str, Any]]:
-    rows = db.execute(
-        "SELECT * FROM findings WHERE transaction_id = ? OR lower(tx_hash) = lower(?)"
-        " ORDER BY day, id",
-        [transaction_id, tx_hash or ""],
-    ).fetchall()
+    if tx_hash:  # a report record depositd never booked names the txHash only
+        rows = db.execute(
+            "SELECT * FROM findings WHERE transaction_id = ? OR lower(tx_hash) = lower(?)"
+            " ORDER BY day, id",
+            [transaction_id, tx_hash],
+        ).fetchall()
+    else:
+        rows = db.execute(
+            "SELECT * FROM findings WHERE transaction_id = ? ORDER BY day, id", [transaction_id]
+        ).fetchall()
     return [_row(r) for r in rows]
 
 
