@@ -201,6 +201,18 @@ def waiting_on_human(db: Db, *, limit: int = 200) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
+def held_for_decision(db: Db, *, limit: int = 200) -> list[dict[str, Any]]:
+    """Deposits whose booking is held for a decision (an undecided conflict or likely
+    duplicate: `depositd resolve`), oldest change first."""
+    rows = db.execute(
+        "SELECT * FROM deposits WHERE transaction_id IN"
+        " (SELECT transaction_id FROM conflicts WHERE decided_at IS NULL)"
+        " ORDER BY updated_at, transaction_id LIMIT ?",
+        [limit],
+    )
+    return [dict(r) for r in rows]
+
+
 def page_deposits(db: Db, state: str | None, *, limit: int, offset: int) -> list[dict[str, Any]]:
     """One page of deposits (of one state when given), latest change first."""
     where, params = ("WHERE state = ?", [state]) if state else ("", [])
