@@ -91,13 +91,12 @@ async def test_a_risky_fund_is_critical_and_an_expiring_one_alerts_once_more(
 def test_a_record_without_id_is_skipped_and_the_others_are_read() -> None:
     """A page with a record without an id (the sandbox never sends one): that record is left
     out, the rest of the page is read, and the page is not taken for the last one."""
-    from worker.provider.client import ProviderClient
-    from worker.provider.resource_calls import _abnormal_page
+    from worker.provider.stable_calls import abnormal_page
 
     good = {**FUND, "id": 2, "amount": Decimal("1.5"), "status": "UNMATCHED"}
     bad = {k: v for k, v in good.items() if k != "id"}
     data = {"pageNumber": 1, "pageSize": 50, "totalPage": 1, "totalRow": 2, "records": [bad, good]}
-    page = _abnormal_page(ProviderClient._model, data)
+    page = abnormal_page(data)
     assert [f.id for f in page.records] == [2] and page.refused == 1
     assert str(page.records[0].amount) == "1.5"
 
