@@ -297,7 +297,7 @@ def _migrate_waits(db: sqlite_utils.Database) -> None:
     now = now_ms()
     db.execute(
         "INSERT INTO waits (transaction_id, reason, started_at, severity)"
-        " SELECT d.transaction_id, d.state, ?,"
+        " SELECT d.transaction_id, d.state, CAST(? AS BIGINT),"
         " CASE WHEN d.state = 'blocked' THEN 'critical' ELSE 'warning' END FROM deposits d"
         " WHERE d.state IN ('rejected', 'blocked') OR (d.state = 'needs_details'"
         " AND NOT EXISTS (SELECT 1 FROM actions a WHERE a.transaction_id = d.transaction_id"
@@ -306,7 +306,7 @@ def _migrate_waits(db: sqlite_utils.Database) -> None:
     )
     db.execute(
         "INSERT INTO waits (transaction_id, reason, started_at, severity)"
-        " SELECT DISTINCT transaction_id, 'held', ?, 'critical' FROM conflicts"
+        " SELECT DISTINCT transaction_id, 'held', CAST(? AS BIGINT), 'critical' FROM conflicts"
         " WHERE decided_at IS NULL",
         [now],
     )
