@@ -158,13 +158,11 @@ def _apply(
     alerted: list[waits.Wait] = []
     for wait_id in over:
         if not waits.still_waiting(db, wait_id):
-            waits.end_wait(db, wait_id, now=now)
-            ended += 1
+            ended += waits.end_wait(db, wait_id, now=now)
     for wait in due:
         lock_deposit(db, wait.transaction_id)
         if not waits.still_waiting(db, wait.id):
-            waits.end_wait(db, wait.id, now=now)
-            ended += 1
+            ended += waits.end_wait(db, wait.id, now=now)
         elif waits.mark_escalated(db, wait.id, now=now):
             _alert(db, rules, wait, now)
             alerted.append(wait)

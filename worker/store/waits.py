@@ -160,11 +160,12 @@ def still_waiting(db: Db, wait_id: int) -> bool:
     return row is not None
 
 
-def end_wait(db: Db, wait_id: int, *, now: int) -> None:
-    """End one wait."""
-    conn_of(db).execute(
+def end_wait(db: Db, wait_id: int, *, now: int) -> bool:
+    """End one wait; False when it had ended already."""
+    cursor = conn_of(db).execute(
         "UPDATE waits SET ended_at = ? WHERE id = ? AND ended_at IS NULL", [now, wait_id]
     )
+    return bool(cursor.rowcount)
 
 
 def mark_escalated(db: Db, wait_id: int, *, now: int) -> bool:
