@@ -20,6 +20,7 @@ from worker.clock import now_ms
 from worker.dev.harness import Stack, shipped_profiles
 from worker.poll.deadlines import DeadlineJob
 from worker.rules import RuleBook
+from worker.store.schema import MIGRATIONS
 from worker.store.waits import Wait, open_waits_of
 from worker.store.writer import Store
 from worker.track.conflicts import decide
@@ -308,3 +309,52 @@ async def test_a_held_booking_waits_until_decided_and_a_new_conflict_waits_anew(
     assert again.id != wait.id
     assert (await check_deadlines(store, rules, now=again.started_at + 119 * MINUTE)).alerted == ()
     assert len(await store.read(alert_rows)) == 1
+
+
+async def test_deposits_waiting_before_the_upgrade_wait_from_the_upgrade(store: Store) -> None:
+    """The migration that brings the waits opens one for each deposit waiting then (payer
+    details with no submission, rejected, BLOCKED, a booking held), counted from the upgrade,
+    and none for the others."""
+    rows = [
+        ("tx-details", "needs_details", None),
+        ("tx-submitted", "needs_details", "done"),
+        ("tx-skipped", "needs_details", "skipped"),
+        ("tx-rejected", "rejected", None),
+        ("tx-blocked", "blocked", None),
+        ("tx-credited", "credited", None),
+        ("tx-held", "credited", None),
+        ("tx-decided", "credited", None),
+    ]
+
+    def before(db: Any) -> None:
+        db.execute("DELETE FROM waits")
+        for tx, state, submission in rows:
+            db.execute(
+                "INSERT INTO deposits (transaction_id, state, updated_at) VALUES (?, ?, ?)",
+                [tx, state, "2026-01-01T00:00:00.000Z"],
+            )
+            if submission:
+                db.execute(
+                    "INSERT INTO actions (transaction_id, action, status) VALUES (?, ?, ?)",
+                    [tx, "submit_profile", submission],
+                )
+        for tx, decided in (("tx-held", None), ("tx-decided", "2026-01-02T00:00:00Z")):
+            db.execute(
+                "INSERT INTO conflicts (transaction_id, field, fixed_value, seen_value,"
+                " decided_at) VALUES (?, 'amount', '1', '2', ?)",
+                [tx, decided],
+            )
+
+    await store.write(before)
+    upgrade = MIGRATIONS[[m.__name__ for m in MIGRATIONS].index("_migrate_waits")]
+    started = now_ms()
+    await store.write(upgrade)
+    waits = await store.read(lambda db: open_waits_of(db, [tx for tx, _, _ in rows]))
+    assert {tx: [(w.reason, w.severity) for w in ws] for tx, ws in waits.items()} == {
+        "tx-details": [("needs_details", "warning")],
+        "tx-skipped": [("needs_details", "warning")],
+        "tx-rejected": [("rejected", "warning")],
+        "tx-blocked": [("blocked", "critical")],
+        "tx-held": [("held", "critical")],
+    }
+    assert all(w.started_at >= started for ws in waits.values() for w in ws)
