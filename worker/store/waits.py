@@ -138,7 +138,8 @@ def over(db: Db, *, limit: int) -> list[int]:
         conn_of(db)
         .execute(
             "SELECT w.id FROM waits w LEFT JOIN deposits d ON d.transaction_id = w.transaction_id"
-            f" WHERE w.ended_at IS NULL AND NOT {_WAITING} ORDER BY w.id LIMIT ?",
+            # In the order of `waits_open`: a walk of the open waits alone.
+            f" WHERE w.ended_at IS NULL AND NOT {_WAITING} ORDER BY w.started_at, w.id LIMIT ?",
             [limit],
         )
         .fetchall()
@@ -206,5 +207,6 @@ def count_overdue(db: Db) -> int:
         return 0
     row = db.execute(
         "SELECT COUNT(*) FROM waits WHERE ended_at IS NULL AND escalated_at IS NOT NULL"
+        " AND started_at >= 0"  # the open waits alone, through `waits_open`
     ).fetchone()
     return int(row[0])
