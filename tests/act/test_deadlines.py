@@ -21,7 +21,7 @@ from worker.dev.harness import Stack, shipped_profiles
 from worker.poll.deadlines import DeadlineJob
 from worker.rules import RuleBook
 from worker.store.schema import MIGRATIONS
-from worker.store.waits import Wait, open_waits_of
+from worker.store.waits import Wait, open_waits_of, start_wait
 from worker.store.writer import Store
 from worker.track.conflicts import decide
 from worker.track.facts import fact_from_order
@@ -358,3 +358,30 @@ async def test_deposits_waiting_before_the_upgrade_wait_from_the_upgrade(store: 
         "tx-held": [("held", "critical")],
     }
     assert all(w.started_at >= started for ws in waits.values() for w in ws)
+
+
+async def test_a_wait_past_its_deadline_is_found_behind_many_without_one(
+    store: Store, tmp_path: Path
+) -> None:
+    """Hundreds of older waits in a wallet whose rule set has no deadline do not hide one
+    whose wallet has a deadline that has passed."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "a.yaml").write_text("wallet: 1001\ndeadline: 1h\nrules: []\n")
+    (tmp_path / "rules" / "b.yaml").write_text('wallet: "*"\nrules: []\n')
+    rules = RuleBook.load(tmp_path / "rules", specs=SPECS)
+
+    def waiting(db: Any) -> None:
+        for n in range(450):
+            tx, wallet = (f"tx-old-{n}", 1002) if n < 449 else ("tx-due", 1001)
+            db.execute(
+                "INSERT INTO deposits (transaction_id, wallet_id, state, updated_at)"
+                " VALUES (?, ?, 'blocked', '2026-01-01T00:00:00.000Z')",
+                [tx, wallet],
+            )
+            start_wait(
+                db, tx, "blocked", now=T0 + n, severity="critical", channels=None, again=False
+            )
+
+    await store.write(waiting)
+    checked = await check_deadlines(store, rules, now=T0 + 449 + 60 * MINUTE)
+    assert [w.transaction_id for w in checked.alerted] == ["tx-due"]

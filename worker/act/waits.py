@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import sqlite_utils
@@ -47,7 +48,8 @@ WAITS_ON = {
 }
 # The trigger of the alert rows this module queues.
 TRIGGER = "deadline"
-# Waits read per run (oldest first): a backlog is worked off over a few runs.
+# Waits ended or alerted per write transaction (a backlog, e.g. a deadline just added, is
+# worked off in several).
 BATCH = 200
 
 
@@ -127,14 +129,20 @@ async def check_deadlines(store: Store, rules: RuleBook, *, now: int) -> Checked
         shortest = rules.shortest_deadline_s
         if shortest is None:
             return over, []
-        started_by = now - shortest * 1000
-        return over, waits.due_candidates(db, started_by=started_by, limit=BATCH)
+        # Every one the shortest deadline may have passed for: which deadline applies is the
+        # rule set of its wallet, so a limit here could leave a due one behind others.
+        return over, waits.due_candidates(db, started_by=now - shortest * 1000)
 
     over, candidates = await store.read(read)
     due = [w for w in candidates if _due(rules, w, now) is not None]
     if not over and not due:
         return Checked()
-    checked = await store.write(lambda db: _apply(db, rules, over, due, now))
+    checked = Checked()
+    for start in range(0, max(len(due), 1), BATCH):
+        ended = over if start == 0 else []
+        some = due[start : start + BATCH]
+        more = await store.write(partial(_apply, rules=rules, over=ended, due=some, now=now))
+        checked = Checked(checked.alerted + more.alerted, checked.ended + more.ended)
     for wait in checked.alerted:
         log.info(
             "deposit past its deadline",

@@ -114,7 +114,7 @@ def end_waits(db: Db, transaction_id: str, reason: str, *, now: int) -> None:
     )
 
 
-def due_candidates(db: Db, *, started_by: int, limit: int) -> list[Wait]:
+def due_candidates(db: Db, *, started_by: int) -> list[Wait]:
     """Open waits not escalated yet that started at `started_by` or before, oldest first:
     those the shortest deadline may have passed for (an index of the open waits, never a scan
     of the deposits)."""
@@ -124,8 +124,8 @@ def due_candidates(db: Db, *, started_by: int, limit: int) -> list[Wait]:
             f"SELECT {_COLUMNS} FROM waits w LEFT JOIN deposits d"
             " ON d.transaction_id = w.transaction_id"
             " WHERE w.ended_at IS NULL AND w.escalated_at IS NULL AND w.started_at <= ?"
-            " ORDER BY w.started_at, w.id LIMIT ?",
-            [started_by, limit],
+            " ORDER BY w.started_at, w.id",
+            [started_by],
         )
         .fetchall()
     )
