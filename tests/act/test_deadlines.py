@@ -122,6 +122,7 @@ async def test_past_its_deadline_a_waiting_deposit_alerts_once_raised_to_escalat
     deadline nothing more; past it one critical alert to the escalate channel (e-mail) only,
     saying what it waits on and how long; run again, nothing more."""
     stack = await start_stack(rules=rules_folder(tmp_path))
+    assert stack.runtime.deadlines is not None, "the scheduler's leader runs the deadline job"
     tx = str(
         stack.sandbox.inject_deposit(1001, "USDT", "TRON", "75.00", NO_PROFILE)["transactionId"]
     )
