@@ -4,6 +4,7 @@ stack (sandbox, worker, SMTP server, Slack endpoint) and a real store, on both e
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
@@ -230,6 +231,35 @@ async def test_a_blocked_deposit_stays_critical_and_says_overdue(
     assert str(mail["Subject"]).strip().startswith("[depositd] CRITICAL: Overdue")
     assert "provider support" in " ".join(mail.get_content().split())
     assert overdue_mails(stack, released, "blocked") == []
+
+
+async def test_with_two_instances_the_leader_runs_it_and_a_wait_is_alerted_once(
+    start_stack: MakeStack, make_store: StoreMaker, tmp_path: Path
+) -> None:
+    """Two instances on one database: the deadline job runs on the leader only, and the check
+    run on both at once past the deadline alerts the wait once."""
+    storage = make_store.storage("shared.db")
+    folder = rules_folder(tmp_path)
+    leader = await start_stack(storage=storage, rules=folder)
+    follower = await start_stack(storage=storage, rules=folder, notify=False, sole=False)
+    assert leader.runtime.deadlines is not None and follower.runtime.deadlines is None
+    order = leader.sandbox.inject_deposit(1001, "USDT", "TRON", "9.00", NO_PROFILE)
+    tx = str(order["transactionId"])
+
+    async def waiting() -> bool:
+        return bool(await waits_of(leader, tx))
+
+    await leader.wait_for(waiting, what="the wait")
+    [wait] = await waits_of(leader, tx)
+    now = wait.started_at + 31 * MINUTE
+    runs = await asyncio.gather(
+        *(check_deadlines(s.store, s.runtime.rules, now=now) for s in (leader, follower, leader))
+    )
+    assert sorted(len(r.alerted) for r in runs) == [0, 0, 1]
+    leader.outbox.wake()
+    await leader.wait_for(lambda: bool(overdue_mails(leader, tx, "needs_details")), what="mail")
+    await leader.settle()
+    assert len(overdue_mails(leader, tx, "needs_details")) == 1
 
 
 # --- a booking held for a decision, on a store alone ---------------------------------------
