@@ -35,6 +35,7 @@ from worker.store.leases import SCHEDULER_LEASE
 from worker.store.ledger import count_booked
 from worker.store.meta import TASKS_DOWN, all_meta, auth_refusal_streak
 from worker.store.pg import is_postgres
+from worker.store.retention import last_run
 from worker.store.servelock import serving
 
 # The files SQLite keeps beside a database: writing over any of them under a running service
@@ -236,6 +237,9 @@ def status_report(
         "tasksDown": json.loads(meta.get(TASKS_DOWN) or "{}"),
         # The last reconciliation run and the findings still open (`depositd reconcile`).
         "reconciliation": reconciliation_status(conn),
+        # The last run of the retention of personal data, and the last one that removed any
+        # (null: never ran, `retention.personal_data_days` unset).
+        "personalDataRetention": last_run(meta),
         # What an acknowledged webhook survives, as the database is set up now.
         "durability": (
             postgres_durability(conn) if is_postgres(conn) else sqlite_durability(synchronous)

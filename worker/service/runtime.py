@@ -3,7 +3,8 @@
 `Runtime` loads and validates rules and profiles (refusing to start on any problem), builds the
 reactor the processor calls inside its transaction, and holds what runs while the app runs: the
 provider client, the outbox runner, the polls and catch-up, the daily provider-name check,
-retention, SIGHUP reload and the systemd watchdog. Each is started by a step of its own;
+retention (of events and facts, and of personal data: `worker.service.retention`), SIGHUP
+reload and the systemd watchdog. Each is started by a step of its own;
 `worker.service.setup` calls the steps in the order of the stages. The leader's jobs live in
 `worker.service.leaderjobs`, what the operator console asks in `worker.service.operations`, what
 daily maintenance writes in `worker.service.maintenance`.
@@ -47,6 +48,7 @@ from worker.service.maintenance import (
 )
 from worker.service.operations import ConsoleOperations
 from worker.service.reconfig import reread
+from worker.service.retention import Retention
 from worker.service.supervise import Supervisor, record_down
 from worker.service.systemd import SystemdNotifier, watchdog_loop
 from worker.service.wallets import wallet_problems
@@ -364,7 +366,8 @@ class Runtime(LeaderJobs, ConsoleOperations):
         return self.outbox
 
     async def start_outbox(self) -> None:
-        """Queue the submissions the profiles call for; run the outbox and daily maintenance."""
+        """Queue the submissions the profiles call for; run the outbox, daily maintenance and
+        the retention of personal data (when `retention.personal_data_days` is set)."""
         assert self.store is not None and self.outbox is not None
         await self.store.write(partial(submissions_due, bundle=self.bundle))
         outbox, stop, keep = self.outbox, self._stop, self.supervisor.keep
@@ -373,6 +376,10 @@ class Runtime(LeaderJobs, ConsoleOperations):
             keep("daily", self._daily),
             keep("wallets", self.check_wallets, once=True),
         ]
+        days = self.settings.retention.personal_data_days
+        if days is not None:  # unset: personal data is kept
+            retention = Retention(self.store, days, self.instance)
+            self._tasks.append(keep("retention", lambda: retention.run(stop)))
 
     def listen_for_reload(self) -> None:
         """SIGHUP reloads rules and profiles."""

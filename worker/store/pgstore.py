@@ -150,6 +150,10 @@ class PgStore(Store):
     def _start_checkpoint(self) -> None:
         """PostgreSQL checkpoints on its own."""
 
+    async def empty_wal(self) -> bool:
+        """PostgreSQL recycles its WAL on its own: nothing to do."""
+        return True
+
     async def _cycle(
         self, inserts: list[_Insert], inline: list[_Job], threaded: list[_Job]
     ) -> None:

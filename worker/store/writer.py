@@ -132,6 +132,7 @@ def migrate(db: sqlite_utils.Database, *, others_serving: bool | Callable[[], bo
 
 _BUSY_TIMEOUT_S = 5.0
 _CHECKPOINT_EVERY = 50  # commits between two WAL checkpoints
+_EMPTY_WAL_WAIT_S = 2.0  # how long `Store.empty_wal` waits for the reads and writes in flight
 
 
 class _LostTransaction(StorageError):
@@ -542,6 +543,23 @@ class Store:
     async def durability(self) -> dict[str, Any]:
         """What an acknowledged (committed) delivery survives (`worker.store.durability`)."""
         return sqlite_durability(self.synchronous)
+
+    async def empty_wal(self) -> bool:
+        """Copy the WAL into the database and truncate it, so that no page as it was before
+        the last commits (values retention removed) stays in the WAL file. On a connection of
+        its own, waiting at most `_EMPTY_WAL_WAIT_S` for the reads and writes in flight; False
+        when they kept it from completing now."""
+        self._require_open()
+        return await asyncio.to_thread(self._empty_wal)
+
+    def _empty_wal(self) -> bool:
+        try:
+            with contextlib.closing(connect(self.path, synchronous=self.synchronous)) as conn:
+                conn.execute(f"PRAGMA busy_timeout = {int(_EMPTY_WAL_WAIT_S * 1000)}")
+                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise StorageError(f"WAL not emptied: {exc}") from exc
+        return int(busy) == 0
 
     # --- reads ----------------------------------------------------------------------------
 
