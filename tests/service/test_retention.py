@@ -9,18 +9,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import sqlite_utils
+import yaml
 from stores import StoreMaker
+from waits import until_async
 
 from worker.clock import iso_from_ms, now_ms
 from worker.commands.ops import status_report
+from worker.dev.harness import Stack
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
 from worker.service.retention import Retention, purge_personal_data
 from worker.store import journal
@@ -175,7 +179,7 @@ async def _stored_text(store: Store) -> str:
                     "SELECT name FROM sqlite_master WHERE type = 'table'"
                 ).fetchall()
             ]
-        parts = []
+        parts: list[str] = []
         for name in names:
             for row in db.execute(f"SELECT * FROM {name}").fetchall():
                 parts.extend(str(v) for v in tuple(row))
@@ -301,7 +305,7 @@ async def test_a_second_run_purges_nothing_and_appends_nothing(store: Store) -> 
     assert first.action_ids and again.action_ids == [] and again.entries == []
     assert await store.read(journal.head) == head
     # The record for `depositd status` keeps the last run and the last one that purged.
-    record = json.loads(await store.read(lambda db: get_meta(db, LAST_RUN)))
+    record = json.loads(await store.read(lambda db: get_meta(db, LAST_RUN) or "null"))
     assert record["purged"] == 0 and record["days"] == DAYS
     assert record["lastPurged"] == len(first.action_ids)
 
@@ -396,3 +400,80 @@ async def test_status_says_when_retention_last_ran(tmp_path: Path) -> None:
     shown = report["personalDataRetention"]
     assert shown["days"] == DAYS and shown["before"] == run.before
     assert shown["purged"] == shown["lastPurged"] == len(run.action_ids)
+
+
+class _Stack(Stack):
+    """A stack whose configuration sets `retention.personal_data_days` (unless None)."""
+
+    def __init__(self, workdir: Path, *, personal_data_days: int | None, **kw: Any) -> None:
+        super().__init__(workdir, **kw)
+        self.personal_data_days = personal_data_days
+
+    def _config_yaml(self) -> str:
+        text = super()._config_yaml()
+        if self.personal_data_days is None:
+            return text
+        return text + yaml.safe_dump({"retention": {"personal_data_days": self.personal_data_days}})
+
+
+async def _tasks_up(stack: Stack) -> dict[str, float]:
+    """The long-running tasks of the serve as its /metrics shows them (1: running)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{stack.worker_url}/metrics") as answer,
+    ):
+        text = await answer.text()
+    up = {}
+    for line in text.splitlines():
+        if line.startswith("depositd_task_up{"):
+            labels, _, value = line.rpartition(" ")
+            up[labels.split('task="')[1].split('"')[0]] = float(value)
+    return up
+
+
+@pytest.mark.parametrize("days", [DAYS, None])
+async def test_serve_purges_at_its_start_only_when_a_retention_is_set(
+    make_store: StoreMaker, tmp_path: Path, days: int | None
+) -> None:
+    """A serve with `retention.personal_data_days` runs the day's purge as it starts (and shows
+    the task in /metrics and the run in `status`); without the key nothing is ever removed."""
+    store = make_store()
+    await store.open()
+    try:
+        world = await _world(store, now_ms())
+    finally:
+        await store.close()
+    due = sorted(s.action_id for c in PURGED_CASES for s in world[c])
+    stack = _Stack(
+        tmp_path / "stack",
+        personal_data_days=days,
+        storage=make_store.storage(),
+        scheduler=False,
+        notify=False,
+    )
+    async with stack:
+
+        async def purged() -> list[int]:
+            rows = await stack.store.read(every)
+            return sorted(r["action_id"] for r in rows if r["purged_at"] is not None)
+
+        async def running() -> bool:
+            return (await _tasks_up(stack)).get("daily") == 1
+
+        await until_async(running, "the serve's daily task")
+        if days is not None:
+            await until_async(lambda: _equal(purged(), due), "the purge at the start")
+            assert (await _tasks_up(stack)).get("retention") == 1
+            entries = await stack.store.read(lambda db: list(journal.entries(db)))
+            assert journal.chain_problem(entries) is None
+            assert [e.body["action_ids"] for e in entries if e.kind == journal.PURGED] == [due]
+        else:
+            assert "retention" not in await _tasks_up(stack)
+            assert await purged() == []
+            assert await stack.store.read(lambda db: get_meta(db, LAST_RUN)) is None
+            texts = await _stored_text(stack.store)
+            assert all(v in texts for sents in world.values() for s in sents for v in s.values)
+
+
+async def _equal(value: Awaitable[Any], expected: Any) -> bool:
+    return bool(await value == expected)
