@@ -30,11 +30,13 @@ FINISHED = ("completed", "failed")
 LAST_RUN = "personal_data_retention"
 
 # The submissions still holding values, of finished deposits nobody has to decide, after an
-# action id: at most `limit`, in action id order.
+# action id: at most `limit`, in action id order. Read along `submissions_unpurged` (CROSS JOIN
+# keeps SQLite from starting at the deposits: every finished deposit, at each chunk).
 _CANDIDATES = (
     "SELECT s.action_id, d.fact_time, d.updated_at FROM submissions s"
-    " JOIN deposits d ON d.transaction_id = s.transaction_id"
-    " WHERE s.purged_at IS NULL AND s.action_id > ? AND d.state IN ('completed', 'failed')"
+    " CROSS JOIN deposits d"
+    " WHERE d.transaction_id = s.transaction_id AND s.purged_at IS NULL AND s.action_id > ?"
+    " AND d.state IN ('completed', 'failed')"
     " AND NOT EXISTS (SELECT 1 FROM conflicts c"
     " WHERE c.transaction_id = s.transaction_id AND c.decided_at IS NULL)"
     " ORDER BY s.action_id LIMIT ?"
