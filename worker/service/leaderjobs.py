@@ -1,5 +1,5 @@
-"""The leader's jobs: the polls, the catch-up and the money jobs, started on the instance that
-holds the scheduler's lease and stopped when it loses it (or the service stops).
+"""The leader's jobs: the polls, the catch-up, the money jobs and the deadline job, started on the
+instance that holds the scheduler's lease and stopped when it loses it (or the service stops).
 
 `LeaderJobs` is a part of `worker.service.runtime.Runtime`, which sets the attributes it names.
 """
@@ -19,6 +19,7 @@ from worker.config.settings import Settings
 from worker.metrics import Metrics
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
 from worker.poll.catchupjobs import CatchUp
+from worker.poll.deadlines import DEADLINE_INTERVAL_S, DeadlineJob
 from worker.poll.leader import Leader, lease_time
 from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics, money_jobs
 from worker.poll.scheduler import Observe, Poller, Scheduler
@@ -85,6 +86,7 @@ class LeaderJobs:
     poller: Poller | None
     catchup: CatchUp | None
     money: MoneyJobs | None
+    deadlines: DeadlineJob | None
     leader: Leader | None
     _metrics: Metrics | None
     _poll_metrics: PollMetrics | None
@@ -132,6 +134,7 @@ class LeaderJobs:
             settings.blocked_interval_s,
             settings.catchup_interval_s,
             settings.abnormal_interval_s,
+            DEADLINE_INTERVAL_S,
         ]
         self.leader = Leader(
             self.store,
@@ -146,7 +149,7 @@ class LeaderJobs:
         self._tasks.append(self.supervisor.keep("leader", lambda: leader.run(stop)))
 
     async def _start_jobs(self) -> None:
-        """This instance leads: build and start the polls, catch-up and money jobs."""
+        """This instance leads: build and start the polls, catch-up, money and deadline jobs."""
         assert self.store is not None and self.client is not None and self.outbox is not None
         assert self._metrics is not None and self._poll_metrics is not None
         assert self._jobs_args is not None
@@ -186,6 +189,8 @@ class LeaderJobs:
             backoff_s=self._poll_backoff_s,
         )
         self.money.start()
+        self.deadlines = DeadlineJob(store, lambda: self.rules, wake=self.outbox.wake)
+        self.deadlines.start()
         poll_metrics.leader.labels(instance=self.instance).set(1)
 
     def _money_metrics(self) -> MoneyMetrics:
@@ -202,6 +207,7 @@ class LeaderJobs:
         scheduler, self.scheduler = self.scheduler, None
         catchup, self.catchup = self.catchup, None
         money, self.money = self.money, None
+        deadlines, self.deadlines = self.deadlines, None
         if self._poll_metrics is not None:
             self._poll_metrics.leader.labels(instance=self.instance).set(0)
         loop = asyncio.get_running_loop()
@@ -212,6 +218,8 @@ class LeaderJobs:
             await catchup.stop(grace_s=max(0.0, deadline - loop.time()))
         if money is not None:
             await money.stop(grace_s=max(0.0, deadline - loop.time()))
+        if deadlines is not None:
+            await deadlines.stop(grace_s=max(0.0, deadline - loop.time()))
 
     def _catchup(
         self, store: Store, metrics: Metrics, after_commit: list[Callable[[], None]]
