@@ -10,7 +10,9 @@ the entries between, never their bodies (`proof`, `check_proof`).
 
 Appends run inside the caller's write transaction, so an entry commits with the rows it
 describes or not at all. On PostgreSQL with several instances they take a transaction lock
-first: the chain has one order.
+first: the chain has one order. The decisions of the running service append theirs at the end
+of their transaction (`append_at_commit`, `worker.store.atcommit`), so that lock is the last
+one a transaction takes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.clock import utc_now
+from worker.store import atcommit
 from worker.store.pg import is_postgres
 from worker.store.tx import Db, conn_of
 
@@ -187,6 +190,21 @@ def append_many(db: Db, items: Iterable[tuple[str, str, Mapping[str, Any]]]) -> 
         ],
     )
     return entries
+
+
+def append_at_commit(db: Db, kind: str, subject: str, body: Mapping[str, Any]) -> None:
+    """Append one entry at the end of the caller's write transaction, just before its COMMIT,
+    when the transaction queues its entries (a store round, a command's `transaction`:
+    `worker.store.atcommit`); else at once. The body is taken as it is now."""
+    item = (kind, subject, json.loads(canonical(body)))
+    if not atcommit.add(conn_of(db), item):
+        append_many(db, [item])
+
+
+def append_queued(db: Db) -> list[Entry]:
+    """Append what the transaction queued (`append_at_commit`), in order; its queue is closed.
+    The last thing a write transaction does before its COMMIT."""
+    return append_many(db, atcommit.take(conn_of(db)))
 
 
 def head(db: Db) -> Head | None:
