@@ -35,9 +35,9 @@ BOOK_TRIGGERS = frozenset({"credited", "completed", "released"})
 
 @dataclass(frozen=True)
 class Grounds:
-    """What a booking decision rests on, as its journal entry keeps it (docs/audit.md, "What
-    is recorded"): the rule set and version whose rule booked, the rules hash
-    (`worker.rules.fingerprint`) and the event reacted to."""
+    """What a booking decision rests on, as its journal entry keeps it: the rule set and
+    version whose rule booked, the rules hash (`worker.rules.fingerprint`) and the event
+    reacted to (docs/audit.md, "What is recorded")."""
 
     rule_set: str | None = None
     rule_set_version: str | None = None
