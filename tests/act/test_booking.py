@@ -8,7 +8,6 @@ import argparse
 import asyncio
 import io
 import json
-import sqlite3
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +44,7 @@ from worker.store import journal
 from worker.store.deposits import lock_deposit
 from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect
+from worker.store.pgstore import PgStore
 from worker.store.writer import Store, event_row
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
@@ -1058,25 +1058,36 @@ async def test_a_deposit_decided_a_duplicate_is_released_unbooked(
 
 
 async def test_a_journal_that_cannot_be_appended_leaves_the_booking_uncommitted(
-    env: Env, monkeypatch: pytest.MonkeyPatch
+    env: Env,
 ) -> None:
-    """The booking and its entry commit together: while the journal refuses appends, the
-    processor's transaction is given back whole (no ledger row, the event still pending);
-    once it takes them again, the deposit is booked once, with its one entry."""
+    """The booking and its entry commit together: while the database refuses the journal's
+    rows, the processor's transaction is given back whole (no ledger row, no action, the event
+    still pending); once it takes them again, the deposit is booked once, with its one entry."""
     credited = {"status": "SUCCESS", "whiteListStatus": None}
     await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXJ", NOW, **credited))
-    real = journal.append_many
-
-    def refuse(*_: Any, **__: Any) -> list[journal.Entry]:
-        raise sqlite3.OperationalError("disk I/O error (the journal's page)")
-
-    monkeypatch.setattr(journal, "append_many", refuse)
-    with pytest.raises(StorageError):
+    postgres = isinstance(env.store, PgStore)
+    refuse = (
+        [
+            "CREATE FUNCTION refuse_journal() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN RAISE EXCEPTION 'no space left for the journal'; END $$",
+            "CREATE TRIGGER refuse_journal BEFORE INSERT ON journal"
+            " FOR EACH ROW EXECUTE FUNCTION refuse_journal()",
+        ]
+        if postgres
+        else [
+            "CREATE TRIGGER refuse_journal BEFORE INSERT ON journal"
+            " BEGIN SELECT RAISE(ABORT, 'no space left for the journal'); END"
+        ]
+    )
+    for sql in refuse:
+        await env.store.write(lambda db, sql=sql: db.execute(sql))
+    with pytest.raises(StorageError, match="no space left for the journal"):
         await env.processor.run_until_idle()
     assert await rows(env.store, "SELECT * FROM ledger") == []
     assert await rows(env.store, "SELECT * FROM actions") == []
     assert [e["status"] for e in await rows(env.store, "SELECT status FROM events")] == ["pending"]
-    monkeypatch.setattr(journal, "append_many", real)
+    drop = "DROP TRIGGER refuse_journal" + (" ON journal" if postgres else "")
+    await env.store.write(lambda db: db.execute(drop))
     assert await env.processor.run_until_idle() == 1
     [row] = await rows(env.store, "SELECT * FROM ledger")
     [entry] = await journal_of(env.store)

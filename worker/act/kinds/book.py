@@ -5,7 +5,7 @@ Nothing runs after the commit: the row records what booking did (`book_checked`)
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import sqlite_utils
@@ -44,9 +44,18 @@ class Grounds:
     rules_hash: str | None = None
     event_id: str | None = None
 
+    def fields(self) -> dict[str, Any]:
+        """What a BOOKED entry's body adds to the ledger row."""
+        return {
+            "rule_set": self.rule_set,
+            "rule_set_version": self.rule_set_version,
+            "rules_hash": self.rules_hash,
+            "event_id": self.event_id,
+        }
+
     def booked(self, row: dict[str, Any]) -> dict[str, Any]:
         """A BOOKED entry's body: the ledger row as written, and these grounds."""
-        return {**journal.ledger_body(row), **asdict(self)}
+        return {**journal.ledger_body(row), **self.fields()}
 
     def held(self, trigger: str, reason: str) -> dict[str, Any]:
         """A HELD entry's body: why the booking waits, on which trigger and rules."""
@@ -199,7 +208,7 @@ def _book_counted(
     where `_duplicate` tells the cases apart). The batch's deposit rows are written before it,
     so the statement sees a second id of a txHash the batch itself books as well."""
     known.booked.add(deposit.transaction_id)
-    known.pending.append((_booking(deposit, trigger), asdict(grounds)))
+    known.pending.append((_booking(deposit, trigger), grounds.fields()))
     return "done", "booked"
 
 
