@@ -948,17 +948,24 @@ def rules_in_force(env: Env) -> str:
 async def test_each_booking_of_a_batch_is_journalled_once_with_its_row_and_rules(
     env: Env,
 ) -> None:
-    """A batch that books four deposits and holds a likely duplicate (undone and applied again
-    one event at a time): each ledger row has one BOOKED entry holding the row as written, the
-    rule set and version that booked it, the rules hash and the event; the duplicate one HELD
-    entry with its reason and trigger."""
+    """A batch that books deposits, holds one until its txHash is known and holds a likely
+    duplicate (the batch undone and applied again one event at a time): each ledger row has one
+    BOOKED entry holding the row as written, the rule set and version that booked it, the rules
+    hash and the event; each held deposit one HELD entry with its reason and trigger (the
+    entries of the batch undone went with it)."""
     credited = {"status": "SUCCESS", "whiteListStatus": None}
     same = {**credited, "transactionHash": "0xshared"}
     for at, (tx, data) in enumerate(
-        [("TX1", credited), ("TXA", same), ("TXB", same), ("TXC", {**same, "amount": "7.5"})]
+        [
+            ("TX1", credited),
+            ("TXW", {**credited, "transactionHash": None}),
+            ("TXA", same),
+            ("TXB", same),
+            ("TXC", {**same, "amount": "7.5"}),
+        ]
     ):
         await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", tx, NOW + at, **data))
-    assert await env.processor.run_until_idle() == 4
+    assert await env.processor.run_until_idle() == 5
     await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TX2", NOW + 9, **credited))
     assert await env.processor.run_until_idle() == 1  # a batch that books without a retry
     entries = await journal_of(env.store)
@@ -980,12 +987,13 @@ async def test_each_booking_of_a_batch_is_journalled_once_with_its_row_and_rules
             "event_id": book["event_id"],
         }
         assert book["rule_set"] == "rules.yaml" and book["event_id"]
-    [held] = [e for e in entries if e.kind == journal.HELD]
+    waiting, held = [e for e in entries if e.kind == journal.HELD]
+    assert (waiting.subject, waiting.body["reason"]) == ("TXW", WAITING_FOR_TX_HASH)
     assert (held.subject, held.body["trigger"]) == ("TXB", "credited")
     assert held.body["reason"] == books["TXB"]["outcome"]
     assert held.body["reason"].startswith("held: likely duplicate of TXA")
     assert (held.body["rule_set"], held.body["rules_hash"]) == ("rules.yaml", rules_in_force(env))
-    assert len(entries) == 5
+    assert len(entries) == 6
 
 
 async def test_a_hold_its_release_and_the_booking_it_makes_are_journalled_together(
