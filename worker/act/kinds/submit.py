@@ -49,9 +49,9 @@ from worker.provider.models import DepositOrder, WhiteListStatus
 from worker.provider.payer import fields_named
 from worker.rules import ActionSpec, ParamCheck, RuleBook
 from worker.rules.fingerprint import rules_hash
-from worker.store import journal, submissions
+from worker.store import journal, submissions, waits
 from worker.track.facts import fact_from_order
-from worker.track.tracker import Deposit, Fact
+from worker.track.tracker import Deposit, Fact, State
 
 log = get_logger(__name__)
 
@@ -466,17 +466,32 @@ class Submitter:
         self, sub: _Submission, code: str, severity: str, text: str
     ) -> Callable[[sqlite_utils.Database], object]:
         """Each submission's refusal alerts on its own (a refusal after a correction is news);
-        the same submission refused again does not."""
-        return lambda db: enqueue_alert(
-            db,
-            sub.deposit,
-            f"submit_failed:{code}",
-            severity,
-            trigger="submit",
-            detail=text,
-            profile=sub.profile,
-            once_per=_short(sub.key),
-        )
+        the same submission refused again does not. The deposit then waits on a person for its
+        payer details: a wait starts (its deadline, docs/rules.md, "Deadlines"), unless one is
+        open; the deadline job ends it once the deposit no longer needs details."""
+
+        def write(db: sqlite_utils.Database) -> None:
+            enqueue_alert(
+                db,
+                sub.deposit,
+                f"submit_failed:{code}",
+                severity,
+                trigger="submit",
+                detail=text,
+                profile=sub.profile,
+                once_per=_short(sub.key),
+            )
+            waits.start_wait(
+                db,
+                sub.tx,
+                State.NEEDS_DETAILS.value,
+                now=clock.now_ms(),
+                severity=severity,
+                channels=None,
+                again=False,
+            )
+
+        return write
 
     async def _read_result(self, sub: _Submission, out: CodeOutcome, code: str, _: str) -> None:
         read = out.read
