@@ -4,14 +4,21 @@ value; a journal that does not verify alerts critical. On SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
+from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from journalrows import book, by_hand, submit
+from serveproc import PROVIDER_KEY, PROVIDER_SECRET, Processes, free_port
 from stores import StoreMaker
 
 from worker.dev.harness import Stack
@@ -164,3 +171,76 @@ async def test_the_leader_publishes_at_the_daily_minute_missed_at_start(
     await stack.restart_worker()
     await stack.settle()
     assert len(slack_of(stack, "journal_head")) == 1
+
+
+async def test_serve_logs_and_sends_the_head_once_across_restarts(
+    tmp_path: Path,
+    make_store: StoreMaker,
+    provider_url: str,
+    processes: Processes,
+    aiohttp_server: Callable[[web.Application], Awaitable[TestServer]],
+) -> None:
+    """`serve` started within the hour after `scheduler.journal_at` writes the head line to its
+    log and posts it to Slack; started again the same day, it publishes nothing more."""
+    posted: list[str] = []
+
+    async def slack(request: web.Request) -> web.Response:
+        posted.append(await request.text())
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/slack", slack)
+    server = await aiohttp_server(app)
+    store = make_store()
+    await store.open()
+    try:
+        await store.write(lambda db: [book(db, f"tx-{n}") for n in (1, 2)])
+        head = await store.read(journal.head)
+    finally:
+        await store.close()
+    port = free_port()
+    config = tmp_path / "depositd.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "provider": {
+                    "base_url": provider_url,
+                    "api_key": PROVIDER_KEY,
+                    "api_secret": PROVIDER_SECRET,
+                },
+                "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "k", "secret": "s"},
+                "storage": make_store.storage(),
+                "scheduler": {
+                    "journal_at": (datetime.now(UTC) - timedelta(minutes=1)).strftime("%H:%M")
+                },
+                "notify": {"slack": {"webhook_url": str(server.make_url("/slack"))}},
+                "log": {"format": "json", "level": "info"},
+            }
+        )
+    )
+    log = tmp_path / "serve.log"
+
+    def head_lines() -> list[dict[str, Any]]:
+        lines = [json.loads(t) for t in log.read_text().splitlines() if t.startswith("{")]
+        return [line for line in lines if line["event"] == "journal head"]
+
+    serve = processes.serve(config, port, log)
+    await serve.start()
+    await wait_until(lambda: head_lines() and posted, "the head in the log and on Slack")
+    [line] = head_lines()
+    assert (line["head"], line["verified"]) == (str(head), True)
+    assert line["at"] in posted[0] and str(head) in posted[0]
+    assert await serve.signal(signal.SIGTERM) == 0
+
+    again = processes.serve(config, port, log)
+    await again.start()
+    await asyncio.sleep(2)  # the job ran at start, found the day's head out, and did nothing
+    assert await again.signal(signal.SIGTERM) == 0
+    assert len(head_lines()) == 1 and len(posted) == 1
+
+
+async def wait_until(check: Callable[[], Any], what: str, within: float = 20) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
