@@ -7,7 +7,7 @@ What is checked, in this order, stopping at the first problem:
 1. Every entry, in seq order: its digest and hash, its place after the one before (the chain),
    and the hash of an anchor's entry when one is given. A `booked` or `adopted` entry (the last
    one about its deposit) against the deposit's ledger row, column by column
-   (`journal.LEDGER_FIELDS`); a `submitted` entry against the submission's row (deposit,
+   (`journal.LEDGER_FIELDS`, as text); a `submitted` entry against the submission's row (deposit,
    profile, field names, payload hash, and the kept payload's own hash unless a `purged` entry
    names the submission and the row says it was purged).
 2. Every ledger row has a `booked` or `adopted` entry (a row inserted by hand).
@@ -234,13 +234,21 @@ def _ledger_problem(entry: Entry, row: Mapping[str, Any] | None) -> str | None:
             f"journal entry {entry.seq} ({entry.kind} {entry.subject}): the deposit's ledger"
             " row is missing (deleted by hand?)"
         )
-    differ = [name for name in LEDGER_FIELDS if entry.body.get(name) != row[name]]
+    differ = [name for name in LEDGER_FIELDS if not _same(entry.body.get(name), row[name])]
     if differ:
         return (
             f"ledger row {entry.subject}: {', '.join(differ)} differ{'s' * (len(differ) == 1)}"
             f" from journal entry {entry.seq} (edited by hand?)"
         )
     return None
+
+
+def _same(recorded: Any, stored: Any) -> bool:
+    """A column as the entry recorded it and as the row holds it: the same value, compared as
+    text (a walletId the engine stores as a number is the same as its digits)."""
+    if recorded is None or stored is None:
+        return recorded is None and stored is None
+    return recorded == stored or str(recorded) == str(stored)
 
 
 def _action_id(entry: Entry) -> int | None:
