@@ -3,8 +3,9 @@
 Against the local sandbox (`depositd init --sandbox`), `--runs` times each:
 
 - `python -c "import aiohttp, pydantic"`: the floor any aiohttp + pydantic service pays;
-- the imports of `serve` (`import worker.service.serve`) and of the ingress process
-  (`import worker.ingest.process`), each in a fresh interpreter;
+- the imports of `serve`'s stages (`import worker.service.setup`: `serve` imports them after
+  starting the ingress process) and of the ingress process (`import worker.ingest.process`),
+  each in a fresh interpreter;
 - exec -> READY (the "serving" log line, written just before READY=1) and exec -> /healthz
   answered, with the parts seen in serve's log: exec -> its first line (imports and settings),
   -> "store open", -> "serving" (the ingress process started and listening).
@@ -121,7 +122,7 @@ def main() -> None:
         try:
             for _ in range(args.runs):
                 add("import aiohttp, pydantic", timed("import aiohttp, pydantic"))
-                add("import worker.service.serve", timed("import worker.service.serve"))
+                add("import worker.service.setup", timed("import worker.service.setup"))
                 add("import worker.ingest.process", timed("import worker.ingest.process"))
                 for name, value in serve_once(serve_config, port, Path(tmp) / "serve.log").items():
                     add(name, value)

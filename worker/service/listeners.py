@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from worker.config.settings import Settings
 from worker.errors import ListenError
-from worker.ingest import process as front
+from worker.ingest import spawn as front
 from worker.service import activation
 
 

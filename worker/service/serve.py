@@ -3,6 +3,11 @@
 The app itself (every stage, in order) is built by `worker.service.setup`. Here: the lock, the
 listening socket, the webhook listener (in this process or an ingress process of its own), the
 operational endpoints, systemd notifications and the graceful stop.
+
+The ingress process is started as soon as the ports and the database's lock are held, before
+this process imports its stages: the two import side by side
+(docs/operations.md, "Start-up time"). So the stages are imported in `serve`, not at the top
+of this module.
 """
 
 from __future__ import annotations
@@ -14,49 +19,37 @@ import shlex
 import signal
 import socket
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any
-
-from aiohttp import web
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from worker.aio import first_done
 from worker.config.settings import Settings, load_settings
-from worker.console.app import run_console
 from worker.errors import InstanceRunning, ListenError
-from worker.ingest import process as front
-from worker.ingest.limits import GuardedSite, Limits, track_requests
-from worker.ingest.link import CoreSide
+from worker.ingest import spawn as front
 from worker.logs import configure, get_logger
-from worker.service.keys import (
-    CONSOLE_APP_KEY,
-    INGRESS_KEY,
-    LIMITS_KEY,
-    LIVENESS_KEY,
-    OTHERS_KEY,
-    SOLE_KEY,
-    SUPERVISOR_KEY,
-)
 from worker.service.listeners import Listeners, bound
-from worker.service.setup import build_service
-from worker.service.supervise import Supervisor
 from worker.service.systemd import SystemdNotifier
-from worker.store.pgstore import serve_lock as pg_serve_lock
 from worker.store.servelock import serve_lock
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from worker.service.supervise import Supervisor
 
 log = get_logger(__name__)
 
 
+@dataclass
+class _Started:
+    """The ingress process started early, and this process's end of its link."""
+
+    proc: asyncio.subprocess.Process
+    ours: socket.socket
+
+
 async def serve(settings: Settings, app: web.Application | None = None) -> int:
     """Run until SIGTERM/SIGINT, then stop accepting, finish in-flight work; the exit status."""
-    if app is None:
-        app, _ = build_service(settings)
     notifier = SystemdNotifier()
-    runner = web.AppRunner(
-        app,
-        handle_signals=False,
-        access_log=None,
-        shutdown_timeout=20.0,
-        keepalive_timeout=settings.webhook.idle_timeout_s,
-    )
     async with contextlib.AsyncExitStack() as held:
         # Before anything runs: every listening port (webhook, operational endpoints,
         # console), so that a port taken stops serve before it acts (`ListenError`, exit 2),
@@ -65,7 +58,7 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
         # database; PostgreSQL: an advisory lock held by a session of its own.
         listeners = await held.enter_async_context(bound(settings))
         if settings.storage.path is not None:
-            app[SOLE_KEY] = held.enter_context(
+            sole = held.enter_context(
                 serve_lock(
                     settings.storage.path,
                     alone=not settings.storage.several_instances,
@@ -73,9 +66,30 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
                 )
             )
         else:
-            app[SOLE_KEY] = held.enter_context(pg_serve_lock(settings.storage))
-        app[OTHERS_KEY] = not app[SOLE_KEY]
-        return await _serve(settings, app, runner, listeners, notifier)
+            from worker.store.pgstore import serve_lock as pg_serve_lock
+
+            sole = held.enter_context(pg_serve_lock(settings.storage))
+        started: _Started | None = None
+        if settings.webhook.ingress_process:
+            started = await held.enter_async_context(_ingress_started(settings, listeners))
+        # The stages, imported while the ingress process imports its own.
+        from aiohttp import web
+
+        from worker.service.keys import OTHERS_KEY, SOLE_KEY
+        from worker.service.setup import build_service
+
+        if app is None:
+            app, _ = build_service(settings)
+        app[SOLE_KEY] = sole
+        app[OTHERS_KEY] = not sole
+        runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=20.0,
+            keepalive_timeout=settings.webhook.idle_timeout_s,
+        )
+        return await _serve(settings, app, runner, listeners, notifier, started)
 
 
 def _listening(settings: Settings) -> str:
@@ -94,8 +108,13 @@ async def _serve(
     runner: web.AppRunner,
     listeners: Listeners,
     notifier: SystemdNotifier,
+    started: _Started | None,
 ) -> int:
     """`serve` once the ports and the database are held."""
+    from worker.console.app import run_console
+    from worker.ingest.limits import GuardedSite
+    from worker.service.keys import CONSOLE_APP_KEY, LIMITS_KEY, SUPERVISOR_KEY
+
     listener = listeners.webhook
     await runner.setup()
     stop = asyncio.Event()
@@ -106,8 +125,8 @@ async def _serve(
     try:
         async with contextlib.AsyncExitStack() as stack:
             ingress: asyncio.subprocess.Process | None = None
-            if settings.webhook.ingress_process:
-                ingress = await stack.enter_async_context(_ingress_process(settings, app, listener))
+            if started is not None:
+                ingress = await stack.enter_async_context(_ingress_process(app, started))
             else:
                 await GuardedSite(runner, listener, app[LIMITS_KEY]).start()
             if listeners.ops is not None:
@@ -174,6 +193,11 @@ async def _ops_listener(
 ) -> AsyncIterator[None]:
     """/metrics, /readyz and /healthz on `webhook.ops_listen` (bound already), answered by this
     process."""
+    from aiohttp import web
+
+    from worker.ingest.limits import GuardedSite, Limits, track_requests
+    from worker.service.keys import INGRESS_KEY
+
     limits = Limits(_OPS_CONNECTIONS, settings.webhook.head_timeout_s)
     ops = web.Application(middlewares=[track_requests(limits)])
     app[INGRESS_KEY].add_ops_routes(ops)
@@ -193,32 +217,52 @@ _INGRESS_STOP_S = 25.0  # its own shutdown allows requests 20 s; the unit allows
 
 
 @contextlib.asynccontextmanager
+async def _ingress_started(settings: Settings, listeners: Listeners) -> AsyncIterator[_Started]:
+    """Start the ingress process (`worker.ingest.process`) on the webhook listener, which it
+    takes over (this process's copy is closed). If `serve` does not get as far as linking it
+    (`_ingress_process`), it is stopped on the way out."""
+    assert settings.config_path is not None
+    ours, theirs = socket.socketpair()
+    try:
+        proc = await front.spawn(settings.config_path, listeners.webhook, theirs)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        listeners.webhook.close()  # the ingress process has its own copy
+        theirs.close()
+    try:
+        yield _Started(proc, ours)
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), _INGRESS_STOP_S)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        ours.close()
+
+
+@contextlib.asynccontextmanager
 async def _ingress_process(
-    settings: Settings, app: web.Application, listener: socket.socket
+    app: web.Application, started: _Started
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """The webhook listener in a process of its own (`worker.ingest.process`), linked to this store.
 
     Yields once it listens. On exit it is asked to stop (SIGTERM: stop accepting, answer the
     requests in flight, whose rows this process commits) and waited for.
     """
-    assert settings.config_path is not None
+    from worker.ingest.link import CoreSide
+    from worker.service.keys import INGRESS_KEY, LIVENESS_KEY, SUPERVISOR_KEY
+
     loop = asyncio.get_running_loop()
-    ours, theirs = socket.socketpair()
     up = asyncio.Event()
-    link: CoreSide | None = None
-    try:
-        _, link = await loop.create_unix_connection(
-            lambda: CoreSide(app[INGRESS_KEY], up.set), sock=ours
-        )
-        proc = await front.spawn(settings.config_path, listener, theirs)
-    except BaseException:
-        if link is not None and link.transport is not None:
-            link.transport.close()
-        ours.close()
-        raise
-    finally:
-        listener.close()  # the ingress process has its own copy
-        theirs.close()
+    proc = started.proc
+    _, link = await loop.create_unix_connection(
+        lambda: CoreSide(app[INGRESS_KEY], up.set), sock=started.ours
+    )
     pinger: asyncio.Future[None] | None = None
     try:
         await first_done(up.wait(), proc.wait(), at_most_s=_INGRESS_START_S)

@@ -22,7 +22,6 @@ from aiohttp import web
 
 from worker.clock import utc_now
 from worker.config.settings import Settings
-from worker.console.app import build_console
 from worker.errors import StorageError
 from worker.ingest.endpoint import Ingress, ReadyCheck
 from worker.ingest.limits import Limits, track_requests
@@ -45,8 +44,8 @@ from worker.service.keys import (
 from worker.service.runtime import Runtime
 from worker.service.supervise import Supervisor, SupervisorMetrics, record_gone
 from worker.store import actions, alerts, leases
+from worker.store.engines import store_for
 from worker.store.meta import set_meta
-from worker.store.pgstore import store_for
 from worker.track.processor import Processor, Reactor
 from worker.track.tracker import State
 
@@ -74,6 +73,8 @@ def build_service(
     if settings.console is not None:
         # console: the operator's pages, on the same store and runtime (served by `serve`)
         processor = app[PROCESSOR_KEY]
+        from worker.console.app import build_console
+
         app[CONSOLE_APP_KEY] = build_console(
             settings.console, app[STORE_KEY], runtime, processor.wake
         )

@@ -370,17 +370,6 @@ def serving(storage: StorageSettings) -> bool | None:
         conn.close()
 
 
-def store_for(storage: StorageSettings) -> Store:
-    """The store `storage` names: PostgreSQL with `url`, else the SQLite file at `path`."""
-    if storage.url is not None:
-        password = storage.password.get_secret_value() if storage.password else None
-        store: Store = PgStore(storage.url, password=password)
-    else:
-        store = Store(storage.file, synchronous=storage.synchronous)
-    store.outage.alert_after_s = storage.outage_alert_s
-    return store
-
-
 def command_connection(storage: StorageSettings, *, readonly: bool = True) -> PgConnection:
     """A command's own connection to `storage.url` (read-only unless asked); raises
     `sqlite3.OperationalError` naming the server (password masked) when it cannot connect."""

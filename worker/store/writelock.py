@@ -114,7 +114,7 @@ def _pg_connection(storage: StorageSettings) -> Any:
 @contextlib.asynccontextmanager
 async def command_store(storage: StorageSettings) -> AsyncIterator[Store]:
     """The store of a command that writes, opened with the write lock held."""
-    from worker.store.pgstore import store_for
+    from worker.store.engines import store_for
 
     with command_writes(storage):
         store = store_for(storage)
