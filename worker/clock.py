@@ -50,6 +50,19 @@ def ms_from_iso(text: str) -> int:
     return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
+def duration_text(seconds: int) -> str:
+    """A span in its two largest units, e.g. `2 d 3 h`, `4 h 12 min`, `5 min`, `40 s`."""
+    seconds = max(0, int(seconds))
+    parts: list[str] = []
+    for unit, size in (("d", 86_400), ("h", 3600), ("min", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            parts.append(f"{seconds // size} {unit}")
+            seconds %= size
+        if len(parts) == 2 or (parts and seconds == 0):
+            break
+    return " ".join(parts)
+
+
 # No deposit can be older than the first block of the first chain (Bitcoin, 2009-01-03 UTC):
 # `backfill --since` refuses an earlier time.
 HISTORY_FLOOR = "2009-01-03T00:00:00Z"

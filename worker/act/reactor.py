@@ -3,7 +3,8 @@
 Pure decisions come from the rule book; each intent is recorded by its action kind
 (`worker.act.kinds`): `book` writes its ledger row here (same transaction as the transition, so
 booking is exactly once), every other action becomes an outbox row that `worker.act.outbox`
-runs after the commit.
+runs after the commit. A transition that leaves the deposit waiting on a person starts a wait
+(`worker.act.waits`), whose deadline the scheduler watches.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sqlite_utils
 from worker.act.kinds import KINDS
 from worker.act.kinds.base import Recording
 from worker.act.kinds.book import CREDITED_STATES, book_held
+from worker.act.waits import WAIT_TRIGGERS
+from worker.act.waits import begin as begin_wait
 from worker.config.profiles import ProfileMatch, Profiles
 from worker.logs import LogLine
 from worker.rules import Intent, RuleBook
@@ -58,7 +61,8 @@ class RuleReactor:
         ran: set[tuple[str, str]] = set()
         for trigger, key in todo:
             running: set[tuple[str, str]] = set()
-            for intent in rulebook.evaluate(deposit, trigger, profile_found=match is not None):
+            intents = rulebook.evaluate(deposit, trigger, profile_found=match is not None)
+            for intent in intents:
                 rule = (intent.rule_set, intent.rule)
                 if rule in ran:
                     continue
@@ -66,6 +70,8 @@ class RuleReactor:
                 if self._record(db, deposit, key, fact, reaction, intent, match, lines):
                     break  # `ignore`: nothing after it runs
             ran |= running
+            if trigger in WAIT_TRIGGERS:
+                begin_wait(db, deposit, trigger, intents, match)
         if reaction.learnt_tx_hash and deposit.state in CREDITED_STATES:
             done = book_held(db, deposit, "(the txHash is known now)", reaction)
             if done is not None:

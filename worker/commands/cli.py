@@ -223,11 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_address(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("register-address", parents=[common], help="register a source address")
-    p.add_argument("--wallet", required=True, type=int, metavar="ID", help="walletId it pays into")
-    p.add_argument("--address", required=True, metavar="ADDR", help="the source address")
-    p.add_argument("--network", required=True, metavar="NET", help="its network, e.g. TRON")
-    p.add_argument("--profile", required=True, metavar="NAME", help="payer profile to register")
+    p = sub.add_parser(
+        "register-address",
+        parents=[common],
+        help="register a source address (or a CSV file of them)",
+    )
+    p.add_argument("--wallet", type=int, metavar="ID", help="walletId it pays into")
+    p.add_argument("--address", metavar="ADDR", help="the source address")
+    p.add_argument("--network", metavar="NET", help="its network, e.g. TRON")
+    p.add_argument("--profile", metavar="NAME", help="payer profile to register")
     p.add_argument("--tx-hash", metavar="H", help="hash of a deposit already sent from it")
     p.add_argument("--memo", metavar="M", help="memo or tag, on networks that use one")
     p.add_argument(
@@ -236,6 +240,15 @@ def _register_address(sub: Any, common: argparse.ArgumentParser) -> None:
         help="register again an address whose last registration FAILED",
     )
     p.add_argument("--no-wait", action="store_true", help="do not poll until ACTIVE or FAILED")
+    p.add_argument(
+        "--from-csv",
+        metavar="FILE",
+        help="register every line of a CSV file (header: wallet,address,network,profile"
+        "[,memo][,tx_hash]); nothing is sent when any line is wrong",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="with --from-csv: check and report, send nothing"
+    )
 
 
 def _verify(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -37,6 +37,7 @@ from worker.store.meta import TASKS_DOWN, all_meta, auth_refusal_streak
 from worker.store.pg import is_postgres
 from worker.store.servelock import serving
 from worker.store.verification import journal_status
+from worker.store.waits import count_overdue
 
 # The files SQLite keeps beside a database: writing over any of them under a running service
 # corrupts the database.
@@ -224,6 +225,8 @@ def status_report(
         # Deposits whose booking is held by a fixed-field conflict (`depositd resolve`); a
         # database not yet migrated to version 3 has none.
         "heldByConflict": count_held_deposits(conn),
+        # Deposits still waiting on a person past their rule set's deadline (alerted again).
+        "overdue": count_overdue(conn),
         "deposits": deposits_by_state(conn),
         "booked": count_booked(conn),
         # Requests refused on the webhook port by reason, since `since` (a serve's start).

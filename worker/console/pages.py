@@ -181,8 +181,10 @@ def _paged(rows: list[dict[str, Any]], request: web.Request, page: int) -> dict[
 
 @page("overview.html")
 async def overview(request: web.Request) -> dict[str, Any]:
-    """What waits on a person, what failed, polls and the last reconciliation."""
-    return await request.app[CONSOLE].store.read(queries.overview)
+    """What waits on a person (by time left), what failed, polls and the last reconciliation."""
+    console = request.app[CONSOLE]
+    rules = console.ops.rules
+    return await console.store.read(lambda db: queries.overview(db, rules))
 
 
 @page("deposit.html")

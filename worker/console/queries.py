@@ -14,7 +14,8 @@ from urllib.parse import quote
 
 import sqlite_utils
 
-from worker.clock import ms_from_iso
+from worker.clock import duration_text, iso_from_ms, ms_from_iso, now_ms
+from worker.rules import RuleBook
 from worker.store import (
     abnormal,
     actions,
@@ -26,6 +27,7 @@ from worker.store import (
     facts,
     findings,
     ledger,
+    waits,
 )
 from worker.store import operator as operator_store
 from worker.store.meta import all_meta, auth_refusal_streak
@@ -40,6 +42,7 @@ WAITING_REASONS = {
     "rejected": "details rejected",
     "blocked": "blocked by the provider",
     "failed": "failed at the provider",
+    "held": "booking held for a decision",
 }
 POLLS = ("history", "detail", "blocked")
 
@@ -49,18 +52,65 @@ def deposit_view(row: dict[str, Any]) -> dict[str, Any]:
     return Deposit.from_row(row).as_json()
 
 
-def overview(db: sqlite_utils.Database) -> dict[str, Any]:
-    """The overview: what waits on a person, what failed, what the polls and the last
-    reconciliation did."""
+def waiting(db: sqlite_utils.Database, rules: RuleBook | None, now: int) -> list[dict[str, Any]]:
+    """The deposits waiting on a person (`deposits --json` objects), each with what it waits on
+    (`waitsOn`), since when (`since`) and, when its rule set has a `deadline:`, when that falls
+    (`due`), the time left or past it (`left`) and whether it is past (`overdue`); those with a
+    deadline first, the least time left first (overdue ones first of all), then the others,
+    longest waiting first (docs/console.md)."""
+    rows = {r["transaction_id"]: r for r in deposits.waiting_on_human(db)}
+    held = set()
+    for row in deposits.held_for_decision(db):
+        held.add(row["transaction_id"])
+        rows.setdefault(row["transaction_id"], row)
+    open_waits = waits.open_waits_of(db, list(rows))
+    out = []
+    for tx, row in rows.items():
+        view = deposit_view(row)
+        reasons = [r for r in (view["state"],) if r in WAITING_REASONS] + (
+            ["held"] if tx in held else []
+        )
+        view["waitsOn"] = "; ".join(WAITING_REASONS[r] for r in reasons)
+        view.update(_deadline(rules, row, open_waits.get(tx, []), now))
+        out.append(view)
+    return sorted(out, key=_by_time_left)
+
+
+def _deadline(
+    rules: RuleBook | None, row: dict[str, Any], open_waits: list[waits.Wait], now: int
+) -> dict[str, Any]:
+    """`since`, `due`, `left` and `overdue` of one waiting deposit: its open wait that falls
+    due first (the deposit's last change when no wait is recorded for it)."""
+    since = open_waits[0].started_at if open_waits else ms_from_iso(row["updated_at"])
+    ruleset = rules.ruleset_for(row["wallet_id"], row["wallet_name"]) if rules else None
+    out: dict[str, Any] = {"since": iso_from_ms(since), "due": None, "left": "", "overdue": False}
+    if ruleset is None or ruleset.deadline_s is None or not open_waits:
+        return out
+    due = min(w.started_at for w in open_waits) + ruleset.deadline_s * 1000
+    overdue = due <= now
+    left = duration_text(abs(due - now) // 1000)
+    out.update(due=iso_from_ms(due), overdue=overdue)
+    out["left"] = f"overdue by {left}" if overdue else left
+    return out
+
+
+def _by_time_left(view: dict[str, Any]) -> tuple[int, str, str]:
+    """Deposits with a deadline by when it falls (ISO times sort as times), then the others by
+    how long they have waited."""
+    if view["due"] is not None:
+        return (0, view["due"], view["transactionId"])
+    return (1, view["since"], view["transactionId"])
+
+
+def overview(
+    db: sqlite_utils.Database, rules: RuleBook | None = None, now: int | None = None
+) -> dict[str, Any]:
+    """The overview: what waits on a person (by time left), what failed, what the polls and
+    the last reconciliation did; `rules`: those in force (their deadlines), `now`: epoch ms."""
     conn = conn_of(db)
-    waiting = [deposit_view(r) for r in deposits.waiting_on_human(db)]
-    by_reason: dict[str, list[dict[str, Any]]] = {reason: [] for reason in WAITING_REASONS}
-    for deposit in waiting:
-        by_reason[deposit["state"]].append(deposit)
     meta = all_meta(conn)
     return {
-        "waiting": {k: v for k, v in by_reason.items() if v},
-        "reasons": WAITING_REASONS,
+        "waiting": waiting(db, rules, now_ms() if now is None else now),
         "failed_actions": [dict(r) for r in actions.failed_with_events(conn)],
         "failed_events": events.page_events(
             db, status="failed", event_type=None, limit=PAGE_SIZE, offset=0

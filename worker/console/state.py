@@ -11,6 +11,7 @@ from aiohttp import web
 from worker.config.profiles import Profiles
 from worker.config.settings import ConsoleSettings
 from worker.console.auth import Sessions, Throttle, TokenFile, origin_of
+from worker.rules import RuleBook
 from worker.store.writer import Store
 
 
@@ -29,6 +30,10 @@ class Operations(Protocol):
     @property
     def profiles(self) -> Profiles:
         """The payer profiles in force (the console shows their names only)."""
+
+    @property
+    def rules(self) -> RuleBook:
+        """The rules in force (the overview reads their deadlines)."""
 
     def wake(self) -> None:
         """Rows were set back to pending: run them now."""

@@ -17,6 +17,8 @@ from worker.provider.codes import WALLET_CODES
 from worker.provider.jsonio import decimal_str
 
 SEVERITIES = ("info", "warning", "critical")
+# `overdue:REASON`: the alert of a deposit waiting on a person past its deadline.
+OVERDUE = "overdue"
 
 _SEVERITY_ICON = {
     "info": ":information_source:",
@@ -76,6 +78,12 @@ _TEXTS: dict[str, _Text] = {
     "blocked": _Text(
         "Deposit BLOCKED: funds could not be credited",
         "Contact provider support with the transactionId.",
+    ),
+    "held": _Text(
+        "Booking held for a decision",
+        "A fixed field in conflict or a likely duplicate holds the booking: decide it with"
+        " `depositd resolve TX --set FIELD=VALUE --by NAME` (`depositd resolve TX` lists what is"
+        " open); the booking held is then made once.",
     ),
     "released": _Text(
         "Deposit released: a BLOCKED deposit is now credited",
@@ -197,6 +205,11 @@ def _text_for(condition: str) -> _Text:
     kind, _, code = condition.partition(":")
     if kind == "submit_failed":
         return _submit_text(code)
+    if kind == OVERDUE:
+        # A deposit still waiting on a person past its rule set's deadline (docs/rules.md,
+        # "Deadlines"): the title of what it waits on, said to be overdue.
+        waited_on = _text_for(code)
+        return _Text(f"Overdue: {waited_on.title}", waited_on.next_step)
     # "rejected#2" is the second rejection round; "poll_failing:history" names which poll.
     text = _TEXTS.get(condition) or _TEXTS.get(kind.split("#")[0])
     if text is None:
@@ -228,7 +241,8 @@ def build_alert(
         detail = getattr(deposit, "fail_message", None)
     wallet_id = getattr(deposit, "wallet_id", None)
     transaction_id = getattr(deposit, "transaction_id", None)
-    kind = condition.partition(":")[0].split("#")[0]
+    kind, _, code = condition.partition(":")
+    kind = (code if kind == OVERDUE else kind).split("#")[0]
     next_step = _approve_step(kind, transaction_id, profile) or text.next_step
     return Alert(
         condition=condition,

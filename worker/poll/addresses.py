@@ -18,7 +18,7 @@ import asyncio
 import hashlib
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -194,7 +194,7 @@ def refusal(exc: ProviderError, body: Mapping[str, Any]) -> str:
     return f"{head}; the provider's message {named}{trace}"
 
 
-def _say(text: str) -> None:
+def _progress(text: str) -> None:
     if sys.stderr.isatty():
         print(f"\r{text}", end="", file=sys.stderr, flush=True)
     else:
@@ -251,8 +251,11 @@ async def register_prepared(
     wait: bool = True,
     poll_s: float = 2.0,
     timeout_s: float = 3600.0,
+    say: Callable[[str], None] | None = None,
 ) -> SourceAddress:
-    """`register` with the body `registration` built for `profile`."""
+    """`register` with the body `registration` built for `profile`; `say`: where the progress
+    lines go (default: stderr, redrawn in place on a terminal)."""
+    _say = say or _progress
     wallet_id, address, network = body["walletId"], body["walletAddress"], body["network"]
     replaced: list[str] = []
     if replace_failed:

@@ -1,5 +1,6 @@
-"""Two jobs of `serve` on one APScheduler: one every interval (its first run at start), one daily
-at `HH:MM` UTC; each runs at most once at a time, and a stop waits for what runs."""
+"""Jobs of `serve` on one APScheduler: one every interval (its first run at start) and, when
+given, one daily at `HH:MM` UTC; each runs at most once at a time, and a stop waits for what
+runs."""
 
 from __future__ import annotations
 
@@ -52,11 +53,12 @@ async def polled(run: Coroutine[Any, Any, T]) -> T:
 
 
 class IntervalAndDaily:
-    """Runs `coroutine(name)` for the interval job and the daily job (subclasses say which)."""
+    """Runs `coroutine(name)` for the interval job and the daily job (subclasses say which;
+    `daily` None: the interval job alone)."""
 
-    def __init__(self, interval: tuple[str, float], daily: tuple[str, str]) -> None:
+    def __init__(self, interval: tuple[str, float], daily: tuple[str, str] | None) -> None:
         self._interval_name, self._interval_s = interval
-        self._daily_name, self._daily_at = daily
+        self._daily = daily
         self._scheduler = AsyncIOScheduler(timezone="UTC")
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._stopping = False
@@ -87,7 +89,6 @@ class IntervalAndDaily:
     def start(self) -> None:
         """The interval job now and every interval; the daily job at its minute."""
         self._stopping = False
-        hour, minute = (int(x) for x in self._daily_at.split(":"))
         self._scheduler.add_job(
             self._job(self._interval_name),
             "interval",
@@ -97,16 +98,19 @@ class IntervalAndDaily:
             coalesce=True,
             id=self._interval_name,
         )
-        self._scheduler.add_job(
-            self._job(self._daily_name),
-            "cron",
-            hour=hour,
-            minute=minute,
-            max_instances=1,
-            coalesce=True,
-            misfire_grace_time=DAILY_MISFIRE_GRACE_S,
-            id=self._daily_name,
-        )
+        if self._daily is not None:
+            name, at = self._daily
+            hour, minute = (int(x) for x in at.split(":"))
+            self._scheduler.add_job(
+                self._job(name),
+                "cron",
+                hour=hour,
+                minute=minute,
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=DAILY_MISFIRE_GRACE_S,
+                id=name,
+            )
         self._scheduler.start()
 
     async def stop(self, grace_s: float | None = None) -> None:

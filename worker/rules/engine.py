@@ -193,6 +193,12 @@ class RuleBook:
         text = "\n".join(f"{rs.name}:{rs.version}" for rs in self.rulesets)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
+    @property
+    def shortest_deadline_s(self) -> int | None:
+        """The shortest `deadline:` of any set (None: no set has one, nothing is ever due)."""
+        deadlines = [rs.deadline_s for rs in self.rulesets if rs.deadline_s is not None]
+        return min(deadlines, default=None)
+
     def names(self, trigger: str) -> bool:
         """Whether any rule of any set has `trigger` in its `on:` (nothing else can fire)."""
         return trigger in self._named

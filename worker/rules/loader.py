@@ -5,7 +5,8 @@ order, except `*.example.yaml` and a payer profiles file (recognised by its `pro
 the absence of `wallet:`/`rules:`), since the shipped layout keeps `profiles.yaml` next to the
 rule sets. Sub-folders (e.g. `rules/examples/`) are not read.
 
-A file's top-level keys are `wallet`, `rules` and an optional free-text `description`.
+A file's top-level keys are `wallet`, `rules`, an optional free-text `description`, and the
+optional `deadline` and `escalate` of deposits waiting on a person (docs/rules.md, "Deadlines").
 Every file is read in full and every problem is collected before `ConfigError` is raised, so
 one `depositd check` shows all of them.
 """
@@ -13,6 +14,7 @@ one `depositd check` shows all of them.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -27,8 +29,12 @@ from worker.config.yamlsrc import loads as parse_yaml
 from worker.errors import ConfigError
 from worker.rules.model import (
     ANY_WALLET,
+    CHANNELS,
     CONDITIONS,
+    DURATION_PATTERN,
+    DURATION_UNITS,
     KNOWN_TRIGGERS,
+    MAX_DEADLINE_S,
     OPERATORS,
     Action,
     ActionSpec,
@@ -40,7 +46,7 @@ from worker.rules.model import (
 )
 from worker.rules.records import ORDER_TRIGGER, RECORD_CONDITIONS, RECORD_TRIGGERS
 
-TOP_KEYS = ("wallet", "rules", "description")
+TOP_KEYS = ("wallet", "rules", "description", "deadline", "escalate")
 RULE_KEYS = ("name", "on", "if", "then")
 # What a rule on a record trigger may do: the record is no deposit to book or submit.
 RECORD_ACTIONS = frozenset({"alert", "ignore"})
@@ -98,6 +104,52 @@ class _File:
             self.bad(("wallet",), "must not be empty")
             return None
         return value
+
+    def deadline(self, data: dict[str, Any]) -> int | None:
+        """`deadline:` in seconds (a whole number and m, h or d), or None when absent."""
+        if "deadline" not in data:
+            return None
+        value = data["deadline"]
+        example = "a whole number and a unit, m (minutes), h (hours) or d (days), e.g. 4h"
+        if not isinstance(value, str) or not re.fullmatch(DURATION_PATTERN, value):
+            shown = "nothing" if value is None else repr(value)
+            self.bad(("deadline",), f"must be a duration: {example}; not {shown}")
+            return None
+        seconds = int(value[:-1]) * DURATION_UNITS[value[-1]]
+        if seconds > MAX_DEADLINE_S:
+            self.bad(("deadline",), f"{value} is longer than {MAX_DEADLINE_S // 86_400}d")
+            return None
+        return seconds
+
+    def escalate(self, data: dict[str, Any]) -> tuple[str, ...] | None:
+        """`escalate:` (alert channels, as an alert's `channels:`), or None when absent."""
+        if "escalate" not in data:
+            return None
+        if "deadline" not in data:
+            self.bad(
+                ("escalate",),
+                "needs a deadline: (it names the channels of the alert past the deadline)",
+            )
+            return None
+        raw = data["escalate"]
+        items = [raw] if isinstance(raw, str) else raw
+        if not isinstance(items, list) or not items:
+            self.bad(("escalate",), f"must be a non-empty list of channels {known(CHANNELS)}")
+            return None
+        channels: list[str] = []
+        before = len(self.problems)
+        for index, channel in enumerate(items):
+            if channel not in CHANNELS:
+                where = ("escalate", index) if isinstance(raw, list) else ("escalate",)
+                hint = suggest(str(channel), CHANNELS)
+                self.bad(
+                    where,
+                    f"unknown channel {channel!r} {known(CHANNELS)}{hint}",
+                    label=("escalate",),
+                )
+            elif channel not in channels:
+                channels.append(channel)
+        return tuple(channels) if len(self.problems) == before else None
 
     def rules(self, data: dict[str, Any]) -> tuple[Rule, ...]:
         if "rules" not in data:
@@ -438,12 +490,25 @@ def _load_file(
     file.unknown_keys(src.data, (), TOP_KEYS)
     wallet = file.wallet(src.data)
     file.wallet_key = wallet
+    deadline = file.deadline(src.data)
+    escalate = file.escalate(src.data)
     rules = file.rules(src.data)
     line = src.line(("wallet",))
     if len(problems) > before or wallet is None:
         return _Loaded(wallet, line, None)
     version = hashlib.sha256(raw).hexdigest()[:12]
-    return _Loaded(wallet, line, RuleSet(path.name, path, version, wallet, rules, line))
+    ruleset = RuleSet(
+        path.name,
+        path,
+        version,
+        wallet,
+        rules,
+        line,
+        deadline_s=deadline,
+        escalate=escalate,
+        escalate_line=src.line(("escalate",)) if escalate is not None else 0,
+    )
+    return _Loaded(wallet, line, ruleset)
 
 
 def _describe(wallet: WalletKey) -> str:

@@ -37,6 +37,10 @@ KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS + EVENT_TYPES + RECORD_TRIGGER_NAMES
 
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 CHANNELS: tuple[str, ...] = ("slack", "email")
+# A rule set's `deadline:` (docs/rules.md, "Deadlines"): a whole number and one unit.
+DURATION_UNITS: dict[str, int] = {"m": 60, "h": 3600, "d": 86_400}
+DURATION_PATTERN = r"^[1-9][0-9]*[mhd]$"
+MAX_DEADLINE_S = 366 * 86_400
 OPERATORS: tuple[str, ...] = ("lt", "lte", "gt", "gte", "eq")
 CONDITIONS: tuple[str, ...] = (
     "currency",
@@ -172,7 +176,12 @@ class Rule:
 
 @dataclass(frozen=True)
 class RuleSet:
-    """The rules of one file, for one wallet key; `version` is a hash of the file's bytes."""
+    """The rules of one file, for one wallet key; `version` is a hash of the file's bytes.
+
+    `deadline_s`: how long a deposit of this set may wait on a person before depositd alerts
+    again, raised (None: no deadline); `escalate`: the channels that alert goes to (None: those
+    of the alert that began the wait).
+    """
 
     name: str
     path: Path
@@ -180,6 +189,9 @@ class RuleSet:
     wallet: WalletKey
     rules: tuple[Rule, ...]
     line: int = 1  # of `wallet:` in the file
+    deadline_s: int | None = None
+    escalate: tuple[str, ...] | None = None
+    escalate_line: int = 0  # of `escalate:` in the file (0: not given)
 
     def describe_wallet(self) -> str:
         """`wallet 1001`, `wallet 'Main'` or `every wallet without its own file`."""

@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from worker.config.schema import DRAFT, Schema
-from worker.rules.model import CONDITIONS, KNOWN_TRIGGERS, OPERATORS, ActionSpec
+from worker.rules.model import (
+    CHANNELS,
+    CONDITIONS,
+    DURATION_PATTERN,
+    KNOWN_TRIGGERS,
+    OPERATORS,
+    ActionSpec,
+)
 from worker.rules.records import RECORD_CONDITIONS
 
 DECIMAL = r"^\s*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*$"
@@ -79,6 +86,17 @@ def rules_schema(specs: Mapping[str, ActionSpec]) -> Schema:
             "description": 'a walletId, a walletName, or "*" for every wallet without a file',
         },
         "description": {"type": "string"},
+        "deadline": {
+            "type": "string",
+            "pattern": DURATION_PATTERN,
+            "description": "how long a deposit may wait on a person before depositd alerts"
+            " again, raised: a whole number and m, h or d, e.g. 4h",
+        },
+        "escalate": {
+            **_one_or_list({"enum": list(CHANNELS)}),
+            "description": "the channels of the alert past the deadline (default: those of the"
+            " alert that began the wait)",
+        },
         "rules": {"type": "array", "items": {"$ref": "#/definitions/rule"}},
     }
     return {
@@ -88,6 +106,7 @@ def rules_schema(specs: Mapping[str, ActionSpec]) -> Schema:
         "additionalProperties": False,
         "required": ["wallet", "rules"],
         "properties": top,
+        "dependencies": {"escalate": ["deadline"]},
         "definitions": {
             "rule": rule,
             "trigger": {"enum": list(KNOWN_TRIGGERS)},

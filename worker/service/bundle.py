@@ -159,7 +159,8 @@ def console_checks(settings: Settings) -> tuple[list[str], list[str]]:
 
 
 def _unconfigured_channels(settings: Settings, rules: RuleBook) -> list[str]:
-    """Rule alerts naming a channel `notify` does not configure: those go to the log only."""
+    """Rule alerts (and `escalate:` lists) naming a channel `notify` does not configure: those
+    go to the log only."""
     configured = {name for name in ("slack", "email") if getattr(settings.notify, name)}
     warnings = []
     for kind, ruleset, rule, action in naming_channels(rules):
@@ -168,6 +169,14 @@ def _unconfigured_channels(settings: Settings, rules: RuleBook) -> list[str]:
             warnings.append(
                 f"{ruleset.path}:{rule.line}: rule {rule.name!r} alerts on"
                 f" {', '.join(missing)}, which notify does not configure: logged only"
+            )
+    for ruleset in rules.rulesets:
+        missing = sorted(set(ruleset.escalate or ()) - configured)
+        if missing:
+            warnings.append(
+                f"{ruleset.path}:{ruleset.escalate_line}: escalate names {', '.join(missing)},"
+                " which notify does not configure: an overdue deposit's alert is logged only"
+                " there"
             )
     return warnings
 

@@ -1,5 +1,6 @@
-"""The leader's jobs: the polls, the catch-up, the money jobs and the journal's, started on the
-instance that holds the scheduler's lease and stopped when it loses it (or the service stops).
+"""The leader's jobs: the polls, the catch-up, the money jobs, the deadline job and the
+journal's, started on the instance that holds the scheduler's lease and stopped when it loses it
+(or the service stops).
 
 `LeaderJobs` is a part of `worker.service.runtime.Runtime`, which sets the attributes it names.
 """
@@ -19,6 +20,7 @@ from worker.config.settings import Settings
 from worker.metrics import Metrics
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
 from worker.poll.catchupjobs import CatchUp
+from worker.poll.deadlines import DEADLINE_INTERVAL_S, DeadlineJob
 from worker.poll.journaljob import JournalJob
 from worker.poll.leader import Leader, lease_time
 from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics, money_jobs
@@ -86,6 +88,7 @@ class LeaderJobs:
     poller: Poller | None
     catchup: CatchUp | None
     money: MoneyJobs | None
+    deadlines: DeadlineJob | None
     journal: JournalJob | None
     leader: Leader | None
     _metrics: Metrics | None
@@ -114,9 +117,9 @@ class LeaderJobs:
         abnormal_hints: list[Callable[[], None]],
     ) -> None:
         """The scheduler's polls, the catch-up jobs, the money jobs (abnormal funds, daily
-        reconciliation) and the daily journal job, when `scheduler.enabled`: on the instance
-        that holds the scheduler's lease (`worker.poll.leader`), started and stopped as it
-        gains and loses it."""
+        reconciliation), the deadline job and the daily journal job, when `scheduler.enabled`:
+        on the instance that holds the scheduler's lease (`worker.poll.leader`), started and
+        stopped as it gains and loses it."""
         settings = self.settings.scheduler
         if not settings.enabled:
             return
@@ -135,6 +138,7 @@ class LeaderJobs:
             settings.blocked_interval_s,
             settings.catchup_interval_s,
             settings.abnormal_interval_s,
+            DEADLINE_INTERVAL_S,
         ]
         self.leader = Leader(
             self.store,
@@ -149,7 +153,8 @@ class LeaderJobs:
         self._tasks.append(self.supervisor.keep("leader", lambda: leader.run(stop)))
 
     async def _start_jobs(self) -> None:
-        """This instance leads: build and start the polls, catch-up, money and journal jobs."""
+        """This instance leads: build and start the polls, catch-up, money, deadline and journal
+        jobs."""
         assert self.store is not None and self.client is not None and self.outbox is not None
         assert self._metrics is not None and self._poll_metrics is not None
         assert self._jobs_args is not None
@@ -189,6 +194,8 @@ class LeaderJobs:
             backoff_s=self._poll_backoff_s,
         )
         self.money.start()
+        self.deadlines = DeadlineJob(store, lambda: self.rules, wake=self.outbox.wake)
+        self.deadlines.start()
         # The journal verified and its head published once a day (docs/audit.md).
         self.journal = JournalJob(store, settings.journal_at, wake=self.outbox.wake)
         self.journal.start()
@@ -208,6 +215,7 @@ class LeaderJobs:
         scheduler, self.scheduler = self.scheduler, None
         catchup, self.catchup = self.catchup, None
         money, self.money = self.money, None
+        deadlines, self.deadlines = self.deadlines, None
         journal, self.journal = self.journal, None
         if self._poll_metrics is not None:
             self._poll_metrics.leader.labels(instance=self.instance).set(0)
@@ -219,6 +227,8 @@ class LeaderJobs:
             await catchup.stop(grace_s=max(0.0, deadline - loop.time()))
         if money is not None:
             await money.stop(grace_s=max(0.0, deadline - loop.time()))
+        if deadlines is not None:
+            await deadlines.stop(grace_s=max(0.0, deadline - loop.time()))
         if journal is not None:
             await journal.stop(grace_s=max(0.0, deadline - loop.time()))
 

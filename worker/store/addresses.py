@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from worker.store.tx import Db
@@ -103,6 +104,17 @@ def update_registered(
         " profile=COALESCE(?, profile) WHERE id=?",
         [status, fail_message, now, profile, address_id],
     )
+
+
+def networks_among(db: Db, networks: Sequence[str]) -> set[str]:
+    """Which of `networks` some address record is on."""
+    if not networks:
+        return set()
+    marks = ",".join("?" for _ in networks)
+    rows = db.execute(
+        f"SELECT DISTINCT network FROM addresses WHERE network IN ({marks})", list(networks)
+    ).fetchall()
+    return {str(r[0]) for r in rows}
 
 
 def list_addresses(conn: Db) -> list[Any]:

@@ -201,6 +201,30 @@ def waiting_on_human(db: Db, *, limit: int = 200) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
+def networks_among(db: Db, networks: Sequence[str]) -> set[str]:
+    """Which of `networks` some deposit is on (a scan of the deposits: for a command's check of
+    names it does not know otherwise, not for a loop)."""
+    if not networks:
+        return set()
+    marks = ",".join("?" for _ in networks)
+    rows = db.execute(
+        f"SELECT DISTINCT network FROM deposits WHERE network IN ({marks})", list(networks)
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def held_for_decision(db: Db, *, limit: int = 200) -> list[dict[str, Any]]:
+    """Deposits whose booking is held for a decision (an undecided conflict or likely
+    duplicate: `depositd resolve`), oldest change first."""
+    rows = db.execute(
+        "SELECT * FROM deposits WHERE transaction_id IN"
+        " (SELECT transaction_id FROM conflicts WHERE decided_at IS NULL)"
+        " ORDER BY updated_at, transaction_id LIMIT ?",
+        [limit],
+    )
+    return [dict(r) for r in rows]
+
+
 def page_deposits(db: Db, state: str | None, *, limit: int, offset: int) -> list[dict[str, Any]]:
     """One page of deposits (of one state when given), latest change first."""
     where, params = ("WHERE state = ?", [state]) if state else ("", [])

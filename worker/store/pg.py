@@ -42,6 +42,7 @@ _GENERATED_KEYS = {
     "findings": "id",
     "reconcile_runs": "id",
     "operator_actions": "id",
+    "waits": "id",
 }
 CONNECT_TIMEOUT_S = 5
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import sqlite_utils
 
+from worker.clock import now_ms
 from worker.store.journal import adopt_ledger
 from worker.store.pg import is_postgres
 
@@ -281,6 +282,36 @@ def _migrate_journal(db: sqlite_utils.Database) -> None:
     adopt_ledger(db)
 
 
+def _migrate_waits(db: sqlite_utils.Database) -> None:
+    # Deposits waiting on a person, one row per wait (`worker.store.waits`, docs/rules.md,
+    # "Deadlines"): the deadline job reads the open ones through `waits_open`, never every
+    # deposit. The deposits waiting already are counted from now: when they started to wait
+    # is not known in this machine's clock.
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS waits (id INTEGER PRIMARY KEY, transaction_id TEXT NOT NULL,"
+        " reason TEXT NOT NULL, started_at INTEGER NOT NULL, severity TEXT NOT NULL,"
+        " channels TEXT, escalated_at INTEGER, ended_at INTEGER)"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS waits_open ON waits (started_at) WHERE ended_at IS NULL")
+    db.execute("CREATE INDEX IF NOT EXISTS waits_transaction ON waits (transaction_id, reason)")
+    now = now_ms()
+    db.execute(
+        "INSERT INTO waits (transaction_id, reason, started_at, severity)"
+        " SELECT d.transaction_id, d.state, CAST(? AS BIGINT),"
+        " CASE WHEN d.state = 'blocked' THEN 'critical' ELSE 'warning' END FROM deposits d"
+        " WHERE d.state IN ('rejected', 'blocked') OR (d.state = 'needs_details'"
+        " AND NOT EXISTS (SELECT 1 FROM actions a WHERE a.transaction_id = d.transaction_id"
+        " AND a.action = 'submit_profile' AND a.status <> 'skipped'))",
+        [now],
+    )
+    db.execute(
+        "INSERT INTO waits (transaction_id, reason, started_at, severity)"
+        " SELECT DISTINCT transaction_id, 'held', CAST(? AS BIGINT), 'critical' FROM conflicts"
+        " WHERE decided_at IS NULL",
+        [now],
+    )
+
+
 # Append only.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_v1,
@@ -294,5 +325,6 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_pending_events_index,
     _migrate_reconcile_runs_ledger_mark,
     _migrate_journal,
+    _migrate_waits,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlite_utils
 
-from worker.clock import utc_now
+from worker.clock import now_ms, utc_now
 from worker.provider.amounts import AmountError, parse_amount
 from worker.store.actions import queue_alert
 from worker.store.conflicts import (
@@ -26,6 +26,7 @@ from worker.store.conflicts import (
     record_decision,
 )
 from worker.store.deposits import lock_deposit, set_field
+from worker.store.waits import HELD, end_waits, start_wait
 from worker.track.tracker import FIXED_FIELDS, Deposit, Fact, conflicts
 
 
@@ -87,7 +88,17 @@ def record_conflicts(db: sqlite_utils.Database, before: Deposit | None, fact: Fa
         )
         if first:
             new_fields.append(name)
+        hold(db, tx)
     return new_fields
+
+
+def hold(db: sqlite_utils.Database, transaction_id: str) -> None:
+    """The deposit's booking is held for a decision: it waits on a person from now, unless it
+    waits on that decision already (docs/rules.md, "Deadlines"); announced by a critical alert
+    on every configured channel."""
+    start_wait(
+        db, transaction_id, HELD, now=now_ms(), severity="critical", channels=None, again=False
+    )
 
 
 def decided_value(name: str, text: str) -> Any:
@@ -132,6 +143,8 @@ def decide(
             continue
         stored = format(value, "f") if isinstance(value, Decimal) else value
         set_field(db, transaction_id, name, stored, now)
+    if not open_conflicts(db, transaction_id):
+        end_waits(db, transaction_id, HELD, now=now_ms())  # nothing left to decide
 
 
 def hold_likely_duplicate(db: sqlite_utils.Database, deposit: Deposit, other: str) -> bool:
@@ -151,6 +164,7 @@ def hold_likely_duplicate(db: sqlite_utils.Database, deposit: Deposit, other: st
         observed_at=None,
         now=utc_now(),
     )
+    hold(db, tx)
     return True
 
 
