@@ -1,7 +1,8 @@
 """`depositd verify` run as a command on both engines: an intact journal verifies; a ledger row
 edited, deleted or inserted by hand, a submission record changed and a journal entry changed
 are each named with exit 3; an anchor kept elsewhere proves the journal up to it; `--head`
-prints the head. The outcome is kept for `status`."""
+prints the head. The outcome is kept for `status`. And on what the real flow wrote: a running
+worker's submission and booking verify, and an edit afterwards is named."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from journalrows import book, by_hand, drop_append_only, purge, submit
 from stores import StoreMaker
 
 from worker.commands.cli import main
+from worker.dev.harness import Stack
+from worker.dev.sandbox.testing import ENTITY_PAYER
 from worker.store import journal
 from worker.store.writer import Store
 
@@ -238,3 +241,62 @@ def test_bad_usage_exits_2_and_a_missing_database_1(
     assert main(["verify", "--config", str(config)]) == 1
     assert "no database at" in capsys.readouterr().err
     assert not (tmp_path / "none.db").exists()
+
+
+# --- on what the real flow wrote ------------------------------------------------------------
+
+FLOW_ADDRESS = "TVerifyFlowEntity0000000000000001"
+
+
+@pytest.fixture
+def stack_stores(make_store: StoreMaker) -> StoreMaker:
+    """The stacks of this module on the test's engine."""
+    return make_store
+
+
+async def test_what_the_flow_wrote_verifies_and_an_edit_is_named(
+    start_stack: Callable[..., Awaitable[Stack]], tmp_path: Path
+) -> None:
+    """The sandbox's webhooks to a running worker: a deposit from a known address, its profile
+    submitted and accepted, then credited and booked. `verify` finds every entry and row in
+    place; a ledger row edited afterwards is named by its booking's entry."""
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(
+        json.dumps(
+            {"profiles": {"flow-entity": ENTITY_PAYER}, "addresses": {FLOW_ADDRESS: "flow-entity"}}
+        )
+    )
+    stack = await start_stack(profiles=profiles)
+    order = stack.sandbox.inject_deposit(1001, "USDT", "TRON", "1234.5678", FLOW_ADDRESS)
+    tx = str(order["transactionId"])
+
+    async def accepted() -> bool:
+        done = [a for a in await stack.actions(tx) if a["action"] == "submit_profile"]
+        return bool(done) and done[-1]["status"] == "done"
+
+    await stack.wait_for(accepted, what="the submission accepted")
+    stack.sandbox.approve_review(tx)
+    await stack.settle()
+    stack.sandbox.finish_sweep(tx)
+    await stack.wait_for(stack.ledger, what="the booking")
+    await stack.settle()
+    entries = await stack.store.read(lambda db: list(journal.entries(db)))
+    kinds = [e.kind for e in entries]
+    assert journal.SUBMITTED in kinds and journal.BOOKED in kinds
+
+    status, out, err = await cli(stack.config_path, "verify")
+    assert (status, err) == (0, ""), out
+    assert out.strip() == (
+        f"journal verified: {len(entries)} entries, head {entries[-1].seq}:{entries[-1].hash};"
+        " 1 ledger row and 1 submission match their entries"
+    )
+
+    assert stack.storage is not None
+    by_hand(stack.storage, ("UPDATE ledger SET amount = '1.5678' WHERE transaction_id = ?", [tx]))
+    status, out, _ = await cli(stack.config_path, "verify")
+    assert status == 3
+    booked = next(e for e in entries if e.kind == journal.BOOKED)
+    assert out.strip() == (
+        f"journal does not verify: ledger row {tx}: amount differs from journal entry"
+        f" {booked.seq} (edited by hand?)"
+    )
