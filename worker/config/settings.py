@@ -260,6 +260,9 @@ class SchedulerSettings(Section):
     abnormal_interval_s: float = Field(300, gt=0)
     # Daily, UTC: reconcile the previous day against the provider's report (section 14).
     reconcile_at: str = Field("02:30", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+    # Daily, UTC: verify the journal and publish its head to the log and the alert channels
+    # (docs/audit.md, "Anchoring the head"); after the reconciliation, whose entries it covers.
+    journal_at: str = Field("03:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 
 
 class InstanceSettings(Section):

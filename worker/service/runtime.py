@@ -33,6 +33,7 @@ from worker.notify.channels import Notifier, notifiers_from_settings, send_all
 from worker.notify.message import build_alert
 from worker.poll.catchupjobs import CatchUp
 from worker.poll.deadlines import DeadlineJob
+from worker.poll.journaljob import JournalJob
 from worker.poll.leader import Leader
 from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics
 from worker.poll.scheduler import Observe, Poller, Scheduler
@@ -96,6 +97,7 @@ class Runtime(LeaderJobs, ConsoleOperations):
         self.catchup: CatchUp | None = None
         self.money: MoneyJobs | None = None
         self.deadlines: DeadlineJob | None = None
+        self.journal: JournalJob | None = None
         self.leader: Leader | None = None
         self._money_gauges: MoneyMetrics | None = None
         self._jobs_args: tuple[Observe, list[Callable[[], None]]] | None = None

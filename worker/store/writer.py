@@ -25,6 +25,7 @@ import sqlite_utils
 
 from worker.errors import SchemaTooNew, SchemaUpgradeRefused, StorageError, StorageUnavailable
 from worker.logs import get_logger
+from worker.store import atcommit, journal
 from worker.store.database import has_table
 from worker.store.durability import sqlite_durability
 from worker.store.events import insert_events
@@ -82,9 +83,12 @@ class _Insert:
 def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
     """One write transaction; BEGIN IMMEDIATE so the write lock is taken before any read."""
     db.conn.execute("BEGIN IMMEDIATE")
+    atcommit.open_queue(db.conn)
     try:
         yield db
+        journal.append_queued(db)
     except BaseException:
+        atcommit.close_queue(db.conn)
         if db.conn.in_transaction:
             db.conn.execute("ROLLBACK")
         raise
@@ -158,12 +162,14 @@ def _in_savepoint(
     """
     conn = db.conn
     conn.execute("SAVEPOINT job")
+    queued = atcommit.mark(conn)
     try:
         result = fn(db)
         # Inside: on PostgreSQL in pipeline mode, this is where a statement of `fn` that was
         # sent without waiting fails (`worker.store.pg.PgConnection.pipeline`).
         conn.execute("RELEASE job")
     except Exception as exc:
+        atcommit.drop_after(conn, queued)
         if not conn.in_transaction:
             raise _LostTransaction(f"transaction rolled back: {exc}") from exc
         conn.execute("ROLLBACK TO job")
@@ -444,6 +450,8 @@ class Store:
         threaded: list[_Job],
     ) -> None:
         """A round that did not commit: roll back what is open, and every waiter gets the error."""
+        if db is not None:
+            atcommit.close_queue(db.conn)
         if db is not None and self._can_roll_back(db):
             try:
                 db.conn.execute("ROLLBACK")
@@ -498,6 +506,7 @@ class Store:
         while True:
             try:
                 db.conn.execute("BEGIN IMMEDIATE")
+                atcommit.open_queue(db.conn)
                 return
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc) or time.monotonic() > deadline:
@@ -511,6 +520,8 @@ class Store:
         assert db is not None
         settled: list[_Settled] = [(job.future, *_in_savepoint(db, job.fn)) for job in jobs]
         try:
+            # The round's journal entries, last: no other lock is taken after the journal's.
+            journal.append_queued(db)
             db.conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StorageError(str(exc)) from exc
