@@ -21,8 +21,9 @@ from functools import partial
 from worker.clock import iso_from_ms, now_ms, utc_now
 from worker.errors import StorageError
 from worker.logs import get_logger
+from worker.store import journal
 from worker.store.leases import acquire, get_lease, release
-from worker.store.retention import cutoff, purge_chunk, record_run
+from worker.store.retention import cutoff, entries_naming, purge_chunk, record_run
 from worker.store.tx import Db
 from worker.store.writer import Store
 
@@ -54,17 +55,21 @@ async def purge_personal_data(
     """Remove the payer values of every submission whose deposit finished more than `days`
     days before `now` (epoch ms; the clock's when None), a chunk per transaction."""
     before = cutoff(now_ms() if now is None else now, days)
-    after, purged, entries = 0, [], []
+    start = await store.read(journal.head)
+    after, purged = 0, []
     while True:
         done = await store.write(
             partial(purge_chunk, before=before, days=days, after=after, limit=chunk)
         )
         purged += done.purged
-        if done.entry is not None:
-            entries.append(done.entry.seq)
         if not done.more:
             break
         after = done.last
+    entries: list[int] = []
+    if purged:
+        entries = await store.read(
+            partial(entries_naming, after=start.seq if start else 0, action_ids=purged)
+        )
     emptied = await _empty_wal(store)
     await store.write(
         partial(record_run, ran_at=utc_now(), days=days, before=before, purged=len(purged))

@@ -2,18 +2,19 @@
 stored submission holds are removed once its deposit finished long enough ago.
 
 A deposit is finished when its state is `completed` or `failed` (both final), from the moment
-its order status became SUCCESS or FAIL; one a person still has to decide (an open conflict,
-`depositd resolve`) is not. Each `purge_chunk` runs in one write transaction: it looks at a
-bounded number of submissions still holding values, removes those due (`body` NULL,
-`purged_at` set) and appends one PURGED journal entry naming them, so the entry commits with
-the rows it describes. The payload's hash and its field names stay, in the row and in the
-SUBMITTED entry: what was sent stays provable without the values.
+its order status became SUCCESS or FAIL (or it was released, for a blocked one); one a person
+still has to decide (an open conflict, `depositd resolve`) is not. Each `purge_chunk` runs in
+one write transaction: it looks at a bounded number of submissions still holding values,
+removes those due (`body` NULL, `purged_at` set) and appends one PURGED journal entry naming
+them as the transaction commits, so the entry commits with the rows it describes. The
+payload's hash and its field names stay, in the row and in the SUBMITTED entry: what was sent
+stays provable without the values.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +52,6 @@ class Chunk:
     purged: list[int]
     last: int
     more: bool
-    entry: journal.Entry | None
 
 
 def finished_at(fact_time: Any, updated_at: Any) -> int:
@@ -79,12 +79,12 @@ def purge_chunk(db: Db, *, before: str, days: int, after: int = 0, limit: int = 
     conn = conn_of(db)
     rows = conn.execute(_CANDIDATES, [after, limit]).fetchall()
     if not rows:
-        return Chunk([], after, False, None)
+        return Chunk([], after, False)
     limit_ms = ms_from_iso(before)
     due = [int(r[0]) for r in rows if finished_at(r[1], r[2]) < limit_ms]
     last, more = int(rows[-1][0]), len(rows) == limit
     if not due:
-        return Chunk([], last, more, None)
+        return Chunk([], last, more)
     marks = ",".join("?" for _ in due)
     # Only rows no one purged meanwhile (another instance, on PostgreSQL): the entry names
     # exactly the rows this transaction changed. On SQLite the values are overwritten with
@@ -97,12 +97,23 @@ def purge_chunk(db: Db, *, before: str, days: int, after: int = 0, limit: int = 
             [utc_now(), *due],
         ).fetchall()
     )
-    if not purged:
-        return Chunk([], last, more, None)
-    entry = journal.append(
-        db, journal.PURGED, SUBJECT, {"action_ids": purged, "before": before, "days": days}
-    )
-    return Chunk(purged, last, more, entry)
+    if purged:
+        # Appended as the transaction commits, like every decision of the running service
+        # (docs/audit.md, "When an entry is written").
+        body = {"action_ids": purged, "before": before, "days": days}
+        journal.append_at_commit(db, journal.PURGED, SUBJECT, body)
+    return Chunk(purged, last, more)
+
+
+def entries_naming(db: Db, after: int, action_ids: Collection[int]) -> list[int]:
+    """The seqs of the PURGED entries after seq `after` naming only these action ids (what one
+    run appended)."""
+    ids = set(action_ids)
+    return [
+        e.seq
+        for e in journal.entries(db, after=after)
+        if e.kind == journal.PURGED and e.subject == SUBJECT and set(e.body["action_ids"]) <= ids
+    ]
 
 
 def record_run(db: Db, *, ran_at: str, days: int, before: str, purged: int) -> None:
