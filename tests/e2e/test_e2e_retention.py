@@ -2,12 +2,14 @@
 "Retention of personal data"). The sandbox's webhooks drive two deposits from known addresses
 through their submissions; one completes, the other stays under review. The day's run, a
 month on, removes the completed deposit's payer values from the database (every table, and on
-SQLite the file and its WAL) while its hash and field names still prove what was sent; the
-deposit under review keeps its values."""
+SQLite the file and its WAL) while its hash and field names still prove what was sent, and
+`depositd verify` still holds; the deposit under review keeps its values."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -140,3 +142,19 @@ async def test_a_month_after_completion_the_values_sent_are_gone_and_still_prova
     # No payer value in the journal, before or after.
     journal_text = json.dumps([e.as_json() for e in entries], ensure_ascii=False)
     assert not [v for v in DONE_VALUES + WAITING_VALUES if v in journal_text]
+    # And `depositd verify` accepts the purged record beside the running service.
+    status, out, err = await depositd(stack.config_path, "verify")
+    assert status == 0, (out, err)
+    assert out.startswith("journal verified:")
+
+
+async def depositd(config: Path, *args: str) -> tuple[int, str, str]:
+    """`python -m worker ARGS --config CONFIG` in a process of its own: status, stdout, stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "worker", *args, "--config", str(config)],
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
