@@ -198,7 +198,10 @@ async def test_an_entry_changed_by_hand_is_named(setup: Setup) -> None:
 
 async def test_the_head_and_an_anchor(setup: Setup) -> None:
     status, out, _ = await cli(setup.config, "verify", "--head")
-    assert (status, out) == (0, f"{setup.head}\n")
+    assert (status, out) == (0, f"{setup.head.seq} {setup.head.hash}\n")
+    # As printed, it is an anchor too.
+    status, _, _ = await cli(setup.config, "verify", "--anchor", out.strip())
+    assert status == 0
     anchor = journal.Head(2, setup.entries[1].hash)
     status, out, _ = await cli(setup.config, "verify", "--anchor", str(anchor))
     assert status == 0

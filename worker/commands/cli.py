@@ -262,7 +262,7 @@ def _verify(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="SEQ:HASH",
         help="also prove the journal unchanged up to this head, kept outside the database",
     )
-    p.add_argument("--head", action="store_true", help="print the journal's head, SEQ:HASH")
+    p.add_argument("--head", action="store_true", help="print the journal's head, SEQ HASH")
     p.add_argument("--json", action="store_true", help="the outcome as one JSON object")
 
 

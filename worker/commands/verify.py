@@ -4,7 +4,8 @@
 ledger and the kept submissions, and every one of those rows against its entry; exit 0 and a
 one-line summary when everything holds, 3 naming the first entry or row that does not (as
 `reconcile` exits 3 with findings). The outcome is kept as the last verification (`status` and
-the console show it); nothing else is written. `verify --head` prints the head, `SEQ:HASH`.
+the console show it); nothing else is written. `verify --head` prints the head, `SEQ HASH`
+(`--anchor` takes it so, or as `SEQ:HASH`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _no_database(settings: Settings) -> bool:
 async def _head(settings: Settings) -> int:
     async with command_store(settings.storage) as store:
         head = await store.read(journal.head)
-    print("the journal is empty (no entry yet)" if head is None else str(head))
+    print("the journal is empty (no entry yet)" if head is None else head.spaced())
     return 0
 
 

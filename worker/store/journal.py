@@ -126,10 +126,16 @@ class Head:
     def __str__(self) -> str:
         return f"{self.seq}:{self.hash}"
 
+    def spaced(self) -> str:
+        """`SEQ HASH`, as `depositd verify --head` prints it."""
+        return f"{self.seq} {self.hash}"
+
     @classmethod
     def parse(cls, text: str) -> Head:
-        """`SEQ:HASH` as `str` writes it; ValueError naming what is wrong."""
-        seq, sep, hash_ = text.strip().partition(":")
+        """`SEQ:HASH` as `str` writes it, or `SEQ HASH` as `spaced` does; ValueError naming
+        what is wrong."""
+        seq, sep, hash_ = text.strip().replace(" ", ":", 1).partition(":")
+        hash_ = hash_.strip()
         if not sep or not seq.isdigit() or len(hash_) != 64:
             raise ValueError(f"an anchor is SEQ:HASH (a number, a colon, 64 hex digits): {text!r}")
         try:
