@@ -32,16 +32,19 @@ from worker.commands.ops import status_report
 from worker.commands.resolve import _resolve
 from worker.config.profiles import Profiles
 from worker.config.settings import SchedulerSettings
-from worker.errors import ConfigError, ProviderAnswerMismatch
+from worker.errors import ConfigError, ProviderAnswerMismatch, StorageError
 from worker.poll.scheduler import Poller
 from worker.provider import jsonio
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, WhiteListStatus
 from worker.rules import RuleBook
+from worker.rules.fingerprint import rules_hash
 from worker.rules.model import ANY_WALLET, Action, Conditions, Rule, RuleSet
+from worker.store import journal
 from worker.store.deposits import lock_deposit
 from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect
+from worker.store.pgstore import PgStore
 from worker.store.writer import Store, event_row
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
@@ -925,3 +928,208 @@ async def test_a_likely_duplicate_held_again_on_its_completion_is_alerted_once(e
         ("TXB", "duplicate_tx_hash", "critical")
     ]
     assert await rows(env.store, "SELECT transaction_id FROM ledger") == [{"transaction_id": "TXA"}]
+
+
+# --- the journal: every booking and hold, with the rules that decided it -----------------------
+
+
+async def journal_of(store: Store) -> list[journal.Entry]:
+    """Every journal entry, in order; the chain checked whole first."""
+    entries = await store.read(lambda db: list(journal.entries(db)))
+    assert journal.chain_problem(entries) is None
+    return entries
+
+
+def rules_in_force(env: Env) -> str:
+    """The rules hash of the env's rules (the file as it is) and no profiles."""
+    return rules_hash(RuleBook.load(env.rules_path, specs=SPECS), Profiles.empty())
+
+
+async def test_each_booking_of_a_batch_is_journalled_once_with_its_row_and_rules(
+    env: Env,
+) -> None:
+    """A batch that books deposits, holds one until its txHash is known and holds a likely
+    duplicate (the batch undone and applied again one event at a time): each ledger row has one
+    BOOKED entry holding the row as written, the rule set and version that booked it, the rules
+    hash and the event; each held deposit one HELD entry with its reason and trigger (the
+    entries of the batch undone went with it)."""
+    credited = {"status": "SUCCESS", "whiteListStatus": None}
+    same = {**credited, "transactionHash": "0xshared"}
+    for at, (tx, data) in enumerate(
+        [
+            ("TX1", credited),
+            ("TXW", {**credited, "transactionHash": None}),
+            ("TXA", same),
+            ("TXB", same),
+            ("TXC", {**same, "amount": "7.5"}),
+        ]
+    ):
+        await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", tx, NOW + at, **data))
+    assert await env.processor.run_until_idle() == 5
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TX2", NOW + 9, **credited))
+    assert await env.processor.run_until_idle() == 1  # a batch that books without a retry
+    entries = await journal_of(env.store)
+    ledger = await rows(env.store, "SELECT * FROM ledger")
+    books = {
+        b["transaction_id"]: b
+        for b in await rows(env.store, "SELECT * FROM actions WHERE action='book'")
+    }
+    booked = [e for e in entries if e.kind == journal.BOOKED]
+    assert sorted(e.subject for e in booked) == sorted(r["transaction_id"] for r in ledger)
+    row_of = {r["transaction_id"]: r for r in ledger}
+    for entry in booked:
+        book = books[entry.subject]
+        assert entry.body == {
+            **journal.ledger_body(row_of[entry.subject]),
+            "rule_set": book["rule_set"],
+            "rule_set_version": book["rule_set_version"],
+            "rules_hash": rules_in_force(env),
+            "event_id": book["event_id"],
+        }
+        assert book["rule_set"] == "rules.yaml" and book["event_id"]
+    waiting, held = [e for e in entries if e.kind == journal.HELD]
+    assert (waiting.subject, waiting.body["reason"]) == ("TXW", WAITING_FOR_TX_HASH)
+    assert (held.subject, held.body["trigger"]) == ("TXB", "credited")
+    assert held.body["reason"] == books["TXB"]["outcome"]
+    assert held.body["reason"].startswith("held: likely duplicate of TXA")
+    assert (held.body["rule_set"], held.body["rules_hash"]) == ("rules.yaml", rules_in_force(env))
+    assert len(entries) == 6
+
+
+async def test_a_hold_its_release_and_the_booking_it_makes_are_journalled_together(
+    env: Env, tmp_path: Path, make_store: StoreMaker
+) -> None:
+    """A deposit held by an amount in conflict: a HELD entry; `depositd resolve` books it and
+    journals, in its own transaction, the BOOKED row (under the rules that held it), the
+    RELEASED decision with who and the note, and the operator's action."""
+    await deliver(env.store, webhook("DEPOSIT_WHITELIST_REQUIRED", "TXC", NOW))
+    await deliver(env.store, webhook("DEPOSIT_WHITELIST_CREDITED", "TXC", NOW + 1, amount="90"))
+    await env.processor.run_until_idle()
+    [held] = await journal_of(env.store)
+    assert (held.kind, held.subject) == (journal.HELD, "TXC")
+    assert held.body == {
+        "reason": "held: amount in conflict; waiting for a decision (depositd resolve)",
+        "trigger": "credited",
+        "rule_set": "rules.yaml",
+        "rules_hash": rules_in_force(env),
+    }
+    # The rules change before the person decides: the booking keeps the rules that held it.
+    env.rules_path.write_text(BOOK_ON_CREDITED + "# edited\n")
+    cfg = str(write_config(tmp_path, make_store.storage("d.db")))
+    args = ["resolve", "--config", cfg, "TXC", "--set", "amount=90", "--by", "ann"]
+    assert main([*args, "--note", "checked on chain"]) == 0
+    entries = await journal_of(env.store)
+    assert [(e.kind, e.subject) for e in entries[1:]] == [
+        (journal.BOOKED, "TXC"),
+        (journal.RELEASED, "TXC"),
+        (journal.OPERATOR, "TXC"),
+    ]
+    booked, released, operator = entries[1:]
+    [row] = await rows(env.store, "SELECT * FROM ledger")
+    [first, *_] = await rows(env.store, "SELECT * FROM actions WHERE action='book' ORDER BY id")
+    assert booked.body == {
+        **journal.ledger_body(row),
+        "rule_set": "rules.yaml",
+        "rule_set_version": first["rule_set_version"],
+        "rules_hash": held.body["rules_hash"],
+        "event_id": first["event_id"],
+    }
+    assert released.body == {
+        "decision": "amount=90",
+        "by": "ann",
+        "note": "checked on chain",
+        "booked": True,
+    }
+    assert operator.body["action"] == "resolve" and operator.body["by"] == "ann@cli"
+    assert operator.body["note"] == "checked on chain"
+    assert operator.body["outcome"].startswith("decided amount=90; booked")
+    assert {e.at for e in entries[1:]} == {booked.at}  # one transaction
+
+
+async def test_a_deposit_decided_a_duplicate_is_released_unbooked(
+    env: Env, tmp_path: Path, make_store: StoreMaker
+) -> None:
+    """`resolve --set duplicate=yes`: RELEASED with booked false, no BOOKED entry for it."""
+    done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
+    await env.processor.observe_fact(_fact_of(order("TXA", **done)))
+    await env.processor.observe_fact(_fact_of(order("TXB", **done)))
+    cfg = str(write_config(tmp_path, make_store.storage("d.db")))
+    assert main(["resolve", "--config", cfg, "TXB", "--set", "duplicate=yes", "--by", "bo"]) == 0
+    entries = await journal_of(env.store)
+    assert [(e.kind, e.subject) for e in entries] == [
+        (journal.BOOKED, "TXA"),
+        (journal.HELD, "TXB"),
+        (journal.RELEASED, "TXB"),
+        (journal.OPERATOR, "TXB"),
+    ]
+    assert entries[2].body == {"decision": "duplicate=yes", "by": "bo", "note": "", "booked": False}
+
+
+async def test_a_journal_that_cannot_be_appended_leaves_the_booking_uncommitted(
+    env: Env,
+) -> None:
+    """The booking and its entry commit together: while the database refuses the journal's
+    rows, the processor's transaction is given back whole (no ledger row, no action, the event
+    still pending); once it takes them again, the deposit is booked once, with its one entry."""
+    credited = {"status": "SUCCESS", "whiteListStatus": None}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXJ", NOW, **credited))
+    postgres = isinstance(env.store, PgStore)
+    refuse = (
+        [
+            "CREATE FUNCTION refuse_journal() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN RAISE EXCEPTION 'no space left for the journal'; END $$",
+            "CREATE TRIGGER refuse_journal BEFORE INSERT ON journal"
+            " FOR EACH ROW EXECUTE FUNCTION refuse_journal()",
+        ]
+        if postgres
+        else [
+            "CREATE TRIGGER refuse_journal BEFORE INSERT ON journal"
+            " BEGIN SELECT RAISE(ABORT, 'no space left for the journal'); END"
+        ]
+    )
+    for sql in refuse:
+        await env.store.write(lambda db, sql=sql: db.execute(sql))
+    with pytest.raises(StorageError, match="no space left for the journal"):
+        await env.processor.run_until_idle()
+    assert await rows(env.store, "SELECT * FROM ledger") == []
+    assert await rows(env.store, "SELECT * FROM actions") == []
+    assert [e["status"] for e in await rows(env.store, "SELECT status FROM events")] == ["pending"]
+    drop = "DROP TRIGGER refuse_journal" + (" ON journal" if postgres else "")
+    await env.store.write(lambda db: db.execute(drop))
+    assert await env.processor.run_until_idle() == 1
+    [row] = await rows(env.store, "SELECT * FROM ledger")
+    [entry] = await journal_of(env.store)
+    assert (entry.kind, journal.ledger_body(entry.body)) == (journal.BOOKED, row)
+
+
+@pytest.mark.parametrize("engine", ["postgres"])
+async def test_two_instances_booking_at_once_on_postgres_leave_one_chain(
+    env: Env, make_store: StoreMaker
+) -> None:
+    """Two stores (two instances) with their processors on one PostgreSQL database, applying a
+    stream of deposits at the same time, holding a likely duplicate: one chain in one order,
+    one BOOKED entry per ledger row, each holding the row."""
+    other = make_store("d.db")
+    await other.open()
+    try:
+        second = Processor(other, reactor=env.processor.reactor, batch_size=3)
+        env.processor.batch_size = 3
+        credited = {"status": "SUCCESS", "whiteListStatus": None}
+        for i in range(40):
+            data = {**credited, "transactionHash": "0xtwice"} if i in (7, 23) else credited
+            await deliver(
+                env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", f"T{i:02d}", NOW + i, **data)
+            )
+        done = await asyncio.gather(env.processor.run_until_idle(), second.run_until_idle())
+        assert sum(done) == 40 and all(done)  # both applied some
+    finally:
+        await other.close()
+    entries = await journal_of(env.store)
+    ledger = await rows(env.store, "SELECT * FROM ledger")
+    assert len(ledger) == 39  # T23 held as a likely duplicate of T07 (or the other way)
+    booked = {e.subject: e.body for e in entries if e.kind == journal.BOOKED}
+    assert len(booked) == len([e for e in entries if e.kind == journal.BOOKED]) == 39
+    assert {tx: journal.ledger_body(b) for tx, b in booked.items()} == {
+        r["transaction_id"]: r for r in ledger
+    }
+    assert [e.subject for e in entries if e.kind == journal.HELD] in (["T23"], ["T07"])

@@ -202,6 +202,35 @@ async def test_a_deposit_that_stopped_waiting_is_not_alerted_and_a_new_rejection
         assert value not in text
 
 
+async def test_a_deposit_whose_submission_the_provider_refused_waits_with_a_deadline(
+    start_stack: MakeStack, tmp_path: Path
+) -> None:
+    """The provider refuses the stored profile's details (10000102): the deposit still needs
+    payer details and a person must correct them, so it waits from the refusal, and past the
+    deadline (an hour for this wallet) it is alerted once."""
+    stack = await start_stack(rules=rules_folder(tmp_path))
+    stack.sandbox.set_fault("submit", "code", code="10000102")
+    tx = str(
+        stack.sandbox.inject_deposit(1002, "USDT", "TRON", "12.00", KNOWN_PAYER)["transactionId"]
+    )
+
+    async def refused() -> bool:
+        rows = [a for a in await stack.actions(tx) if a["action"] == "submit_profile"]
+        return bool(rows) and rows[-1]["status"] == "failed"
+
+    await stack.wait_for(refused, what="the refusal")
+    await stack.settle()
+    [wait] = await waits_of(stack, tx)
+    assert (wait.reason, wait.severity) == ("needs_details", "warning")
+    assert (await run_at(stack, wait.started_at + 59 * MINUTE)).alerted == ()
+    assert [
+        w.transaction_id for w in (await run_at(stack, wait.started_at + 61 * MINUTE)).alerted
+    ] == [tx]
+    assert (await run_at(stack, wait.started_at + 62 * MINUTE)).alerted == ()
+    await stack.wait_for(lambda: bool(overdue_mails(stack, tx, "needs_details")), what="mail")
+    assert len(overdue_mails(stack, tx, "needs_details")) == 1
+
+
 async def test_a_blocked_deposit_stays_critical_and_says_overdue(
     start_stack: MakeStack, tmp_path: Path
 ) -> None:
@@ -241,7 +270,9 @@ async def test_with_two_instances_the_leader_runs_it_and_a_wait_is_alerted_once(
     storage = make_store.storage("shared.db")
     folder = rules_folder(tmp_path)
     leader = await start_stack(storage=storage, rules=folder)
-    follower = await start_stack(storage=storage, rules=folder, notify=False, sole=False)
+    # Alike but for the sinks (each stack has its own): whichever outbox claims the alert sends
+    # it. (A follower without `notify` once claimed it and sent nothing, now and then.)
+    follower = await start_stack(storage=storage, rules=folder, sole=False)
     assert leader.runtime.deadlines is not None and follower.runtime.deadlines is None
     order = leader.sandbox.inject_deposit(1001, "USDT", "TRON", "9.00", NO_PROFILE)
     tx = str(order["transactionId"])
@@ -256,10 +287,16 @@ async def test_with_two_instances_the_leader_runs_it_and_a_wait_is_alerted_once(
         *(check_deadlines(s.store, s.runtime.rules, now=now) for s in (leader, follower, leader))
     )
     assert sorted(len(r.alerted) for r in runs) == [0, 0, 1]
+
+    def mails() -> list[Any]:
+        return [m for s in (leader, follower) for m in overdue_mails(s, tx, "needs_details")]
+
     leader.outbox.wake()
-    await leader.wait_for(lambda: bool(overdue_mails(leader, tx, "needs_details")), what="mail")
+    follower.outbox.wake()
+    await leader.wait_for(lambda: bool(mails()), what="mail")
     await leader.settle()
-    assert len(overdue_mails(leader, tx, "needs_details")) == 1
+    await follower.settle()
+    assert len(mails()) == 1
 
 
 # --- a booking held for a decision, on a store alone ---------------------------------------

@@ -299,3 +299,41 @@ def test_unknown_signature_setting_names_the_choices(tmp_path: Path) -> None:
     assert problems(config) == [
         f"{config}:8: webhook.signature_encoding: must be one of: hex, base64"
     ]
+
+
+# --- retention of personal data ------------------------------------------------------------------
+
+
+def test_personal_data_is_kept_unless_a_retention_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unset (or empty): kept; a whole number of days, also from a ${VAR}, is read as given."""
+    assert load_settings(write(tmp_path, "a.yaml", BASE)).retention.personal_data_days is None
+    empty = write(tmp_path, "b.yaml", BASE + "retention:\n  personal_data_days:\n")
+    assert load_settings(empty).retention.personal_data_days is None
+    given = write(tmp_path, "c.yaml", BASE + "retention:\n  personal_data_days: 1825\n")
+    assert load_settings(given).retention.personal_data_days == 1825
+    monkeypatch.setenv("KEEP_DAYS", "90")
+    variable = write(tmp_path, "d.yaml", BASE + "retention:\n  personal_data_days: ${KEEP_DAYS}\n")
+    assert load_settings(variable).retention.personal_data_days == 90
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "must be more than 0"),
+        ("-30", "must be more than 0"),
+        ("30.5", "must be a whole number of days, e.g. 1825"),
+        ("30.0", "must be a whole number of days, e.g. 1825"),
+        ("true", "must be a whole number of days, e.g. 1825"),
+        ("thirty", "must be a whole number of days, e.g. 1825"),
+        ("[30]", "must be a whole number, not a list"),
+    ],
+)
+def test_a_retention_that_is_not_a_positive_whole_number_of_days_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, message: str
+) -> None:
+    """0, a negative, a fraction, `true` (which would read as 1 day) or text: `check` names
+    the file, line and key, and says what would be right."""
+    config = write(tmp_path, "depositd.yaml", BASE + f"retention:\n  personal_data_days: {value}\n")
+    assert check(config, capsys) == (2, [f"{config}:11: retention.personal_data_days: {message}"])

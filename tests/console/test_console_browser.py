@@ -19,9 +19,12 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
 from worker.act.approve import approve
+from worker.clock import utc_now
 from worker.store import operator as operator_store
+from worker.store.journal import Head
 from worker.store.meta import all_meta
 from worker.store.tx import conn_of
+from worker.store.verification import Verification, record
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_PROFILE_SOURCE = "TConsoleNoProfile000000000000001"  # wallet 1001 has no fallback profile
@@ -474,3 +477,38 @@ def test_overview_shows_refused_webhook_deliveries(
     live.until(cleared, "an accepted delivery to end the streak")
     browser.get(stack.console_url + "/")
     assert not browser.find_elements(By.ID, "webhook-auth")
+
+
+def test_overview_shows_the_journal_head_and_its_last_verification(
+    live: LiveStack, browser: webdriver.Chrome
+) -> None:
+    """A verification that found a record changed is an alarm on the overview, naming what it
+    found (and passing axe); once the daily job has verified the journal again, the overview
+    shows the head and the verification instead."""
+    stack = live.stack
+    problem = "ledger row tx-console-9 has no journal entry (inserted by hand?)"
+    found = Verification(
+        at=utc_now(),
+        entries=3,
+        head=Head(3, "ab" * 32),
+        ledger_rows=3,
+        submissions=0,
+        problem=problem,
+    )
+    live.run(stack.store.write(lambda db: record(db, found)))
+    log_in(browser, live)
+    notice = browser.find_element(By.ID, "journal-broken")
+    assert problem in notice.text and "depositd verify" in notice.text
+    assert notice.get_attribute("role") == "alert"
+    assert AXE.is_file(), f"{AXE} missing: run `make tools` (npm install of axe-core)"
+    assert _axe_violations(browser, AXE.read_text(encoding="utf-8")) == []
+
+    job = stack.runtime.journal
+    assert job is not None
+    outcome = live.run(job.publish())
+    assert outcome is not None and outcome.verified
+    browser.get(stack.console_url + "/")
+    assert not browser.find_elements(By.ID, "journal-broken")
+    shown = browser.find_element(By.ID, "journal").text
+    assert (str(outcome.head) if outcome.head else "empty") in shown
+    assert "verified" in shown

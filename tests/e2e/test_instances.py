@@ -32,6 +32,7 @@ from serveproc import ServeProcess, free_port
 from worker.commands.ops import status_report
 from worker.config.settings import StorageSettings
 from worker.dev.sandbox import SANDBOX_KEY, SandboxConfig, create_app
+from worker.store import journal
 from worker.store.pgstore import command_connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -340,6 +341,22 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
     # the call left an attempt without one).
     calls = [r["path"].split("/")[-2] for r in recorded if r["path"].endswith("/submit")]
     assert all(1 <= calls.count(r["transaction_id"]) <= r["attempts"] for r in submits)
+    # The journal: one chain, whoever appended and whatever was killed; each ledger row has
+    # the one BOOKED entry written with it, each submission its SUBMITTED entry, and no payer
+    # value is in any of them.
+    with connection(db) as conn:
+        entries = list(journal.entries(conn))
+    assert journal.chain_problem(entries) is None
+    booked = {e.subject: e for e in entries if e.kind == journal.BOOKED}
+    assert len(booked) == len([e for e in entries if e.kind == journal.BOOKED])
+    assert {
+        r["transaction_id"]: journal.ledger_body(r) for r in rows(db, "SELECT * FROM ledger")
+    } == {tx: journal.ledger_body(e.body) for tx, e in booked.items()}
+    sent = sorted(e.subject for e in entries if e.kind == journal.SUBMITTED)
+    assert sent == sorted(injected)
+    text = json.dumps([e.as_json() for e in entries])
+    for value in ("Multi Instance Trading", "2 Twin Street", "Singapore"):
+        assert value not in text
     # The scheduler's jobs: never on both instances at once.
     runs_a = job_runs(a.log, kills["a"])
     runs_b = job_runs(b.log, kills["b"])

@@ -62,6 +62,7 @@ from worker.provider import jsonio
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder
 from worker.rules import RuleBook
+from worker.store import journal
 from worker.store.findings import ledger_rows_for_day
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
@@ -721,6 +722,23 @@ class MoneyPath(RuleBasedStateMachine):
             if row["state"] == "rejected":
                 truth = self.truth.deposits[row["transaction_id"]]
                 assert truth.wl == "rejected", f"{truth.tx} reads rejected, provider: {truth.wl}"
+
+    @invariant()
+    def journal_holds(self) -> None:
+        """The journal is one intact chain, and each ledger row has exactly one BOOKED (or
+        ADOPTED) entry whose fields are the row's."""
+        if not hasattr(self, "truth"):
+            return
+        entries = self._run(self.store.read(lambda db: list(journal.entries(db))))
+        assert journal.chain_problem(entries) is None
+        booked: dict[str, list[dict[str, Any]]] = {}
+        for entry in entries:
+            if entry.kind in (journal.BOOKED, journal.ADOPTED):
+                booked.setdefault(entry.subject, []).append(journal.ledger_body(entry.body))
+        ledger = {
+            r["transaction_id"]: journal.ledger_body(r) for r in self._rows("SELECT * FROM ledger")
+        }
+        assert {tx: [row] for tx, row in ledger.items()} == booked
 
     # --- the end of a history ----------------------------------------------------------------
 

@@ -32,10 +32,15 @@ def make_active(stack: Stack, wallet_id: int) -> None:
 
 
 async def catchups_done(stack: Stack) -> None:
-    """Wait until the running worker finished a catch-up (the one at start)."""
-    catchup = stack.runtime.catchup
-    assert catchup is not None
-    await stack.wait_for(lambda: catchup.last is not None, 10, "the catch-up")
+    """Wait until the running worker finished a catch-up (the one at start). The catch-up is
+    made once this instance leads the scheduler, which on a busy machine may come after the
+    stack is up."""
+
+    def done() -> bool:
+        catchup = stack.runtime.catchup
+        return catchup is not None and catchup.last is not None
+
+    await stack.wait_for(done, 10, "the catch-up")
 
 
 async def metric(stack: Stack, name: str) -> float:

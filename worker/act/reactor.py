@@ -18,9 +18,10 @@ from worker.act.kinds.base import Recording
 from worker.act.kinds.book import CREDITED_STATES, book_held
 from worker.act.waits import WAIT_TRIGGERS
 from worker.act.waits import begin as begin_wait
-from worker.config.profiles import ProfileMatch, Profiles
+from worker.config.profiles import Profiles
 from worker.logs import LogLine
-from worker.rules import Intent, RuleBook
+from worker.rules import RuleBook
+from worker.rules.fingerprint import rules_hash
 from worker.store.actions import acted_on_event
 from worker.track.batch import Reaction
 from worker.track.tracker import Deposit, Fact, Transition
@@ -45,8 +46,10 @@ class RuleReactor:
         and the booking that waited for the txHash this fact states first
         (`Reaction.learnt_tx_hash`); the lines to log once committed."""
         rulebook = self._rules()
+        profiles = self._profiles()
         lines: list[LogLine] = []
-        match = self._profiles().for_deposit(deposit.wallet_id, deposit.from_address)
+        match = profiles.for_deposit(deposit.wallet_id, deposit.from_address)
+        decided_under = rules_hash(rulebook, profiles)
         todo: list[tuple[str, str]] = [(t.trigger._value_, t.key) for t in transitions]
         if (
             fact.event_type
@@ -67,33 +70,36 @@ class RuleReactor:
                 if rule in ran:
                     continue
                 running.add(rule)
-                if self._record(db, deposit, key, fact, reaction, intent, match, lines):
+                recording = Recording(
+                    db,
+                    deposit,
+                    key,
+                    fact,
+                    intent,
+                    match,
+                    self._profiles,
+                    lines,
+                    reaction,
+                    decided_under,
+                )
+                if self._record(recording):
                     break  # `ignore`: nothing after it runs
             ran |= running
             if trigger in WAIT_TRIGGERS:
                 begin_wait(db, deposit, trigger, intents, match)
         if reaction.learnt_tx_hash and deposit.state in CREDITED_STATES:
-            done = book_held(db, deposit, "(the txHash is known now)", reaction)
+            done = book_held(
+                db, deposit, "(the txHash is known now)", reaction, rules_hash=decided_under
+            )
             if done is not None:
                 lines.append((done[1], {"transactionId": deposit.transaction_id}))
         return lines
 
-    def _record(
-        self,
-        db: sqlite_utils.Database,
-        deposit: Deposit,
-        trigger: str,
-        fact: Fact,
-        reaction: Reaction,
-        intent: Intent,
-        match: ProfileMatch | None,
-        lines: list[LogLine],
-    ) -> bool:
+    @staticmethod
+    def _record(recording: Recording) -> bool:
         """Record one intent by its kind; True when the kind ends the rule set (`ignore`)."""
-        kind = KINDS.get(intent.action)
+        kind = KINDS.get(recording.intent.action)
         if kind is None:
-            raise ValueError(f"unknown action {intent.action!r}")
-        kind.record(
-            Recording(db, deposit, trigger, fact, intent, match, self._profiles, lines, reaction)
-        )
+            raise ValueError(f"unknown action {recording.intent.action!r}")
+        kind.record(recording)
         return kind.spec.final

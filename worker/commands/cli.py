@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "selftest": "worker.commands.selftest:run",
     "schema": "worker.commands.schema:run",
     "migrate-store": "worker.commands.migrate:run",
+    "verify": "worker.commands.verify:run",
     "evidence": "worker.commands.evidence:run_evidence",
     "verify-evidence": "worker.commands.evidence:run_verify_evidence",
 }
@@ -198,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--note", metavar="TEXT", help="why (with --ack)")
     p = sub.add_parser("abnormal", parents=[common], help="abnormal funds seen at the provider")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    _verify(sub, common)
 
     _sandbox(sub, common)
 
@@ -250,6 +252,21 @@ def _register_address(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="with --from-csv: check and report, send nothing"
     )
+
+
+def _verify(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "verify",
+        parents=[common],
+        help="check the journal and the rows it describes (exit 3: something does not verify)",
+    )
+    p.add_argument(
+        "--anchor",
+        metavar="SEQ:HASH",
+        help="also prove the journal unchanged up to this head, kept outside the database",
+    )
+    p.add_argument("--head", action="store_true", help="print the journal's head, SEQ HASH")
+    p.add_argument("--json", action="store_true", help="the outcome as one JSON object")
 
 
 def _evidence(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -25,6 +25,7 @@ from worker.provider.client import ProviderClient
 from worker.service.bundle import load_bundle
 from worker.store import abnormal as abnormal_store
 from worker.store import findings as findings_store
+from worker.store import journal
 from worker.store.writelock import command_store
 
 EXIT_FINDINGS = 3
@@ -82,9 +83,17 @@ async def _ack(settings: Settings, finding_id: int, by: str, note: str) -> int:
     from worker.clock import utc_now
 
     def job(db: Any) -> dict[str, Any] | None:
-        if findings_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now()):
-            return {}
-        return findings_store.get_finding(db, finding_id)
+        found: dict[str, Any] | None = {}
+        outcome = "acknowledged"
+        if not findings_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now()):
+            found = findings_store.get_finding(db, finding_id)
+            if found is None:
+                return None
+            outcome = f"refused: acknowledged already by {found.get('acknowledged_by')}"
+        # As the console's acknowledgement is journalled (docs/audit.md).
+        body = {"action": "ack_finding", "by": f"{by}@cli", "note": note, "outcome": outcome}
+        journal.append_at_commit(db, journal.OPERATOR, f"finding#{finding_id}", body)
+        return found
 
     async with command_store(settings.storage) as store:
         refused = await store.write(job)

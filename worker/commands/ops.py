@@ -26,7 +26,7 @@ from worker.store import actions, alerts, events, leases
 from worker.store.actions import requeue_failed_actions
 from worker.store.alerts import requeue_failed_alerts
 from worker.store.conflicts import count_held_deposits
-from worker.store.database import finish_copy
+from worker.store.database import finish_copy, has_table
 from worker.store.deposits import count_waiting_on_human, deposits_by_state
 from worker.store.durability import postgres_durability, sqlite_durability
 from worker.store.events import requeue_event, requeue_failed_events
@@ -35,7 +35,9 @@ from worker.store.leases import SCHEDULER_LEASE
 from worker.store.ledger import count_booked
 from worker.store.meta import TASKS_DOWN, all_meta, auth_refusal_streak
 from worker.store.pg import is_postgres
+from worker.store.retention import last_run
 from worker.store.servelock import serving
+from worker.store.verification import journal_status
 from worker.store.waits import count_overdue
 
 # The files SQLite keeps beside a database: writing over any of them under a running service
@@ -239,6 +241,11 @@ def status_report(
         "tasksDown": json.loads(meta.get(TASKS_DOWN) or "{}"),
         # The last reconciliation run and the findings still open (`depositd reconcile`).
         "reconciliation": reconciliation_status(conn),
+        # The last run of the retention of personal data, and the last one that removed any
+        # (null: never ran, `retention.personal_data_days` unset).
+        "personalDataRetention": last_run(meta),
+        # The journal's head and its last verification (`depositd verify`, the daily job).
+        "journal": journal_status(conn) if has_table(conn, "journal") else None,
         # What an acknowledged webhook survives, as the database is set up now.
         "durability": (
             postgres_durability(conn) if is_postgres(conn) else sqlite_durability(synchronous)

@@ -18,6 +18,7 @@ import sqlite_utils
 
 from worker.act.kinds.book import book_held
 from worker.commands.dbopen import run_on_db
+from worker.store import journal
 from worker.store.conflicts import all_conflicts
 from worker.store.conflicts import open_conflicts as open_of
 from worker.store.deposits import get_deposit_row, lock_deposit
@@ -77,14 +78,17 @@ def _values(sets: list[str], open_fields: set[str]) -> tuple[dict[str, Any], lis
     return values, problems
 
 
-def _book_held(db: sqlite_utils.Database, tx: str, by: str) -> str:
-    """Make the booking held by the conflict, once; what happened, for the output."""
+def _book_held(db: sqlite_utils.Database, tx: str, by: str, note: str, decided: str) -> str:
+    """Make the booking held by the conflict, once, and journal its release (who, the note,
+    whether it was booked now); what happened, for the output."""
     row = get_deposit_row(db, tx)
     assert row is not None
     deposit = Deposit.from_row(row)
     done = book_held(db, deposit, f"after the decision by {by}")
     if done is None:
         return "no booking was held; rules book it when the deposit is credited"
+    released = {"decision": decided, "by": by, "note": note, "booked": done[1] == "booked"}
+    journal.append_at_commit(db, journal.RELEASED, tx, released)
     return f"{done[1]} (amount {deposit.as_json()['amount']} {deposit.currency})"
 
 
@@ -113,10 +117,14 @@ def _resolve(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) ->
             for problem in problems:
                 print(f"depositd: {problem}", file=sys.stderr)
             return 2
-        decide(db, tx, values, by=args.by.strip(), note=args.note)
-        done = _book_held(db, tx, args.by.strip())
-    decided = ", ".join(f"{WIRE_NAMES[n]}={v}" for n, v in values.items())
-    print(f"{tx}: decided {decided} by {args.by.strip()}; {done}", file=out)
+        by, note = args.by.strip(), args.note or ""
+        decide(db, tx, values, by=by, note=args.note)
+        decided = ", ".join(f"{WIRE_NAMES[n]}={v}" for n, v in values.items())
+        done = _book_held(db, tx, by, note, decided)
+        outcome = f"decided {decided}; {done}"
+        operator = {"action": "resolve", "by": f"{by}@cli", "note": note, "outcome": outcome}
+        journal.append_at_commit(db, journal.OPERATOR, tx, operator)
+    print(f"{tx}: decided {decided} by {by}; {done}", file=out)
     return 0
 
 

@@ -240,6 +240,16 @@ class Profiles:
         """A stable hash of a profile's body: a new one means a corrected profile."""
         return content_hash(self.body(name))
 
+    def in_force(self) -> dict[str, Any]:
+        """What decides which details are sent, as the rules hash covers it
+        (`worker.rules.fingerprint`): each profile's content hash, and the profile each source
+        address and walletId takes. Hashes and names only, never a value."""
+        return {
+            "profiles": {name: self.content_hash(name) for name in sorted(self._profiles)},
+            "addresses": dict(sorted(self._addresses.items())),
+            "wallets": {str(key): name for key, name in sorted(self._wallets.items())},
+        }
+
     def provider_problems(self, offered: Collection[str]) -> list[str]:
         """`file:line: profile 'x': ...` for each profile whose provider is not offered, with the
         offered names closest to it first (the profile's own value is not repeated)."""

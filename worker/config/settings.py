@@ -20,6 +20,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -259,6 +260,9 @@ class SchedulerSettings(Section):
     abnormal_interval_s: float = Field(300, gt=0)
     # Daily, UTC: reconcile the previous day against the provider's report (section 14).
     reconcile_at: str = Field("02:30", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+    # Daily, UTC: verify the journal and publish its head to the log and the alert channels
+    # (docs/audit.md, "Anchoring the head"); after the reconciliation, whose entries it covers.
+    journal_at: str = Field("03:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 
 
 class InstanceSettings(Section):
@@ -341,6 +345,22 @@ class ConsoleSettings(Section):
         return _host_port(self.listen)[1]
 
 
+def _whole_days(value: Any) -> Any:
+    # A count of days is a whole number as written: `true` (which pydantic would read as 1) and
+    # `30.0` are refused, not rounded; text comes from a ${VAR} and is read as written.
+    if isinstance(value, bool | float) or (isinstance(value, str) and not value.strip().isdigit()):
+        raise PydanticCustomError("whole_days", "must be a whole number of days, e.g. 1825")
+    return value
+
+
+class RetentionSettings(Section):
+    """retention: how long personal data is kept (docs/audit.md, "Retention of personal data")."""
+
+    # Payer values kept in stored submissions are removed this many days after their deposit
+    # finished (completed or failed); None (unset): kept.
+    personal_data_days: Annotated[int, BeforeValidator(_whole_days), Field(gt=0)] | None = None
+
+
 class LogSettings(Section):
     """Logging; format defaults to json under systemd (no TTY), console otherwise."""
 
@@ -360,6 +380,7 @@ class Settings(Section):
     profiles: Path | None = None
     notify: NotifySettings = NotifySettings()
     console: ConsoleSettings | None = None
+    retention: RetentionSettings = RetentionSettings()
     log: LogSettings = LogSettings()
     config_path: Path | None = Field(default=None, exclude=True)
 
@@ -383,6 +404,7 @@ _SECTIONS: dict[Loc, type[Section]] = {
     ("notify", "slack"): SlackSettings,
     ("notify", "email"): EmailSettings,
     ("console",): ConsoleSettings,
+    ("retention",): RetentionSettings,
     ("log",): LogSettings,
 }
 

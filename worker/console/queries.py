@@ -32,6 +32,7 @@ from worker.store import (
 from worker.store import operator as operator_store
 from worker.store.meta import all_meta, auth_refusal_streak
 from worker.store.tx import conn_of
+from worker.store.verification import journal_status
 from worker.track.history import fact_changes
 from worker.track.tracker import Deposit
 
@@ -132,6 +133,8 @@ def overview(
             "booked": ledger.count_booked(db),
         },
         "operator": operator_store.recent(db, limit=20),
+        # The journal's head and its last verification (docs/audit.md, "How to verify").
+        "journal": journal_status(db),
     }
 
 

@@ -21,6 +21,7 @@ import shutil
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
 from types import TracebackType
@@ -60,6 +61,11 @@ def shipped_profiles() -> Path:
     return shipped_rules() / "profiles.yaml"
 
 
+def _half_a_day_away() -> str:
+    """HH:MM (UTC) twelve hours from now."""
+    return (datetime.now(UTC) + timedelta(hours=12)).strftime("%H:%M")
+
+
 class Stack:
     """Sandbox + worker + in-process SMTP server + Slack endpoint, all on 127.0.0.1 free ports."""
 
@@ -81,6 +87,7 @@ class Stack:
         storage: dict[str, str] | None = None,
         sole: bool = True,
         signature: dict[str, str] | None = None,
+        journal_at: str | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         # False: another stack's worker runs on the same `storage` (its claims and lease live).
@@ -99,6 +106,9 @@ class Stack:
         self.notify = notify
         self.auto_collection = dict(auto_collection or {})
         self.outbox_backoff_s = outbox_backoff_s
+        # The daily journal job's minute (UTC); by default half a day away, so that a test
+        # sees its head alert only when it asks for it.
+        self.journal_at = journal_at or _half_a_day_away()
         # The sandbox's clock against this machine's (the provider's timestamps come from it).
         self.provider_clock_offset_ms = provider_clock_offset_ms
 
@@ -366,6 +376,7 @@ class Stack:
                 "history_interval_s": self.history_interval_s,
                 "detail_interval_s": self.detail_interval_s,
                 "blocked_interval_s": self.blocked_interval_s,
+                "journal_at": self.journal_at,
             },
             "rules": str(Path(rules).resolve()),
             "profiles": str(self.profiles_path),

@@ -153,6 +153,18 @@ _TEXTS: dict[str, _Text] = {
         "the one that differs, then restart serve; until then webhooks are lost and deposits "
         "are only found by the polls, and the provider may disable the endpoint.",
     ),
+    "journal_head": _Text(
+        "Journal head of the day",
+        "Nothing to do but keep this message where the database cannot reach it (this channel's"
+        " history, a mailbox): `depositd verify --anchor SEQ:HASH` with the head it names"
+        " proves later that the journal up to it is unchanged.",
+    ),
+    "journal_broken": _Text(
+        "Journal does not verify: a record was changed outside depositd",
+        "Run `depositd verify` to name the first entry or row that differs, and compare it with"
+        " the last backup and the heads published before (the operator's guide says how). Do"
+        " not repair the row by hand: the journal shows what it held.",
+    ),
     "auth_failure": _Text(
         "Provider authentication failing",
         "Check the API key and secret and the host clock (API-TIMESTAMP); depositd retries "

@@ -496,17 +496,18 @@ def _load_file(
     line = src.line(("wallet",))
     if len(problems) > before or wallet is None:
         return _Loaded(wallet, line, None)
-    version = hashlib.sha256(raw).hexdigest()[:12]
+    digest = hashlib.sha256(raw).hexdigest()
     ruleset = RuleSet(
         path.name,
         path,
-        version,
+        digest[:12],
         wallet,
         rules,
         line,
         deadline_s=deadline,
         escalate=escalate,
         escalate_line=src.line(("escalate",)) if escalate is not None else 0,
+        sha256=digest,
     )
     return _Loaded(wallet, line, ruleset)
 

@@ -192,6 +192,7 @@ class RuleSet:
     deadline_s: int | None = None
     escalate: tuple[str, ...] | None = None
     escalate_line: int = 0  # of `escalate:` in the file (0: not given)
+    sha256: str = ""  # of the file's bytes, in full (`worker.rules.fingerprint`)
 
     def describe_wallet(self) -> str:
         """`wallet 1001`, `wallet 'Main'` or `every wallet without its own file`."""

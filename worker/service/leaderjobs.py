@@ -1,5 +1,6 @@
-"""The leader's jobs: the polls, the catch-up, the money jobs and the deadline job, started on the
-instance that holds the scheduler's lease and stopped when it loses it (or the service stops).
+"""The leader's jobs: the polls, the catch-up, the money jobs, the deadline job and the
+journal's, started on the instance that holds the scheduler's lease and stopped when it loses it
+(or the service stops).
 
 `LeaderJobs` is a part of `worker.service.runtime.Runtime`, which sets the attributes it names.
 """
@@ -20,6 +21,7 @@ from worker.metrics import Metrics
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
 from worker.poll.catchupjobs import CatchUp
 from worker.poll.deadlines import DEADLINE_INTERVAL_S, DeadlineJob
+from worker.poll.journaljob import JournalJob
 from worker.poll.leader import Leader, lease_time
 from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics, money_jobs
 from worker.poll.scheduler import Observe, Poller, Scheduler
@@ -87,6 +89,7 @@ class LeaderJobs:
     catchup: CatchUp | None
     money: MoneyJobs | None
     deadlines: DeadlineJob | None
+    journal: JournalJob | None
     leader: Leader | None
     _metrics: Metrics | None
     _poll_metrics: PollMetrics | None
@@ -113,9 +116,10 @@ class LeaderJobs:
         after_commit: list[Callable[[], None]],
         abnormal_hints: list[Callable[[], None]],
     ) -> None:
-        """The scheduler's polls, the catch-up jobs and the money jobs (abnormal funds, daily
-        reconciliation), when `scheduler.enabled`: on the instance that holds the scheduler's
-        lease (`worker.poll.leader`), started and stopped as it gains and loses it."""
+        """The scheduler's polls, the catch-up jobs, the money jobs (abnormal funds, daily
+        reconciliation), the deadline job and the daily journal job, when `scheduler.enabled`:
+        on the instance that holds the scheduler's lease (`worker.poll.leader`), started and
+        stopped as it gains and loses it."""
         settings = self.settings.scheduler
         if not settings.enabled:
             return
@@ -149,7 +153,8 @@ class LeaderJobs:
         self._tasks.append(self.supervisor.keep("leader", lambda: leader.run(stop)))
 
     async def _start_jobs(self) -> None:
-        """This instance leads: build and start the polls, catch-up, money and deadline jobs."""
+        """This instance leads: build and start the polls, catch-up, money, deadline and journal
+        jobs."""
         assert self.store is not None and self.client is not None and self.outbox is not None
         assert self._metrics is not None and self._poll_metrics is not None
         assert self._jobs_args is not None
@@ -191,6 +196,9 @@ class LeaderJobs:
         self.money.start()
         self.deadlines = DeadlineJob(store, lambda: self.rules, wake=self.outbox.wake)
         self.deadlines.start()
+        # The journal verified and its head published once a day (docs/audit.md).
+        self.journal = JournalJob(store, settings.journal_at, wake=self.outbox.wake)
+        self.journal.start()
         poll_metrics.leader.labels(instance=self.instance).set(1)
 
     def _money_metrics(self) -> MoneyMetrics:
@@ -208,6 +216,7 @@ class LeaderJobs:
         catchup, self.catchup = self.catchup, None
         money, self.money = self.money, None
         deadlines, self.deadlines = self.deadlines, None
+        journal, self.journal = self.journal, None
         if self._poll_metrics is not None:
             self._poll_metrics.leader.labels(instance=self.instance).set(0)
         loop = asyncio.get_running_loop()
@@ -220,6 +229,8 @@ class LeaderJobs:
             await money.stop(grace_s=max(0.0, deadline - loop.time()))
         if deadlines is not None:
             await deadlines.stop(grace_s=max(0.0, deadline - loop.time()))
+        if journal is not None:
+            await journal.stop(grace_s=max(0.0, deadline - loop.time()))
 
     def _catchup(
         self, store: Store, metrics: Metrics, after_commit: list[Callable[[], None]]

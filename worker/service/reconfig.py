@@ -1,9 +1,9 @@
 """What a reload (SIGHUP) takes from the configuration file, and what needs a restart.
 
 The rules and profiles (their paths and their files) and the notify channels are reloaded; a
-change to any other key (listen addresses, storage, provider, scheduler, console, log) takes
-effect at the next start only, and is named as needing a restart in the log and in the reload's
-STATUS (docs/operator.md). Values are never named: a key may hold a secret.
+change to any other key (listen addresses, storage, provider, scheduler, console, retention,
+log) takes effect at the next start only, and is named as needing a restart in the log and in
+the reload's STATUS (docs/operator.md). Values are never named: a key may hold a secret.
 """
 
 from __future__ import annotations

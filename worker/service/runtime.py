@@ -3,7 +3,8 @@
 `Runtime` loads and validates rules and profiles (refusing to start on any problem), builds the
 reactor the processor calls inside its transaction, and holds what runs while the app runs: the
 provider client, the outbox runner, the polls and catch-up, the daily provider-name check,
-retention, SIGHUP reload and the systemd watchdog. Each is started by a step of its own;
+retention (of events and facts, and of personal data: `worker.service.retention`), SIGHUP
+reload and the systemd watchdog. Each is started by a step of its own;
 `worker.service.setup` calls the steps in the order of the stages. The leader's jobs live in
 `worker.service.leaderjobs`, what the operator console asks in `worker.service.operations`, what
 daily maintenance writes in `worker.service.maintenance`.
@@ -32,6 +33,7 @@ from worker.notify.channels import Notifier, notifiers_from_settings, send_all
 from worker.notify.message import build_alert
 from worker.poll.catchupjobs import CatchUp
 from worker.poll.deadlines import DeadlineJob
+from worker.poll.journaljob import JournalJob
 from worker.poll.leader import Leader
 from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics
 from worker.poll.scheduler import Observe, Poller, Scheduler
@@ -48,6 +50,7 @@ from worker.service.maintenance import (
 )
 from worker.service.operations import ConsoleOperations
 from worker.service.reconfig import reread
+from worker.service.retention import Retention
 from worker.service.supervise import Supervisor, record_down
 from worker.service.systemd import SystemdNotifier, watchdog_loop
 from worker.service.wallets import wallet_problems
@@ -94,6 +97,7 @@ class Runtime(LeaderJobs, ConsoleOperations):
         self.catchup: CatchUp | None = None
         self.money: MoneyJobs | None = None
         self.deadlines: DeadlineJob | None = None
+        self.journal: JournalJob | None = None
         self.leader: Leader | None = None
         self._money_gauges: MoneyMetrics | None = None
         self._jobs_args: tuple[Observe, list[Callable[[], None]]] | None = None
@@ -366,7 +370,8 @@ class Runtime(LeaderJobs, ConsoleOperations):
         return self.outbox
 
     async def start_outbox(self) -> None:
-        """Queue the submissions the profiles call for; run the outbox and daily maintenance."""
+        """Queue the submissions the profiles call for; run the outbox, daily maintenance and
+        the retention of personal data (when `retention.personal_data_days` is set)."""
         assert self.store is not None and self.outbox is not None
         await self.store.write(partial(submissions_due, bundle=self.bundle))
         outbox, stop, keep = self.outbox, self._stop, self.supervisor.keep
@@ -375,6 +380,10 @@ class Runtime(LeaderJobs, ConsoleOperations):
             keep("daily", self._daily),
             keep("wallets", self.check_wallets, once=True),
         ]
+        days = self.settings.retention.personal_data_days
+        if days is not None:  # unset: personal data is kept
+            retention = Retention(self.store, days, self.instance)
+            self._tasks.append(keep("retention", lambda: retention.run(stop)))
 
     def listen_for_reload(self) -> None:
         """SIGHUP reloads rules and profiles."""

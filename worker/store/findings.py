@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from worker.store import journal
 from worker.store.database import has_table
 from worker.store.deposits import CREDIT_DAY_TIME
 from worker.store.pg import is_postgres
@@ -252,12 +253,14 @@ def record_run(
     ledger_mark: str | None = None,
 ) -> None:
     """One reconciliation run: clean, findings or failed; a completed one with the mark of the
-    ledger side it compared (`ledger_mark`)."""
+    ledger side it compared (`ledger_mark`). Its RECONCILED journal entry goes with it."""
     db.execute(
         "INSERT INTO reconcile_runs (day, started_at, finished_at, outcome, findings, error,"
         " ledger_mark) VALUES (?,?,?,?,?,?,?)",
         [day, started_at, finished_at, outcome, findings, error, ledger_mark],
     )
+    body = {"day": day, "outcome": outcome, "findings": findings, "ledger_mark": ledger_mark}
+    journal.append_at_commit(db, journal.RECONCILED, f"day:{day}", body)
 
 
 def findings_of_day(db: sqlite_utils.Database, day: str) -> list[dict[str, Any]]:

@@ -10,7 +10,9 @@ the entries between, never their bodies (`proof`, `check_proof`).
 
 Appends run inside the caller's write transaction, so an entry commits with the rows it
 describes or not at all. On PostgreSQL with several instances they take a transaction lock
-first: the chain has one order.
+first: the chain has one order. The decisions of the running service append theirs at the end
+of their transaction (`append_at_commit`, `worker.store.atcommit`), so that lock is the last
+one a transaction takes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.clock import utc_now
+from worker.store import atcommit
 from worker.store.pg import is_postgres
 from worker.store.tx import Db, conn_of
 
@@ -123,10 +126,16 @@ class Head:
     def __str__(self) -> str:
         return f"{self.seq}:{self.hash}"
 
+    def spaced(self) -> str:
+        """`SEQ HASH`, as `depositd verify --head` prints it."""
+        return f"{self.seq} {self.hash}"
+
     @classmethod
     def parse(cls, text: str) -> Head:
-        """`SEQ:HASH` as `str` writes it; ValueError naming what is wrong."""
-        seq, sep, hash_ = text.strip().partition(":")
+        """`SEQ:HASH` as `str` writes it, or `SEQ HASH` as `spaced` does; ValueError naming
+        what is wrong."""
+        seq, sep, hash_ = text.strip().replace(" ", ":", 1).partition(":")
+        hash_ = hash_.strip()
         if not sep or not seq.isdigit() or len(hash_) != 64:
             raise ValueError(f"an anchor is SEQ:HASH (a number, a colon, 64 hex digits): {text!r}")
         try:
@@ -155,6 +164,15 @@ def append(db: Db, kind: str, subject: str, body: Mapping[str, Any]) -> Entry:
 
 def append_many(db: Db, items: Iterable[tuple[str, str, Mapping[str, Any]]]) -> list[Entry]:
     """Append entries in order inside the caller's write transaction (one head read)."""
+    # The body as it reads back: exactly what is hashed.
+    return [
+        Entry(seq, at, kind, subject, json.loads(body), digest, prev, hash_)
+        for seq, at, kind, subject, body, digest, prev, hash_ in _append(db, items)
+    ]
+
+
+def _append(db: Db, items: Iterable[tuple[str, str, Mapping[str, Any]]]) -> list[tuple[Any, ...]]:
+    """`append_many`; the rows inserted (the body as its canonical text)."""
     items = list(items)
     if not items:
         return []
@@ -162,31 +180,52 @@ def append_many(db: Db, items: Iterable[tuple[str, str, Mapping[str, Any]]]) -> 
     last = head(db)
     seq, prev = (0, GENESIS) if last is None else (last.seq, last.hash)
     at = utc_now()
-    entries: list[Entry] = []
+    at_text = canonical(at)
+    rows: list[tuple[Any, ...]] = []
     for kind, subject, body in items:
         seq += 1
-        plain = json.loads(canonical(body))  # exactly what is hashed, as it reads back
-        digest = digest_of(seq, at, kind, subject, plain)
-        entry = Entry(seq, at, kind, subject, plain, digest, prev, chain(prev, digest))
-        entries.append(entry)
-        prev = entry.hash
-    conn_of(db).executemany(
-        _INSERT,
-        [
-            (
-                e.seq,
-                e.at,
-                e.kind,
-                e.subject,
-                canonical(e.body).decode(),
-                e.digest,
-                e.prev_hash,
-                e.hash,
-            )
-            for e in entries
-        ],
+        text = canonical(body)  # encoded once, for the digest and the row
+        digest = _digest_of_text(seq, at_text, kind, subject, text)
+        hash_ = chain(prev, digest)
+        rows.append((seq, at, kind, subject, text.decode(), digest, prev, hash_))
+        prev = hash_
+    conn_of(db).executemany(_INSERT, rows)
+    return rows
+
+
+def _digest_of_text(seq: int, at_text: bytes, kind: str, subject: str, body_text: bytes) -> str:
+    """`digest_of` from the canonical text of the time and of the body (encoded once for
+    both the digest and the row): the same bytes `canonical` gives the entry's five fields,
+    keys in their sorted order."""
+    return sha256_hex(
+        b'{"at":'
+        + at_text
+        + b',"body":'
+        + body_text
+        + b',"kind":'
+        + canonical(kind)
+        + b',"seq":'
+        + str(seq).encode("ascii")
+        + b',"subject":'
+        + canonical(subject)
+        + b"}"
     )
-    return entries
+
+
+def append_at_commit(db: Db, kind: str, subject: str, body: Mapping[str, Any]) -> None:
+    """Append one entry at the end of the caller's write transaction, just before its COMMIT,
+    when the transaction queues its entries (a store round, a command's `transaction`:
+    `worker.store.atcommit`); else at once. The body is copied (its top level): the caller
+    gives values it does not change afterwards."""
+    item = (kind, subject, dict(body))
+    if not atcommit.add(conn_of(db), item):
+        _append(db, [item])
+
+
+def append_queued(db: Db) -> int:
+    """Append what the transaction queued (`append_at_commit`), in order; its queue is closed.
+    The last thing a write transaction does before its COMMIT. How many were appended."""
+    return len(_append(db, atcommit.take(conn_of(db))))
 
 
 def head(db: Db) -> Head | None:

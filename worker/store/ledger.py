@@ -147,13 +147,14 @@ def book_once(
     from_address: str | None,
     tx_hash: str | None,
     trigger: str,
+    booked_at: str | None = None,
 ) -> Callable[[], bool]:
-    """Write the deposit's ledger row unless it exists; returns what says whether it was
-    written (asked when needed). The caller has decided it may be booked (the act kind `book`:
-    credited, no conflict, not a likely duplicate)."""
+    """Write the deposit's ledger row unless it exists (`booked_at`: now when None); returns
+    what says whether it was written (asked when needed). The caller has decided it may be
+    booked (the act kind `book`: credited, no conflict, not a likely duplicate)."""
     sql = _BOOK_ONCE["postgres" if is_postgres(db) else "sqlite"]
     values = [transaction_id, wallet_id, wallet_name, currency, network, amount, from_address]
-    values += [tx_hash, utc_now(), trigger]
+    values += [tx_hash, booked_at or utc_now(), trigger]
     cursor = conn_of(db).execute(sql, values)
     return lambda: cursor.rowcount == 1
 
@@ -200,18 +201,23 @@ _LOCK_TX_HASHES = (
 
 
 def book_all_unless_duplicate(
-    db: sqlite_utils.Database, bookings: list[dict[str, Any]], *, decision_field: str
+    db: sqlite_utils.Database,
+    bookings: list[dict[str, Any]],
+    *,
+    decision_field: str,
+    booked_at: str | None = None,
 ) -> Callable[[], bool]:
-    """Each booking's row (`book_once`'s values; each with a txHash) unless
-    the deposit is booked, has a decision on its `decision_field` conflict, or another booked
-    deposit has its txHash (`_LIKELY_DUPLICATE`). Their txHashes are locked first
-    (`lock_tx_hash`), all in one statement. Nothing is waited for: returns what says whether
-    every row was written (when not, the caller finds out why the slow way)."""
+    """Each booking's row (`book_once`'s values; each with a txHash; all booked at
+    `booked_at`, now when None) unless the deposit is booked, has a decision on its
+    `decision_field` conflict, or another booked deposit has its txHash (`_LIKELY_DUPLICATE`).
+    Their txHashes are locked first (`lock_tx_hash`), all in one statement. Nothing is waited
+    for: returns what says whether every row was written (when not, the caller finds out why
+    the slow way)."""
     if is_postgres(db):
         # Not waited for: the server runs the statements of a pipeline in order.
         conn_of(db).execute(_LOCK_TX_HASHES, [[b["tx_hash"] for b in bookings]])
     sql = _BOOK_UNLESS_DUPLICATE["postgres" if is_postgres(db) else "sqlite"]
-    now = utc_now()
+    now = booked_at or utc_now()
     cursor = conn_of(db).executemany(
         sql, [_unless_values(b, now, decision_field) for b in bookings]
     )

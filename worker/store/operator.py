@@ -1,4 +1,5 @@
-"""The operator_actions table (what operators did in the console): every statement on it.
+"""The operator_actions table (what operators did in the console and `depositd submit`):
+every statement on it.
 
 Each function runs inside the caller's transaction (`Store.write` jobs) or on a reader.
 """
@@ -8,16 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 from worker.clock import utc_now
+from worker.store import journal
 from worker.store.tx import Db
 
 
 def record(db: Db, kind: str, subject: str, *, note: str, outcome: str, remote: str | None) -> int:
-    """Record one operator action with its time and note; its id."""
+    """Record one operator action with its time and note, and its OPERATOR journal entry in
+    the same transaction (docs/audit.md); its id."""
     cur = db.execute(
         "INSERT INTO operator_actions (at, kind, subject, note, outcome, remote)"
         " VALUES (?, ?, ?, ?, ?, ?)",
         [utc_now(), kind, subject, note, outcome, remote],
     )
+    body = {"action": kind, "by": remote, "note": note, "outcome": outcome}
+    journal.append_at_commit(db, journal.OPERATOR, subject, body)
     return int(cur.lastrowid or 0)
 
 

@@ -24,6 +24,7 @@ import psycopg
 from worker.config.settings import StorageSettings
 from worker.errors import AlreadyServing, StorageError
 from worker.logs import get_logger
+from worker.store import atcommit, journal
 from worker.store.durability import postgres_durability
 from worker.store.pg import PgConnection, PgDatabase, connect
 from worker.store.writer import (
@@ -150,6 +151,10 @@ class PgStore(Store):
     def _start_checkpoint(self) -> None:
         """PostgreSQL checkpoints on its own."""
 
+    async def empty_wal(self) -> bool:
+        """PostgreSQL recycles its WAL on its own: nothing to do."""
+        return True
+
     async def _cycle(
         self, inserts: list[_Insert], inline: list[_Job], threaded: list[_Job]
     ) -> None:
@@ -196,6 +201,7 @@ class PgStore(Store):
             # instance's commit re-checks its condition on the committed row (a lost claim),
             # where repeatable read would fail the job with a serialization error.
             db.conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            atcommit.open_queue(db.conn)
         except sqlite3.Error as exc:
             raise StorageError(str(exc)) from exc
         return db, (self._insert_all(db, inserts) if inserts else [])  # type: ignore[arg-type]
@@ -204,6 +210,8 @@ class PgStore(Store):
         """On the writer thread: the `write` jobs, then COMMIT."""
         settled: list[_Settled] = [(job.future, *_in_savepoint(db, job.fn)) for job in jobs]  # type: ignore[arg-type]
         try:
+            # The round's journal entries, last: no other lock is taken after the journal's.
+            journal.append_queued(db)
             db.conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StorageError(str(exc)) from exc

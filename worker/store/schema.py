@@ -312,6 +312,15 @@ def _migrate_waits(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migrate_submissions_unpurged(db: sqlite_utils.Database) -> None:
+    # Retention's daily run (`worker.store.retention`) reads the submissions still holding
+    # payer values, in action id order: those alone, not every submission ever purged.
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS submissions_unpurged ON submissions (action_id)"
+        " WHERE purged_at IS NULL"
+    )
+
+
 # Append only.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_v1,
@@ -326,5 +335,6 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migrate_reconcile_runs_ledger_mark,
     _migrate_journal,
     _migrate_waits,
+    _migrate_submissions_unpurged,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

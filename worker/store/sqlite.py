@@ -11,7 +11,8 @@ from pathlib import Path
 
 
 def connect(path: Path, *, synchronous: str = "FULL", readonly: bool = False) -> sqlite3.Connection:
-    """A connection with depositd's pragmas (WAL, synchronous, busy timeout, Row factory)."""
+    """A connection with depositd's pragmas (WAL, synchronous, busy timeout, Row factory,
+    removed content zeroed)."""
     if readonly:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
     else:
@@ -22,4 +23,8 @@ def connect(path: Path, *, synchronous: str = "FULL", readonly: bool = False) ->
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("PRAGMA temp_store = MEMORY")
+        # What a write removes or moves is overwritten with zeros (Debian's build does so by
+        # default; others may not): personal data removed by retention leaves no copy behind
+        # in the file (docs/audit.md, "Retention of personal data").
+        conn.execute("PRAGMA secure_delete = ON")
     return conn

@@ -1,6 +1,7 @@
 """The submissions table: the payer details each accepted or refused submission sent, as sent
 (docs/audit.md). The values are personal data: kept for evidence until retention removes them
-(`purge`); the journal keeps their hash, so what was sent stays provable without them.
+(`worker.store.retention`); the journal keeps their hash, so what was sent stays provable
+without them.
 
 Each function runs inside the caller's transaction (`Store.write` jobs) or on a reader.
 """

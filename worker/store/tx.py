@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeAlias
 
+from worker.store import atcommit
 from worker.store.pg import PgConnection, PgDatabase
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ def savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
     undone and the exception goes on (a failing store, `sqlite3.OperationalError`, and a
     transaction SQLite dropped are left to the caller, who gives the whole transaction back)."""
     conn.execute(f"SAVEPOINT {name}")
+    queued = atcommit.mark(conn)
     try:
         yield
         # Inside: on PostgreSQL in pipeline mode, this is where a statement of the block that
@@ -39,6 +41,7 @@ def savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
     except sqlite3.OperationalError:
         raise
     except BaseException:
+        atcommit.drop_after(conn, queued)
         if conn.in_transaction:
             conn.execute(f"ROLLBACK TO {name}")
             conn.execute(f"RELEASE {name}")

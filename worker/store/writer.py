@@ -25,6 +25,7 @@ import sqlite_utils
 
 from worker.errors import SchemaTooNew, SchemaUpgradeRefused, StorageError, StorageUnavailable
 from worker.logs import get_logger
+from worker.store import atcommit, journal
 from worker.store.database import has_table
 from worker.store.durability import sqlite_durability
 from worker.store.events import insert_events
@@ -82,9 +83,12 @@ class _Insert:
 def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
     """One write transaction; BEGIN IMMEDIATE so the write lock is taken before any read."""
     db.conn.execute("BEGIN IMMEDIATE")
+    atcommit.open_queue(db.conn)
     try:
         yield db
+        journal.append_queued(db)
     except BaseException:
+        atcommit.close_queue(db.conn)
         if db.conn.in_transaction:
             db.conn.execute("ROLLBACK")
         raise
@@ -132,6 +136,7 @@ def migrate(db: sqlite_utils.Database, *, others_serving: bool | Callable[[], bo
 
 _BUSY_TIMEOUT_S = 5.0
 _CHECKPOINT_EVERY = 50  # commits between two WAL checkpoints
+_EMPTY_WAL_WAIT_S = 2.0  # how long `Store.empty_wal` waits for the reads and writes in flight
 
 
 class _LostTransaction(StorageError):
@@ -157,12 +162,14 @@ def _in_savepoint(
     """
     conn = db.conn
     conn.execute("SAVEPOINT job")
+    queued = atcommit.mark(conn)
     try:
         result = fn(db)
         # Inside: on PostgreSQL in pipeline mode, this is where a statement of `fn` that was
         # sent without waiting fails (`worker.store.pg.PgConnection.pipeline`).
         conn.execute("RELEASE job")
     except Exception as exc:
+        atcommit.drop_after(conn, queued)
         if not conn.in_transaction:
             raise _LostTransaction(f"transaction rolled back: {exc}") from exc
         conn.execute("ROLLBACK TO job")
@@ -443,6 +450,8 @@ class Store:
         threaded: list[_Job],
     ) -> None:
         """A round that did not commit: roll back what is open, and every waiter gets the error."""
+        if db is not None:
+            atcommit.close_queue(db.conn)
         if db is not None and self._can_roll_back(db):
             try:
                 db.conn.execute("ROLLBACK")
@@ -497,6 +506,7 @@ class Store:
         while True:
             try:
                 db.conn.execute("BEGIN IMMEDIATE")
+                atcommit.open_queue(db.conn)
                 return
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc) or time.monotonic() > deadline:
@@ -510,6 +520,8 @@ class Store:
         assert db is not None
         settled: list[_Settled] = [(job.future, *_in_savepoint(db, job.fn)) for job in jobs]
         try:
+            # The round's journal entries, last: no other lock is taken after the journal's.
+            journal.append_queued(db)
             db.conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StorageError(str(exc)) from exc
@@ -542,6 +554,23 @@ class Store:
     async def durability(self) -> dict[str, Any]:
         """What an acknowledged (committed) delivery survives (`worker.store.durability`)."""
         return sqlite_durability(self.synchronous)
+
+    async def empty_wal(self) -> bool:
+        """Copy the WAL into the database and truncate it, so that no page as it was before
+        the last commits (values retention removed) stays in the WAL file. On a connection of
+        its own, waiting at most `_EMPTY_WAL_WAIT_S` for the reads and writes in flight; False
+        when they kept it from completing now."""
+        self._require_open()
+        return await asyncio.to_thread(self._empty_wal)
+
+    def _empty_wal(self) -> bool:
+        try:
+            with contextlib.closing(connect(self.path, synchronous=self.synchronous)) as conn:
+                conn.execute(f"PRAGMA busy_timeout = {int(_EMPTY_WAL_WAIT_S * 1000)}")
+                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise StorageError(f"WAL not emptied: {exc}") from exc
+        return int(busy) == 0
 
     # --- reads ----------------------------------------------------------------------------
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import sqlite_utils
 
+from worker.clock import utc_now
+from worker.store import journal
 from worker.store.deposits import deposit_rows_sent, get_deposit_row, upsert_deposit_rows
 from worker.store.events import StoredEvent
 from worker.store.facts import FactRow, insert_fact_rows
@@ -33,20 +35,34 @@ class Bookings:
 
     booked: set[str]
     checks: list[Callable[[], bool]] = field(default_factory=list)
-    # Bookings with a txHash, written at the batch's end (`flush`), under the duplicate check.
-    pending: list[dict[str, Any]] = field(default_factory=list)
+    # Bookings with a txHash, written at the batch's end (`flush`), under the duplicate check:
+    # each its ledger row's values (but `booked_at`) and what its journal entry adds to them
+    # (the rule set, the rules hash, the event).
+    pending: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
 
     def flush(self, db: sqlite_utils.Database) -> None:
         """Write the pending bookings (after the batch's deposit rows: the duplicate check
         reads them), then check that every booking counted on was written (`BookingMissed`
-        if not)."""
+        if not); once they are, each one's BOOKED journal entry, appended with the batch's
+        transaction (docs/audit.md)."""
+        booked: list[dict[str, Any]] = []
         if self.pending:
-            rows, self.pending = self.pending, []
-            self.checks.append(book_all_unless_duplicate(db, rows, decision_field=DUPLICATE))
+            pending, self.pending = self.pending, []
+            now = utc_now()
+            rows = [row for row, _ in pending]
+            self.checks.append(
+                book_all_unless_duplicate(db, rows, decision_field=DUPLICATE, booked_at=now)
+            )
+            booked = [
+                {**journal.ledger_body({**row, "booked_at": now}), **extra}
+                for row, extra in pending
+            ]
         if self.checks:
             checks, self.checks = self.checks, []
             if not all(written() for written in checks):
                 raise BookingMissed("a booking the batch counted on was not written")
+        for body in booked:
+            journal.append_at_commit(db, journal.BOOKED, body["transaction_id"], body)
 
 
 class BookingMissed(Exception):

@@ -41,6 +41,7 @@ class Recording:
     profiles: Callable[[], Profiles]
     lines: list[LogLine]  # what to log once committed
     reaction: Reaction = field(default_factory=Reaction)  # the batch's bookings and the like
+    rules_hash: str | None = None  # of the rules and profiles deciding (`worker.rules.fingerprint`)
 
     def add(self, *, params: dict[str, Any], **fields: Any) -> None:
         """Add this intent's action row (status, outcome and key as `fields` say); its id is

@@ -5,15 +5,17 @@ Nothing runs after the commit: the row records what booking did (`book_checked`)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import sqlite_utils
 
 from worker.act.kinds.base import Kind, Recording
 from worker.act.rows import add_action, enqueue_alert
+from worker.clock import utc_now
 from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
-from worker.store import ledger
+from worker.store import journal, ledger
 from worker.store.actions import held_booking, set_rule
 from worker.store.conflicts import decided_value_of
 from worker.track.batch import Bookings, Reaction
@@ -29,6 +31,43 @@ CREDITED_STATES = frozenset({State.CREDITED, State.COMPLETED})
 # credited, whitelisted or not) and released (a blocked deposit credited after all). Raw
 # eventTypes and the other triggers do not imply it.
 BOOK_TRIGGERS = frozenset({"credited", "completed", "released"})
+
+
+@dataclass(frozen=True)
+class Grounds:
+    """What a booking decision rests on, as its journal entry keeps it: the rule set and
+    version whose rule booked, the rules hash (`worker.rules.fingerprint`) and the event
+    reacted to (docs/audit.md, "What is recorded")."""
+
+    rule_set: str | None = None
+    rule_set_version: str | None = None
+    rules_hash: str | None = None
+    event_id: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """What a BOOKED entry's body adds to the ledger row."""
+        return {
+            "rule_set": self.rule_set,
+            "rule_set_version": self.rule_set_version,
+            "rules_hash": self.rules_hash,
+            "event_id": self.event_id,
+        }
+
+    def booked(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A BOOKED entry's body: the ledger row as written, and these grounds."""
+        return {**journal.ledger_body(row), **self.fields()}
+
+    def held(self, trigger: str, reason: str) -> dict[str, Any]:
+        """A HELD entry's body: why the booking waits, on which trigger and rules."""
+        return {
+            "reason": reason,
+            "trigger": trigger,
+            "rule_set": self.rule_set,
+            "rules_hash": self.rules_hash,
+        }
+
+
+NO_GROUNDS = Grounds()
 
 
 def _booking(deposit: Deposit, trigger: str) -> dict[str, Any]:
@@ -51,7 +90,11 @@ def _amount(deposit: Deposit) -> str | None:
 
 
 def book_checked(
-    db: sqlite_utils.Database, deposit: Deposit, trigger: str, reaction: Reaction = _ALONE
+    db: sqlite_utils.Database,
+    deposit: Deposit,
+    trigger: str,
+    reaction: Reaction = _ALONE,
+    grounds: Grounds = NO_GROUNDS,
 ) -> tuple[str, str]:
     """Book the deposit if it may be booked now; the book action's (status, outcome).
 
@@ -62,6 +105,8 @@ def book_checked(
     already booked says so whatever else holds now (the ledger is read only when booking is
     refused or did not happen: otherwise the INSERT itself says whether the row was new).
     `reaction`: the fact being reacted to; its batch's bookings, when it defers them.
+    A row written gets its BOOKED journal entry, a booking held its HELD entry, both with the
+    `grounds` and in the same transaction (docs/audit.md).
     """
     known = reaction.bookings
     if known is not None and deposit.transaction_id in known.booked:
@@ -73,19 +118,31 @@ def book_checked(
         refused = ("skipped", WAITING_FOR_TX_HASH, None)
     if refused is None and deposit.tx_hash:
         if known is not None:
-            return _book_counted(deposit, trigger, known)
+            return _book_counted(deposit, trigger, known, grounds)
         refused = _duplicate(db, deposit)
     if refused is None:
         # Outside a deferring batch (one with a txHash is booked at its end, one without waits
         # for it): booked unless booked already.
-        written = ledger.book_once(db, **_booking(deposit, trigger))
-        return "done", "booked" if written() else "already booked"
+        row = {**_booking(deposit, trigger), "booked_at": utc_now()}
+        if not ledger.book_once(db, **row)():
+            return "done", "already booked"
+        journal.append_at_commit(db, journal.BOOKED, deposit.transaction_id, grounds.booked(row))
+        return "done", "booked"
     if ledger.is_booked(db, deposit.transaction_id):
         return "done", "already booked"
     status, outcome, alert = refused
     if alert is not None:
         enqueue_alert(db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=alert)
+    if outcome.startswith(HELD_PREFIX):
+        journal.append_at_commit(
+            db, journal.HELD, deposit.transaction_id, grounds.held(trigger, outcome)
+        )
     return status, outcome
+
+
+# How the outcome of a booking held (waiting on its txHash or a person) begins: such a book
+# row is the one `book_held` makes once the wait is over (`worker.store.actions.held_booking`).
+HELD_PREFIX = "held:"
 
 
 # The outcome of a booking held until the deposit's txHash is known (docs/reconciliation.md).
@@ -96,16 +153,29 @@ WAITING_FOR_TX_HASH = (
 
 
 def book_held(
-    db: sqlite_utils.Database, deposit: Deposit, why: str, reaction: Reaction = _ALONE
+    db: sqlite_utils.Database,
+    deposit: Deposit,
+    why: str,
+    reaction: Reaction = _ALONE,
+    *,
+    rules_hash: str | None = None,
 ) -> tuple[str, str] | None:
     """Make the booking that was held (a conflict, a likely duplicate, a txHash not known yet),
     if one was: booked at most once, under the held row's trigger and rule, recorded as a book
-    action whose outcome ends with `why`; (status, outcome), or None when none was held."""
+    action whose outcome ends with `why`; (status, outcome), or None when none was held. Its
+    journal entry keeps the rules hash of the rules that held it (the HELD entry's), else
+    `rules_hash`."""
     held = held_booking(db, deposit.transaction_id)
     if held is None:
         return None
     trigger = str(held[0])
-    status, outcome = book_checked(db, deposit, trigger.split("#")[0], reaction)
+    grounds = Grounds(
+        rule_set=held[1],
+        rule_set_version=held[2],
+        rules_hash=_held_under(db, deposit.transaction_id) or rules_hash,
+        event_id=held[4],
+    )
+    status, outcome = book_checked(db, deposit, trigger.split("#")[0], reaction, grounds)
     action_id = add_action(
         db,
         deposit=deposit,
@@ -120,7 +190,17 @@ def book_held(
     return status, outcome
 
 
-def _book_counted(deposit: Deposit, trigger: str, known: Bookings) -> tuple[str, str]:
+def _held_under(db: sqlite_utils.Database, transaction_id: str) -> str | None:
+    """The rules hash the deposit's first HELD entry was decided under, if it has one."""
+    for entry in journal.entries_about(db, transaction_id):
+        if entry.kind == journal.HELD and entry.body.get("rules_hash"):
+            return str(entry.body["rules_hash"])
+    return None
+
+
+def _book_counted(
+    deposit: Deposit, trigger: str, known: Bookings, grounds: Grounds
+) -> tuple[str, str]:
     """In a deferring batch, a deposit with a txHash: booked at the batch's end, with the
     batch's other such bookings, by one statement that writes nothing when a decision on
     `duplicate` exists or another booked deposit has the txHash (`Bookings.flush`; nothing is
@@ -128,7 +208,7 @@ def _book_counted(deposit: Deposit, trigger: str, known: Bookings) -> tuple[str,
     where `_duplicate` tells the cases apart). The batch's deposit rows are written before it,
     so the statement sees a second id of a txHash the batch itself books as well."""
     known.booked.add(deposit.transaction_id)
-    known.pending.append(_booking(deposit, trigger))
+    known.pending.append((_booking(deposit, trigger), grounds.fields()))
     return "done", "booked"
 
 
@@ -189,8 +269,11 @@ def _duplicate(db: sqlite_utils.Database, deposit: Deposit) -> tuple[str, str, s
 
 def record(rec: Recording) -> None:
     """Book (if it may be booked now) and record what booking did; log it once committed."""
-    deposit = rec.deposit
-    status, outcome = book_checked(rec.db, deposit, rec.trigger.split("#")[0], rec.reaction)
+    deposit, intent = rec.deposit, rec.intent
+    grounds = Grounds(intent.rule_set, intent.version, rec.rules_hash, rec.fact.event_id)
+    status, outcome = book_checked(
+        rec.db, deposit, rec.trigger.split("#")[0], rec.reaction, grounds
+    )
     rec.add(params={}, status=status, outcome=outcome)
     fields = {
         "transactionId": deposit.transaction_id,

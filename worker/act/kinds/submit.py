@@ -47,9 +47,11 @@ from worker.provider.client import ProviderClient
 from worker.provider.codes import RetryCategory, categorize, code_rule, may_retry_same_key
 from worker.provider.models import DepositOrder, WhiteListStatus
 from worker.provider.payer import fields_named
-from worker.rules import ActionSpec, ParamCheck
+from worker.rules import ActionSpec, ParamCheck, RuleBook
+from worker.rules.fingerprint import rules_hash
+from worker.store import journal, submissions, waits
 from worker.track.facts import fact_from_order
-from worker.track.tracker import Deposit, Fact
+from worker.track.tracker import Deposit, Fact, State
 
 log = get_logger(__name__)
 
@@ -143,7 +145,8 @@ def record(rec: Recording) -> None:
 
 @dataclass(frozen=True)
 class _Submission:
-    """One submission row being run: the profile picked now and its Idempotency-Key."""
+    """One submission row being run: the profile picked now and its Idempotency-Key, and what
+    its journal entry keeps of the decision (the row's rule set, the rules hash, when sent)."""
 
     action_id: int
     tx: str
@@ -152,6 +155,54 @@ class _Submission:
     key: str
     body: dict[str, Any]
     attempts: int
+    rule_set: str | None = None
+    rule_set_version: str | None = None
+    rules_hash: str | None = None
+    sent_at: str = ""
+
+    def sent(self, status: str) -> Callable[[sqlite_utils.Database], object]:
+        """What keeps the submission once its outcome is final (`status`: done, or failed when
+        the provider refused it), in the write that records that outcome: the payload as
+        sent in `submissions`, and the SUBMITTED journal entry with its field names and hash,
+        never its values (docs/audit.md)."""
+
+        def keep(db: sqlite_utils.Database) -> None:
+            digest = submissions.record_sent(
+                db,
+                action_id=self.action_id,
+                transaction_id=self.tx,
+                profile=self.profile,
+                body=self.body,
+                sent_at=self.sent_at,
+                outcome=status,
+            )
+            entry = {
+                "action_id": self.action_id,
+                "profile": self.profile,
+                "fields": submissions.field_names(self.body),
+                "payload_sha256": digest,
+                "rule_set": self.rule_set,
+                "rule_set_version": self.rule_set_version,
+                "rules_hash": self.rules_hash,
+                "outcome": status,
+            }
+            journal.append_at_commit(db, journal.SUBMITTED, self.tx, entry)
+
+        return keep
+
+
+def _both(
+    first: Callable[[sqlite_utils.Database], object],
+    then: Callable[[sqlite_utils.Database], object] | None,
+) -> Callable[[sqlite_utils.Database], object]:
+    """Two jobs of one write, in order."""
+
+    def both(db: sqlite_utils.Database) -> None:
+        first(db)
+        if then is not None:
+            then(db)
+
+    return both
 
 
 def _short(key: str) -> str:
@@ -169,16 +220,24 @@ class Submitter:
         client: ProviderClient,
         profiles: Callable[[], Profiles],
         observe: Observe,
+        rules: Callable[[], RuleBook] = RuleBook.empty,
     ) -> None:
         self._rows = rows
         self._client = client
         self._profiles = profiles
         self._observe = observe
+        self._rules = rules
 
     @classmethod
     def build(cls, deps: RunnerDeps) -> Submitter:
         """The runner the outbox uses for submit_profile rows."""
-        return cls(deps.rows, client=deps.client, profiles=deps.profiles, observe=deps.observe)
+        return cls(
+            deps.rows,
+            client=deps.client,
+            profiles=deps.profiles,
+            observe=deps.observe,
+            rules=deps.rules,
+        )
 
     async def close(self) -> None:
         """Nothing to release: the client belongs to the service."""
@@ -192,7 +251,7 @@ class Submitter:
         attempts: int,
     ) -> None:
         """Submit the profile that applies now; record the outcome, or retry or alert."""
-        sub = self._pick(action_id, str(row["transaction_id"]), deposit, params, attempts)
+        sub = self._pick(action_id, row, deposit, params, attempts)
         if sub is None:
             outcome = "no profile applies any more"
             if params.get("named"):
@@ -227,12 +286,13 @@ class Submitter:
     def _pick(
         self,
         action_id: int,
-        tx: str,
+        row: dict[str, Any],
         deposit: Deposit | None,
         params: dict[str, Any],
         attempts: int,
     ) -> _Submission | None:
         """The profile that applies now (a named one while it exists); None when none does."""
+        tx = str(row["transaction_id"])
         profiles = self._profiles()
         match = profiles.for_deposit(
             deposit.wallet_id if deposit else None, deposit.from_address if deposit else None
@@ -243,7 +303,19 @@ class Submitter:
         if name is None:
             return None
         key = submit_key(tx, profiles.content_hash(name))
-        return _Submission(action_id, tx, deposit, name, key, profiles.body(name), attempts)
+        return _Submission(
+            action_id,
+            tx,
+            deposit,
+            name,
+            key,
+            profiles.body(name),
+            attempts,
+            rule_set=row.get("rule_set"),
+            rule_set_version=row.get("rule_set_version"),
+            rules_hash=rules_hash(self._rules(), profiles),
+            sent_at=clock.utc_now(),
+        )
 
     async def _accepted(self, sub: _Submission, params: dict[str, Any]) -> None:
         """Record the accepted submission, and "pending" as the tracker's fact."""
@@ -252,6 +324,7 @@ class Submitter:
             "done",
             f"submitted profile {sub.profile}; whiteListStatus pending",
             key=sub.key,
+            also=sub.sent("done"),
         )
         # Dated when the provider's acceptance arrived, in this machine's clock like every
         # fact (`worker.track.facts`): a read sent before then may still show the status this
@@ -393,17 +466,32 @@ class Submitter:
         self, sub: _Submission, code: str, severity: str, text: str
     ) -> Callable[[sqlite_utils.Database], object]:
         """Each submission's refusal alerts on its own (a refusal after a correction is news);
-        the same submission refused again does not."""
-        return lambda db: enqueue_alert(
-            db,
-            sub.deposit,
-            f"submit_failed:{code}",
-            severity,
-            trigger="submit",
-            detail=text,
-            profile=sub.profile,
-            once_per=_short(sub.key),
-        )
+        the same submission refused again does not. The deposit then waits on a person for its
+        payer details: a wait starts (its deadline, docs/rules.md, "Deadlines"), unless one is
+        open; the deadline job ends it once the deposit no longer needs details."""
+
+        def write(db: sqlite_utils.Database) -> None:
+            enqueue_alert(
+                db,
+                sub.deposit,
+                f"submit_failed:{code}",
+                severity,
+                trigger="submit",
+                detail=text,
+                profile=sub.profile,
+                once_per=_short(sub.key),
+            )
+            waits.start_wait(
+                db,
+                sub.tx,
+                State.NEEDS_DETAILS.value,
+                now=clock.now_ms(),
+                severity=severity,
+                channels=None,
+                again=False,
+            )
+
+        return write
 
     async def _read_result(self, sub: _Submission, out: CodeOutcome, code: str, _: str) -> None:
         read = out.read
@@ -412,7 +500,9 @@ class Submitter:
         except ProviderError as err:
             # Nothing to submit either way; the detail poll reads the result later.
             read = f"detail not read now ({err.msg}); the detail poll reads it"
-        await self._rows.finish(sub.action_id, "done", f"{out.what}; {read}", key=sub.key)
+        await self._rows.finish(
+            sub.action_id, "done", f"{out.what}; {read}", key=sub.key, also=sub.sent("done")
+        )
 
     async def _check_gone(self, sub: _Submission, _: CodeOutcome, code: str, detail: str) -> None:
         """10000100: re-read the history queues (init, rejected), then the detail; a deposit in
@@ -449,7 +539,9 @@ class Submitter:
         else:
             # It moved on (rejected, a review under way or done): the tracker follows it.
             also, outcome = None, f"{found}; the deposit still exists"
-        await self._rows.finish(sub.action_id, "failed", outcome, key=sub.key, also=also)
+        await self._rows.finish(
+            sub.action_id, "failed", outcome, key=sub.key, also=_both(sub.sent("failed"), also)
+        )
 
     async def _profile_refused(
         self, sub: _Submission, _: CodeOutcome, code: str, detail: str
@@ -459,11 +551,11 @@ class Submitter:
             "failed",
             f"profile {sub.profile} refused: {detail}; no retry until the profile changes",
             key=sub.key,
-            also=self._alert(sub, code, "warning", detail),
+            also=_both(sub.sent("failed"), self._alert(sub, code, "warning", detail)),
         )
 
     async def _failed(self, sub: _Submission, _: CodeOutcome, code: str, detail: str) -> None:
-        also = self._alert(sub, code, "critical", detail)
+        also = _both(sub.sent("failed"), self._alert(sub, code, "critical", detail))
         await self._rows.finish(sub.action_id, "failed", detail, key=sub.key, also=also)
 
 

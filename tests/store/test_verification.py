@@ -1,0 +1,100 @@
+"""The verification read a few rows at a time: entries, ledger rows and submissions on either
+side of a chunk's edge are checked as in one read; a deposit booked again is compared with its
+last entry; a purge verifies; an entry removed is a gap. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from journalrows import book, by_hand, drop_append_only, purge, submit
+from stores import StoreMaker
+
+from worker.store import journal
+from worker.store.verification import Verification, verify
+from worker.store.writer import Store
+
+PAYER = {"payerType": "ENTITY", "fullName": "Example Trading Ltd", "countryCode": "SG"}
+
+
+@pytest.fixture
+async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
+    s = make_store()
+    await s.open()
+    yield s
+    await s.close()
+
+
+async def verified(store: Store, chunk: int = 2, **kw: Any) -> Verification:
+    return await verify(store.read, at="2026-05-04T03:00:00.000Z", chunk=chunk, **kw)
+
+
+async def test_everything_across_chunk_edges_verifies(store: Store) -> None:
+    def write(db: Any) -> list[int]:
+        ids = []
+        for n in range(1, 6):
+            book(db, f"tx-{n}", amount=f"{n}.5")
+            ids.append(submit(db, f"tx-{n}", {**PAYER, "fullName": f"Payer {n}"}))
+        purge(db, ids[:3])
+        return ids
+
+    await store.write(write)
+    head = await store.read(journal.head)
+    for chunk in (1, 2, 3, 1000):
+        outcome = await verified(store, chunk=chunk)
+        assert outcome.problem is None, chunk
+        assert (outcome.entries, outcome.head) == (11, head)
+        assert (outcome.ledger_rows, outcome.submissions) == (5, 5)
+
+
+async def test_a_deposit_booked_again_is_compared_with_its_last_entry(store: Store) -> None:
+    """A later `booked` entry about the same deposit (its row as it stands now) is the one the
+    row must match; the earlier one stays in the chain."""
+
+    def write(db: Any) -> None:
+        book(db, "tx-1")
+        book(db, "tx-2")
+        db.execute("UPDATE ledger SET tx_hash = 'hash-known-later' WHERE transaction_id = 'tx-1'")
+        row = db.execute(
+            f"SELECT {', '.join(journal.LEDGER_FIELDS)} FROM ledger WHERE transaction_id = 'tx-1'"
+        ).fetchone()
+        body = journal.ledger_body(dict(zip(journal.LEDGER_FIELDS, tuple(row), strict=True)))
+        journal.append(db, journal.BOOKED, "tx-1", body)
+
+    await store.write(write)
+    outcome = await verified(store)
+    assert outcome.problem is None and outcome.entries == 3
+
+
+async def test_an_entry_removed_by_hand_is_a_gap(store: Store, make_store: StoreMaker) -> None:
+    await store.write(lambda db: [book(db, f"tx-{n}") for n in range(1, 5)])
+    storage = make_store.storage()
+    by_hand(storage, *drop_append_only(storage), "DELETE FROM journal WHERE seq = 3")
+    outcome = await verified(store)
+    assert outcome.problem == "journal entry 3 is missing (the next one is 4)"
+    # Verified up to the entry before the gap.
+    assert outcome.entries == 2 and outcome.head is not None and outcome.head.seq == 2
+
+
+async def test_the_last_entries_removed_are_found_by_an_anchor(
+    store: Store, make_store: StoreMaker
+) -> None:
+    """Removing the newest entries with their rows leaves a shorter chain that holds: only a
+    head kept elsewhere shows what is gone."""
+    await store.write(lambda db: [book(db, f"tx-{n}") for n in range(1, 5)])
+    kept = await store.read(journal.head)
+    assert kept is not None
+    storage = make_store.storage()
+    by_hand(
+        storage,
+        *drop_append_only(storage),
+        "DELETE FROM journal WHERE seq = 4",
+        "DELETE FROM ledger WHERE transaction_id = 'tx-4'",
+    )
+    assert (await verified(store)).problem is None
+    outcome = await verified(store, anchor=kept)
+    assert outcome.problem == (
+        "the journal ends at entry 3, before the anchor's entry 4: entries were removed, or the"
+        " anchor is another database's"
+    )
