@@ -4,6 +4,7 @@ payer values are in it only with `--with-personal-data`, which says so and is jo
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import sys
@@ -19,7 +20,7 @@ from worker.commands.cli import main
 from worker.logs import configure
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import HEADER_TIMESTAMP
-from worker.store import conflicts, journal, operator, submissions
+from worker.store import conflicts, journal, operator, retention, submissions
 from worker.store.actions import insert_action
 from worker.store.evidence_file import encode
 from worker.store.writer import event_row
@@ -576,3 +577,36 @@ def test_the_proof_is_written_in_chunks_and_never_partially(
     assert status == 1 and "No space left" in stderr
     assert out.read_bytes() == before
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_bundle_after_retention_still_proves_what_was_sent(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], make_store: StoreMaker
+) -> None:
+    """Once retention removed the payer values, a bundle (even with --with-personal-data)
+    holds none, names the purge entry, and still verifies: the hash and field names kept are
+    those the submission's entry holds."""
+
+    def finish_and_purge(db: Any) -> None:
+        db.execute("UPDATE deposits SET state = 'completed' WHERE transaction_id = ?", [TX])
+        chunk = retention.purge_chunk(db, before="2999-01-01T00:00:00.000Z", days=30)
+        assert chunk.purged
+
+    async def purge() -> None:
+        store = make_store()
+        await store.open()
+        await store.write(finish_and_purge)
+        await store.close()
+
+    asyncio.run(purge())
+    out = tmp_path / "purged.json"
+    _, stderr = write_bundle(capsys, config, out, "--with-personal-data")
+    assert "holds no payer value" in stderr
+    assert payer_values_in(out.read_bytes()) == []
+    bundle = json.loads(out.read_bytes())["bundle"]
+    (sent,) = bundle["submissions"]
+    assert sent["payload"] is None and sent["purged_at"]
+    assert sent["payload_sha256"] == submissions.payload_sha256(PAYER)
+    (purged,) = [e for e in bundle["journal"]["entries"] if e["kind"] == journal.PURGED]
+    assert purged["body"]["action_ids"] == [sent["action_id"]]
+    status, stdout, _ = verify(capsys, out)
+    assert status == 0, stdout

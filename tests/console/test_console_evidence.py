@@ -88,8 +88,8 @@ async def test_the_deposit_page_downloads_its_evidence_without_payer_data(
 ) -> None:
     """Logged out, the download sends to the login; logged in, the deposit page links it and it
     is an attachment: the canonical document with its sha256, the webhooks as received, the
-    submission by field names and hash, the ledger row, and no payer value anywhere. An unknown
-    deposit is a 404."""
+    submission by field names and hash, the ledger row and the journal's entries, verifying on
+    its own, and no payer value anywhere. An unknown deposit is a 404."""
     profiles = tmp_path / "profiles.yaml"
     text = json.dumps({"profiles": {"ondrecht": PAYER}, "wallets": {"1002": "ondrecht"}})
     profiles.write_text(text.replace('"1002"', "1002"))  # a walletId is a number
@@ -123,8 +123,14 @@ async def test_the_deposit_page_downloads_its_evidence_without_payer_data(
     assert {"webhook", "submit"} <= {f["source"] for f in bundle["facts"]}
     submit = [a for a in bundle["rules"]["matched"] if a["action"] == "submit_profile"]
     assert [a["params"]["profile"] for a in submit] == ["ondrecht"]
+    (sent,) = bundle["submissions"]
+    assert sent["profile"] == "ondrecht" and sent["fields"] == sorted(PAYER)
+    assert "payload" not in sent
+    kinds = {e["kind"] for e in bundle["journal"]["entries"]}
+    assert {journal.SUBMITTED, journal.BOOKED} <= kinds
     assert bundle["ledger"]["amount"] == "310.75"
     texts = _strings(bundle)
     for value in PAYER.values():
         assert value not in texts and not (len(value) > 5 and value.encode() in data), value
-    assert check(data).transaction_id == tx
+    verdict = check(data)
+    assert verdict.problem is None and str(verdict.head) == bundle["journal"]["proof"]["head"]

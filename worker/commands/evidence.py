@@ -142,10 +142,14 @@ def _evidence(args: argparse.Namespace, settings: Settings) -> int:
         encoder = Encoder(content)
         verdict = _write_atomically(out, _chunks(conn, content, encoder))
     if exported is not None:
+        held = sum(s.get("payload") is not None for s in content["submissions"])
+        what = (
+            f"holds personal data: the payer values of {held} submission(s)"
+            if held
+            else "holds no payer value (none kept: retention removed them, or none was sent)"
+        )
         print(
-            f"depositd: {out} holds personal data: the payer values of"
-            f" {len(content['submissions'])} submission(s); its export is journal entry"
-            f" {exported.seq} (by {by})",
+            f"depositd: {out} {what}; its export is journal entry {exported.seq} (by {by})",
             file=sys.stderr,
         )
     proof = content["journal"]["proof"]

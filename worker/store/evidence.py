@@ -31,11 +31,10 @@ from worker.store.deposits import get_deposit_row
 from worker.store.facts import facts_of
 from worker.store.findings import ledger_row_by_id
 from worker.store.pg import is_postgres
+from worker.store.retention import SUBJECT as RETENTION_SUBJECT
 from worker.store.tx import Db, conn_of
 
 FORMAT = "depositd-evidence/1"
-# The subject of the journal's retention entries (PURGED), which name the action ids purged.
-RETENTION_SUBJECT = "retention"
 
 
 def _plain(value: Any) -> Any:
