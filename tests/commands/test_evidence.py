@@ -506,6 +506,7 @@ def test_what_is_not_a_bundle(
         "not-json.json": b"hello",
         "other.json": b'{"bundle":{"format":"something else"},"sha256":"x"}',
         "list.json": b"[1,2]",
+        "nan.json": b'{"bundle":{"format":"depositd-evidence/1","x":NaN},"sha256":"0"}',
     }
     for name, data in cases.items():
         path = tmp_path / name

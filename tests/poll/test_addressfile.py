@@ -236,6 +236,10 @@ async def test_dry_run_checks_and_reports_and_sends_nothing(
         ("wallet,address,network\n1001,TX,TRON\n", ":1: the header line has no profile column"),
         ("wallet,address,netwrk,profile\n", ":1: unknown column 'netwrk'"),
         ("wallet,address,network,profile\n\n", ": no line after the header: nothing to register"),
+        (
+            "wallet,address,network,profile\n1001," + "T" * 200_000 + ",TRON,demo-person\n",
+            ":2: field larger than field limit",
+        ),
     ],
 )
 async def test_a_file_that_is_no_address_list_is_refused(

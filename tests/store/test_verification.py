@@ -1,6 +1,6 @@
 """The verification read a few rows at a time: entries, ledger rows and submissions on either
-side of a chunk's edge are checked as in one read; a deposit booked again is compared with its
-last entry; a purge verifies; an entry removed is a gap. On SQLite and PostgreSQL."""
+side of a chunk's edge are checked as in one read; a row edited or inserted by hand with an entry
+appended for it is found; a purge verifies; an entry removed is a gap. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -48,14 +48,14 @@ async def test_everything_across_chunk_edges_verifies(store: Store) -> None:
         assert (outcome.ledger_rows, outcome.submissions) == (5, 5)
 
 
-async def test_a_deposit_booked_again_is_compared_with_its_last_entry(store: Store) -> None:
-    """A later `booked` entry about the same deposit (its row as it stands now) is the one the
-    row must match; the earlier one stays in the chain."""
+async def test_a_row_edited_and_booked_again_by_hand_is_found(store: Store) -> None:
+    """A row edited by hand and a correctly chained entry appended for it (anyone with write
+    access can append): the deposit is booked twice in the journal, which no booking does."""
 
     def write(db: Any) -> None:
         book(db, "tx-1")
         book(db, "tx-2")
-        db.execute("UPDATE ledger SET tx_hash = 'hash-known-later' WHERE transaction_id = 'tx-1'")
+        db.execute("UPDATE ledger SET amount = '1000000' WHERE transaction_id = 'tx-1'")
         row = db.execute(
             f"SELECT {', '.join(journal.LEDGER_FIELDS)} FROM ledger WHERE transaction_id = 'tx-1'"
         ).fetchone()
@@ -64,7 +64,45 @@ async def test_a_deposit_booked_again_is_compared_with_its_last_entry(store: Sto
 
     await store.write(write)
     outcome = await verified(store)
-    assert outcome.problem is None and outcome.entries == 3
+    # The row is compared with the deposit's first entry, not with the one appended later.
+    assert (
+        outcome.problem == "ledger row tx-1: amount differs from journal entry 1 (edited by hand?)"
+    )
+
+
+async def test_a_second_entry_booking_a_deposit_is_found(store: Store) -> None:
+    def write(db: Any) -> None:
+        first = book(db, "tx-1")
+        journal.append(db, journal.BOOKED, "tx-1", first.body)
+
+    await store.write(write)
+    outcome = await verified(store)
+    assert outcome.problem == (
+        "journal entry 2 (booked tx-1): a second entry booking the deposit (the first is entry"
+        " 1); a deposit is booked once (appended by hand?)"
+    )
+
+
+async def test_a_row_inserted_and_adopted_by_hand_is_found(store: Store) -> None:
+    """A row inserted by hand with an `adopted` entry appended after the journal began."""
+
+    def write(db: Any) -> None:
+        book(db, "tx-1")
+        db.execute(
+            "INSERT INTO ledger (transaction_id, amount, currency, booked_at, trigger)"
+            " VALUES ('tx-forged', '500', 'USDT', '2026-05-01T00:00:00.000Z', 'credited')"
+        )
+        row = db.execute(
+            f"SELECT {', '.join(journal.LEDGER_FIELDS)} FROM ledger"
+            " WHERE transaction_id = 'tx-forged'"
+        ).fetchone()
+        body = journal.ledger_body(dict(zip(journal.LEDGER_FIELDS, tuple(row), strict=True)))
+        journal.append(db, journal.ADOPTED, "tx-forged", body)
+
+    await store.write(write)
+    outcome = await verified(store)
+    assert outcome.problem is not None
+    assert outcome.problem.startswith("journal entry 2 (adopted tx-forged): an adopted entry")
 
 
 async def test_an_entry_removed_by_hand_is_a_gap(store: Store, make_store: StoreMaker) -> None:

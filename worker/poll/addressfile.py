@@ -99,7 +99,7 @@ def read_csv(path: Path) -> list[AddressLine]:
         raise ConfigError([f"{path}: cannot read the file: {exc.strerror}"]) from None
     except UnicodeDecodeError:
         raise ConfigError([f"{path}: the file is not UTF-8 text"]) from None
-    rows = _rows(text)
+    rows = _rows(text, path)
     header = next(rows, None)
     if header is None:
         raise ConfigError([f"{path}:1: the file is empty: it needs a header line ({_columns()})"])
@@ -130,11 +130,17 @@ def read_csv(path: Path) -> list[AddressLine]:
     return lines
 
 
-def _rows(text: str) -> Iterator[tuple[int, list[str]]]:
+def _rows(text: str, path: Path) -> Iterator[tuple[int, list[str]]]:
     """(line number where the record starts, fields) of each record, blank lines left out."""
     reader = csv.reader(text.splitlines(keepends=True))
     start = 1
-    for fields in reader:
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:  # a field past the csv module's limit, a stray quote...
+            raise ConfigError([f"{path}:{reader.line_num}: {exc}"]) from None
         if any(f.strip() for f in fields):
             yield start, fields
         start = reader.line_num + 1
@@ -181,7 +187,9 @@ def _check_fields(verdict: Verdict, names: Sequence[str], known_networks: Collec
         if not line.get(column):
             problems.append(f"{column} is empty")
     wallet = line.get("wallet")
-    if wallet and not (wallet.isascii() and wallet.isdigit() and int(wallet) > 0):
+    if wallet and not (
+        wallet.isascii() and wallet.isdigit() and len(wallet) <= 18 and int(wallet) > 0
+    ):
         problems.append(f"wallet must be a walletId (a positive whole number), not {wallet!r}")
     network = line.get("network")
     if network and network not in known_networks:

@@ -234,6 +234,10 @@ async def _ingress_started(settings: Settings, listeners: Listeners) -> AsyncIte
     try:
         yield _Started(proc, ours)
     finally:
+        # Not linked (serve failed to start): with its link closed the ingress process leaves at
+        # once instead of waiting on the requests it holds (they get no answer and are sent
+        # again). Linked, it has stopped already (`_ingress_process`).
+        ours.close()
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
@@ -242,7 +246,6 @@ async def _ingress_started(settings: Settings, listeners: Listeners) -> AsyncIte
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
-        ours.close()
 
 
 @contextlib.asynccontextmanager

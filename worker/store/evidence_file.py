@@ -100,8 +100,12 @@ class Verdict:
 
 def read(data: bytes) -> dict[str, Any]:
     """The document of an evidence file; `NotABundle` saying why it is not one."""
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is no JSON value")
+
     try:
-        doc = json.loads(data)
+        doc = json.loads(data, parse_constant=refuse)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise NotABundle(f"not JSON ({exc})") from None
     if not isinstance(doc, dict) or set(doc) != {"bundle", "sha256"}:
@@ -234,7 +238,13 @@ def _ledger_problem(bundle: Mapping[str, Any], entries: list[journal.Entry]) -> 
         return None
     if not booked:
         return "the ledger row has no booked or adopted journal entry"
-    entry = booked[-1]
+    if len(booked) > 1:
+        # A deposit is booked once: a second entry was appended by hand.
+        return (
+            f"journal entry {booked[1].seq} ({booked[1].kind}) books the deposit a second time"
+            f" (the first is entry {booked[0].seq})"
+        )
+    entry = booked[0]
     for name in journal.LEDGER_FIELDS:
         if entry.body.get(name) != ledger.get(name):
             return (

@@ -5,11 +5,14 @@ kept submission checked to have its entry.
 What is checked, in this order, stopping at the first problem:
 
 1. Every entry, in seq order: its digest and hash, its place after the one before (the chain),
-   and the hash of an anchor's entry when one is given. A `booked` or `adopted` entry (the last
-   one about its deposit) against the deposit's ledger row, column by column
+   and the hash of an anchor's entry when one is given. A `booked` or `adopted` entry against
+   the deposit's ledger row, column by column
    (`journal.LEDGER_FIELDS`, as text); a `submitted` entry against the submission's row (deposit,
    profile, field names, payload hash, and the kept payload's own hash unless a `purged` entry
-   names the submission and the row says it was purged).
+   names the submission and the row says it was purged). A deposit is booked once, so a
+   second `booked` or `adopted` entry about it is a problem (rows are never updated: an entry
+   appended by hand must not make an edited row verify), and so is an `adopted` entry after
+   the journal's first other entry (only the migration that starts the journal adopts rows).
 2. Every ledger row has a `booked` or `adopted` entry (a row inserted by hand).
 3. Every kept submission has a `submitted` entry (a record inserted by hand).
 
@@ -123,6 +126,8 @@ class _Run:
     # Kept submissions whose payload is gone (purged_at set), by action id, with their deposit:
     # each must be named by a `purged` entry, usually a later one than its `submitted` entry.
     awaiting_purge: dict[int, str] = field(default_factory=dict)
+    # An entry other than `adopted` was seen: no `adopted` entry may follow.
+    past_adoption: bool = False
 
 
 async def verify(
@@ -171,13 +176,25 @@ def _entries_chunk(db: Db, run: _Run) -> tuple[bool, str | None]:
     after = 0 if run.last is None else run.last.seq
     batch = list(islice(journal.entries(db, after=after, chunk=run.chunk), run.chunk))
     subjects = sorted({e.subject for e in batch if e.kind in _LEDGER_KINDS})
-    ledger, latest = _ledger_rows(db, subjects), _latest_ledger_entries(db, subjects)
+    ledger, first = _ledger_rows(db, subjects), _first_ledger_entries(db, subjects)
     action_ids = sorted({a for a in map(_action_id, batch) if a is not None})
     kept = _kept_submissions(db, action_ids)
     for entry in batch:
         problem = journal.chain_problem([entry], start=run.last) or _anchor_problem(entry, run)
         if problem is None:
-            if entry.kind in _LEDGER_KINDS and latest.get(entry.subject) == entry.seq:
+            if entry.kind == ADOPTED and run.past_adoption:
+                problem = (
+                    f"journal entry {entry.seq} (adopted {entry.subject}): an adopted entry after"
+                    " the journal's first decision; only the migration that starts the journal"
+                    " adopts rows (appended by hand?)"
+                )
+            elif entry.kind in _LEDGER_KINDS and first.get(entry.subject) != entry.seq:
+                problem = (
+                    f"journal entry {entry.seq} ({entry.kind} {entry.subject}): a second entry"
+                    f" booking the deposit (the first is entry {first.get(entry.subject)}); a"
+                    " deposit is booked once (appended by hand?)"
+                )
+            elif entry.kind in _LEDGER_KINDS:
                 problem = _ledger_problem(entry, ledger.get(entry.subject))
             elif entry.kind == SUBMITTED:
                 problem = _submission_problem(entry, kept, run)
@@ -188,6 +205,7 @@ def _entries_chunk(db: Db, run: _Run) -> tuple[bool, str | None]:
             return True, problem
         run.last = Head(entry.seq, entry.hash)
         run.entries += 1
+        run.past_adoption = run.past_adoption or entry.kind != ADOPTED
     return len(batch) < run.chunk, None
 
 
@@ -215,13 +233,13 @@ def _ledger_rows(db: Db, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     return {str(r[0]): dict(zip(LEDGER_FIELDS, tuple(r), strict=True)) for r in rows}
 
 
-def _latest_ledger_entries(db: Db, subjects: Sequence[str]) -> dict[str, int]:
-    """The seq of the last `booked` or `adopted` entry of each deposit: the one its ledger row
-    is compared with."""
+def _first_ledger_entries(db: Db, subjects: Sequence[str]) -> dict[str, int]:
+    """The seq of the first `booked` or `adopted` entry of each deposit: the one its ledger row
+    is compared with (any later one is a problem)."""
     if not subjects:
         return {}
     rows = db.execute(
-        "SELECT subject, MAX(seq) FROM journal WHERE kind IN (?, ?)"
+        "SELECT subject, MIN(seq) FROM journal WHERE kind IN (?, ?)"
         f" AND subject IN ({_marks(subjects)}) GROUP BY subject",
         [*_LEDGER_KINDS, *subjects],
     ).fetchall()
