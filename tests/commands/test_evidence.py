@@ -424,7 +424,7 @@ def test_an_edit_sealed_again_is_found_by_the_journal(
 
     expected = {
         amount: "the ledger row's amount is not what journal entry 2 (booked) holds",
-        payload_hash: "its payload_sha256 is not what journal entry 1 holds",
+        payload_hash: "submission of action 1 has no submitted journal entry with its payload",
         entry_body: "journal entry 2: its content does not match its digest",
         proof_digest: "the proof's chain does not end at the head",
         body_text: "webhook event ev-1: its body's forms disagree",

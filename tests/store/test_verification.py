@@ -11,7 +11,7 @@ import pytest
 from journalrows import book, by_hand, drop_append_only, purge, submit
 from stores import StoreMaker
 
-from worker.store import journal
+from worker.store import journal, submissions
 from worker.store.verification import Verification, verify
 from worker.store.writer import Store
 
@@ -103,6 +103,41 @@ async def test_a_row_inserted_and_adopted_by_hand_is_found(store: Store) -> None
     outcome = await verified(store)
     assert outcome.problem is not None
     assert outcome.problem.startswith("journal entry 2 (adopted tx-forged): an adopted entry")
+
+
+async def test_a_submission_retried_under_its_action_keeps_each_payload(store: Store) -> None:
+    """A failed submission retried (`retry-failed`) after its profile was corrected sends
+    another payload under the same action: each payload is kept with its entry, and the
+    journal verifies (it once kept the first only, and verify called the second tampered);
+    the same payload sent again adds an entry and no record."""
+
+    def write(db: Any) -> int:
+        action_id = submit(db, "tx-1", PAYER)
+        for payload in ({**PAYER, "fullName": "Example Trading Pte Ltd"}, PAYER):
+            digest = submissions.record_sent(
+                db,
+                action_id=action_id,
+                transaction_id="tx-1",
+                profile="acme",
+                body=payload,
+                sent_at="2026-01-03T03:04:05.000Z",
+                outcome="done",
+            )
+            body = {
+                "action_id": action_id,
+                "profile": "acme",
+                "fields": submissions.field_names(payload),
+                "payload_sha256": digest,
+                "outcome": "done",
+            }
+            journal.append(db, journal.SUBMITTED, "tx-1", body)
+        return action_id
+
+    action_id = await store.write(write)
+    kept = await store.read(lambda db: submissions.of_deposit(db, "tx-1"))
+    assert [k["action_id"] for k in kept] == [action_id, action_id]
+    outcome = await verified(store)
+    assert outcome.problem is None and outcome.submissions == 2
 
 
 async def test_an_entry_removed_by_hand_is_a_gap(store: Store, make_store: StoreMaker) -> None:

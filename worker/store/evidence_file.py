@@ -255,16 +255,21 @@ def _ledger_problem(bundle: Mapping[str, Any], entries: list[journal.Entry]) -> 
 
 
 def _submission_problem(bundle: Mapping[str, Any], entries: list[journal.Entry]) -> str | None:
+    # By action and payload hash: a submission retried with a corrected profile sent another
+    # payload under the same action (one entry and one record each).
     submitted = {
-        int(e.body["action_id"]): e
+        (int(e.body["action_id"]), str(e.body.get("payload_sha256"))): e
         for e in _about(bundle, entries)
         if e.kind == journal.SUBMITTED and "action_id" in e.body
     }
     for sent in bundle["submissions"]:
         action_id = int(sent["action_id"])
-        entry = submitted.pop(action_id, None)
+        entry = submitted.pop((action_id, str(sent.get("payload_sha256"))), None)
         if entry is None:
-            return f"submission of action {action_id} has no submitted journal entry"
+            return (
+                f"submission of action {action_id} has no submitted journal entry with its"
+                " payload_sha256"
+            )
         for name in ("payload_sha256", "fields", "profile"):
             if name in entry.body and entry.body[name] != sent[name]:
                 return (
@@ -277,7 +282,7 @@ def _submission_problem(bundle: Mapping[str, Any], entries: list[journal.Entry])
                 f"submission of action {action_id}: its payer values do not hash to the"
                 f" payload_sha256 of journal entry {entry.seq}"
             )
-    for action_id, entry in sorted(submitted.items()):
+    for (action_id, _), entry in sorted(submitted.items()):
         return (
             f"journal entry {entry.seq} records the submission of action {action_id}, which"
             " the bundle does not hold"

@@ -90,12 +90,14 @@ def purge_chunk(db: Db, *, before: str, days: int, after: int = 0, limit: int = 
     # exactly the rows this transaction changed. On SQLite the values are overwritten with
     # zeros in the file (`worker.store.sqlite.connect`).
     purged = sorted(
-        int(r[0])
-        for r in conn.execute(
-            f"UPDATE submissions SET body = NULL, purged_at = ?"
-            f" WHERE action_id IN ({marks}) AND purged_at IS NULL RETURNING action_id",
-            [utc_now(), *due],
-        ).fetchall()
+        {
+            int(r[0])
+            for r in conn.execute(
+                f"UPDATE submissions SET body = NULL, purged_at = ?"
+                f" WHERE action_id IN ({marks}) AND purged_at IS NULL RETURNING action_id",
+                [utc_now(), *due],
+            ).fetchall()
+        }  # an action that sent two payloads (retried after a correction) is named once
     )
     if purged:
         # Appended as the transaction commits, like every decision of the running service

@@ -257,11 +257,14 @@ def _migrate_journal(db: sqlite_utils.Database) -> None:
     )
     db.execute("CREATE INDEX IF NOT EXISTS journal_subject ON journal (subject, seq)")
     # What each submission sent, as sent (`worker.store.submissions`): `body` holds the payer
-    # values until retention removes them (`purged_at`), its hash stays in the journal.
+    # values until retention removes them (`purged_at`), its hash stays in the journal. One row
+    # per action and payload: a failed submission retried after its profile was corrected
+    # sends another payload under the same action.
     db.execute(
-        "CREATE TABLE IF NOT EXISTS submissions (action_id INTEGER NOT NULL PRIMARY KEY,"
+        "CREATE TABLE IF NOT EXISTS submissions (action_id INTEGER NOT NULL,"
         " transaction_id TEXT NOT NULL, profile TEXT NOT NULL, fields TEXT NOT NULL, body TEXT,"
-        " payload_sha256 TEXT NOT NULL, sent_at TEXT NOT NULL, outcome TEXT, purged_at TEXT)"
+        " payload_sha256 TEXT NOT NULL, sent_at TEXT NOT NULL, outcome TEXT, purged_at TEXT,"
+        " PRIMARY KEY (action_id, payload_sha256))"
     )
     db.execute("CREATE INDEX IF NOT EXISTS submissions_transaction ON submissions (transaction_id)")
     if is_postgres(db):

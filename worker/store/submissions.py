@@ -51,7 +51,7 @@ def record_sent(
     db.execute(
         "INSERT INTO submissions (action_id, transaction_id, profile, fields, body,"
         " payload_sha256, sent_at, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (action_id) DO NOTHING",
+        " ON CONFLICT (action_id, payload_sha256) DO NOTHING",
         [
             action_id,
             transaction_id,

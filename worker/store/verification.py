@@ -296,8 +296,9 @@ _SUBMISSION_COLUMNS = (
 )
 
 
-def _kept_submissions(db: Db, action_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """The kept submissions of these action ids, by action id."""
+def _kept_submissions(db: Db, action_ids: Sequence[int]) -> dict[tuple[int, str], dict[str, Any]]:
+    """The kept submissions of these action ids, by action id and payload hash (a submission
+    retried with a corrected profile sent another payload under the same action)."""
     if not action_ids:
         return {}
     rows = db.execute(
@@ -305,7 +306,8 @@ def _kept_submissions(db: Db, action_ids: Sequence[int]) -> dict[int, dict[str, 
         f" WHERE action_id IN ({_marks(action_ids)})",
         list(action_ids),
     ).fetchall()
-    return {int(r[0]): dict(zip(_SUBMISSION_COLUMNS, tuple(r), strict=True)) for r in rows}
+    kept = [dict(zip(_SUBMISSION_COLUMNS, tuple(r), strict=True)) for r in rows]
+    return {(int(r["action_id"]), str(r["payload_sha256"])): r for r in kept}
 
 
 def _fields(text: Any) -> Any:
@@ -316,13 +318,15 @@ def _fields(text: Any) -> Any:
 
 
 def _submission_problem(
-    entry: Entry, kept: Mapping[int, Mapping[str, Any]], run: _Run
+    entry: Entry, kept: Mapping[tuple[int, str], Mapping[str, Any]], run: _Run
 ) -> str | None:
     action_id = _action_id(entry)
     where = f"journal entry {entry.seq} (submitted {entry.subject})"
     if action_id is None:
         return f"{where}: names no submission (no action_id)"
-    row = kept.get(action_id)
+    row = kept.get((action_id, str(entry.body.get("payload_sha256"))))
+    if row is None:  # none with that payload: compared with the action's other, to say what
+        row = next((r for (a, _), r in sorted(kept.items()) if a == action_id), None)
     record = f"submission record of action {action_id} (deposit {entry.subject})"
     if row is None:
         return f"{where}: the {record} is missing (deleted by hand?)"
@@ -428,7 +432,7 @@ def _ledger_chunk(db: Db, after: str, limit: int) -> tuple[list[str], str | None
 
 
 async def _submissions(read: Reader, run: _Run) -> str | None:
-    after = 0
+    after: tuple[int, str] = (0, "")
     while True:
         ids, missing = await read(partial(_submissions_chunk, after=after, limit=run.chunk))
         run.submissions += len(ids)
@@ -443,30 +447,33 @@ async def _submissions(read: Reader, run: _Run) -> str | None:
         after = ids[-1]
 
 
-def _submissions_chunk(db: Db, after: int, limit: int) -> tuple[list[int], tuple[int, str] | None]:
-    """A chunk of kept submissions after action id `after`; (their action ids, the first
-    without a `submitted` entry, with its deposit)."""
+def _submissions_chunk(
+    db: Db, after: tuple[int, str], limit: int
+) -> tuple[list[tuple[int, str]], tuple[int, str] | None]:
+    """A chunk of kept submissions after (action id, payload hash) `after`; (their keys, the
+    first without a `submitted` entry, as its action id and deposit)."""
     rows = [
-        (int(r[0]), str(r[1]))
+        (int(r[0]), str(r[1]), str(r[2]))
         for r in db.execute(
-            "SELECT action_id, transaction_id FROM submissions WHERE action_id > ?"
-            " ORDER BY action_id LIMIT ?",
-            [after, limit],
+            "SELECT action_id, payload_sha256, transaction_id FROM submissions"
+            " WHERE action_id > ? OR (action_id = ? AND payload_sha256 > ?)"
+            " ORDER BY action_id, payload_sha256 LIMIT ?",
+            [after[0], after[0], after[1], limit],
         ).fetchall()
     ]
     if not rows:
         return [], None
-    subjects = sorted({tx for _, tx in rows})
-    named: set[int] = set()
+    subjects = sorted({tx for _, _, tx in rows})
+    named: set[tuple[int, str]] = set()
     for (body,) in db.execute(
         f"SELECT body FROM journal WHERE kind = ? AND subject IN ({_marks(subjects)})",
         [SUBMITTED, *subjects],
     ).fetchall():
         value = _fields(body)
         if isinstance(value, dict) and isinstance(value.get("action_id"), int):
-            named.add(value["action_id"])
-    ids = [a for a, _ in rows]
-    return ids, next(((a, tx) for a, tx in rows if a not in named), None)
+            named.add((value["action_id"], str(value.get("payload_sha256"))))
+    keys = [(a, h) for a, h, _ in rows]
+    return keys, next(((a, tx) for a, h, tx in rows if (a, h) not in named), None)
 
 
 # --- the head, and the last verification in `meta` -----------------------------------------
