@@ -238,14 +238,22 @@ async def _ingress_started(settings: Settings, listeners: Listeners) -> AsyncIte
         # once instead of waiting on the requests it holds (they get no answer and are sent
         # again). Linked, it has stopped already (`_ingress_process`).
         ours.close()
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), _INGRESS_STOP_S)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await _stop(proc)
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """Stop the ingress process unless it has stopped: SIGTERM (it stops accepting and answers
+    the requests in flight), killed if it has not exited within `_INGRESS_STOP_S`."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), _INGRESS_STOP_S)
+    except TimeoutError:
+        log.error("ingress process did not stop; killed")
+        proc.kill()
+        await proc.wait()
 
 
 @contextlib.asynccontextmanager
@@ -289,15 +297,7 @@ async def _ingress_process(
     finally:
         if pinger is not None:
             pinger.cancel()
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), _INGRESS_STOP_S)
-            except TimeoutError:
-                log.error("ingress process did not stop; killed")
-                proc.kill()
-                await proc.wait()
+        await _stop(proc)
         if link.transport is not None:
             link.transport.close()
         await link.closed

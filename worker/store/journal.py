@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from worker.clock import utc_now
@@ -82,16 +82,7 @@ class Entry:
 
     def as_json(self) -> dict[str, Any]:
         """The entry as one JSON object (evidence bundles, `depositd verify` output)."""
-        return {
-            "seq": self.seq,
-            "at": self.at,
-            "kind": self.kind,
-            "subject": self.subject,
-            "body": self.body,
-            "digest": self.digest,
-            "prev_hash": self.prev_hash,
-            "hash": self.hash,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Entry:
