@@ -15,14 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import sqlite_utils
-
 from worker.act.rows import add_submission, submit_key
 from worker.config.profiles import Profiles
 from worker.config.yamlkeys import known, suggest
 from worker.provider.payer import PayerValidationError, validate_payer
 from worker.store import actions as stored
 from worker.store import operator as operator_store
+from worker.store.db import Database
 from worker.store.deposits import get_deposit_row, lock_deposit
 from worker.track.tracker import Deposit, State
 
@@ -72,7 +71,7 @@ def unfit_fields(profiles: Profiles, name: str) -> list[str]:
 
 
 def approve(
-    db: sqlite_utils.Database,
+    db: Database,
     transaction_id: str,
     profile: str,
     profiles: Profiles,
@@ -94,9 +93,7 @@ def approve(
     return approval
 
 
-def _decide(
-    db: sqlite_utils.Database, deposit: Deposit, profile: str, profiles: Profiles
-) -> Approval:
+def _decide(db: Database, deposit: Deposit, profile: str, profiles: Profiles) -> Approval:
     tx = deposit.transaction_id
     names = sorted(profiles.names())
     if profile not in names:

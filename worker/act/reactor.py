@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import sqlite_utils
-
 from worker.act.kinds import KINDS
 from worker.act.kinds.base import Recording
 from worker.act.kinds.book import CREDITED_STATES, book_held
@@ -23,6 +21,7 @@ from worker.logs import LogLine
 from worker.rules import RuleBook
 from worker.rules.fingerprint import rules_hash
 from worker.store.actions import acted_on_event
+from worker.store.db import Database
 from worker.track.batch import Reaction
 from worker.track.tracker import Deposit, Fact, Transition
 
@@ -36,7 +35,7 @@ class RuleReactor:
 
     def react(
         self,
-        db: sqlite_utils.Database,
+        db: Database,
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,

@@ -14,14 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import sqlite_utils
-
 from worker.act.rows import add_action, enqueue_alert
 from worker.rules import RecordView, RuleBook
+from worker.store.db import Database
 
 
 def fire_record(
-    db: sqlite_utils.Database,
+    db: Database,
     rules: RuleBook,
     trigger: str,
     fields: Mapping[str, Any],

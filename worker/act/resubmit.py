@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 
-import sqlite_utils
-
 from worker.act.rows import add_submission, key_used, submit_key
 from worker.config.profiles import Profiles
 from worker.rules import RuleBook
 from worker.store import actions as stored
+from worker.store.db import Database
 from worker.track.tracker import Deposit
 
 
-def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:
+def resubmit_changed(db: Database, profiles: Profiles) -> int:
     """Queue a new submission for rejected or refused deposits whose profile has changed.
 
     Runs in one transaction at start and after a profiles reload. A rejected deposit is never
@@ -48,7 +47,7 @@ def resubmit_changed(db: sqlite_utils.Database, profiles: Profiles) -> int:
     return queued
 
 
-def submit_newly_covered(db: sqlite_utils.Database, profiles: Profiles, rules: RuleBook) -> int:
+def submit_newly_covered(db: Database, profiles: Profiles, rules: RuleBook) -> int:
     """Queue a submission for deposits still waiting for payer details that depositd never
     submitted, now that a profile applies and their rules submit on `needs_details` (a profile
     added after the "payer details needed" alert). Runs with `resubmit_changed`."""

@@ -18,14 +18,13 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import sqlite_utils
-
 from worker import clock
 from worker.clock import iso_from_ms
 from worker.logs import get_logger
 from worker.rules import Intent
 from worker.store import actions as stored
 from worker.store.actions import alert_with_trigger_queued
+from worker.store.db import Database
 from worker.store.deposits import get_deposit_row
 from worker.store.writer import Store
 from worker.track.tracker import Deposit
@@ -37,7 +36,7 @@ _SORTED_JSON = json.JSONEncoder(sort_keys=True)
 
 
 def add_action(
-    db: sqlite_utils.Database,
+    db: Database,
     *,
     deposit: Deposit | None,
     action: str,
@@ -79,13 +78,13 @@ def submit_params(profile: str, content_hash: str, *, named: bool) -> dict[str, 
     return {"profile": profile, "content_hash": content_hash, "named": named}
 
 
-def key_used(db: sqlite_utils.Database, transaction_id: str, key: str) -> bool:
+def key_used(db: Database, transaction_id: str, key: str) -> bool:
     """Was a submission with this Idempotency-Key (this exact payload) already queued?"""
     return stored.submission_key_used(db, transaction_id, key)
 
 
 def add_submission(
-    db: sqlite_utils.Database,
+    db: Database,
     deposit: Deposit,
     profile: str,
     content_hash: str,
@@ -110,7 +109,7 @@ def add_submission(
 
 
 def enqueue_alert(
-    db: sqlite_utils.Database,
+    db: Database,
     deposit: Deposit | None,
     condition: str,
     severity: str,
@@ -144,7 +143,7 @@ def enqueue_alert(
 
 
 def _alert_once_per_trigger(
-    db: sqlite_utils.Database,
+    db: Database,
     transaction_id: str,
     condition: str,
     severity: str,
@@ -161,7 +160,7 @@ def _alert_once_per_trigger(
         )
 
 
-def alert_gone(db: sqlite_utils.Database, transaction_id: str) -> None:
+def alert_gone(db: Database, transaction_id: str) -> None:
     """Queue one critical alert for a tracked deposit the provider no longer knows (10000100)."""
     _alert_once_per_trigger(
         db,
@@ -173,7 +172,7 @@ def alert_gone(db: sqlite_utils.Database, transaction_id: str) -> None:
     )
 
 
-def alert_mismatch(db: sqlite_utils.Database, transaction_id: str, detail: str) -> None:
+def alert_mismatch(db: Database, transaction_id: str, detail: str) -> None:
     """Queue one critical alert for a tracked deposit whose detail answered about another
     transactionId (a protocol error: the answer is not recorded)."""
     _alert_once_per_trigger(
@@ -181,7 +180,7 @@ def alert_mismatch(db: sqlite_utils.Database, transaction_id: str, detail: str) 
     )
 
 
-def alert_detail_failing(db: sqlite_utils.Database, transaction_id: str, detail: str) -> None:
+def alert_detail_failing(db: Database, transaction_id: str, detail: str) -> None:
     """Queue one warning alert for a tracked deposit whose detail keeps failing to be read."""
     _alert_once_per_trigger(
         db, transaction_id, "detail_failing", "warning", trigger="detail_failing", detail=detail
@@ -253,13 +252,13 @@ class ActionRows:
         outcome: str,
         *,
         retry_in: float | None = None,
-        also: Callable[[sqlite_utils.Database], object] | None = None,
+        also: Callable[[Database], object] | None = None,
         key: str | None = None,
     ) -> None:
         """Record the row's status and outcome; `also` runs in the same write. A row another
         instance took over meanwhile (this one's claim lapsed) keeps the other's record."""
 
-        def fn(db: sqlite_utils.Database) -> bool:
+        def fn(db: Database) -> bool:
             mine = stored.finish_action(
                 db,
                 action_id,
@@ -284,7 +283,7 @@ class ActionRows:
             )
             self.lost("outcome")
 
-    async def write(self, fn: Callable[[sqlite_utils.Database], object]) -> None:
+    async def write(self, fn: Callable[[Database], object]) -> None:
         """Run `fn` in a write of its own (an alert about the row's deposit)."""
         await self._store.write(fn)
 
@@ -295,7 +294,7 @@ class ActionRows:
         outcome: str,
         *,
         key: str | None = None,
-        also: Callable[[sqlite_utils.Database], object] | None = None,
+        also: Callable[[Database], object] | None = None,
     ) -> None:
         """Back to pending, due again after this attempt's back-off."""
         await self.finish(
@@ -312,11 +311,11 @@ def alert_once(
     detail: str,
     profile: str | None = None,
     once_per: str | None = None,
-) -> Callable[[sqlite_utils.Database], object]:
+) -> Callable[[Database], object]:
     """Queue the alert unless one of the same (deposit, condition, once_per) is queued already:
     a condition that lasts over many attempts queues one alert row, not one per attempt."""
 
-    def fn(db: sqlite_utils.Database) -> None:
+    def fn(db: Database) -> None:
         tx = deposit.transaction_id if deposit else None
         if not stored.alert_queued(db, tx, condition, once_per):
             enqueue_alert(

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import sqlite_utils
-
 from worker import clock
 from worker.config.profiles import ProfileMatch
 from worker.logs import get_logger
@@ -30,6 +28,7 @@ from worker.rules import Intent, RuleBook
 from worker.rules.model import SEVERITIES
 from worker.store import waits
 from worker.store.actions import queue_alert
+from worker.store.db import Database
 from worker.store.deposits import lock_deposit
 from worker.store.writer import Store
 from worker.track.tracker import Deposit, State
@@ -60,7 +59,7 @@ def raised(severity: str) -> str:
 
 
 def begin(
-    db: sqlite_utils.Database,
+    db: Database,
     deposit: Deposit,
     trigger: str,
     intents: Sequence[Intent],
@@ -154,7 +153,7 @@ async def check_deadlines(store: Store, rules: RuleBook, *, now: int) -> Checked
 
 
 def _apply(
-    db: sqlite_utils.Database,
+    db: Database,
     rules: RuleBook,
     over: list[int],
     due: list[waits.Wait],
@@ -177,7 +176,7 @@ def _apply(
     return Checked(alerted=tuple(alerted), ended=ended)
 
 
-def _alert(db: sqlite_utils.Database, rules: RuleBook, wait: waits.Wait, now: int) -> None:
+def _alert(db: Database, rules: RuleBook, wait: waits.Wait, now: int) -> None:
     """Queue the alert of a wait past its deadline: how long, on what, never personal data."""
     ruleset = rules.ruleset_for(wait.wallet_id, wait.wallet_name)
     assert ruleset is not None and ruleset.deadline_s is not None

@@ -217,9 +217,8 @@ def database_line(settings: Settings) -> tuple[bool, str]:
     """What an acknowledged webhook survives with this database (`check --online`): SQLite's
     from `storage.synchronous`, PostgreSQL's read from the server; (False, the error) when it
     cannot be reached."""
-    import sqlite3
-
     from worker.store.durability import durability_line, postgres_durability, sqlite_durability
+    from worker.store.errors import StoreError
 
     storage = settings.storage
     if storage.url is None:
@@ -233,7 +232,7 @@ def database_line(settings: Settings) -> tuple[bool, str]:
             promise = postgres_durability(conn)
         finally:
             conn.close()
-    except sqlite3.Error as exc:
+    except StoreError as exc:
         return False, f"database: {exc}"
     return True, f"database: {storage.where}: {durability_line(promise)}"
 

@@ -7,7 +7,6 @@ Kept apart from the commands that print (`worker.commands.read`) so that a comma
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +15,8 @@ from typing import Any
 
 from worker.config.settings import Settings, load_settings
 from worker.store.database import probe_schema
+from worker.store.db import Connection
+from worker.store.errors import StoreError
 from worker.store.sqlite import connect
 
 
@@ -26,7 +27,7 @@ class NoDatabase(Exception):
 @contextmanager
 def open_db(
     args: argparse.Namespace, *, readonly: bool = True, settings: Settings | None = None
-) -> Iterator[sqlite3.Connection]:
+) -> Iterator[Connection]:
     """A connection to the configured database (read-only by default); `NoDatabase` if absent.
     A writable one comes with the commands' write lock held (`worker.store.writelock`): refused
     while `migrate-store` copies the database."""
@@ -45,20 +46,20 @@ def open_db(
 
 
 @contextmanager
-def _connection(settings: Settings, *, readonly: bool) -> Iterator[sqlite3.Connection]:
+def _connection(settings: Settings, *, readonly: bool) -> Iterator[Connection]:
     if settings.storage.url is not None:
         from worker.store.pgstore import command_connection  # psycopg: only for PostgreSQL
 
         pg = command_connection(settings.storage, readonly=readonly)
         try:
-            yield pg  # type: ignore[misc]  # answers like a sqlite3.Connection
+            yield pg
         finally:
             pg.close()
         return
     path = settings.storage.file
     if not path.exists():
         raise NoDatabase(f"no database at {path} (has `depositd serve` run yet?)")
-    conn = connect(path, readonly=readonly, synchronous=settings.storage.synchronous)
+    conn: Connection = connect(path, readonly=readonly, synchronous=settings.storage.synchronous)
     if readonly:
         conn = _readable(conn, path)
     try:
@@ -67,7 +68,7 @@ def _connection(settings: Settings, *, readonly: bool) -> Iterator[sqlite3.Conne
         conn.close()
 
 
-def _readable(conn: sqlite3.Connection, path: Path) -> sqlite3.Connection:
+def _readable(conn: Connection, path: Path) -> Connection:
     """`conn`, or an immutable reader when a read-only WAL reader cannot start here.
 
     A WAL reader needs the -shm file; with none left (the service stopped cleanly) and a folder
@@ -78,16 +79,12 @@ def _readable(conn: sqlite3.Connection, path: Path) -> sqlite3.Connection:
     try:
         probe_schema(conn)
         return conn
-    except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY or _wal_has_content(path):
+    except StoreError as exc:
+        if not (exc.code or "").startswith("SQLITE_READONLY") or _wal_has_content(path):
             conn.close()
             raise
     conn.close()
-    immutable = sqlite3.connect(
-        f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, timeout=5.0
-    )
-    immutable.row_factory = sqlite3.Row
-    return immutable
+    return connect(path, immutable=True)
 
 
 def _wal_has_content(path: Path) -> bool:
@@ -117,6 +114,6 @@ def run_on_db(
     except NoDatabase as exc:
         print(f"depositd: {exc}", file=sys.stderr)
         return 1
-    except sqlite3.Error as exc:
+    except StoreError as exc:
         print(f"depositd: cannot read the database: {exc}", file=sys.stderr)
         return 1

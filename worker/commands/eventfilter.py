@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from worker.store.db import Connection
 from worker.store.events import events_after, list_events
 
 FOLLOW_EVERY_S = 1.0
@@ -42,13 +42,13 @@ def _filter(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def select_events(conn: sqlite3.Connection, args: argparse.Namespace) -> list[Any]:
+def select_events(conn: Connection, args: argparse.Namespace) -> list[Any]:
     """The events to print first, oldest first (`--limit N`: the newest N of them)."""
     return list_events(conn, **_filter(args), limit=getattr(args, "limit", None))
 
 
 def follow(
-    conn: sqlite3.Connection,
+    conn: Connection,
     args: argparse.Namespace,
     after: int,
     emit: Callable[[Any], None],

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sqlite3
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -30,8 +29,8 @@ from worker.commands.ops import backup_target_problem
 from worker.config.settings import Settings, load_settings
 from worker.ingest.receipt import checks_at_receipt
 from worker.store import evidence, journal
+from worker.store.errors import StoreError
 from worker.store.evidence_file import Encoder, NotABundle, Verdict, check
-from worker.store.pg import PgConnection, PgDatabase
 
 EXIT_NOT_VERIFIED = 3  # verify-evidence: the bundle does not verify
 DIGESTS_CHUNK = 10_000  # proof digests read and written at a time
@@ -50,14 +49,11 @@ def _journal_export(
 ) -> journal.Entry | None:
     """Append the `exported` entry (who, the file's name) before the file is written; None
     when the deposit is unknown (nothing appended)."""
-    import sqlite_utils
 
-    from worker.store.writer import transaction
+    from worker.store.writer import database, transaction
 
     with open_db(args, readonly=False, settings=settings) as conn:
-        db: Any = (
-            PgDatabase(conn) if isinstance(conn, PgConnection) else sqlite_utils.Database(conn)
-        )
+        db = database(conn)
         with transaction(db):
             if not evidence.known(db, tx):
                 return None
@@ -182,7 +178,7 @@ def run_evidence(args: argparse.Namespace) -> int:
     except NoDatabase as exc:
         print(f"depositd: {exc}", file=sys.stderr)
         return 1
-    except sqlite3.Error as exc:
+    except StoreError as exc:
         print(f"depositd: cannot read the database: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

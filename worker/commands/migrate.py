@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import fcntl
 import os
-import sqlite3
 import sys
 import time
 from collections.abc import Iterator
@@ -26,17 +25,16 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qsl, urlsplit
 
-import sqlite_utils
-
 from worker.config.settings import StorageSettings, load_settings
 from worker.errors import SchemaTooNew, StorageError
 from worker.store import transfer, writelock
 from worker.store.database import table_columns
+from worker.store.errors import StoreError
 from worker.store.pg import PgDatabase, connect
 from worker.store.pgstore import command_connection, hold_serve_lock_alone, serving_on
 from worker.store.servelock import lock_path
 from worker.store.sqlite import connect as sqlite_connect
-from worker.store.writer import migrate
+from worker.store.writer import database, migrate
 from worker.urls import mask_url
 
 
@@ -74,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"depositd: migrate-store: cannot read the password file: {exc}", file=sys.stderr)
         return 2
-    except (StorageError, sqlite3.Error, ValueError, ArithmeticError) as exc:
+    except (StorageError, StoreError, ValueError, ArithmeticError) as exc:
         print(
             f"depositd: migrate-store to {target_name} failed, the target is left as it was: {exc}",
             file=sys.stderr,
@@ -139,7 +137,7 @@ def _held_source(storage: StorageSettings) -> Iterator[Any]:
             if serving_on(conn) or not hold_serve_lock_alone(conn):
                 raise Refused(f"a depositd serve runs on {storage.where}: stop every instance")
             writelock.hold_copy_writes(conn, storage.where)
-            migrate(PgDatabase(conn))  # type: ignore[arg-type]
+            migrate(PgDatabase(conn))
             yield conn
         finally:
             conn.close()  # the session's locks go with it
@@ -153,7 +151,7 @@ def _held_source(storage: StorageSettings) -> Iterator[Any]:
     ):
         lite = sqlite_connect(path)
         try:
-            migrate(sqlite_utils.Database(lite, execute_plugins=False))
+            migrate(database(lite))
             lite.isolation_level = None  # BEGIN and COMMIT are the copy's own
             yield lite
         finally:

@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import json
 import os
-import sqlite3
 import sys
 import time
 from contextlib import closing
@@ -27,8 +26,10 @@ from worker.store.actions import requeue_failed_actions
 from worker.store.alerts import requeue_failed_alerts
 from worker.store.conflicts import count_held_deposits
 from worker.store.database import finish_copy, has_table
+from worker.store.db import Connection
 from worker.store.deposits import count_waiting_on_human, deposits_by_state
 from worker.store.durability import postgres_durability, sqlite_durability
+from worker.store.errors import StoreError
 from worker.store.events import requeue_event, requeue_failed_events
 from worker.store.findings import reconciliation_status
 from worker.store.leases import SCHEDULER_LEASE
@@ -37,6 +38,7 @@ from worker.store.meta import TASKS_DOWN, all_meta, auth_refusal_streak
 from worker.store.pg import is_postgres
 from worker.store.retention import last_run
 from worker.store.servelock import serving
+from worker.store.sqlite import open_file
 from worker.store.verification import journal_status
 from worker.store.waits import count_overdue
 
@@ -86,8 +88,8 @@ def backup(source: Path, target: Path) -> int:
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         os.chmod(tmp, 0o600)  # whatever the umask
         with (
-            closing(sqlite3.connect(source, timeout=30)) as src,
-            closing(sqlite3.connect(tmp)) as dst,
+            closing(open_file(str(source), timeout=30)) as src,
+            closing(open_file(str(tmp))) as dst,
         ):
             # One step under one read transaction: copied in steps, every commit the service
             # makes between two steps restarts the copy, which under load may never finish.
@@ -117,7 +119,7 @@ def run_backup(args: argparse.Namespace) -> int:
         )
         return 2
 
-    def body(_conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
+    def body(_conn: Connection, _args: argparse.Namespace, out: TextIO) -> int:
         target = Path(args.path)
         problem = backup_target_problem(settings.storage.file, target)
         if problem:
@@ -126,7 +128,7 @@ def run_backup(args: argparse.Namespace) -> int:
         started = time.monotonic()
         try:
             pages = backup(settings.storage.file, target)
-        except (OSError, sqlite3.Error) as exc:
+        except (OSError, StoreError) as exc:
             print(f"depositd: backup to {target} failed: {exc}", file=sys.stderr)
             return 1
         elapsed = time.monotonic() - started
@@ -136,7 +138,7 @@ def run_backup(args: argparse.Namespace) -> int:
     return run_on_db(args, body)
 
 
-def _replay(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+def _replay(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
     with conn:
         found = requeue_event(conn, args.event_id)
     if not found:
@@ -155,7 +157,7 @@ def run_replay(args: argparse.Namespace) -> int:
     return run_on_db(args, _replay, readonly=False)
 
 
-def _retry_failed(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
+def _retry_failed(conn: Connection, _args: argparse.Namespace, out: TextIO) -> int:
     now = utc_now()
     with conn:
         n_events = requeue_failed_events(conn)
@@ -174,20 +176,19 @@ def run_retry_failed(args: argparse.Namespace) -> int:
     return run_on_db(args, _retry_failed, readonly=False)
 
 
-def _leader(conn: sqlite3.Connection) -> dict[str, Any] | None:
+def _leader(conn: Connection) -> dict[str, Any] | None:
     """The scheduler's lease as recorded (None: never taken, or a database from before
     several instances); `current` is false once it has lapsed."""
-    try:
-        lease = leases.get_lease(conn, SCHEDULER_LEASE)
-    except sqlite3.OperationalError:  # no leases table yet
+    if not has_table(conn, "leases"):  # a database from before several instances
         return None
+    lease = leases.get_lease(conn, SCHEDULER_LEASE)
     if lease is None:
         return None
     return {**lease.as_json(), "current": lease.expires_at > utc_now()}
 
 
 def status_report(
-    conn: sqlite3.Connection, in_use: bool | None = None, *, synchronous: str = "FULL"
+    conn: Connection, in_use: bool | None = None, *, synchronous: str = "FULL"
 ) -> dict[str, Any]:
     """What `status` shows, read from the database; `in_use`: whether a serve holds it now
     (`worker.store.servelock.serving`), None when unknown; `synchronous`: SQLite's
@@ -265,7 +266,7 @@ def run_status(args: argparse.Namespace) -> int:
 
         in_use = pg_serving(storage)
 
-    def body(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
+    def body(conn: Connection, _args: argparse.Namespace, out: TextIO) -> int:
         report = status_report(conn, in_use, synchronous=storage.synchronous)
         print(json.dumps(report, indent=2), file=out)
         return 0

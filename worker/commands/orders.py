@@ -5,19 +5,17 @@ the detail the provider answered where the interface has a read for it."""
 from __future__ import annotations
 
 import argparse
-import sqlite3
 from collections.abc import Callable
 from typing import Any, TextIO
-
-import sqlite_utils
 
 from worker.commands.dbopen import run_on_db
 from worker.commands.read import _json_line, table
 from worker.rules import RecordView, RuleBook
 from worker.rules.engine import failing_record_condition
 from worker.rules.records import ORDER_TRIGGER
+from worker.store.db import Connection
 from worker.store.orders import iter_orders
-from worker.store.pg import PgConnection, PgDatabase
+from worker.store.writer import database
 from worker.track.orders import ORDER_KINDS, order_record
 
 KINDS = ("stable", "collect", "transfer")
@@ -46,8 +44,8 @@ def order_json(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _orders(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
-    rows = [order_json(r) for r in iter_orders(_database(conn), kind=args.kind)]
+def _orders(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
+    rows = [order_json(r) for r in iter_orders(database(conn), kind=args.kind)]
     if args.json:
         for entry in rows:
             _json_line(entry, out)
@@ -93,8 +91,3 @@ def explain_order(out: Callable[[str], object], rules: RuleBook, data: Any) -> b
     if not intents:
         out("  would run: nothing")
     return True
-
-
-def _database(conn: Any) -> Any:
-    """What the table modules take, on either engine."""
-    return PgDatabase(conn) if isinstance(conn, PgConnection) else sqlite_utils.Database(conn)

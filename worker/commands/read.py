@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
@@ -22,6 +21,7 @@ from worker.store import operator as operator_store
 from worker.store.actions import actions_of, failed_with_events
 from worker.store.addresses import list_addresses
 from worker.store.alerts import failed_alerts
+from worker.store.db import Connection
 from worker.store.deposits import get_deposit_row, list_deposits
 from worker.store.facts import facts_of
 from worker.store.ledger import booked_since
@@ -117,7 +117,7 @@ def alert_json(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _events(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+def _events(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
     follows = getattr(args, "follow", False)
     if follows and args.failed:
         print("depositd: --follow prints new events; leave --failed out", file=sys.stderr)
@@ -175,7 +175,7 @@ def _event_cells(r: Mapping[str, Any]) -> list[Any]:
 
 
 def _failed_actions(
-    conn: sqlite3.Connection,
+    conn: Connection,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Failed actions and alerts that could not be sent, as their JSON lines."""
     actions = failed_with_events(conn)
@@ -209,7 +209,7 @@ def deposit_json(row: Mapping[str, Any]) -> dict[str, Any]:
     return Deposit.from_row(dict(row)).as_json()
 
 
-def _deposits(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+def _deposits(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
     if args.transaction_id:
         if args.state:
             print("depositd: give a transactionId or --state, not both", file=sys.stderr)
@@ -232,7 +232,7 @@ def _deposits(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -
     return 0
 
 
-def _one_deposit(conn: sqlite3.Connection, tx: str, as_json: bool, out: TextIO) -> int:
+def _one_deposit(conn: Connection, tx: str, as_json: bool, out: TextIO) -> int:
     row = get_deposit_row(conn, tx)
     if row is None:
         print(f"depositd: no deposit {tx!r}", file=sys.stderr)
@@ -389,7 +389,7 @@ def parse_since(value: str) -> str:
     return eventfilter.parse_time(value, what="--since")
 
 
-def _ledger(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+def _ledger(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
     since = None
     if args.since is not None:  # an empty --since is a mistake, not "no filter"
         try:
@@ -431,7 +431,7 @@ def address_json(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _addresses(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
+def _addresses(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
     rows = [address_json(r) for r in list_addresses(conn)]
     if args.json:
         for entry in rows:

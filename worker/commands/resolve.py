@@ -10,25 +10,22 @@ It writes beside a running `serve` (SQLite WAL), in one transaction.
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 from typing import Any, TextIO
-
-import sqlite_utils
 
 from worker.act.kinds.book import book_held
 from worker.commands.dbopen import run_on_db
 from worker.store import journal
 from worker.store.conflicts import all_conflicts
 from worker.store.conflicts import open_conflicts as open_of
+from worker.store.db import Connection, Database
 from worker.store.deposits import get_deposit_row, lock_deposit
-from worker.store.pg import PgConnection, PgDatabase
-from worker.store.writer import transaction
+from worker.store.writer import database, transaction
 from worker.track.conflicts import DUPLICATE, FIELD_OF, WIRE_NAMES, decide, decided_value
 from worker.track.tracker import Deposit
 
 
-def _show(db: sqlite_utils.Database, tx: str, out: TextIO) -> int:
+def _show(db: Database, tx: str, out: TextIO) -> int:
     rows = all_conflicts(db, tx)
     if not rows:
         print(f"{tx}: no conflict", file=out)
@@ -78,7 +75,7 @@ def _values(sets: list[str], open_fields: set[str]) -> tuple[dict[str, Any], lis
     return values, problems
 
 
-def _book_held(db: sqlite_utils.Database, tx: str, by: str, note: str, decided: str) -> str:
+def _book_held(db: Database, tx: str, by: str, note: str, decided: str) -> str:
     """Make the booking held by the conflict, once, and journal its release (who, the note,
     whether it was booked now); what happened, for the output."""
     row = get_deposit_row(db, tx)
@@ -92,8 +89,8 @@ def _book_held(db: sqlite_utils.Database, tx: str, by: str, note: str, decided: 
     return f"{done[1]} (amount {deposit.as_json()['amount']} {deposit.currency})"
 
 
-def _resolve(conn: sqlite3.Connection, args: argparse.Namespace, out: TextIO) -> int:
-    db: Any = PgDatabase(conn) if isinstance(conn, PgConnection) else sqlite_utils.Database(conn)
+def _resolve(conn: Connection, args: argparse.Namespace, out: TextIO) -> int:
+    db = database(conn)
     tx = args.transaction_id
     if get_deposit_row(db, tx) is None:
         print(f"depositd: no tracked deposit {tx}", file=sys.stderr)

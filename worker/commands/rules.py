@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,10 +27,13 @@ from worker.provider import jsonio
 from worker.provider.models import DEPOSIT_EVENT_TYPES, DepositOrder, WebhookEnvelope
 from worker.rules.engine import RuleBook
 from worker.service.bundle import load_bundle
+from worker.store.db import Connection
 from worker.store.deposits import get_deposit_row
+from worker.store.errors import StoreError
 from worker.store.events import stored_body
 from worker.store.facts import fact_history
 from worker.store.pgstore import command_connection
+from worker.store.sqlite import connect
 from worker.track.facts import fact_from_event, fact_from_order
 from worker.track.tracker import Deposit, Fact, observe
 
@@ -50,18 +52,14 @@ def _errors(exc: ValidationError) -> str:
     )
 
 
-def _open_ro(path: Path) -> sqlite3.Connection | None:
+def _open_ro(path: Path) -> Connection | None:
     """The store read-only, or None when there is no database file yet (never creates one)."""
     if not path.is_file():
         return None
-    query = "mode=ro"
-    if not path.with_name(path.name + "-wal").exists():
-        # No writer is attached (the WAL is checkpointed away): read the file as immutable, since
-        # a read-only WAL reader would otherwise leave new -wal/-shm files behind.
-        query += "&immutable=1"
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?{query}", uri=True, timeout=5.0)
-    conn.row_factory = sqlite3.Row
-    return conn
+    # No writer is attached (the WAL is checkpointed away): read the file as immutable, since
+    # a read-only WAL reader would otherwise leave new -wal/-shm files behind.
+    immutable = not path.with_name(path.name + "-wal").exists()
+    return connect(path, readonly=True, immutable=immutable)
 
 
 def _read_file(path: Path) -> Any:
@@ -86,12 +84,12 @@ def _event_path(given: str) -> Path:
     return example
 
 
-def _read_stored(conn: sqlite3.Connection | None, db_path: Path | str, event_id: str) -> Any:
+def _read_stored(conn: Connection | None, db_path: Path | str, event_id: str) -> Any:
     if conn is None:
         raise _Usage(f"{db_path}: no database here (storage.path); nothing is stored yet")
     try:
         body = stored_body(conn, event_id)
-    except sqlite3.Error as exc:
+    except StoreError as exc:
         raise _Usage(f"{db_path}: cannot read events: {exc}") from None
     if body is None:
         raise _Usage(f"{db_path}: no stored event with eventId {event_id!r}")
@@ -117,19 +115,17 @@ def _fact(data: Any, source: str) -> tuple[Fact | None, str]:
         raise _Usage(f"{source}: not a webhook event or deposit order: {_errors(exc)}") from None
 
 
-def _stored_deposit(conn: sqlite3.Connection | None, transaction_id: str) -> Deposit | None:
+def _stored_deposit(conn: Connection | None, transaction_id: str) -> Deposit | None:
     if conn is None:
         return None
     try:
         row = get_deposit_row(conn, transaction_id)
-    except sqlite3.Error:
+    except StoreError:
         return None  # a database without the table yet: the deposit is new
     return None if row is None else Deposit.from_row(row)
 
 
-def _deposit_before(
-    conn: sqlite3.Connection | None, transaction_id: str, event_id: str
-) -> Deposit | None:
+def _deposit_before(conn: Connection | None, transaction_id: str, event_id: str) -> Deposit | None:
     """The deposit as it was when a stored event arrived: its recorded facts folded up to that
     event's own (the current row already holds what the event changed). Facts that changed
     nothing, which retention may have dropped, change nothing in the fold either."""
@@ -137,7 +133,7 @@ def _deposit_before(
         return None
     try:
         rows = fact_history(conn, transaction_id)
-    except sqlite3.Error:
+    except StoreError:
         return None
     if event_id not in {row["event_id"] for row in rows}:
         return _stored_deposit(conn, transaction_id)  # not applied yet (pending, failed)

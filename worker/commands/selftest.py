@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import hashlib
 import re
-import sqlite3
 import uuid
 from contextlib import closing
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from worker.clock import now_ms
 from worker.config.settings import Settings, load_settings
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
+from worker.store.errors import StoreError
 from worker.store.events import status_of
 from worker.store.pgstore import command_connection
 from worker.store.sqlite import connect
@@ -93,10 +93,10 @@ def stored_status(settings: Settings, event_id: str) -> str | None:
     try:
         if settings.storage.url is not None:
             with closing(command_connection(settings.storage)) as pg:
-                return status_of(pg, event_id)  # type: ignore[arg-type]
+                return status_of(pg, event_id)
         with closing(connect(settings.storage.file, readonly=True)) as conn:
             return status_of(conn, event_id)
-    except sqlite3.Error:
+    except StoreError:
         return None
 
 

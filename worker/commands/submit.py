@@ -12,21 +12,18 @@ provider or not possible for the deposit, 2 a profile that is unknown or does no
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 import time
 from typing import Any, TextIO
-
-import sqlite_utils
 
 from worker.act.approve import Approval, approve, operator_name
 from worker.commands.dbopen import run_on_db
 from worker.config.profiles import Profiles
 from worker.config.settings import Settings, load_settings
 from worker.store.actions import get_action
-from worker.store.pg import PgConnection, PgDatabase
+from worker.store.db import Connection
 from worker.store.servelock import serving
-from worker.store.writer import transaction
+from worker.store.writer import database, transaction
 
 EXIT = {
     "queued": 0,
@@ -72,10 +69,8 @@ def _wait(conn: Any, action_id: int, wait_s: float, out: TextIO) -> int:
 
 
 def _body(settings: Settings, profiles: Profiles, args: argparse.Namespace) -> Any:
-    def body(conn: sqlite3.Connection, _args: argparse.Namespace, out: TextIO) -> int:
-        db: Any = (
-            PgDatabase(conn) if isinstance(conn, PgConnection) else sqlite_utils.Database(conn)
-        )
+    def body(conn: Connection, _args: argparse.Namespace, out: TextIO) -> int:
+        db = database(conn)
         by = operator_name(args.by)
         note = " ".join((args.note or "").split())
         with transaction(db):

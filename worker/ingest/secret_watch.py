@@ -16,11 +16,10 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import sqlite_utils
-
 from worker.clock import utc_now
 from worker.logs import get_logger
 from worker.store.actions import queue_alert
+from worker.store.db import Database
 from worker.store.meta import WEBHOOK_AUTH_REFUSED, get_meta, set_meta
 from worker.store.writer import Store
 
@@ -43,7 +42,7 @@ def alert_detail(refused: int, since: str) -> str:
     )
 
 
-def _record(db: sqlite_utils.Database, refused: int, since: str) -> bool:
+def _record(db: Database, refused: int, since: str) -> bool:
     """Store the streak; queue the alert unless this streak alerted already. True: alerted."""
     stored = get_meta(db, META_KEY)
     streak = json.loads(stored) if stored else None
@@ -64,7 +63,7 @@ def _record(db: sqlite_utils.Database, refused: int, since: str) -> bool:
     return first
 
 
-def _clear(db: sqlite_utils.Database) -> None:
+def _clear(db: Database) -> None:
     if get_meta(db, META_KEY):
         set_meta(db, META_KEY, "")
 

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import sqlite_utils
-
 from worker.act.records import fire_record
 from worker.clock import iso_from_ms, now_ms, utc_now
 from worker.logs import get_logger
@@ -25,6 +23,7 @@ from worker.provider.jsonio import decimal_str
 from worker.provider.resources import AbnormalFund
 from worker.rules import RuleBook
 from worker.store.abnormal import mark_alerted, upsert_abnormal
+from worker.store.db import Database
 from worker.store.meta import get_meta, set_meta
 from worker.store.writer import Store
 
@@ -62,7 +61,7 @@ def describe(fund: AbnormalFund) -> str:
     return ", ".join(parts)
 
 
-def apply_fund(db: sqlite_utils.Database, fund: AbnormalFund, rules: RuleBook, now: int) -> int:
+def apply_fund(db: Database, fund: AbnormalFund, rules: RuleBook, now: int) -> int:
     """Store one record and fire its triggers once; returns the alert rows queued."""
     stamp = utc_now()
     row = {

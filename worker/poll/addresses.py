@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-import sqlite_utils
-
 from worker.clock import utc_now
 from worker.config.profiles import Profiles
 from worker.config.settings import Settings, load_settings
@@ -53,6 +51,7 @@ from worker.store.addresses import (
     keep_profile,
     update_registered,
 )
+from worker.store.db import Database
 from worker.store.writelock import command_store
 from worker.store.writer import Store
 
@@ -132,7 +131,7 @@ def registration(
     return body
 
 
-def save_address(db: sqlite_utils.Database, record: SourceAddress, profile: str | None) -> None:
+def save_address(db: Database, record: SourceAddress, profile: str | None) -> None:
     """Insert or update one address row; a status never gives way to an earlier one."""
     now = utc_now()
     stored = address_status(db, record.id)

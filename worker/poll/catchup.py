@@ -13,13 +13,11 @@ page or a total that keeps changing leave it where it was, and the next read sta
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
-import sqlite_utils
 from pydantic import ValidationError
 
 from worker.clock import iso_from_ms, ms_from_iso, now_ms
@@ -28,7 +26,9 @@ from worker.logs import LogLine, get_logger
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, Page
 from worker.provider.paging import pages
+from worker.store.db import Database
 from worker.store.deposits import get_deposit_row
+from worker.store.errors import StoreBusy, StoreUnavailable
 from worker.store.meta import get_meta, set_meta
 from worker.store.tx import savepoint
 from worker.store.writer import Store
@@ -57,13 +57,13 @@ def windows(start_ms: int, end_ms: int, window_ms: int) -> Iterator[tuple[int, i
         start = end
 
 
-def covered_until(db: sqlite_utils.Database) -> int | None:
+def covered_until(db: Database) -> int | None:
     """The covered-until mark in epoch ms, or None before the first complete read."""
     value = get_meta(db, COVERED_KEY)
     return ms_from_iso(value) if value else None
 
 
-def advance_mark(db: sqlite_utils.Database, start_ms: int, end_ms: int, *, may_start: bool) -> bool:
+def advance_mark(db: Database, start_ms: int, end_ms: int, *, may_start: bool) -> bool:
     """Move the mark to `end_ms` after the window [start_ms, end_ms] was read completely: only
     forward, and only when the window leaves no gap after the mark (`may_start`: set a first
     mark when none exists). True when it moved."""
@@ -87,7 +87,7 @@ class Applied:
     transitions: list[tuple[str, Transition]] = field(default_factory=list)
 
 
-def apply_facts(db: sqlite_utils.Database, facts: list[Fact], reactor: Reactor | None) -> Applied:
+def apply_facts(db: Database, facts: list[Fact], reactor: Reactor | None) -> Applied:
     """Apply each fact as the processor does, each under its own savepoint (one that fails is
     undone alone and counted); call inside a write transaction."""
     done = Applied()
@@ -97,7 +97,7 @@ def apply_facts(db: sqlite_utils.Database, facts: list[Fact], reactor: Reactor |
             with savepoint(conn, "fact"):
                 row = get_deposit_row(db, fact.transaction_id)
                 after, transitions, lines = apply_fact(db, fact, reactor)
-        except sqlite3.OperationalError:
+        except (StoreBusy, StoreUnavailable):
             raise  # the store itself is failing: give the page back
         except Exception as exc:
             if not conn.in_transaction:

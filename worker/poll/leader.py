@@ -16,12 +16,11 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-import sqlite_utils
-
 from worker.aio import first_done
 from worker.clock import iso_from_ms, now_ms
 from worker.errors import StorageError
 from worker.logs import get_logger
+from worker.store.db import Database
 from worker.store.leases import SCHEDULER_LEASE, Lease, acquire, get_lease, release
 from worker.store.writer import Store
 
@@ -82,7 +81,7 @@ class Leader:
         sent = time.monotonic()
         start_ms = now_ms()
 
-        def take(db: sqlite_utils.Database) -> Lease:
+        def take(db: Database) -> Lease:
             return acquire(
                 db,
                 self.name,

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 
-import sqlite_utils
-
 from worker.act.resubmit import resubmit_changed, submit_newly_covered
 from worker.clock import iso_from_ms, now_ms
 from worker.service.bundle import Bundle
+from worker.store.db import Database
 from worker.store.events import delete_done_before
 from worker.store.facts import delete_unchanged_before
 from worker.store.meta import get_meta
@@ -21,23 +20,23 @@ DAY_S = 86_400.0
 UNKNOWN_PROVIDERS = "providers_unknown_alerted"
 
 
-def prune_events(db: sqlite_utils.Database, retention_days: int) -> int:
+def prune_events(db: Database, retention_days: int) -> int:
     """Delete processed/ignored events older than the retention; ledger, actions stay."""
     return delete_done_before(db, _cutoff(retention_days))
 
 
-def prune_unchanged_facts(db: sqlite_utils.Database, retention_days: int) -> int:
+def prune_unchanged_facts(db: Database, retention_days: int) -> int:
     """Delete facts older than the retention that changed nothing (mostly polls repeating what
     was known: one per poll run per waiting deposit); the facts that moved a deposit stay."""
     return delete_unchanged_before(db, _cutoff(retention_days))
 
 
-def prune(db: sqlite_utils.Database, days: int) -> tuple[int, int]:
+def prune(db: Database, days: int) -> tuple[int, int]:
     """Both retentions at once: (events pruned, facts pruned)."""
     return prune_events(db, days), prune_unchanged_facts(db, days)
 
 
-def submissions_due(db: sqlite_utils.Database, bundle: Bundle) -> int:
+def submissions_due(db: Database, bundle: Bundle) -> int:
     """Submissions a (re)loaded profiles file calls for: corrected profiles for rejected or
     refused deposits, and new ones for deposits that no profile covered until now."""
     return resubmit_changed(db, bundle.profiles) + submit_newly_covered(
@@ -45,7 +44,7 @@ def submissions_due(db: sqlite_utils.Database, bundle: Bundle) -> int:
     )
 
 
-def alerted_unknown(db: sqlite_utils.Database) -> set[str]:
+def alerted_unknown(db: Database) -> set[str]:
     """The profiles already alerted about because their provider is no longer offered."""
     return set(json.loads(get_meta(db, UNKNOWN_PROVIDERS) or "[]"))
 

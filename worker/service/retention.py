@@ -22,9 +22,9 @@ from worker.clock import iso_from_ms, now_ms, utc_now
 from worker.errors import StorageError
 from worker.logs import get_logger
 from worker.store import journal
+from worker.store.db import Db
 from worker.store.leases import acquire, get_lease, release
 from worker.store.retention import cutoff, entries_naming, purge_chunk, record_run
-from worker.store.tx import Db
 from worker.store.writer import Store
 
 log = get_logger(__name__)

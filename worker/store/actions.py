@@ -6,19 +6,16 @@ Each function runs inside the caller's transaction (`Store.write`/`Store.read` j
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from worker.clock import utc_now
-from worker.store.tx import Db, conn_of
-
-if TYPE_CHECKING:
-    import sqlite_utils
+from worker.store.db import Database, Db
+from worker.store.tx import conn_of
 
 
 def insert_action(
-    db: sqlite_utils.Database,
+    db: Database,
     *,
     transaction_id: str | None,
     event_id: str | None,
@@ -61,7 +58,7 @@ def insert_action(
 
 
 def queue_order_read(
-    db: sqlite_utils.Database, kind: str, record: Mapping[str, Any], *, event_id: str | None
+    db: Database, kind: str, record: Mapping[str, Any], *, event_id: str | None
 ) -> int:
     """Queue the `order_updated` action row (an `actions` row about no deposit) that reads the
     order's detail and lets the rules act; returns its id."""
@@ -83,7 +80,7 @@ def queue_order_read(
 
 
 def queue_alert(
-    db: sqlite_utils.Database,
+    db: Database,
     *,
     transaction_id: str | None,
     condition: str,
@@ -126,7 +123,7 @@ def queue_alert(
     )
 
 
-def submission_key_used(db: sqlite_utils.Database, transaction_id: str, key: str) -> bool:
+def submission_key_used(db: Database, transaction_id: str, key: str) -> bool:
     """Was a submission with this Idempotency-Key already queued for the deposit?"""
     row = db.execute(
         "SELECT 1 FROM actions WHERE transaction_id=? AND action='submit_profile'"
@@ -157,7 +154,7 @@ def open_submission(db: Db, transaction_id: str) -> dict[str, Any] | None:
     return None if row is None else dict(row)
 
 
-def acted_on_event(db: sqlite_utils.Database, event_id: str, event_type: str) -> bool:
+def acted_on_event(db: Database, event_id: str, event_type: str) -> bool:
     """Did rules already run on this stored event's raw eventType (a row has it as trigger)?"""
     row = (
         conn_of(db)
@@ -170,7 +167,7 @@ def acted_on_event(db: sqlite_utils.Database, event_id: str, event_type: str) ->
 
 
 def alert_queued(
-    db: sqlite_utils.Database, transaction_id: str | None, condition: str, once_per: str | None
+    db: Database, transaction_id: str | None, condition: str, once_per: str | None
 ) -> bool:
     """Is an alert of this (deposit, condition, once_per) queued already (in any status)?"""
     queued = db.execute(
@@ -191,7 +188,7 @@ _CLAIMABLE = (
 )
 
 
-def next_due_at(db: sqlite_utils.Database, instance: str = "") -> str | None:
+def next_due_at(db: Database, instance: str = "") -> str | None:
     """The earliest time a pending or running row may be claimed by `instance`: its
     next_attempt_at, or when another instance's claim on it lapses (None: no such row)."""
     first = db.execute(
@@ -204,7 +201,7 @@ def next_due_at(db: sqlite_utils.Database, instance: str = "") -> str | None:
 
 
 def due_actions(
-    db: sqlite_utils.Database, now: str, instance: str = "", due_by: str | None = None
+    db: Database, now: str, instance: str = "", due_by: str | None = None
 ) -> list[dict[str, Any]]:
     """Up to 50 rows `instance` may claim at `now` (pending rows due by `due_by`, default
     `now`), oldest first."""
@@ -218,7 +215,7 @@ def due_actions(
 
 
 def claim_action(
-    db: sqlite_utils.Database,
+    db: Database,
     action_id: int,
     *,
     instance: str,
@@ -237,7 +234,7 @@ def claim_action(
     return int(cur.rowcount) == 1
 
 
-def renew_claim(db: sqlite_utils.Database, action_id: int, instance: str, until: str) -> bool:
+def renew_claim(db: Database, action_id: int, instance: str, until: str) -> bool:
     """Extend `instance`'s claim on a running row; False when it holds it no longer."""
     cur = db.execute(
         "UPDATE actions SET lease_until=? WHERE id=? AND status='running' AND claimed_by=?",
@@ -255,14 +252,14 @@ def release_claims(db: Db) -> int:
     return int(cur.rowcount)
 
 
-def deposit_of(db: sqlite_utils.Database, transaction_id: str | None) -> dict[str, Any] | None:
+def deposit_of(db: Database, transaction_id: str | None) -> dict[str, Any] | None:
     """The row of the deposit an action is about, if any."""
     found = list(db.query("SELECT * FROM deposits WHERE transaction_id=?", [transaction_id]))
     return found[0] if found else None
 
 
 def finish_action(
-    db: sqlite_utils.Database,
+    db: Database,
     action_id: int,
     *,
     status: str,
@@ -287,7 +284,7 @@ def finish_action(
     return int(cur.rowcount) == 1
 
 
-def deposits_to_resubmit(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+def deposits_to_resubmit(db: Database) -> list[dict[str, Any]]:
     """Rejected deposits, and deposits still waiting for details whose submission failed."""
     return list(
         db.query(
@@ -298,7 +295,7 @@ def deposits_to_resubmit(db: sqlite_utils.Database) -> list[dict[str, Any]]:
     )
 
 
-def last_submission_params(db: sqlite_utils.Database, transaction_id: str) -> str | None:
+def last_submission_params(db: Database, transaction_id: str) -> str | None:
     """The params (JSON text) of the deposit's last keyed submission; None if it has none."""
     last = db.execute(
         "SELECT params FROM actions WHERE transaction_id=? AND action='submit_profile'"
@@ -308,7 +305,7 @@ def last_submission_params(db: sqlite_utils.Database, transaction_id: str) -> st
     return None if last is None else str(last[0] or "{}")
 
 
-def deposits_never_submitted(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+def deposits_never_submitted(db: Database) -> list[dict[str, Any]]:
     """Deposits waiting for details with no submission queued (other than skipped ones)."""
     return list(
         db.query(
@@ -371,7 +368,7 @@ def failed_with_events(conn: Db) -> list[Any]:
     ).fetchall()
 
 
-def requeue_failed_actions(conn: sqlite3.Connection, now: str) -> int:
+def requeue_failed_actions(conn: Db, now: str) -> int:
     """Failed actions back to pending, due `now` (same idempotency keys); returns how many."""
     return int(
         conn.execute(

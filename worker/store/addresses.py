@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from worker.store.tx import Db
+from worker.store.db import Db
 
 
 def address_status(db: Db, address_id: str) -> str | None:

@@ -5,19 +5,15 @@ Each function runs inside the caller's transaction (`Store.write` jobs).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from worker.clock import utc_now
-from worker.store.tx import Db
-
-if TYPE_CHECKING:
-    import sqlite_utils
+from worker.store.db import Database, Db
 
 
 def claim_alert(
-    db: sqlite_utils.Database,
+    db: Database,
     dedupe_key: str,
     *,
     transaction_id: str,
@@ -46,9 +42,7 @@ def claim_alert(
     return int(cur.rowcount) == 1
 
 
-def renew_alert_claims(
-    db: sqlite_utils.Database, dedupe_keys: Sequence[str], instance: str, until: str
-) -> int:
+def renew_alert_claims(db: Database, dedupe_keys: Sequence[str], instance: str, until: str) -> int:
     """Extend `instance`'s claims on these channels' rows (a send still in flight); returns
     how many it still holds."""
     held = 0
@@ -63,7 +57,7 @@ def renew_alert_claims(
 
 
 def record_send(
-    db: sqlite_utils.Database,
+    db: Database,
     dedupe_key: str,
     *,
     status: str,
@@ -95,7 +89,7 @@ def failed_alerts(conn: Db) -> list[Any]:
     return conn.execute("SELECT * FROM alerts WHERE status = 'failed' ORDER BY id").fetchall()
 
 
-def requeue_failed_alerts(conn: sqlite3.Connection) -> None:
+def requeue_failed_alerts(conn: Db) -> None:
     """Alerts that could not be sent back to pending."""
     conn.execute("UPDATE alerts SET status='pending' WHERE status='failed'")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from worker.store.database import has_table
-from worker.store.tx import Db, conn_of
+from worker.store.db import Db
+from worker.store.tx import conn_of
 
 
 def is_recorded(db: Db, transaction_id: str, field: str, value: str) -> bool:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from worker.store.db import Db
 from worker.store.pg import is_postgres
-from worker.store.tx import Db
 
 
 def probe_schema(conn: Any) -> None:

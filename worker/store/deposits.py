@@ -6,14 +6,12 @@ import functools
 import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from worker.clock import ms_from_iso
+from worker.store.db import Database, Db
 from worker.store.pg import Row, is_postgres
-from worker.store.tx import Db, conn_of
-
-if TYPE_CHECKING:
-    import sqlite_utils
+from worker.store.tx import conn_of
 
 # The key of the `fact_time` column that holds the provider's time of the credit (its clock,
 # the one its daily settlement report is cut by): the UTC day the ledger row belongs to.
@@ -63,7 +61,7 @@ def deposit_rows_sent(
 _IN_CHUNK = 500  # ids per IN list (well under SQLite's limit on bound values)
 
 
-def upsert_deposit_row(db: sqlite_utils.Database, row: Mapping[str, Any]) -> None:
+def upsert_deposit_row(db: Database, row: Mapping[str, Any]) -> None:
     """Insert or update a `deposits` row (keyed by transaction_id)."""
     columns = tuple(row)
     db.conn.execute(_upsert_deposit_sql(columns), [row[c] for c in columns])
@@ -180,7 +178,7 @@ def count_waiting_on_human(db: Db) -> int:
     return int(row[0])
 
 
-def list_deposits(conn: sqlite3.Connection, state: str | None = None) -> list[Any]:
+def list_deposits(conn: Db, state: str | None = None) -> list[Any]:
     """Every deposit row (of one state when given), oldest first."""
     query = "SELECT * FROM deposits"
     params: list[Any] = []

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from worker.clock import utc_now
-from worker.store.pg import is_postgres, sqlite_errors
-from worker.store.tx import Db
-
-if TYPE_CHECKING:
-    import sqlite_utils
+from worker.store.db import Database, Db
+from worker.store.pg import is_postgres, store_errors
 
 EVENT_STATUSES = ("pending", "processed", "ignored", "failed")
 
@@ -77,13 +73,13 @@ _INSERT_EVENT = {
 }
 
 
-def insert_events(db: sqlite_utils.Database, rows: Sequence[Sequence[Any]]) -> list[bool]:
+def insert_events(db: Database, rows: Sequence[Sequence[Any]]) -> list[bool]:
     """Insert received events (`worker.store.writer.event_row` each) unless their eventId is
     stored; per row, whether it was new (the first of two equal eventIds only)."""
     if is_postgres(db):
         raw = db.conn.raw.cursor()  # type: ignore[attr-defined]
         new = []
-        with sqlite_errors():
+        with store_errors():
             raw.executemany(_INSERT_EVENT["postgres"], rows, returning=True)
             while True:
                 new.append(raw.fetchone() is not None)
@@ -107,7 +103,7 @@ _PENDING = (
 )
 
 
-def pending_events(db: sqlite_utils.Database, *, limit: int = 100) -> list[StoredEvent]:
+def pending_events(db: Database, *, limit: int = 100) -> list[StoredEvent]:
     """Pending events in receive order; on PostgreSQL, those this transaction claimed (see
     `_claim_pending`)."""
     if is_postgres(db):
@@ -144,7 +140,7 @@ _CLAIM = (
 )
 
 
-def _claim_pending(db: sqlite_utils.Database, limit: int) -> list[Any]:
+def _claim_pending(db: Database, limit: int) -> list[Any]:
     """Pending events claimed by this transaction until it ends, in receive order, such that
     no other instance applies the same deposit's facts meanwhile, nor out of order.
 
@@ -157,13 +153,13 @@ def _claim_pending(db: sqlite_utils.Database, limit: int) -> list[Any]:
     return list(db.conn.execute(_CLAIM, (limit,)).fetchall())
 
 
-def event_status(db: sqlite_utils.Database, seq: int) -> str | None:
+def event_status(db: Database, seq: int) -> str | None:
     """The status of one stored event."""
     row = db.execute("SELECT status FROM events WHERE seq = ?", [seq]).fetchone()
     return None if row is None else str(row[0])
 
 
-def mark_events(db: sqlite_utils.Database, marks: Sequence[tuple[int, str, str | None]]) -> None:
+def mark_events(db: Database, marks: Sequence[tuple[int, str, str | None]]) -> None:
     """Mark many events at once: (seq, status, error) each, one processed_at for all."""
     for _, status, _ in marks:
         if status not in EVENT_STATUSES or status == "pending":
@@ -175,7 +171,7 @@ def mark_events(db: sqlite_utils.Database, marks: Sequence[tuple[int, str, str |
     )
 
 
-def delete_done_before(db: sqlite_utils.Database, cutoff: str) -> int:
+def delete_done_before(db: Database, cutoff: str) -> int:
     """Delete processed/ignored events received before `cutoff`; returns how many."""
     cur = db.execute(
         "DELETE FROM events WHERE status IN ('processed','ignored') AND received_at < ?",
@@ -246,7 +242,7 @@ def requeue_event(conn: Db, event_id: str) -> bool:
     return cur.rowcount != 0
 
 
-def requeue_failed_events(conn: sqlite3.Connection) -> int:
+def requeue_failed_events(conn: Db) -> int:
     """Every failed event back to pending; returns how many."""
     return int(
         conn.execute(
@@ -280,13 +276,13 @@ def get_event(db: Db, event_id: str) -> dict[str, Any] | None:
     return None if row is None else dict(row)
 
 
-def stored_body(conn: sqlite3.Connection, event_id: str) -> bytes | str | None:
+def stored_body(conn: Db, event_id: str) -> bytes | str | None:
     """The raw body of a stored event as stored (bytes; text when written as text), or None."""
     row = conn.execute("SELECT body FROM events WHERE event_id = ?", [event_id]).fetchone()
     return None if row is None else row["body"]
 
 
-def status_of(conn: sqlite3.Connection, event_id: str) -> str | None:
+def status_of(conn: Db, event_id: str) -> str | None:
     """The status of a stored event by its eventId, or None when not stored."""
     row = conn.execute("SELECT status FROM events WHERE event_id = ?", [event_id]).fetchone()
     return None if row is None else str(row[0])
@@ -309,7 +305,7 @@ def _filter(
 
 
 def list_events(
-    conn: sqlite3.Connection,
+    conn: Db,
     *,
     failed: bool = False,
     types: Sequence[str] | None = None,
@@ -329,7 +325,7 @@ def list_events(
 
 
 def events_after(
-    conn: sqlite3.Connection,
+    conn: Db,
     after: int,
     *,
     failed: bool = False,

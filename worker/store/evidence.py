@@ -27,12 +27,13 @@ from worker.store import journal, submissions
 from worker.store.actions import actions_of
 from worker.store.alerts import alerts_of
 from worker.store.conflicts import all_conflicts
+from worker.store.db import Db
 from worker.store.deposits import get_deposit_row
 from worker.store.facts import facts_of
 from worker.store.findings import ledger_row_by_id
 from worker.store.pg import is_postgres
 from worker.store.retention import SUBJECT as RETENTION_SUBJECT
-from worker.store.tx import Db, conn_of
+from worker.store.tx import conn_of
 
 FORMAT = "depositd-evidence/1"
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import sqlite_utils
-
 from worker.clock import utc_now
-from worker.store.tx import Db, conn_of
+from worker.store.db import Database, Db
+from worker.store.tx import conn_of
 
 _INSERT_FACT = (
     "INSERT INTO facts (transaction_id, source, event_id, observed_at, fact, changed,"
@@ -49,9 +47,7 @@ def fact_text(fact: Mapping[str, Any]) -> str:
     return _SORTED_JSON.encode(fact)
 
 
-def poll_fact_repeats(
-    db: sqlite_utils.Database, transaction_id: str, fact: Mapping[str, Any] | str
-) -> bool:
+def poll_fact_repeats(db: Database, transaction_id: str, fact: Mapping[str, Any] | str) -> bool:
     """Whether a poll fact saying exactly `fact` is recorded for the deposit since (and with) the
     last fact that changed it (history and detail polls alternate, each repeating itself)."""
     row = db.conn.execute(
@@ -63,7 +59,7 @@ def poll_fact_repeats(
     return row is not None
 
 
-def delete_unchanged_before(db: sqlite_utils.Database, cutoff: str) -> int:
+def delete_unchanged_before(db: Database, cutoff: str) -> int:
     """Delete the facts recorded before `cutoff` that changed nothing; returns how many."""
     cur = db.execute("DELETE FROM facts WHERE changed = 0 AND recorded_at < ?", [cutoff])
     return int(cur.rowcount)
@@ -76,7 +72,7 @@ def facts_of(db: Db, transaction_id: str) -> list[Any]:
     ).fetchall()
 
 
-def fact_history(conn: sqlite3.Connection, transaction_id: str) -> list[Any]:
+def fact_history(conn: Db, transaction_id: str) -> list[Any]:
     """The recorded facts (JSON) of one deposit with their eventIds, in recorded order."""
     return conn.execute(
         "SELECT fact, event_id, observed_at FROM facts WHERE transaction_id = ? ORDER BY id",

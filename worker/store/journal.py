@@ -25,8 +25,9 @@ from typing import Any
 
 from worker.clock import utc_now
 from worker.store import atcommit
+from worker.store.db import Db
 from worker.store.pg import is_postgres
-from worker.store.tx import Db, conn_of
+from worker.store.tx import conn_of
 
 GENESIS = "0" * 64  # the hash before the first entry
 

@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from worker.store.tx import Db
+from worker.store.db import Db
 
 
 def default_instance_id() -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from worker.clock import utc_now
 from worker.store import journal
-from worker.store.tx import Db
+from worker.store.db import Db
 
 
 def record(db: Db, kind: str, subject: str, *, note: str, outcome: str, remote: str | None) -> int:

@@ -12,9 +12,8 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import sqlite_utils
-
 from worker.clock import utc_now
+from worker.store.db import Database
 
 _COLUMNS = (
     "kind",
@@ -38,7 +37,7 @@ def _text(value: Any) -> str | None:
 
 
 def save_order(
-    db: sqlite_utils.Database,
+    db: Database,
     kind: str,
     record: Mapping[str, Any],
     *,
@@ -77,7 +76,7 @@ def save_order(
     )
 
 
-def iter_orders(db: sqlite_utils.Database, *, kind: str | None = None) -> Iterator[dict[str, Any]]:
+def iter_orders(db: Database, *, kind: str | None = None) -> Iterator[dict[str, Any]]:
     """Every order row (record decoded), most recently updated last."""
     sql = f"SELECT {', '.join(_COLUMNS)} FROM orders"
     params: list[Any] = []

@@ -2,10 +2,11 @@
 
 The table modules are written once, in SQLite's SQL with `?` placeholders, and run on the
 store's threads with the sync API of psycopg 3 here. `PgDatabase` looks like the part of
-`sqlite_utils.Database` they use (`execute`, `query`, `conn`, `atomic`), `PgConnection` like
+`Database` they use (`execute`, `query`, `conn`, `atomic`), `PgConnection` like
 `sqlite3.Connection` (`execute`, `executemany`, `cursor`, `in_transaction`), rows answer by index
-and by name like `sqlite3.Row`, and a psycopg error is raised as the `sqlite3` exception of the
-same DB-API class, so that every caller keeps one error path for both engines.
+and by name like `sqlite3.Row`, and a psycopg error is raised as the store's own
+(`worker.store.errors`), as SQLite's are, so that every caller keeps one error path for both
+engines.
 
 `translate` rewrites a statement once (cached): placeholders, `INSERT OR IGNORE`, `IS ?`,
 `json_extract`, the column types of DDL, and `RETURNING` the key of tables whose callers
@@ -17,13 +18,13 @@ so that an int compared with a TEXT column or a bool stored in an INTEGER one be
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
+from worker.store.errors import StoreUnavailable, from_psycopg
 from worker.urls import mask_url
 
 if TYPE_CHECKING:
@@ -170,43 +171,15 @@ def translate(sql: str, *, many: bool = False) -> tuple[str, bool]:
 # --- errors ---------------------------------------------------------------------------------
 
 
-@cache
-def _same_class() -> tuple[tuple[type[psycopg.Error], type[sqlite3.Error]], ...]:
-    import psycopg
-
-    return (
-        (psycopg.IntegrityError, sqlite3.IntegrityError),
-        (psycopg.OperationalError, sqlite3.OperationalError),
-        (psycopg.ProgrammingError, sqlite3.ProgrammingError),
-        (psycopg.DataError, sqlite3.DataError),
-        (psycopg.NotSupportedError, sqlite3.NotSupportedError),
-        (psycopg.InternalError, sqlite3.InternalError),
-        (psycopg.InterfaceError, sqlite3.OperationalError),  # the connection is gone
-    )
-
-
-def as_sqlite_error(exc: psycopg.Error) -> sqlite3.Error:
-    """The `sqlite3` exception of the same DB-API class, with the server's message."""
-    message = str(exc).strip() or type(exc).__name__
-    for pg_class, lite_class in _same_class():
-        if isinstance(exc, pg_class):
-            error: sqlite3.Error = lite_class(message)
-            break
-    else:
-        error = sqlite3.DatabaseError(message)
-    error.__cause__ = exc
-    return error
-
-
 @contextmanager
-def sqlite_errors() -> Iterator[None]:
-    """A psycopg error in the block is raised as the `sqlite3` exception of its class."""
+def store_errors() -> Iterator[None]:
+    """A psycopg error in the block is raised as the store's (`worker.store.errors`)."""
     import psycopg
 
     try:
         yield
     except psycopg.Error as exc:
-        raise as_sqlite_error(exc) from exc
+        raise from_psycopg(exc) from exc
 
 
 # --- connection and cursor ------------------------------------------------------------------
@@ -232,7 +205,7 @@ class Cursor:
         """Run one statement (SQLite's SQL)."""
         query, self._returns_key = translate(sql)
         self._lastrowid = None
-        with sqlite_errors():
+        with store_errors():
             self._cursor.execute(query, tuple(params or ()))
             self._pending = True
             if self._conn.pipelining is None:
@@ -243,7 +216,7 @@ class Cursor:
         """Run one statement once per parameter set."""
         query, _ = translate(sql, many=True)
         self._returns_key = False
-        with sqlite_errors():
+        with store_errors():
             self._cursor.executemany(query, [tuple(p) for p in seq])
             self._pending = True
             if self._conn.pipelining is None:
@@ -266,26 +239,26 @@ class Cursor:
     @property
     def lastrowid(self) -> int | None:
         """The key the last INSERT generated."""
-        with sqlite_errors():
+        with store_errors():
             self._settle()
         return self._lastrowid
 
     @property
     def rowcount(self) -> int:
         """Rows the last statement changed."""
-        with sqlite_errors():
+        with store_errors():
             self._settle()
         return self._rowcount
 
     @property
     def description(self) -> Any:
         """The columns of the result."""
-        with sqlite_errors():
+        with store_errors():
             self._settle()
         return self._cursor.description
 
     def _rows(self) -> bool:
-        with sqlite_errors():
+        with store_errors():
             self._settle()
         return self._cursor.description is not None and not self._returns_key
 
@@ -293,21 +266,21 @@ class Cursor:
         """The next row, or None."""
         if not self._rows():
             return None
-        with sqlite_errors():
+        with store_errors():
             return self._cursor.fetchone()
 
     def fetchall(self) -> list[Any]:
         """The remaining rows."""
         if not self._rows():
             return []
-        with sqlite_errors():
+        with store_errors():
             return self._cursor.fetchall()
 
     def fetchmany(self, size: int) -> list[Any]:
         """Up to `size` of the remaining rows."""
         if not self._rows():
             return []
-        with sqlite_errors():
+        with store_errors():
             return self._cursor.fetchmany(size)
 
     def __iter__(self) -> Iterator[Any]:
@@ -335,7 +308,7 @@ class PgConnection:
         if self.pipelining is not None:
             yield
             return
-        with sqlite_errors(), self.raw.pipeline() as pipeline:
+        with store_errors(), self.raw.pipeline() as pipeline:
             self.pipelining = pipeline
             try:
                 yield
@@ -360,12 +333,13 @@ class PgConnection:
 
     def cursor(self) -> Cursor:
         """A new cursor."""
-        return Cursor(self.raw.cursor(), self)
+        with store_errors():  # a closed connection refuses one
+            return Cursor(self.raw.cursor(), self)
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
         """Run one statement on a new cursor."""
         if self.pipelining is not None and _RELEASE.match(sql):
-            with sqlite_errors():
+            with store_errors():
                 self.pipelining.sync()  # a failure of the block is raised inside it
         return self.cursor().execute(sql, params)
 
@@ -385,7 +359,8 @@ class PgConnection:
 
     def close(self) -> None:
         """Close the connection."""
-        self.raw.close()
+        with store_errors():
+            self.raw.close()
 
     def __enter__(self) -> PgConnection:
         """`with conn:` is one transaction, committed at the end or rolled back on an error
@@ -405,7 +380,7 @@ _RELEASE = re.compile(r"^\s*RELEASE\b", re.IGNORECASE)
 
 
 class PgDatabase:
-    """What the table modules run on, on PostgreSQL (the part of `sqlite_utils.Database` used)."""
+    """What the table modules run on, on PostgreSQL (the part of `Database` used)."""
 
     engine = "postgres"
 
@@ -450,8 +425,8 @@ class PgDatabase:
 def connect(
     url: str, *, password: str | None = None, application_name: str = "depositd"
 ) -> PgConnection:
-    """A connection in autocommit mode with rows by name; `sqlite3.OperationalError` (the
-    URL's password masked) when the server cannot be reached."""
+    """A connection in autocommit mode with rows by name; `StoreUnavailable` (the URL's
+    password masked) when the server cannot be reached."""
     import psycopg
 
     try:
@@ -474,7 +449,9 @@ def connect(
         message = str(exc).replace(url, mask_url(url)).strip()
         if password:
             message = message.replace(password, "***")
-        raise sqlite3.OperationalError(f"cannot connect to {mask_url(url)}: {message}") from exc
+        raise StoreUnavailable(
+            f"cannot connect to {mask_url(url)}: {message}", code=exc.sqlstate
+        ) from exc
     raw.row_factory = _row_factory
     dumper = _untyped_dumper()
     for kind in (int, bool, float):

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import psycopg
-
 from worker.config.settings import StorageSettings
 from worker.errors import AlreadyServing, StorageError
 from worker.logs import get_logger
 from worker.store import atcommit, journal
 from worker.store.durability import postgres_durability
+from worker.store.errors import StoreError
 from worker.store.pg import PgConnection, PgDatabase, connect
 from worker.store.writer import (
     Store,
@@ -80,7 +78,7 @@ class _Link:
             self.db = PgDatabase(
                 connect(self.url, password=self.password, application_name=f"depositd-{self.name}")
             )
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             self._last_error = str(exc)
             self._retry_at = time.monotonic() + _BACKOFF_S[min(self._failures, 4)]
             self._failures += 1
@@ -99,7 +97,7 @@ class _Link:
     def close(self) -> None:
         db, self.db = self.db, None
         if db is not None:
-            with contextlib.suppress(psycopg.Error):
+            with contextlib.suppress(StoreError):
                 db.close()
 
 
@@ -126,18 +124,18 @@ class PgStore(Store):
             try:
                 others = self._others_serving
                 migrate(
-                    db,  # type: ignore[arg-type]
+                    db,
                     # A command: does a serve hold the serve lock now (pg_locks)?
                     others_serving=others if others is not None else lambda: serving_on(db.conn),
                 )
             finally:
                 db.execute("SELECT pg_advisory_unlock(?)", [MIGRATION_LOCK])
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             raise StorageError(f"cannot open database {self.where}: {exc}") from exc
-        self._wdb = db  # type: ignore[assignment]
+        self._wdb = db
 
     def _open_reader(self) -> None:
-        self._rdb = self._rlink.get()  # type: ignore[assignment]
+        self._rdb = self._rlink.get()
 
     async def close(self) -> None:
         await super().close()
@@ -171,7 +169,7 @@ class PgStore(Store):
             # In pipeline mode: the statements whose results are not read share round trips.
             with opened.conn.pipeline():
                 for job in inline:
-                    settled.append((job.future, *_in_savepoint(opened, job.fn)))  # type: ignore[arg-type]
+                    settled.append((job.future, *_in_savepoint(opened, job.fn)))
             finishing = loop.run_in_executor(self._writer, self._finish_on, opened, threaded)
             try:
                 settled += await asyncio.shield(finishing)
@@ -179,7 +177,7 @@ class PgStore(Store):
                 await asyncio.wait([finishing])
                 raise
         except BaseException as exc:
-            self._fail_round(db, exc, inserts, inline, threaded)  # type: ignore[arg-type]
+            self._fail_round(db, exc, inserts, inline, threaded)
             if not isinstance(exc, Exception):
                 raise
             return
@@ -193,7 +191,7 @@ class PgStore(Store):
         """On the writer thread: BEGIN (connecting again first if the connection was lost),
         then the round's webhook rows."""
         db = self._wlink.get()
-        self._wdb = db  # type: ignore[assignment]
+        self._wdb = db
         try:
             if db.conn.in_transaction:  # left open by a round that failed half-way
                 db.conn.execute("ROLLBACK")
@@ -202,18 +200,18 @@ class PgStore(Store):
             # where repeatable read would fail the job with a serialization error.
             db.conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
             atcommit.open_queue(db.conn)
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             raise StorageError(str(exc)) from exc
-        return db, (self._insert_all(db, inserts) if inserts else [])  # type: ignore[arg-type]
+        return db, (self._insert_all(db, inserts) if inserts else [])
 
     def _finish_on(self, db: PgDatabase, jobs: list[_Job]) -> list[_Settled]:
         """On the writer thread: the `write` jobs, then COMMIT."""
-        settled: list[_Settled] = [(job.future, *_in_savepoint(db, job.fn)) for job in jobs]  # type: ignore[arg-type]
+        settled: list[_Settled] = [(job.future, *_in_savepoint(db, job.fn)) for job in jobs]
         try:
             # The round's journal entries, last: no other lock is taken after the journal's.
             journal.append_queued(db)
             db.conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             raise StorageError(str(exc)) from exc
         return settled
 
@@ -223,11 +221,11 @@ class PgStore(Store):
 
     def _run_read(self, fn: Callable[[Any], T]) -> T:
         db = self._rlink.get()  # StorageError while the database is unreachable
-        self._rdb = db  # type: ignore[assignment]
+        self._rdb = db
         try:
             with db.atomic():
                 return fn(db)
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             raise StorageError(str(exc)) from exc
 
 
@@ -250,7 +248,7 @@ def serve_lock(storage: StorageSettings) -> Iterator[bool]:
     try:
         sole = _take_serve_lock(conn, mask_url(storage.url or ""))
     except BaseException:
-        with contextlib.suppress(psycopg.Error, sqlite3.Error):
+        with contextlib.suppress(StoreError):
             conn.close()
         raise
     keeper = _LockKeeper(storage, conn)
@@ -273,7 +271,7 @@ class _LockKeeper(threading.Thread):
         while not self._stopping.wait(LOCK_CHECK_S):
             try:
                 self.conn.execute("SELECT 1")
-            except sqlite3.Error as exc:
+            except StoreError as exc:
                 log.warning("serve lock session lost", error=str(exc))
                 self._take_again()
 
@@ -286,12 +284,12 @@ class _LockKeeper(threading.Thread):
                 self.conn.execute("SELECT pg_advisory_lock_shared(?)", [SERVE_LOCK])
                 log.info("serve lock taken again")
                 return
-            except (StorageError, sqlite3.Error):
+            except (StorageError, StoreError):
                 self._close()
                 self._stopping.wait(LOCK_CHECK_S)
 
     def _close(self) -> None:
-        with contextlib.suppress(psycopg.Error, sqlite3.Error):
+        with contextlib.suppress(StoreError):
             self.conn.close()
 
     def stop(self) -> None:
@@ -306,7 +304,7 @@ def _lock_connection(storage: StorageSettings) -> PgConnection:
     password = storage.password.get_secret_value() if storage.password else None
     try:
         return connect(storage.url, password=password, application_name="depositd-serve")
-    except sqlite3.Error as exc:
+    except StoreError as exc:
         raise StorageError(str(exc)) from exc
 
 
@@ -324,7 +322,7 @@ def _take_serve_lock(conn: PgConnection, where: str) -> bool:
                 return False
             if attempt < _LOCK_TRIES - 1:
                 time.sleep(_LOCK_PAUSE_S)
-    except sqlite3.Error as exc:
+    except StoreError as exc:
         raise StorageError(f"cannot take the serve lock of {where}: {exc}") from exc
     raise AlreadyServing(f"cannot take the serve lock of {where}")
 
@@ -368,11 +366,11 @@ def serving(storage: StorageSettings) -> bool | None:
     """`serving_on` a command's own connection to `storage.url`; None when it cannot look."""
     try:
         conn = command_connection(storage)
-    except sqlite3.Error:
+    except StoreError:
         return None
     try:
         return serving_on(conn)
-    except sqlite3.Error:
+    except StoreError:
         return None
     finally:
         conn.close()
@@ -380,7 +378,7 @@ def serving(storage: StorageSettings) -> bool | None:
 
 def command_connection(storage: StorageSettings, *, readonly: bool = True) -> PgConnection:
     """A command's own connection to `storage.url` (read-only unless asked); raises
-    `sqlite3.OperationalError` naming the server (password masked) when it cannot connect."""
+    `StoreUnavailable` naming the server (password masked) when it cannot connect."""
     assert storage.url is not None
     password = storage.password.get_secret_value() if storage.password else None
     conn = connect(storage.url, password=password, application_name="depositd-command")

@@ -20,8 +20,9 @@ from typing import Any
 
 from worker.clock import iso_from_ms, ms_from_iso, utc_now
 from worker.store import journal
+from worker.store.db import Db
 from worker.store.meta import get_meta, set_meta
-from worker.store.tx import Db, conn_of
+from worker.store.tx import conn_of
 
 # The subject of every PURGED entry.
 SUBJECT = "retention"

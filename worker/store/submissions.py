@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from worker.store.db import Db
 from worker.store.journal import canonical, sha256_hex
-from worker.store.tx import Db
 
 
 def payload_sha256(body: Mapping[str, Any]) -> str:

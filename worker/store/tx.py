@@ -1,36 +1,33 @@
-"""Transaction control inside a write transaction (savepoints), and what table helpers run on."""
+"""Transaction control inside a write transaction (savepoints), and a database's connection."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeAlias
+from typing import cast
 
 from worker.store import atcommit
-from worker.store.pg import PgConnection, PgDatabase
-
-if TYPE_CHECKING:
-    import sqlite_utils
-
-# What the table helpers run on: the store's database, or a command's connection (SQLite's, or
-# their PostgreSQL stand-ins from `worker.store.pg`).
-Db: TypeAlias = "sqlite_utils.Database | sqlite3.Connection | PgDatabase | PgConnection"
+from worker.store.db import Connection, Database, Db
+from worker.store.errors import StoreBusy, StoreUnavailable
+from worker.store.pg import PgConnection
 
 
-def conn_of(db: Db) -> sqlite3.Connection | PgConnection:
+def conn_of(db: Db) -> Connection:
     """The connection itself: statements on the processor's path skip sqlite-utils'
     `execute` wrapper (they always run inside the caller's transaction)."""
     # Both wrappers (sqlite-utils' Database, PgDatabase) hold the connection as `.conn`; the
     # check names the connections so that sqlite-utils need not be imported to tell them apart.
-    return db if isinstance(db, sqlite3.Connection | PgConnection) else db.conn
+    if isinstance(db, sqlite3.Connection | PgConnection):
+        return db
+    return cast("Database", db).conn
 
 
 @contextmanager
-def savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
+def savepoint(conn: Connection, name: str) -> Iterator[None]:
     """Run the block under a savepoint of the open transaction: if it raises, its writes are
-    undone and the exception goes on (a failing store, `sqlite3.OperationalError`, and a
-    transaction SQLite dropped are left to the caller, who gives the whole transaction back)."""
+    undone and the exception goes on (the store failing, `StoreBusy` or `StoreUnavailable`, and
+    a transaction SQLite dropped are left to the caller, who gives the whole transaction back)."""
     conn.execute(f"SAVEPOINT {name}")
     queued = atcommit.mark(conn)
     try:
@@ -38,7 +35,7 @@ def savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
         # Inside: on PostgreSQL in pipeline mode, this is where a statement of the block that
         # was sent without waiting fails (`worker.store.pg.PgConnection.pipeline`).
         conn.execute(f"RELEASE {name}")
-    except sqlite3.OperationalError:
+    except (StoreBusy, StoreUnavailable):
         raise
     except BaseException:
         atcommit.drop_after(conn, queued)

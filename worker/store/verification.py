@@ -34,15 +34,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from worker.store import journal
+from worker.store.db import Database, Db
 from worker.store.journal import ADOPTED, BOOKED, LEDGER_FIELDS, PURGED, SUBMITTED, Entry, Head
 from worker.store.meta import get_meta, set_meta
-from worker.store.tx import Db
-
-if TYPE_CHECKING:
-    import sqlite_utils
 
 T = TypeVar("T")
 
@@ -479,7 +476,7 @@ def _submissions_chunk(
 # --- the head, and the last verification in `meta` -----------------------------------------
 
 
-def record(db: sqlite_utils.Database, outcome: Verification) -> None:
+def record(db: Database, outcome: Verification) -> None:
     """Keep `outcome` as the last verification."""
     set_meta(db, LAST_VERIFICATION, json.dumps(outcome.as_json(), sort_keys=True))
 
@@ -493,7 +490,7 @@ def last_verification(db: Db) -> dict[str, Any] | None:
     return value
 
 
-def claim_publication(db: sqlite_utils.Database, day: str) -> bool:
+def claim_publication(db: Database, day: str) -> bool:
     """Claim the publication of the head for the UTC day `day` (YYYY-MM-DD): False when it was
     published for that day already (by this instance or another)."""
     cur = db.execute(

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.store.database import has_table
-from worker.store.tx import Db, conn_of
+from worker.store.db import Db
+from worker.store.tx import conn_of
 
 # What a deposit waits on (the tracked state it waits in, and a booking held for a decision).
 REASONS = ("needs_details", "rejected", "blocked", "held")

@@ -15,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worker.config.settings import StorageSettings
 from worker.errors import DepositdError
+from worker.store.errors import StoreError
 
 if TYPE_CHECKING:
     from worker.store.writer import Store
@@ -67,7 +67,7 @@ def command_writes(storage: StorageSettings) -> Iterator[None]:
                 raise refused
             yield
         finally:
-            with contextlib.suppress(sqlite3.Error):
+            with contextlib.suppress(StoreError):
                 conn.close()  # the session's locks go with it
         return
     fd = _open(storage.file)

@@ -27,10 +27,13 @@ from worker.errors import SchemaTooNew, SchemaUpgradeRefused, StorageError, Stor
 from worker.logs import get_logger
 from worker.store import atcommit, journal
 from worker.store.database import has_table
+from worker.store.db import Connection, Database
 from worker.store.durability import sqlite_durability
+from worker.store.errors import StoreBusy, StoreError
 from worker.store.events import insert_events
 from worker.store.meta import set_meta, set_meta_unless_busy
 from worker.store.outage import Outage
+from worker.store.pg import PgConnection, PgDatabase
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 from worker.store.sqlite import connect
 
@@ -79,8 +82,16 @@ class _Insert:
     future: asyncio.Future[bool]
 
 
+def database(conn: Connection) -> Database:
+    """The store's database around a command's own connection, on either engine."""
+    if isinstance(conn, PgConnection):
+        return PgDatabase(conn)
+    assert isinstance(conn, sqlite3.Connection)
+    return sqlite_utils.Database(conn, execute_plugins=False)
+
+
 @contextmanager
-def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
+def transaction(db: Database) -> Iterator[Database]:
     """One write transaction; BEGIN IMMEDIATE so the write lock is taken before any read."""
     db.conn.execute("BEGIN IMMEDIATE")
     atcommit.open_queue(db.conn)
@@ -95,7 +106,7 @@ def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
     db.conn.execute("COMMIT")
 
 
-def schema_version(db: sqlite_utils.Database) -> int:
+def schema_version(db: Database) -> int:
     """The schema version recorded in `meta` (0 for an empty database)."""
     if not has_table(db, "meta"):
         return 0
@@ -103,7 +114,7 @@ def schema_version(db: sqlite_utils.Database) -> int:
     return int(row[0]) if row else 0
 
 
-def migrate(db: sqlite_utils.Database, *, others_serving: bool | Callable[[], bool] = False) -> int:
+def migrate(db: Database, *, others_serving: bool | Callable[[], bool] = False) -> int:
     """Apply pending migrations, each with its version record in one transaction.
 
     `others_serving` (or its answer, asked only when a migration is due): `serve` instances
@@ -145,7 +156,7 @@ class _LostTransaction(StorageError):
 
 @dataclass
 class _Job:
-    fn: Callable[[sqlite_utils.Database], Any]
+    fn: Callable[[Database], Any]
     future: asyncio.Future[Any]
     start_by: float = 0.0  # loop time after which the job may open a transaction of its own
 
@@ -154,9 +165,7 @@ class _Job:
 _Settled = tuple["asyncio.Future[Any]", bool, Any]
 
 
-def _in_savepoint(
-    db: sqlite_utils.Database, fn: Callable[[sqlite_utils.Database], Any]
-) -> tuple[bool, Any]:
+def _in_savepoint(db: Database, fn: Callable[[Database], Any]) -> tuple[bool, Any]:
     """Run `fn` under a savepoint of the open transaction: (True, result), or (False, the
     exception) with `fn`'s writes undone; `_LostTransaction` when SQLite dropped the transaction.
     """
@@ -174,7 +183,7 @@ def _in_savepoint(
             raise _LostTransaction(f"transaction rolled back: {exc}") from exc
         conn.execute("ROLLBACK TO job")
         conn.execute("RELEASE job")
-        if isinstance(exc, sqlite3.Error):
+        if isinstance(exc, StoreError):
             error = StorageError(str(exc))
             error.__cause__ = exc
             return False, error
@@ -204,10 +213,6 @@ def _fail_waiters(
             future.set_exception(error)
 
 
-def _is_busy(exc: sqlite3.Error) -> bool:
-    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
-
-
 class Store:
     """The SQLite store: group commit on one write connection, reads on their own thread.
 
@@ -230,8 +235,8 @@ class Store:
         self.outage = Outage(self.where)
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
         self._reader: concurrent.futures.ThreadPoolExecutor | None = None
-        self._wdb: sqlite_utils.Database | None = None
-        self._rdb: sqlite_utils.Database | None = None
+        self._wdb: Database | None = None
+        self._rdb: Database | None = None
         self._inserts: list[_Insert] = []
         self._inline: list[_Job] = []
         self._threaded: list[_Job] = []
@@ -273,7 +278,7 @@ class Store:
             # Commits run on the loop: the checkpoints (page copies and an fsync of the
             # database) run on the reader thread instead, see `_start_checkpoint`.
             conn.execute("PRAGMA wal_autocheckpoint = 0")
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             raise StorageError(f"cannot open database {self.path}: {exc}") from exc
         except OSError as exc:
             raise StorageError(f"cannot open database {self.path}: {exc.strerror}") from exc
@@ -290,7 +295,7 @@ class Store:
         try:
             conn = connect(self.path, synchronous=self.synchronous)
             self._rdb = sqlite_utils.Database(conn, execute_plugins=False)
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             raise StorageError(f"cannot open database {self.path}: {exc}") from exc
 
     async def close(self) -> None:
@@ -316,7 +321,7 @@ class Store:
             self._rdb = None
 
     @staticmethod
-    def _close_db(db: sqlite_utils.Database | None) -> None:
+    def _close_db(db: Database | None) -> None:
         if db is not None:
             db.close()
 
@@ -327,7 +332,7 @@ class Store:
 
     # --- writes ---------------------------------------------------------------------------
 
-    async def write(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+    async def write(self, fn: Callable[[Database], T]) -> T:
         """Run `fn(db)` on the writer thread inside the next group transaction; returns its result
         once committed.
 
@@ -336,9 +341,7 @@ class Store:
         """
         return await self._enqueue(self._threaded, fn)
 
-    async def write_inline(
-        self, fn: Callable[[sqlite_utils.Database], T], *, ride_along_s: float = 0.0
-    ) -> T:
+    async def write_inline(self, fn: Callable[[Database], T], *, ride_along_s: float = 0.0) -> T:
         """Like `write`, but `fn` runs on the event loop: for short CPU-bound work that must
         not pay a thread hand-off per statement (the processor's batches). Never blocking I/O.
 
@@ -348,7 +351,7 @@ class Store:
         return await self._enqueue(self._inline, fn, ride_along_s)
 
     async def _enqueue(
-        self, queue: list[_Job], fn: Callable[[sqlite_utils.Database], T], wait_s: float = 0.0
+        self, queue: list[_Job], fn: Callable[[Database], T], wait_s: float = 0.0
     ) -> T:
         self._require_open()
         loop = asyncio.get_running_loop()
@@ -443,7 +446,7 @@ class Store:
 
     def _fail_round(
         self,
-        db: sqlite_utils.Database | None,
+        db: Database | None,
         exc: BaseException,
         inserts: list[_Insert],
         inline: list[_Job],
@@ -455,7 +458,7 @@ class Store:
         if db is not None and self._can_roll_back(db):
             try:
                 db.conn.execute("ROLLBACK")
-            except sqlite3.Error as failed:  # the next BEGIN then fails, and says so
+            except StoreError as failed:  # the next BEGIN then fails, and says so
                 log.error("rollback failed", error=str(failed))
         text = str(exc) if isinstance(exc, StorageError) else f"write failed: {exc}"
         error = StorageUnavailable(text)
@@ -465,7 +468,7 @@ class Store:
             self.outage.failed(text, refused=len(inserts))
 
     @staticmethod
-    def _can_roll_back(db: sqlite_utils.Database) -> bool:
+    def _can_roll_back(db: Database) -> bool:
         return db.conn.in_transaction
 
     def _settle(self, settled: list[_Settled]) -> None:
@@ -500,7 +503,7 @@ class Store:
         if not future.cancelled() and future.exception() is not None:
             log.warning("checkpoint failed", error=str(future.exception()))
 
-    async def _begin(self, db: sqlite_utils.Database) -> None:
+    async def _begin(self, db: Database) -> None:
         """BEGIN IMMEDIATE, waiting (without blocking the loop) while another process writes."""
         delay, deadline = 0.001, time.monotonic() + _BUSY_TIMEOUT_S
         while True:
@@ -508,9 +511,11 @@ class Store:
                 db.conn.execute("BEGIN IMMEDIATE")
                 atcommit.open_queue(db.conn)
                 return
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or time.monotonic() > deadline:
+            except StoreBusy as exc:
+                if time.monotonic() > deadline:
                     raise StorageError(str(exc)) from exc
+            except StoreError as exc:
+                raise StorageError(str(exc)) from exc
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
@@ -523,11 +528,11 @@ class Store:
             # The round's journal entries, last: no other lock is taken after the journal's.
             journal.append_queued(db)
             db.conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             raise StorageError(str(exc)) from exc
         return settled
 
-    def _insert_all(self, db: sqlite_utils.Database, inserts: list[_Insert]) -> list[_Settled]:
+    def _insert_all(self, db: Database, inserts: list[_Insert]) -> list[_Settled]:
         """The round's webhook rows under one savepoint; if that fails, each row under its own,
         so that one row SQLite refuses fails only its own delivery."""
         ok, result = _in_savepoint(db, lambda d: self._insert_batch(d, inserts))
@@ -545,7 +550,7 @@ class Store:
         return settled
 
     @staticmethod
-    def _insert_batch(db: sqlite_utils.Database, batch: Sequence[_Insert]) -> list[bool]:
+    def _insert_batch(db: Database, batch: Sequence[_Insert]) -> list[bool]:
         results = insert_events(db, [item.row for item in batch])
         if any(results):
             set_meta_unless_busy(db, "last_webhook_at", str(batch[-1].row[EVENT_ROW_RECEIVED_AT]))
@@ -568,20 +573,20 @@ class Store:
             with contextlib.closing(connect(self.path, synchronous=self.synchronous)) as conn:
                 conn.execute(f"PRAGMA busy_timeout = {int(_EMPTY_WAL_WAIT_S * 1000)}")
                 busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             raise StorageError(f"WAL not emptied: {exc}") from exc
         return int(busy) == 0
 
     # --- reads ----------------------------------------------------------------------------
 
-    async def read(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+    async def read(self, fn: Callable[[Database], T]) -> T:
         """Run `fn(db)` on the read connection (its own thread); sees committed data only."""
         if self._reader is None or self._rdb is None:
             raise StorageError("store is closed")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._reader, self._run_read, fn)
 
-    def _run_read(self, fn: Callable[[sqlite_utils.Database], T]) -> T:
+    def _run_read(self, fn: Callable[[Database], T]) -> T:
         db = self._rdb
         if db is None:
             raise StorageError("store is closed")
@@ -589,5 +594,5 @@ class Store:
             # A read transaction gives fn one consistent snapshot across its queries.
             with db.atomic():
                 return fn(db)
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             raise StorageError(str(exc)) from exc

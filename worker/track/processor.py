@@ -22,14 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import sqlite_utils
 from pydantic import ValidationError
 
 from worker.clock import ms_from_iso
@@ -42,7 +40,9 @@ from worker.provider.models import (
     EventType,
     WebhookEnvelope,
 )
+from worker.store.db import Database
 from worker.store.deposits import get_deposit_row, lock_deposit, upsert_deposit_row
+from worker.store.errors import StoreBusy, StoreUnavailable
 from worker.store.events import (
     StoredEvent,
     mark_events,
@@ -67,7 +67,7 @@ class Reactor(Protocol):
 
     def react(
         self,
-        db: sqlite_utils.Database,
+        db: Database,
         deposit: Deposit,
         transitions: list[Transition],
         fact: Fact,
@@ -117,7 +117,7 @@ def _statement(fact: Fact) -> dict[str, Any]:
 
 
 def apply_fact(
-    db: sqlite_utils.Database,
+    db: Database,
     fact: Fact,
     reactor: Reactor | None,
     batch: BatchWrites | None = None,
@@ -330,7 +330,7 @@ class Processor:
             hook()
         return transitions
 
-    def _share(self, db: sqlite_utils.Database, arrived: int, now: float) -> tuple[float, int]:
+    def _share(self, db: Database, arrived: int, now: float) -> tuple[float, int]:
         """This batch's time budget, and how many events it handles whatever the time."""
         if time.monotonic() - self._arrived_at > _QUIET_S:
             self._behind = False
@@ -342,7 +342,7 @@ class Processor:
         # At least one event a turn: behind with no new arrival must still make progress.
         return budget, max(1, 2 * arrived) if self._behind else 1
 
-    def _apply_batch(self, db: sqlite_utils.Database, reactor: Reactor | None) -> list[_Outcome]:
+    def _apply_batch(self, db: Database, reactor: Reactor | None) -> list[_Outcome]:
         started = time.perf_counter()
         # Deliveries stored since the last batch: the ingestion going on right now.
         arrived, self._arrived = self._arrived, 0
@@ -361,7 +361,7 @@ class Processor:
 
     def _apply_events(
         self,
-        db: sqlite_utils.Database,
+        db: Database,
         events: list[StoredEvent],
         reactor: Reactor | None,
         floor: int,
@@ -384,7 +384,7 @@ class Processor:
                     tried += 1
                     outcomes.append(self._apply_event(db, event, reactor, batch))
                 batch.flush(db)
-        except sqlite3.OperationalError:
+        except (StoreBusy, StoreUnavailable):
             raise  # the store itself is failing: give the whole batch back
         except Exception:
             if not conn.in_transaction:
@@ -395,7 +395,7 @@ class Processor:
 
     def _apply_isolated(
         self,
-        db: sqlite_utils.Database,
+        db: Database,
         events: list[StoredEvent],
         reactor: Reactor | None,
         floor: int,
@@ -412,7 +412,7 @@ class Processor:
             try:
                 with savepoint(conn, "event"):
                     outcome = self._apply_event(db, event, reactor, batch)
-            except sqlite3.OperationalError:
+            except (StoreBusy, StoreUnavailable):
                 raise
             except Exception as exc:
                 if not conn.in_transaction:
@@ -424,7 +424,7 @@ class Processor:
 
     def _apply_event(
         self,
-        db: sqlite_utils.Database,
+        db: Database,
         event: StoredEvent,
         reactor: Reactor | None,
         batch: BatchWrites | None = None,

@@ -13,14 +13,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import sqlite_utils
-
 from worker.act.rows import ActionRows, add_action
 from worker.config.profiles import ProfileMatch, Profiles
 from worker.logs import LogLine
 from worker.notify.channels import Notifier
 from worker.provider.client import ProviderClient
 from worker.rules import ActionSpec, Intent, RuleBook
+from worker.store.db import Database
 from worker.store.writer import Store
 from worker.track.batch import Reaction
 from worker.track.tracker import Deposit, Fact
@@ -32,7 +31,7 @@ Observe = Callable[[Fact], Awaitable[Any]]
 class Recording:
     """One intent being recorded by the reactor, inside the processor's transaction."""
 
-    db: sqlite_utils.Database
+    db: Database
     deposit: Deposit
     trigger: str
     fact: Fact

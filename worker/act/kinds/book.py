@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import sqlite_utils
-
 from worker.act.kinds.base import Kind, Recording
 from worker.act.rows import add_action, enqueue_alert
 from worker.clock import utc_now
@@ -18,6 +16,7 @@ from worker.rules import ActionSpec
 from worker.store import journal, ledger
 from worker.store.actions import held_booking, set_rule
 from worker.store.conflicts import decided_value_of
+from worker.store.db import Database
 from worker.track.batch import Bookings, Reaction
 from worker.track.conflicts import DUPLICATE, WIRE_NAMES, held_by, hold_likely_duplicate
 from worker.track.tracker import Deposit, State
@@ -90,7 +89,7 @@ def _amount(deposit: Deposit) -> str | None:
 
 
 def book_checked(
-    db: sqlite_utils.Database,
+    db: Database,
     deposit: Deposit,
     trigger: str,
     reaction: Reaction = _ALONE,
@@ -153,7 +152,7 @@ WAITING_FOR_TX_HASH = (
 
 
 def book_held(
-    db: sqlite_utils.Database,
+    db: Database,
     deposit: Deposit,
     why: str,
     reaction: Reaction = _ALONE,
@@ -190,7 +189,7 @@ def book_held(
     return status, outcome
 
 
-def _held_under(db: sqlite_utils.Database, transaction_id: str) -> str | None:
+def _held_under(db: Database, transaction_id: str) -> str | None:
     """The rules hash the deposit's first HELD entry was decided under, if it has one."""
     for entry in journal.entries_about(db, transaction_id):
         if entry.kind == journal.HELD and entry.body.get("rules_hash"):
@@ -213,7 +212,7 @@ def _book_counted(
 
 
 def _refusal(
-    db: sqlite_utils.Database, deposit: Deposit, *, created: bool
+    db: Database, deposit: Deposit, *, created: bool
 ) -> tuple[str, str, str | None] | None:
     """Why the deposit may not be booked now, before its txHash is looked at (`_duplicate`):
     (status, outcome, critical alert detail or None); None when it may be. `created`: the fact
@@ -232,7 +231,7 @@ def _refusal(
     return None
 
 
-def _duplicate(db: sqlite_utils.Database, deposit: Deposit) -> tuple[str, str, str | None] | None:
+def _duplicate(db: Database, deposit: Deposit) -> tuple[str, str, str | None] | None:
     """A second transactionId of a booked txHash is its own deposit (a batch transfer has one
     txHash and several outputs) unless its amount, receiving address and currency all equal
     the booked one's: a likely duplicate, held (one alert) until `depositd resolve` decides."""

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
-import sqlite_utils
-
 from worker import clock
 from worker.act.kinds.base import Kind, Observe, Recording, RunnerDeps
 from worker.act.notfound import Reread, find_in_queues
@@ -50,6 +48,7 @@ from worker.provider.payer import fields_named
 from worker.rules import ActionSpec, ParamCheck, RuleBook
 from worker.rules.fingerprint import rules_hash
 from worker.store import journal, submissions, waits
+from worker.store.db import Database
 from worker.track.facts import fact_from_order
 from worker.track.tracker import Deposit, Fact, State
 
@@ -160,13 +159,13 @@ class _Submission:
     rules_hash: str | None = None
     sent_at: str = ""
 
-    def sent(self, status: str) -> Callable[[sqlite_utils.Database], object]:
+    def sent(self, status: str) -> Callable[[Database], object]:
         """What keeps the submission once its outcome is final (`status`: done, or failed when
         the provider refused it), in the write that records that outcome: the payload as
         sent in `submissions`, and the SUBMITTED journal entry with its field names and hash,
         never its values (docs/audit.md)."""
 
-        def keep(db: sqlite_utils.Database) -> None:
+        def keep(db: Database) -> None:
             digest = submissions.record_sent(
                 db,
                 action_id=self.action_id,
@@ -192,12 +191,12 @@ class _Submission:
 
 
 def _both(
-    first: Callable[[sqlite_utils.Database], object],
-    then: Callable[[sqlite_utils.Database], object] | None,
-) -> Callable[[sqlite_utils.Database], object]:
+    first: Callable[[Database], object],
+    then: Callable[[Database], object] | None,
+) -> Callable[[Database], object]:
     """Two jobs of one write, in order."""
 
-    def both(db: sqlite_utils.Database) -> None:
+    def both(db: Database) -> None:
         first(db)
         if then is not None:
             then(db)
@@ -464,13 +463,13 @@ class Submitter:
 
     def _alert(
         self, sub: _Submission, code: str, severity: str, text: str
-    ) -> Callable[[sqlite_utils.Database], object]:
+    ) -> Callable[[Database], object]:
         """Each submission's refusal alerts on its own (a refusal after a correction is news);
         the same submission refused again does not. The deposit then waits on a person for its
         payer details: a wait starts (its deadline, docs/rules.md, "Deadlines"), unless one is
         open; the deadline job ends it once the deposit no longer needs details."""
 
-        def write(db: sqlite_utils.Database) -> None:
+        def write(db: Database) -> None:
             enqueue_alert(
                 db,
                 sub.deposit,
