@@ -29,6 +29,7 @@ from worker.commands.ops import backup_target_problem
 from worker.config.settings import Settings, load_settings
 from worker.ingest.receipt import checks_at_receipt
 from worker.store import evidence, journal
+from worker.store.db import Db
 from worker.store.errors import StoreError
 from worker.store.evidence_file import Encoder, NotABundle, Verdict, check
 
@@ -61,7 +62,7 @@ def _journal_export(
             return journal.append(db, journal.EXPORTED, tx, body)
 
 
-def _chunks(conn: Any, content: dict[str, Any], encoder: Encoder) -> Iterator[bytes]:
+def _chunks(conn: Db, content: dict[str, Any], encoder: Encoder) -> Iterator[bytes]:
     yield encoder.start()
     proof = content["journal"]["proof"]
     if proof is not None:

@@ -233,7 +233,7 @@ def run(args: argparse.Namespace, out: Out = print) -> int:
             print(problem, file=sys.stderr)
         return 2
     db_path = settings.storage.where
-    conn: Any = (
+    conn: Connection | None = (
         command_connection(settings.storage)
         if settings.storage.url is not None
         else _open_ro(settings.storage.file)

@@ -47,7 +47,7 @@ def _serve_running(settings: Settings) -> bool | None:
     return pg_serving(storage)
 
 
-def _wait(conn: Any, action_id: int, wait_s: float, out: TextIO) -> int:
+def _wait(conn: Connection, action_id: int, wait_s: float, out: TextIO) -> int:
     """Print the submission's outcome once the outbox has recorded one (or after `wait_s`)."""
     deadline = time.monotonic() + wait_s
     row = get_action(conn, action_id)

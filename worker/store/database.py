@@ -4,13 +4,12 @@ has, and a backup copy's pragmas; each in the SQL of the database's engine."""
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
 from worker.store.db import Db
 from worker.store.pg import is_postgres
 
 
-def probe_schema(conn: Any) -> None:
+def probe_schema(conn: Db) -> None:
     """Read the schema: raises when this connection cannot read the database."""
     if is_postgres(conn):
         conn.execute("SELECT COUNT(*) FROM information_schema.tables").fetchone()
@@ -18,7 +17,7 @@ def probe_schema(conn: Any) -> None:
     conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
 
 
-def has_table(db: Db | Any, name: str) -> bool:
+def has_table(db: Db, name: str) -> bool:
     """Whether the database has the table (one not yet migrated may lack it)."""
     if is_postgres(db):
         sql = (
@@ -31,7 +30,7 @@ def has_table(db: Db | Any, name: str) -> bool:
     return bool(row[0])
 
 
-def table_columns(db: Db | Any) -> dict[str, list[str]]:
+def table_columns(db: Db) -> dict[str, list[str]]:
     """Every table with its column names, in order."""
     if is_postgres(db):
         rows = db.execute(

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from worker.store.db import Db
+
 # What a commit survives, from least to most.
 NOTHING = (
     "nothing certain: a crash of the database server may lose the last acknowledged deliveries"
@@ -27,7 +29,7 @@ _LOCAL_ONLY = {"local"}
 _ON_STANDBY = {"on", "remote_apply", "remote_write"}
 
 
-def postgres_durability(conn: Any) -> dict[str, Any]:
+def postgres_durability(conn: Db) -> dict[str, Any]:
     """The promise of a PostgreSQL server, read on `conn`: its settings and what they mean."""
     names = (
         "fsync",

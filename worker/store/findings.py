@@ -16,7 +16,7 @@ from typing import Any
 
 from worker.store import journal
 from worker.store.database import has_table
-from worker.store.db import Database
+from worker.store.db import Database, Db
 from worker.store.deposits import CREDIT_DAY_TIME
 from worker.store.pg import is_postgres
 
@@ -340,7 +340,7 @@ def day_reconciled(db: Database, day: str) -> bool:
     return row is not None
 
 
-def reconciliation_status(db: Any) -> dict[str, Any] | None:
+def reconciliation_status(db: Db) -> dict[str, Any] | None:
     """What `status` shows of reconciliation: the last run and the open findings by kind;
     None on a database without the findings table (not migrated yet)."""
     if not has_table(db, "findings"):

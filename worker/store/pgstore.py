@@ -22,6 +22,7 @@ from worker.config.settings import StorageSettings
 from worker.errors import AlreadyServing, StorageError
 from worker.logs import get_logger
 from worker.store import atcommit, journal
+from worker.store.db import Db
 from worker.store.durability import postgres_durability
 from worker.store.errors import StoreError
 from worker.store.pg import PgConnection, PgDatabase, connect
@@ -350,7 +351,7 @@ def hold_serve_lock_alone(conn: PgConnection) -> bool:
     return bool(conn.execute("SELECT pg_try_advisory_lock(?)", [SERVE_LOCK]).fetchone()[0])
 
 
-def serving_on(conn: Any) -> bool:
+def serving_on(conn: Db) -> bool:
     """Does a `depositd serve` hold the serve lock of this PostgreSQL database now? Looked
     up in `pg_locks` (any session may read it), without taking the lock."""
     row = conn.execute(

@@ -17,6 +17,7 @@ from typing import Any
 
 from worker.errors import SchemaTooNew
 from worker.store.database import table_columns
+from worker.store.db import Connection
 from worker.store.ledger import sums_by_currency
 from worker.store.meta import set_meta
 from worker.store.pg import is_postgres
@@ -35,7 +36,7 @@ class TargetNotEmpty(Exception):
     """The target already holds depositd rows."""
 
 
-def begin_source(conn: Any) -> None:
+def begin_source(conn: Connection) -> None:
     """Open the read transaction every row is copied from (one snapshot of the source)."""
     if is_postgres(conn):
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -44,7 +45,7 @@ def begin_source(conn: Any) -> None:
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # the snapshot starts
 
 
-def begin_target(conn: Any) -> None:
+def begin_target(conn: Connection) -> None:
     """Open the target's one write transaction; on PostgreSQL with the migration lock held."""
     if is_postgres(conn):
         conn.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
@@ -53,12 +54,12 @@ def begin_target(conn: Any) -> None:
         conn.execute("BEGIN IMMEDIATE")
 
 
-def end(conn: Any, *, commit: bool) -> None:
+def end(conn: Connection, *, commit: bool) -> None:
     """Commit or roll back the open transaction."""
     conn.execute("COMMIT" if commit else "ROLLBACK")
 
 
-def recorded_version(conn: Any) -> int:
+def recorded_version(conn: Connection) -> int:
     """The schema version a database records (0: none)."""
     if "meta" not in table_columns(conn):
         return 0
@@ -66,7 +67,7 @@ def recorded_version(conn: Any) -> int:
     return int(row[0]) if row else 0
 
 
-def create_schema(conn: Any) -> None:
+def create_schema(conn: Connection) -> None:
     """Bring the target's schema to this version inside the open transaction."""
     conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
     current = recorded_version(conn)
@@ -80,12 +81,12 @@ def create_schema(conn: Any) -> None:
         set_meta(conn, "schema_version", str(version + 1))
 
 
-def row_counts(conn: Any, tables: list[str]) -> dict[str, int]:
+def row_counts(conn: Connection, tables: list[str]) -> dict[str, int]:
     """Rows per table."""
     return {t: int(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in tables}
 
 
-def ensure_empty(conn: Any, tables: list[str]) -> None:
+def ensure_empty(conn: Connection, tables: list[str]) -> None:
     """`TargetNotEmpty` naming the tables that hold rows (`meta` aside: a `serve` started on
     the target records only its start there)."""
     full = [f"{t} ({n} rows)" for t, n in row_counts(conn, tables).items() if n and t != "meta"]
@@ -93,7 +94,7 @@ def ensure_empty(conn: Any, tables: list[str]) -> None:
         raise TargetNotEmpty("the target holds depositd rows: " + ", ".join(full))
 
 
-def _chunks(conn: Any, table: str, columns: list[str]) -> Iterator[list[tuple[Any, ...]]]:
+def _chunks(conn: Connection, table: str, columns: list[str]) -> Iterator[list[tuple[Any, ...]]]:
     cursor = conn.execute(f"SELECT {', '.join(columns)} FROM {table}")
     while True:
         rows = [tuple(r) for r in cursor.fetchmany(_CHUNK)]
@@ -129,7 +130,7 @@ def copy_rows(source: Any, target: Any, progress: Progress | None = None) -> lis
     return list(tables)
 
 
-def set_sequences(conn: Any) -> int:
+def set_sequences(conn: Connection) -> int:
     """Set each generated key's sequence past the copied keys; how many were set. SQLite needs
     none: its next key is one past the largest (`sqlite_sequence` follows inserted keys)."""
     if not is_postgres(conn):
@@ -147,12 +148,12 @@ def set_sequences(conn: Any) -> int:
     return len(keys)
 
 
-def figures(conn: Any, tables: list[str]) -> tuple[dict[str, int], dict[str, Decimal]]:
+def figures(conn: Connection, tables: list[str]) -> tuple[dict[str, int], dict[str, Decimal]]:
     """What both sides are compared by: rows per table, and the ledger's sum per currency."""
     return row_counts(conn, tables), sums_by_currency(conn)
 
 
-def fingerprint(conn: Any, tables: list[str]) -> tuple[Any, ...]:
+def fingerprint(conn: Connection, tables: list[str]) -> tuple[Any, ...]:
     """What tells whether the source changed since the copy's snapshot: rows per table, a mark
     of every row's content, and the ledger's sums. The mark is SQLite's `data_version` (it moves
     with every commit another connection makes) and on PostgreSQL the sum of each row's hash

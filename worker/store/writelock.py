@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker.config.settings import StorageSettings
 from worker.errors import DepositdError
+from worker.store.db import Db
 from worker.store.errors import StoreError
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def copy_writes(database: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def hold_copy_writes(conn: Any, where: str) -> None:
+def hold_copy_writes(conn: Db, where: str) -> None:
     """Take a PostgreSQL database's write lock exclusively on `conn`'s session, for as long as
     it lasts; `Writing` while a command holds it."""
     if not conn.execute("SELECT pg_try_advisory_lock(?)", [WRITE_LOCK]).fetchone()[0]:
