@@ -21,7 +21,7 @@ from worker.config.yamlkeys import known, suggest
 from worker.provider.payer import PayerValidationError, validate_payer
 from worker.store import actions as stored
 from worker.store import operator as operator_store
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.deposits import get_deposit_row, lock_deposit
 from worker.track.tracker import Deposit, State
 
@@ -71,7 +71,7 @@ def unfit_fields(profiles: Profiles, name: str) -> list[str]:
 
 
 def approve(
-    db: Database,
+    db: Db,
     transaction_id: str,
     profile: str,
     profiles: Profiles,
@@ -93,7 +93,7 @@ def approve(
     return approval
 
 
-def _decide(db: Database, deposit: Deposit, profile: str, profiles: Profiles) -> Approval:
+def _decide(db: Db, deposit: Deposit, profile: str, profiles: Profiles) -> Approval:
     tx = deposit.transaction_id
     names = sorted(profiles.names())
     if profile not in names:

@@ -16,11 +16,11 @@ from typing import Any
 
 from worker.act.rows import add_action, enqueue_alert
 from worker.rules import RecordView, RuleBook
-from worker.store.db import Database
+from worker.store.db import Db
 
 
 def fire_record(
-    db: Database,
+    db: Db,
     rules: RuleBook,
     trigger: str,
     fields: Mapping[str, Any],

@@ -24,7 +24,7 @@ from worker.logs import get_logger
 from worker.rules import Intent
 from worker.store import actions as stored
 from worker.store.actions import alert_with_trigger_queued
-from worker.store.db import Database
+from worker.store.db import Database, Db
 from worker.store.deposits import get_deposit_row
 from worker.store.writer import Store
 from worker.track.tracker import Deposit
@@ -36,7 +36,7 @@ _SORTED_JSON = json.JSONEncoder(sort_keys=True)
 
 
 def add_action(
-    db: Database,
+    db: Db,
     *,
     deposit: Deposit | None,
     action: str,
@@ -78,13 +78,13 @@ def submit_params(profile: str, content_hash: str, *, named: bool) -> dict[str, 
     return {"profile": profile, "content_hash": content_hash, "named": named}
 
 
-def key_used(db: Database, transaction_id: str, key: str) -> bool:
+def key_used(db: Db, transaction_id: str, key: str) -> bool:
     """Was a submission with this Idempotency-Key (this exact payload) already queued?"""
     return stored.submission_key_used(db, transaction_id, key)
 
 
 def add_submission(
-    db: Database,
+    db: Db,
     deposit: Deposit,
     profile: str,
     content_hash: str,
@@ -109,7 +109,7 @@ def add_submission(
 
 
 def enqueue_alert(
-    db: Database,
+    db: Db,
     deposit: Deposit | None,
     condition: str,
     severity: str,
@@ -143,7 +143,7 @@ def enqueue_alert(
 
 
 def _alert_once_per_trigger(
-    db: Database,
+    db: Db,
     transaction_id: str,
     condition: str,
     severity: str,
@@ -160,7 +160,7 @@ def _alert_once_per_trigger(
         )
 
 
-def alert_gone(db: Database, transaction_id: str) -> None:
+def alert_gone(db: Db, transaction_id: str) -> None:
     """Queue one critical alert for a tracked deposit the provider no longer knows (10000100)."""
     _alert_once_per_trigger(
         db,
@@ -172,7 +172,7 @@ def alert_gone(db: Database, transaction_id: str) -> None:
     )
 
 
-def alert_mismatch(db: Database, transaction_id: str, detail: str) -> None:
+def alert_mismatch(db: Db, transaction_id: str, detail: str) -> None:
     """Queue one critical alert for a tracked deposit whose detail answered about another
     transactionId (a protocol error: the answer is not recorded)."""
     _alert_once_per_trigger(
@@ -180,7 +180,7 @@ def alert_mismatch(db: Database, transaction_id: str, detail: str) -> None:
     )
 
 
-def alert_detail_failing(db: Database, transaction_id: str, detail: str) -> None:
+def alert_detail_failing(db: Db, transaction_id: str, detail: str) -> None:
     """Queue one warning alert for a tracked deposit whose detail keeps failing to be read."""
     _alert_once_per_trigger(
         db, transaction_id, "detail_failing", "warning", trigger="detail_failing", detail=detail
@@ -315,7 +315,7 @@ def alert_once(
     """Queue the alert unless one of the same (deposit, condition, once_per) is queued already:
     a condition that lasts over many attempts queues one alert row, not one per attempt."""
 
-    def fn(db: Database) -> None:
+    def fn(db: Db) -> None:
         tx = deposit.transaction_id if deposit else None
         if not stored.alert_queued(db, tx, condition, once_per):
             enqueue_alert(

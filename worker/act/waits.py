@@ -28,7 +28,7 @@ from worker.rules import Intent, RuleBook
 from worker.rules.model import SEVERITIES
 from worker.store import waits
 from worker.store.actions import queue_alert
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.deposits import lock_deposit
 from worker.store.writer import Store
 from worker.track.tracker import Deposit, State
@@ -59,7 +59,7 @@ def raised(severity: str) -> str:
 
 
 def begin(
-    db: Database,
+    db: Db,
     deposit: Deposit,
     trigger: str,
     intents: Sequence[Intent],
@@ -153,7 +153,7 @@ async def check_deadlines(store: Store, rules: RuleBook, *, now: int) -> Checked
 
 
 def _apply(
-    db: Database,
+    db: Db,
     rules: RuleBook,
     over: list[int],
     due: list[waits.Wait],
@@ -176,7 +176,7 @@ def _apply(
     return Checked(alerted=tuple(alerted), ended=ended)
 
 
-def _alert(db: Database, rules: RuleBook, wait: waits.Wait, now: int) -> None:
+def _alert(db: Db, rules: RuleBook, wait: waits.Wait, now: int) -> None:
     """Queue the alert of a wait past its deadline: how long, on what, never personal data."""
     ruleset = rules.ruleset_for(wait.wallet_id, wait.wallet_name)
     assert ruleset is not None and ruleset.deadline_s is not None

@@ -18,14 +18,14 @@ from worker.commands.dbopen import run_on_db
 from worker.store import journal
 from worker.store.conflicts import all_conflicts
 from worker.store.conflicts import open_conflicts as open_of
-from worker.store.db import Connection, Database
+from worker.store.db import Connection, Db
 from worker.store.deposits import get_deposit_row, lock_deposit
 from worker.store.writer import database, transaction
 from worker.track.conflicts import DUPLICATE, FIELD_OF, WIRE_NAMES, decide, decided_value
 from worker.track.tracker import Deposit
 
 
-def _show(db: Database, tx: str, out: TextIO) -> int:
+def _show(db: Db, tx: str, out: TextIO) -> int:
     rows = all_conflicts(db, tx)
     if not rows:
         print(f"{tx}: no conflict", file=out)
@@ -75,7 +75,7 @@ def _values(sets: list[str], open_fields: set[str]) -> tuple[dict[str, Any], lis
     return values, problems
 
 
-def _book_held(db: Database, tx: str, by: str, note: str, decided: str) -> str:
+def _book_held(db: Db, tx: str, by: str, note: str, decided: str) -> str:
     """Make the booking held by the conflict, once, and journal its release (who, the note,
     whether it was booked now); what happened, for the output."""
     row = get_deposit_row(db, tx)

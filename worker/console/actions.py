@@ -28,7 +28,7 @@ from worker.store import deposits as deposit_store
 from worker.store import events as event_store
 from worker.store import findings as finding_store
 from worker.store import operator as operator_store
-from worker.store.db import Database
+from worker.store.db import Database, Db
 from worker.store.tx import conn_of
 
 log = get_logger(__name__)
@@ -135,7 +135,7 @@ async def retry_action(request: web.Request) -> web.StreamResponse:
     """A failed action back to pending with its idempotency key (as `retry-failed`)."""
     action_id = int(request.match_info["id"])
 
-    def job(db: Database) -> str | None:
+    def job(db: Db) -> str | None:
         if action_store.get_action(db, action_id) is None:
             return None
         done = action_store.requeue_action(db, action_id, utc_now())
@@ -149,7 +149,7 @@ async def retry_alert(request: web.Request) -> web.StreamResponse:
     the channels that took it are not sent it again."""
     alert_id = int(request.match_info["id"])
 
-    def job(db: Database) -> str | None:
+    def job(db: Db) -> str | None:
         alert = alert_store.get_alert(db, alert_id)
         if alert is None:
             return None
@@ -179,7 +179,7 @@ async def retry_event(request: web.Request) -> web.StreamResponse:
     """A stored event back in the inbox (as `replay`): re-run through the tracker and rules."""
     event_id = request.match_info["event_id"]
 
-    def job(db: Database) -> str | None:
+    def job(db: Db) -> str | None:
         return "queued again" if event_store.requeue_event(conn_of(db), event_id) else None
 
     return await _requeue(request, "retry_event", f"event#{event_id}", job)
@@ -193,7 +193,7 @@ async def acknowledge(request: web.Request) -> web.StreamResponse:
         raise web.HTTPBadRequest(text="an acknowledgement needs a note")
     by = _who(request)
 
-    def job(db: Database) -> str | None:
+    def job(db: Db) -> str | None:
         # An acknowledgement stands: a second one (double click, second tab) does not replace
         # who acknowledged, when and why.
         if finding_store.acknowledge(db, finding_id, by=by, note=note, now=utc_now()):

@@ -28,7 +28,7 @@ from worker.store import (
     waits,
 )
 from worker.store import operator as operator_store
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.meta import all_meta, auth_refusal_streak
 from worker.store.tx import conn_of
 from worker.store.verification import journal_status
@@ -51,7 +51,7 @@ def deposit_view(row: dict[str, Any]) -> dict[str, Any]:
     return Deposit.from_row(row).as_json()
 
 
-def waiting(db: Database, rules: RuleBook | None, now: int) -> list[dict[str, Any]]:
+def waiting(db: Db, rules: RuleBook | None, now: int) -> list[dict[str, Any]]:
     """The deposits waiting on a person (`deposits --json` objects), each with what it waits on
     (`waitsOn`), since when (`since`) and, when its rule set has a `deadline:`, when that falls
     (`due`), the time left or past it (`left`) and whether it is past (`overdue`); those with a
@@ -101,7 +101,7 @@ def _by_time_left(view: dict[str, Any]) -> tuple[int, str, str]:
     return (1, view["since"], view["transactionId"])
 
 
-def overview(db: Database, rules: RuleBook | None = None, now: int | None = None) -> dict[str, Any]:
+def overview(db: Db, rules: RuleBook | None = None, now: int | None = None) -> dict[str, Any]:
     """The overview: what waits on a person (by time left), what failed, what the polls and
     the last reconciliation did; `rules`: those in force (their deadlines), `now`: epoch ms."""
     conn = conn_of(db)
@@ -135,7 +135,7 @@ def overview(db: Database, rules: RuleBook | None = None, now: int | None = None
     }
 
 
-def timeline(db: Database, tx: str) -> dict[str, Any] | None:
+def timeline(db: Db, tx: str) -> dict[str, Any] | None:
     """One deposit's timeline: facts with their source, actions, alerts by channel, events and
     what operators did; None when no such deposit is tracked."""
     row = deposits.get_deposit_row(db, tx)
@@ -194,14 +194,14 @@ def _action(row: Any) -> dict[str, Any]:
     return out
 
 
-def deposit_page(db: Database, state: str | None, page: int) -> list[dict[str, Any]]:
+def deposit_page(db: Db, state: str | None, page: int) -> list[dict[str, Any]]:
     """One page of deposits (of one state when given)."""
     rows = deposits.page_deposits(db, state, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
     return [deposit_view(r) for r in rows]
 
 
 def event_page(
-    db: Database, status: str | None, event_type: str | None, page: int
+    db: Db, status: str | None, event_type: str | None, page: int
 ) -> list[dict[str, Any]]:
     """One page of stored events (never a body)."""
     return events.page_events(
@@ -213,19 +213,19 @@ def event_page(
     )
 
 
-def ledger_page(db: Database, day: str, page: int) -> list[dict[str, Any]]:
+def ledger_page(db: Db, day: str, page: int) -> list[dict[str, Any]]:
     """One page of one day's bookings."""
     return ledger.booked_on_day(db, day, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
 
 
-def finding_page(db: Database, open_only: bool, page: int) -> list[dict[str, Any]]:
+def finding_page(db: Db, open_only: bool, page: int) -> list[dict[str, Any]]:
     """One page of reconciliation findings."""
     return findings.page_findings(
         db, open_only=open_only, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE
     )
 
 
-def address_list(db: Database) -> list[dict[str, Any]]:
+def address_list(db: Db) -> list[dict[str, Any]]:
     """The registered source addresses (`depositd addresses`), the profile by name."""
     keys = ("id", "wallet_id", "wallet_address", "network", "memo", "status", "fail_message")
     return [
@@ -270,7 +270,7 @@ def path_segment(value: object) -> str:
 SEARCH_LIMIT = 50
 
 
-def search(db: Database, text: str) -> dict[str, Any]:
+def search(db: Db, text: str) -> dict[str, Any]:
     """Deposits, registered source addresses, reconciliation findings and abnormal funds that
     a transactionId, txHash or address names: at most `SEARCH_LIMIT` of each kind, `more`
     naming the kinds that have more."""
@@ -292,7 +292,7 @@ def search(db: Database, text: str) -> dict[str, Any]:
     }
 
 
-def unbooked_page(db: Database, page: int) -> list[dict[str, Any]]:
+def unbooked_page(db: Db, page: int) -> list[dict[str, Any]]:
     """One page of the deposits credited or completed but not in the ledger."""
     rows = deposits.completed_not_booked(db, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
     return [deposit_view(r) for r in rows]

@@ -19,7 +19,7 @@ from typing import Any
 from worker.clock import utc_now
 from worker.logs import get_logger
 from worker.store.actions import queue_alert
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.meta import WEBHOOK_AUTH_REFUSED, get_meta, set_meta
 from worker.store.writer import Store
 
@@ -42,7 +42,7 @@ def alert_detail(refused: int, since: str) -> str:
     )
 
 
-def _record(db: Database, refused: int, since: str) -> bool:
+def _record(db: Db, refused: int, since: str) -> bool:
     """Store the streak; queue the alert unless this streak alerted already. True: alerted."""
     stored = get_meta(db, META_KEY)
     streak = json.loads(stored) if stored else None
@@ -63,7 +63,7 @@ def _record(db: Database, refused: int, since: str) -> bool:
     return first
 
 
-def _clear(db: Database) -> None:
+def _clear(db: Db) -> None:
     if get_meta(db, META_KEY):
         set_meta(db, META_KEY, "")
 

@@ -23,7 +23,7 @@ from worker.provider.jsonio import decimal_str
 from worker.provider.resources import AbnormalFund
 from worker.rules import RuleBook
 from worker.store.abnormal import mark_alerted, upsert_abnormal
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.meta import get_meta, set_meta
 from worker.store.writer import Store
 
@@ -61,7 +61,7 @@ def describe(fund: AbnormalFund) -> str:
     return ", ".join(parts)
 
 
-def apply_fund(db: Database, fund: AbnormalFund, rules: RuleBook, now: int) -> int:
+def apply_fund(db: Db, fund: AbnormalFund, rules: RuleBook, now: int) -> int:
     """Store one record and fire its triggers once; returns the alert rows queued."""
     stamp = utc_now()
     row = {

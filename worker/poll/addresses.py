@@ -51,7 +51,7 @@ from worker.store.addresses import (
     keep_profile,
     update_registered,
 )
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.writelock import command_store
 from worker.store.writer import Store
 
@@ -131,7 +131,7 @@ def registration(
     return body
 
 
-def save_address(db: Database, record: SourceAddress, profile: str | None) -> None:
+def save_address(db: Db, record: SourceAddress, profile: str | None) -> None:
     """Insert or update one address row; a status never gives way to an earlier one."""
     now = utc_now()
     stored = address_status(db, record.id)

@@ -26,7 +26,7 @@ from worker.logs import LogLine, get_logger
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, Page
 from worker.provider.paging import pages
-from worker.store.db import Database
+from worker.store.db import Database, Db
 from worker.store.deposits import get_deposit_row
 from worker.store.errors import StoreBusy, StoreUnavailable
 from worker.store.meta import get_meta, set_meta
@@ -57,13 +57,13 @@ def windows(start_ms: int, end_ms: int, window_ms: int) -> Iterator[tuple[int, i
         start = end
 
 
-def covered_until(db: Database) -> int | None:
+def covered_until(db: Db) -> int | None:
     """The covered-until mark in epoch ms, or None before the first complete read."""
     value = get_meta(db, COVERED_KEY)
     return ms_from_iso(value) if value else None
 
 
-def advance_mark(db: Database, start_ms: int, end_ms: int, *, may_start: bool) -> bool:
+def advance_mark(db: Db, start_ms: int, end_ms: int, *, may_start: bool) -> bool:
     """Move the mark to `end_ms` after the window [start_ms, end_ms] was read completely: only
     forward, and only when the window leaves no gap after the mark (`may_start`: set a first
     mark when none exists). True when it moved."""

@@ -20,7 +20,7 @@ from worker.aio import first_done
 from worker.clock import iso_from_ms, now_ms
 from worker.errors import StorageError
 from worker.logs import get_logger
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.leases import SCHEDULER_LEASE, Lease, acquire, get_lease, release
 from worker.store.writer import Store
 
@@ -81,7 +81,7 @@ class Leader:
         sent = time.monotonic()
         start_ms = now_ms()
 
-        def take(db: Database) -> Lease:
+        def take(db: Db) -> Lease:
             return acquire(
                 db,
                 self.name,

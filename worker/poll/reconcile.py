@@ -30,7 +30,7 @@ from worker.provider.jsonio import decimal_str
 from worker.provider.resources import SettlementDaily, SettlementRecord
 from worker.rules import RuleBook
 from worker.store import findings as store
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.findings import Finding
 from worker.store.meta import get_meta, set_meta
 from worker.store.writer import Store
@@ -80,12 +80,12 @@ def _booked(row: tuple[Any, ...]) -> Booked:
     return Booked(str(tx_id), Decimal(str(amount)), currency, network, tx_hash, day)
 
 
-def _ledger_side(db: Database, day: str) -> list[Booked]:
+def _ledger_side(db: Db, day: str) -> list[Booked]:
     return [_booked(row) for row in store.ledger_rows_for_day(db, day)]
 
 
 def _elsewhere(
-    db: Database, recs: list[SettlementRecord]
+    db: Db, recs: list[SettlementRecord]
 ) -> list[tuple[SettlementRecord, Booked | None]]:
     """Report records not matched to the day's ledger rows, each with its ledger row of
     another day (by id; by txHash for a record without one), or None: never booked."""
@@ -138,7 +138,7 @@ def _describe(f: Finding, finding_id: int) -> str:
     return ", ".join(parts)
 
 
-def _commit(db: Database, result: RunResult, rules: RuleBook, started: str, drift: str) -> int:
+def _commit(db: Db, result: RunResult, rules: RuleBook, started: str, drift: str) -> int:
     """The run's one write: findings, resolutions, alerts of new findings, the run record."""
     new = store.save_findings(db, result.day, result.findings, utc_now())
     by_id = {(f.kind, f.subject): f for f in result.findings}
@@ -167,7 +167,7 @@ def _commit(db: Database, result: RunResult, rules: RuleBook, started: str, drif
     return len(new)
 
 
-def _fail(db: Database, day: str, started: str, error: str) -> None:
+def _fail(db: Db, day: str, started: str, error: str) -> None:
     store.record_run(
         db,
         day,
@@ -307,7 +307,7 @@ class Reconciler:
         every check for at least `drift_after_s` (two checks that far apart; one may fall
         between a credit and its webhook) is a finding of the day it is read (UTC)."""
 
-        def read(db: Database) -> tuple[list[int], dict[str, Decimal], str | None]:
+        def read(db: Db) -> tuple[list[int], dict[str, Decimal], str | None]:
             sums: dict[str, Decimal] = defaultdict(Decimal)
             for wallet, currency, amount in store.held_amounts(db, HELD_STATES):
                 sums[f"{wallet}:{str(currency).upper()}"] += Decimal(str(amount))

@@ -9,7 +9,7 @@ import json
 from worker.act.resubmit import resubmit_changed, submit_newly_covered
 from worker.clock import iso_from_ms, now_ms
 from worker.service.bundle import Bundle
-from worker.store.db import Database
+from worker.store.db import Database, Db
 from worker.store.events import delete_done_before
 from worker.store.facts import delete_unchanged_before
 from worker.store.meta import get_meta
@@ -20,18 +20,18 @@ DAY_S = 86_400.0
 UNKNOWN_PROVIDERS = "providers_unknown_alerted"
 
 
-def prune_events(db: Database, retention_days: int) -> int:
+def prune_events(db: Db, retention_days: int) -> int:
     """Delete processed/ignored events older than the retention; ledger, actions stay."""
     return delete_done_before(db, _cutoff(retention_days))
 
 
-def prune_unchanged_facts(db: Database, retention_days: int) -> int:
+def prune_unchanged_facts(db: Db, retention_days: int) -> int:
     """Delete facts older than the retention that changed nothing (mostly polls repeating what
     was known: one per poll run per waiting deposit); the facts that moved a deposit stay."""
     return delete_unchanged_before(db, _cutoff(retention_days))
 
 
-def prune(db: Database, days: int) -> tuple[int, int]:
+def prune(db: Db, days: int) -> tuple[int, int]:
     """Both retentions at once: (events pruned, facts pruned)."""
     return prune_events(db, days), prune_unchanged_facts(db, days)
 
@@ -44,7 +44,7 @@ def submissions_due(db: Database, bundle: Bundle) -> int:
     )
 
 
-def alerted_unknown(db: Database) -> set[str]:
+def alerted_unknown(db: Db) -> set[str]:
     """The profiles already alerted about because their provider is no longer offered."""
     return set(json.loads(get_meta(db, UNKNOWN_PROVIDERS) or "[]"))
 

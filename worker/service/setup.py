@@ -43,7 +43,7 @@ from worker.service.keys import (
 from worker.service.runtime import Runtime
 from worker.service.supervise import Supervisor, SupervisorMetrics, record_gone
 from worker.store import actions, alerts, leases
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.engines import store_for
 from worker.store.meta import set_meta
 from worker.track.processor import Processor, Reactor
@@ -183,7 +183,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     log.info("store closed")
 
 
-def _forget_claims(db: Database) -> int:
+def _forget_claims(db: Db) -> int:
     """No other instance runs: the actions, alert sends and leases they held are free now, not
     once their leases lapse (a restart after a crash resumes at once)."""
     leases.clear_leases(db)

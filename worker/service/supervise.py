@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from worker.act.rows import backoff
 from worker.aio import first_done
 from worker.logs import get_logger
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.meta import TASKS_DOWN, get_meta, set_meta
 
 log = get_logger(__name__)
@@ -198,7 +198,7 @@ class Supervisor:
         self._stopped.set()
 
 
-def record_down(db: Database, instance: str, problems: list[str]) -> None:
+def record_down(db: Db, instance: str, problems: list[str]) -> None:
     """Record the tasks down on `instance` (none: its entry goes) for `status`."""
     down: dict[str, list[str]] = json.loads(get_meta(db, TASKS_DOWN) or "{}")
     if problems:
@@ -208,6 +208,6 @@ def record_down(db: Database, instance: str, problems: list[str]) -> None:
     set_meta(db, TASKS_DOWN, json.dumps(down, sort_keys=True))
 
 
-def record_gone(db: Database) -> None:
+def record_gone(db: Db) -> None:
     """No other instance runs: what the instances gone recorded as down is past."""
     set_meta(db, TASKS_DOWN, "{}")

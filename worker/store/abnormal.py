@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.store.db import Database
+from worker.store.db import Db
 
 COLUMNS = (
     "id",
@@ -21,13 +21,13 @@ COLUMNS = (
 )
 
 
-def get_abnormal(db: Database, fund_id: str) -> dict[str, Any] | None:
+def get_abnormal(db: Db, fund_id: str) -> dict[str, Any] | None:
     """One stored abnormal fund, or None."""
     row = db.execute("SELECT * FROM abnormal_funds WHERE id=?", [fund_id]).fetchone()
     return None if row is None else dict(row)
 
 
-def upsert_abnormal(db: Database, row: dict[str, Any], now: str) -> bool:
+def upsert_abnormal(db: Db, row: dict[str, Any], now: str) -> bool:
     """Store or update one record; True when it was new."""
     values = [row.get(c) for c in COLUMNS]
     cur = db.execute(
@@ -44,7 +44,7 @@ def upsert_abnormal(db: Database, row: dict[str, Any], now: str) -> bool:
     return False
 
 
-def mark_alerted(db: Database, fund_id: str, column: str, now: str) -> bool:
+def mark_alerted(db: Db, fund_id: str, column: str, now: str) -> bool:
     """Set `alerted_at` or `expiring_alerted_at` once; False when it was set already."""
     if column not in ("alerted_at", "expiring_alerted_at"):
         raise ValueError(column)
@@ -54,7 +54,7 @@ def mark_alerted(db: Database, fund_id: str, column: str, now: str) -> bool:
     return cur.rowcount == 1
 
 
-def list_abnormal(db: Database, *, limit: int = 10000) -> list[dict[str, Any]]:
+def list_abnormal(db: Db, *, limit: int = 10000) -> list[dict[str, Any]]:
     """Stored abnormal funds, newest first."""
     rows = db.execute(
         "SELECT * FROM abnormal_funds ORDER BY tx_time DESC, id DESC LIMIT ?", [limit]
@@ -62,13 +62,13 @@ def list_abnormal(db: Database, *, limit: int = 10000) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-def counts_by_status(db: Database) -> dict[str, int]:
+def counts_by_status(db: Db) -> dict[str, int]:
     """Stored abnormal funds per status."""
     rows = db.execute("SELECT status, COUNT(*) FROM abnormal_funds GROUP BY status")
     return {str(r[0]): int(r[1]) for r in rows}
 
 
-def search_abnormal(db: Database, tx_hash: str, *, limit: int) -> list[dict[str, Any]]:
+def search_abnormal(db: Db, tx_hash: str, *, limit: int) -> list[dict[str, Any]]:
     """Abnormal funds whose txHash is `tx_hash`, whatever its case: the first `limit` seen."""
     rows = db.execute(
         "SELECT * FROM abnormal_funds WHERE lower(tx_hash) = lower(?) ORDER BY first_seen, id"

@@ -15,7 +15,7 @@ from worker.store.tx import conn_of
 
 
 def insert_action(
-    db: Database,
+    db: Db,
     *,
     transaction_id: str | None,
     event_id: str | None,
@@ -57,9 +57,7 @@ def insert_action(
     return int(cur.lastrowid or 0) if want_id else 0
 
 
-def queue_order_read(
-    db: Database, kind: str, record: Mapping[str, Any], *, event_id: str | None
-) -> int:
+def queue_order_read(db: Db, kind: str, record: Mapping[str, Any], *, event_id: str | None) -> int:
     """Queue the `order_updated` action row (an `actions` row about no deposit) that reads the
     order's detail and lets the rules act; returns its id."""
     params = {"kind": kind, "orderId": record["orderId"], "record": dict(record)}
@@ -80,7 +78,7 @@ def queue_order_read(
 
 
 def queue_alert(
-    db: Database,
+    db: Db,
     *,
     transaction_id: str | None,
     condition: str,
@@ -123,7 +121,7 @@ def queue_alert(
     )
 
 
-def submission_key_used(db: Database, transaction_id: str, key: str) -> bool:
+def submission_key_used(db: Db, transaction_id: str, key: str) -> bool:
     """Was a submission with this Idempotency-Key already queued for the deposit?"""
     row = db.execute(
         "SELECT 1 FROM actions WHERE transaction_id=? AND action='submit_profile'"
@@ -154,7 +152,7 @@ def open_submission(db: Db, transaction_id: str) -> dict[str, Any] | None:
     return None if row is None else dict(row)
 
 
-def acted_on_event(db: Database, event_id: str, event_type: str) -> bool:
+def acted_on_event(db: Db, event_id: str, event_type: str) -> bool:
     """Did rules already run on this stored event's raw eventType (a row has it as trigger)?"""
     row = (
         conn_of(db)
@@ -166,9 +164,7 @@ def acted_on_event(db: Database, event_id: str, event_type: str) -> bool:
     return row is not None
 
 
-def alert_queued(
-    db: Database, transaction_id: str | None, condition: str, once_per: str | None
-) -> bool:
+def alert_queued(db: Db, transaction_id: str | None, condition: str, once_per: str | None) -> bool:
     """Is an alert of this (deposit, condition, once_per) queued already (in any status)?"""
     queued = db.execute(
         "SELECT 1 FROM actions WHERE action='alert' AND transaction_id IS ?"
@@ -188,7 +184,7 @@ _CLAIMABLE = (
 )
 
 
-def next_due_at(db: Database, instance: str = "") -> str | None:
+def next_due_at(db: Db, instance: str = "") -> str | None:
     """The earliest time a pending or running row may be claimed by `instance`: its
     next_attempt_at, or when another instance's claim on it lapses (None: no such row)."""
     first = db.execute(
@@ -215,7 +211,7 @@ def due_actions(
 
 
 def claim_action(
-    db: Database,
+    db: Db,
     action_id: int,
     *,
     instance: str,
@@ -234,7 +230,7 @@ def claim_action(
     return int(cur.rowcount) == 1
 
 
-def renew_claim(db: Database, action_id: int, instance: str, until: str) -> bool:
+def renew_claim(db: Db, action_id: int, instance: str, until: str) -> bool:
     """Extend `instance`'s claim on a running row; False when it holds it no longer."""
     cur = db.execute(
         "UPDATE actions SET lease_until=? WHERE id=? AND status='running' AND claimed_by=?",
@@ -259,7 +255,7 @@ def deposit_of(db: Database, transaction_id: str | None) -> dict[str, Any] | Non
 
 
 def finish_action(
-    db: Database,
+    db: Db,
     action_id: int,
     *,
     status: str,
@@ -295,7 +291,7 @@ def deposits_to_resubmit(db: Database) -> list[dict[str, Any]]:
     )
 
 
-def last_submission_params(db: Database, transaction_id: str) -> str | None:
+def last_submission_params(db: Db, transaction_id: str) -> str | None:
     """The params (JSON text) of the deposit's last keyed submission; None if it has none."""
     last = db.execute(
         "SELECT params FROM actions WHERE transaction_id=? AND action='submit_profile'"

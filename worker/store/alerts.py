@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from worker.clock import utc_now
-from worker.store.db import Database, Db
+from worker.store.db import Db
 
 
 def claim_alert(
-    db: Database,
+    db: Db,
     dedupe_key: str,
     *,
     transaction_id: str,
@@ -42,7 +42,7 @@ def claim_alert(
     return int(cur.rowcount) == 1
 
 
-def renew_alert_claims(db: Database, dedupe_keys: Sequence[str], instance: str, until: str) -> int:
+def renew_alert_claims(db: Db, dedupe_keys: Sequence[str], instance: str, until: str) -> int:
     """Extend `instance`'s claims on these channels' rows (a send still in flight); returns
     how many it still holds."""
     held = 0
@@ -57,7 +57,7 @@ def renew_alert_claims(db: Database, dedupe_keys: Sequence[str], instance: str, 
 
 
 def record_send(
-    db: Database,
+    db: Db,
     dedupe_key: str,
     *,
     status: str,

@@ -153,7 +153,7 @@ def _claim_pending(db: Database, limit: int) -> list[Any]:
     return list(db.conn.execute(_CLAIM, (limit,)).fetchall())
 
 
-def event_status(db: Database, seq: int) -> str | None:
+def event_status(db: Db, seq: int) -> str | None:
     """The status of one stored event."""
     row = db.execute("SELECT status FROM events WHERE seq = ?", [seq]).fetchone()
     return None if row is None else str(row[0])
@@ -171,7 +171,7 @@ def mark_events(db: Database, marks: Sequence[tuple[int, str, str | None]]) -> N
     )
 
 
-def delete_done_before(db: Database, cutoff: str) -> int:
+def delete_done_before(db: Db, cutoff: str) -> int:
     """Delete processed/ignored events received before `cutoff`; returns how many."""
     cur = db.execute(
         "DELETE FROM events WHERE status IN ('processed','ignored') AND received_at < ?",

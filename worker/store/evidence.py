@@ -274,7 +274,7 @@ def gather(
     webhooks = _webhooks(db, transaction_id, referenced)
     tx_hash = (ledger or {}).get("tx_hash") or (deposit or {}).get("tx_hash")
     findings_about = _findings_about(db, transaction_id, tx_hash)
-    booked = ledger_row_by_id(db, transaction_id)  # type: ignore[arg-type]
+    booked = ledger_row_by_id(db, transaction_id)
     days = {str(booked[5])} if booked is not None and booked[5] else set()
     days |= {str(f["day"]) for f in findings_about}
     subjects = [

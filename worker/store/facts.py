@@ -59,7 +59,7 @@ def poll_fact_repeats(db: Database, transaction_id: str, fact: Mapping[str, Any]
     return row is not None
 
 
-def delete_unchanged_before(db: Database, cutoff: str) -> int:
+def delete_unchanged_before(db: Db, cutoff: str) -> int:
     """Delete the facts recorded before `cutoff` that changed nothing; returns how many."""
     cur = db.execute("DELETE FROM facts WHERE changed = 0 AND recorded_at < ?", [cutoff])
     return int(cur.rowcount)

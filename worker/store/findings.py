@@ -16,7 +16,7 @@ from typing import Any
 
 from worker.store import journal
 from worker.store.database import has_table
-from worker.store.db import Database, Db
+from worker.store.db import Db
 from worker.store.deposits import CREDIT_DAY_TIME
 from worker.store.pg import is_postgres
 
@@ -56,7 +56,7 @@ class Finding:
         return [getattr(self, c) for c in FINDING_COLUMNS]
 
 
-def _credit_day(db: Database) -> str:
+def _credit_day(db: Db) -> str:
     """The UTC day a booked deposit's credit fell on: by the provider's clock, as its daily
     report is cut (`CREDIT_DAY_TIME`); else when depositd saw the credit (rows credited before
     the provider's time was kept); else the booking time."""
@@ -77,7 +77,7 @@ _LEDGER_SELECT = (
 )
 
 
-def ledger_rows_for_day(db: Database, day: str) -> Iterator[tuple[Any, ...]]:
+def ledger_rows_for_day(db: Db, day: str) -> Iterator[tuple[Any, ...]]:
     """(transactionId, amount, currency, network, txHash, credit day) of each deposit booked
     whose credit fell on `day` (the provider's credit time; the booking time when none is
     known)."""
@@ -89,7 +89,7 @@ def ledger_rows_for_day(db: Database, day: str) -> Iterator[tuple[Any, ...]]:
     )
 
 
-def ledger_row_by_id(db: Database, transaction_id: str) -> tuple[Any, ...] | None:
+def ledger_row_by_id(db: Db, transaction_id: str) -> tuple[Any, ...] | None:
     """The booked deposit with this transactionId, as `ledger_rows_for_day` gives it."""
     row = db.execute(
         _LEDGER_SELECT.format(day=_credit_day(db)) + " WHERE l.transaction_id = ?",
@@ -98,7 +98,7 @@ def ledger_row_by_id(db: Database, transaction_id: str) -> tuple[Any, ...] | Non
     return None if row is None else tuple(row)
 
 
-def ledger_row_by_tx_hash(db: Database, tx_hash: str) -> tuple[Any, ...] | None:
+def ledger_row_by_tx_hash(db: Db, tx_hash: str) -> tuple[Any, ...] | None:
     """A booked deposit with this txHash (case-blind), as `ledger_rows_for_day` gives it."""
     row = db.execute(
         _LEDGER_SELECT.format(day=_credit_day(db))
@@ -108,7 +108,7 @@ def ledger_row_by_tx_hash(db: Database, tx_hash: str) -> tuple[Any, ...] | None:
     return None if row is None else tuple(row)
 
 
-def held_amounts(db: Database, states: Sequence[str]) -> Iterator[tuple[int, str, str]]:
+def held_amounts(db: Db, states: Sequence[str]) -> Iterator[tuple[int, str, str]]:
     """(walletId, currency, amount) of each tracked deposit in one of `states`."""
     marks = ",".join("?" for _ in states)
     yield from db.execute(
@@ -118,7 +118,7 @@ def held_amounts(db: Database, states: Sequence[str]) -> Iterator[tuple[int, str
     )
 
 
-def tracked_wallets(db: Database) -> list[int]:
+def tracked_wallets(db: Db) -> list[int]:
     """Every walletId a tracked deposit names."""
     rows = db.execute(
         "SELECT DISTINCT wallet_id FROM deposits WHERE wallet_id IS NOT NULL ORDER BY wallet_id"
@@ -131,7 +131,7 @@ def tracked_wallets(db: Database) -> list[int]:
 DRIFT = "held_balance_drift"
 
 
-def save_findings(db: Database, day: str, found: Sequence[Finding], now: str) -> list[int]:
+def save_findings(db: Db, day: str, found: Sequence[Finding], now: str) -> list[int]:
     """Store one run's findings of `day`; returns the ids of findings new to the table.
 
     Seen again: `last_seen` moves (and a resolved one is open again); an acknowledged one
@@ -175,7 +175,7 @@ def save_findings(db: Database, day: str, found: Sequence[Finding], now: str) ->
 
 
 def _acknowledged_amounts(
-    db: Database, day: str, found: Sequence[Finding]
+    db: Db, day: str, found: Sequence[Finding]
 ) -> dict[tuple[str, str, str], dict[str, Any]]:
     """(day, kind, subject) -> the stored row of each acknowledged finding of `day` that
     `found` names again (drifts aside)."""
@@ -205,7 +205,7 @@ def _amount_changed(old: str | None, new: str | None) -> bool:
 
 
 def _reopen_if_amounts_changed(
-    db: Database, f: Finding, before: dict[tuple[str, str, str], dict[str, Any]]
+    db: Db, f: Finding, before: dict[tuple[str, str, str], dict[str, Any]]
 ) -> int | None:
     """An acknowledged finding seen again with other amounts is another difference: its
     acknowledgement (of the amounts it was given for) is lifted, kept in its note, and the
@@ -227,7 +227,7 @@ def _reopen_if_amounts_changed(
     return int(row["id"])
 
 
-def open_drift(db: Database) -> list[dict[str, Any]]:
+def open_drift(db: Db) -> list[dict[str, Any]]:
     """The open held-balance drifts (of whichever day they were read), oldest first."""
     rows = db.execute(
         "SELECT * FROM findings WHERE kind=? AND resolved_at IS NULL ORDER BY day, id", [DRIFT]
@@ -236,7 +236,7 @@ def open_drift(db: Database) -> list[dict[str, Any]]:
 
 
 def record_run(
-    db: Database,
+    db: Db,
     day: str,
     *,
     started_at: str,
@@ -257,7 +257,7 @@ def record_run(
     journal.append_at_commit(db, journal.RECONCILED, f"day:{day}", body)
 
 
-def findings_of_day(db: Database, day: str) -> list[dict[str, Any]]:
+def findings_of_day(db: Db, day: str) -> list[dict[str, Any]]:
     """The open findings of one day, in the order they were found."""
     rows = db.execute(
         "SELECT * FROM findings WHERE day=? AND resolved_at IS NULL ORDER BY id", [day]
@@ -265,7 +265,7 @@ def findings_of_day(db: Database, day: str) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-def open_findings(db: Database, *, limit: int = 1000) -> list[dict[str, Any]]:
+def open_findings(db: Db, *, limit: int = 1000) -> list[dict[str, Any]]:
     """Findings neither resolved nor acknowledged, oldest day first."""
     rows = db.execute(
         "SELECT * FROM findings WHERE resolved_at IS NULL AND acknowledged_at IS NULL"
@@ -275,7 +275,7 @@ def open_findings(db: Database, *, limit: int = 1000) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-def open_counts_by_kind(db: Database) -> dict[str, int]:
+def open_counts_by_kind(db: Db) -> dict[str, int]:
     """Open (unresolved, unacknowledged) findings per kind."""
     rows = db.execute(
         "SELECT kind, COUNT(*) FROM findings WHERE resolved_at IS NULL"
@@ -284,9 +284,7 @@ def open_counts_by_kind(db: Database) -> dict[str, int]:
     return {str(r[0]): int(r[1]) for r in rows}
 
 
-def page_findings(
-    db: Database, *, open_only: bool, limit: int, offset: int
-) -> list[dict[str, Any]]:
+def page_findings(db: Db, *, open_only: bool, limit: int, offset: int) -> list[dict[str, Any]]:
     """One page of findings, latest day first; only the open ones (neither resolved nor
     acknowledged) when asked."""
     where = " WHERE resolved_at IS NULL AND acknowledged_at IS NULL" if open_only else ""
@@ -296,13 +294,13 @@ def page_findings(
     return [dict(r) for r in rows]
 
 
-def get_finding(db: Database, finding_id: int) -> dict[str, Any] | None:
+def get_finding(db: Db, finding_id: int) -> dict[str, Any] | None:
     """One finding by id."""
     row = db.execute("SELECT * FROM findings WHERE id=?", [finding_id]).fetchone()
     return None if row is None else dict(row)
 
 
-def acknowledge(db: Database, finding_id: int, *, by: str, note: str, now: str) -> bool:
+def acknowledge(db: Db, finding_id: int, *, by: str, note: str, now: str) -> bool:
     """Record who acknowledged a finding, when and why, unless it is acknowledged already;
     False when there is no such finding or it was acknowledged before (the first stands).
 
@@ -317,13 +315,13 @@ def acknowledge(db: Database, finding_id: int, *, by: str, note: str, now: str) 
     return cur.rowcount == 1
 
 
-def last_run(db: Database) -> dict[str, Any] | None:
+def last_run(db: Db) -> dict[str, Any] | None:
     """The latest reconciliation run, or None."""
     row = db.execute("SELECT * FROM reconcile_runs ORDER BY id DESC LIMIT 1").fetchone()
     return None if row is None else dict(row)
 
 
-def last_reconciled_day(db: Database) -> str | None:
+def last_reconciled_day(db: Db) -> str | None:
     """The latest day a run completed (clean or with findings)."""
     row = db.execute(
         "SELECT MAX(day) FROM reconcile_runs WHERE outcome IN ('clean', 'findings')"
@@ -331,7 +329,7 @@ def last_reconciled_day(db: Database) -> str | None:
     return None if row is None or row[0] is None else str(row[0])
 
 
-def day_reconciled(db: Database, day: str) -> bool:
+def day_reconciled(db: Db, day: str) -> bool:
     """Did a run of `day` complete (clean or with findings)?"""
     row = db.execute(
         "SELECT 1 FROM reconcile_runs WHERE day=? AND outcome IN ('clean', 'findings') LIMIT 1",
@@ -361,7 +359,7 @@ def reconciliation_status(db: Db) -> dict[str, Any] | None:
     }
 
 
-def failure_alerted(db: Database, day: str) -> bool:
+def failure_alerted(db: Db, day: str) -> bool:
     """Was a reconcile_failed alert already queued for this day?"""
     row = db.execute(
         "SELECT 1 FROM actions WHERE action='alert' AND trigger='reconcile_failed'"
@@ -371,7 +369,7 @@ def failure_alerted(db: Database, day: str) -> bool:
     return row is not None
 
 
-def findings_between(db: Database, first_day: str, last_day: str) -> list[dict[str, Any]]:
+def findings_between(db: Db, first_day: str, last_day: str) -> list[dict[str, Any]]:
     """Every finding (open, acknowledged or resolved) of the days from one to another
     (YYYY-MM-DD, both included), by day."""
     rows = db.execute(
@@ -381,7 +379,7 @@ def findings_between(db: Database, first_day: str, last_day: str) -> list[dict[s
 
 
 def findings_between_after(
-    db: Database,
+    db: Db,
     first_day: str,
     last_day: str,
     after: tuple[str, int] | None,
@@ -402,7 +400,7 @@ def findings_between_after(
     return [dict(r) for r in rows]
 
 
-def search_findings(db: Database, text: str, *, limit: int = 50) -> list[dict[str, Any]]:
+def search_findings(db: Db, text: str, *, limit: int = 50) -> list[dict[str, Any]]:
     """Findings about the deposit `text` (a transactionId) or the txHash `text` (whatever its
     case), latest day first, at most `limit`: a report record depositd never booked has a
     txHash only."""
@@ -422,7 +420,7 @@ def ledger_mark(transaction_ids: Iterable[str]) -> str:
     return f"{len(ids)}:{digest}"
 
 
-def days_due(db: Database, first_day: str, last_day: str) -> list[tuple[str, str]]:
+def days_due(db: Db, first_day: str, last_day: str) -> list[tuple[str, str]]:
     """(day, why) of each day from `first_day` to `last_day` (YYYY-MM-DD, both included)
     that a run must compare (again), oldest first (see docs/reconciliation.md,
     "When a day is final"):

@@ -10,18 +10,18 @@ from decimal import Decimal
 from typing import Any
 
 from worker.clock import utc_now
-from worker.store.db import Database, Db
+from worker.store.db import Db
 from worker.store.pg import is_postgres
 from worker.store.tx import conn_of
 
 
-def is_booked(db: Database, transaction_id: str) -> bool:
+def is_booked(db: Db, transaction_id: str) -> bool:
     """Does the ledger hold the deposit?"""
     found = conn_of(db).execute("SELECT 1 FROM ledger WHERE transaction_id=?", (transaction_id,))
     return found.fetchone() is not None
 
 
-def lock_tx_hash(db: Database, tx_hash: str) -> None:
+def lock_tx_hash(db: Db, tx_hash: str) -> None:
     """Hold the txHash (case-blind) to the end of the transaction: on PostgreSQL two instances
     booking two ids of one txHash at the same moment take turns, so the second reads the
     first's ledger row before it decides (`likely_duplicate_of`). Nothing on SQLite, whose
@@ -34,7 +34,7 @@ def lock_tx_hash(db: Database, tx_hash: str) -> None:
 
 
 def likely_duplicate_of(
-    db: Database,
+    db: Db,
     *,
     transaction_id: str,
     tx_hash: str,
@@ -91,7 +91,7 @@ def _same_address(a: object, b: object) -> bool:
 
 
 def insert_booking(
-    db: Database,
+    db: Db,
     *,
     transaction_id: str,
     wallet_id: int | None,
@@ -133,7 +133,7 @@ _BOOK_ONCE = {
 
 
 def book_once(
-    db: Database,
+    db: Db,
     *,
     transaction_id: str,
     wallet_id: int | None,
@@ -198,7 +198,7 @@ _LOCK_TX_HASHES = (
 
 
 def book_all_unless_duplicate(
-    db: Database,
+    db: Db,
     bookings: list[dict[str, Any]],
     *,
     decision_field: str,
@@ -229,12 +229,12 @@ def _unless_values(booking: dict[str, Any], now: str, decision_field: str) -> li
     return values
 
 
-def booked_among(db: Database, transaction_ids: list[str]) -> set[str]:
+def booked_among(db: Db, transaction_ids: list[str]) -> set[str]:
     """Which of these deposits the ledger holds."""
     return booked_among_sent(db, transaction_ids)()
 
 
-def booked_among_sent(db: Database, transaction_ids: list[str]) -> Callable[[], set[str]]:
+def booked_among_sent(db: Db, transaction_ids: list[str]) -> Callable[[], set[str]]:
     """`booked_among`, its statements sent now and read when the returned function is called
     (on PostgreSQL in pipeline mode, statements sent meanwhile share the round trip)."""
     cursors = []

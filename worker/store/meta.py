@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from worker.store.db import Database, Db
+from worker.store.db import Db
 from worker.store.pg import is_postgres
 
 # The long-running tasks of `serve` down, by instance (JSON; `worker.service.supervise`).
@@ -19,7 +19,7 @@ def get_meta(db: Db, key: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def set_meta(db: Database, key: str, value: str) -> None:
+def set_meta(db: Db, key: str, value: str) -> None:
     """Set a value of the `meta` table."""
     db.execute(
         "INSERT INTO meta (key, value) VALUES (?, ?)"
@@ -28,7 +28,7 @@ def set_meta(db: Database, key: str, value: str) -> None:
     )
 
 
-def set_meta_unless_busy(db: Database, key: str, value: str) -> bool:
+def set_meta_unless_busy(db: Db, key: str, value: str) -> bool:
     """Set a value that any instance may set to much the same value at any time (the last
     webhook's time): on PostgreSQL it is skipped while another instance's open transaction is
     setting it, instead of waiting for that transaction's row lock (which would make the

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from worker.clock import utc_now
-from worker.store.db import Database
+from worker.store.db import Db
 
 _COLUMNS = (
     "kind",
@@ -37,7 +37,7 @@ def _text(value: Any) -> str | None:
 
 
 def save_order(
-    db: Database,
+    db: Db,
     kind: str,
     record: Mapping[str, Any],
     *,
@@ -76,7 +76,7 @@ def save_order(
     )
 
 
-def iter_orders(db: Database, *, kind: str | None = None) -> Iterator[dict[str, Any]]:
+def iter_orders(db: Db, *, kind: str | None = None) -> Iterator[dict[str, Any]]:
     """Every order row (record decoded), most recently updated last."""
     sql = f"SELECT {', '.join(_COLUMNS)} FROM orders"
     params: list[Any] = []

@@ -2,7 +2,7 @@
 
 The table modules are written once, in SQLite's SQL with `?` placeholders, and run on the
 store's threads with the sync API of psycopg 3 here. `PgDatabase` looks like the part of
-`Database` they use (`execute`, `query`, `conn`, `atomic`), `PgConnection` like
+`sqlite_utils.Database` they use (`execute`, `query`, `conn`, `atomic`), `PgConnection` like
 `sqlite3.Connection` (`execute`, `executemany`, `cursor`, `in_transaction`), rows answer by index
 and by name like `sqlite3.Row`, and a psycopg error is raised as the store's own
 (`worker.store.errors`), as SQLite's are, so that every caller keeps one error path for both
@@ -380,7 +380,7 @@ _RELEASE = re.compile(r"^\s*RELEASE\b", re.IGNORECASE)
 
 
 class PgDatabase:
-    """What the table modules run on, on PostgreSQL (the part of `Database` used)."""
+    """What the table modules run on, on PostgreSQL (the part of `sqlite_utils.Database` used)."""
 
     engine = "postgres"
 

@@ -127,7 +127,7 @@ def record_run(db: Db, *, ran_at: str, days: int, before: str, purged: int) -> N
         record["lastPurgeAt"], record["lastPurged"] = ran_at, purged
     elif last.get("lastPurgeAt"):
         record["lastPurgeAt"], record["lastPurged"] = last["lastPurgeAt"], last.get("lastPurged")
-    set_meta(db, LAST_RUN, json.dumps(record, sort_keys=True))  # type: ignore[arg-type]
+    set_meta(db, LAST_RUN, json.dumps(record, sort_keys=True))
 
 
 def last_run(meta: Mapping[str, Any]) -> dict[str, Any] | None:

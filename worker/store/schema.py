@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from worker.clock import now_ms
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.journal import adopt_ledger
 from worker.store.pg import is_postgres
 
@@ -123,13 +123,13 @@ CREATE TABLE IF NOT EXISTS addresses (
 """
 
 
-def _migrate_v1(db: Database) -> None:
+def _migrate_v1(db: Db) -> None:
     for statement in _SCHEMA_V1.split(";"):
         if statement.strip():
             db.execute(statement)
 
 
-def _migrate_v2(db: Database) -> None:
+def _migrate_v2(db: Db) -> None:
     # The reactor asks, per processed event, whether rules already ran on it: without this
     # index that is a scan of every action ever recorded.
     db.execute("CREATE INDEX IF NOT EXISTS actions_event ON actions (event_id, trigger)")
@@ -138,7 +138,7 @@ def _migrate_v2(db: Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS facts_unchanged ON facts (changed, recorded_at)")
 
 
-def _migrate_fixed_field_conflicts(db: Database) -> None:
+def _migrate_fixed_field_conflicts(db: Db) -> None:
     # A later fact contradicting a field the first fact fixed (amount, wallet, currency,
     # network, addresses): held for a human's decision (`depositd resolve`), who/when/note kept.
     db.execute(
@@ -151,7 +151,7 @@ def _migrate_fixed_field_conflicts(db: Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS ledger_tx_hash ON ledger (tx_hash)")
 
 
-def _migrate_findings_and_abnormal(db: Database) -> None:
+def _migrate_findings_and_abnormal(db: Db) -> None:
     # Reconciliation (the ledger against the provider's daily report): one row per finding of a
     # day (kind and subject: a txHash, wallet:currency, or the report itself), with when it was
     # first seen, resolved (gone on a re-run) and acknowledged; and one row per run.
@@ -176,7 +176,7 @@ def _migrate_findings_and_abnormal(db: Database) -> None:
     )
 
 
-def _migrate_orders(db: Database) -> None:
+def _migrate_orders(db: Db) -> None:
     # Stable, collection and wallet transfer orders from their webhooks (STABLE_ORDER_UPDATED,
     # Collect Order Updated, WALLET_TRANSFER_ORDER_UPDATED) and the detail read after each.
     db.execute(
@@ -188,7 +188,7 @@ def _migrate_orders(db: Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS orders_updated ON orders (updated_at)")
 
 
-def _migrate_operator_actions(db: Database) -> None:
+def _migrate_operator_actions(db: Db) -> None:
     # What operators did in the console (retries, re-runs, acknowledgements, detail reads),
     # each with its time and the note typed.
     db.execute(
@@ -199,7 +199,7 @@ def _migrate_operator_actions(db: Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS operator_actions_subject ON operator_actions (subject)")
 
 
-def _migrate_instances(db: Database) -> None:
+def _migrate_instances(db: Db) -> None:
     # Several instances on one database: named leases (the scheduler's leader), and who runs
     # an action row or sends an alert to a channel until when (a claim another instance takes
     # over once it expires, with the row's same Idempotency-Key).
@@ -213,13 +213,13 @@ def _migrate_instances(db: Database) -> None:
     db.execute("ALTER TABLE alerts ADD COLUMN lease_until TEXT")
 
 
-def _migrate_ledger_tx_hash_case_blind(db: Database) -> None:
+def _migrate_ledger_tx_hash_case_blind(db: Db) -> None:
     # txHashes are compared case-blind (booking's likely-duplicate check under the txHash lock,
     # reconciliation's matching of records without an id): an index on the lower-cased hash.
     db.execute("CREATE INDEX IF NOT EXISTS ledger_tx_hash_lower ON ledger (lower(tx_hash))")
 
 
-def _migrate_pending_events_index(db: Database) -> None:
+def _migrate_pending_events_index(db: Db) -> None:
     # PostgreSQL: an event's row is updated once (pending -> processed), which leaves a dead
     # version behind until VACUUM, and `events_status` keeps an entry for it under 'pending':
     # the claim (`events._CLAIM`) then read every event processed since the last VACUUM, and
@@ -237,13 +237,13 @@ def _migrate_pending_events_index(db: Database) -> None:
     )
 
 
-def _migrate_reconcile_runs_ledger_mark(db: Database) -> None:
+def _migrate_reconcile_runs_ledger_mark(db: Db) -> None:
     # What ledger side a completed run compared (its rows' count and ids, `findings.ledger_mark`):
     # a day whose ledger side is another now is reconciled again (`findings.days_due`).
     db.execute("ALTER TABLE reconcile_runs ADD COLUMN ledger_mark TEXT")
 
 
-def _migrate_journal(db: Database) -> None:
+def _migrate_journal(db: Db) -> None:
     # The journal of money and Travel Rule decisions (`worker.store.journal`, docs/audit.md):
     # seq is given by the appender (the head's + 1), never generated. Its rows are never
     # updated nor deleted: the engine refuses both (whoever drops that refusal first is still
@@ -284,7 +284,7 @@ def _migrate_journal(db: Database) -> None:
     adopt_ledger(db)
 
 
-def _migrate_waits(db: Database) -> None:
+def _migrate_waits(db: Db) -> None:
     # Deposits waiting on a person, one row per wait (`worker.store.waits`, docs/rules.md,
     # "Deadlines"): the deadline job reads the open ones through `waits_open`, never every
     # deposit. The deposits waiting already are counted from now: when they started to wait
@@ -314,7 +314,7 @@ def _migrate_waits(db: Database) -> None:
     )
 
 
-def _migrate_submissions_unpurged(db: Database) -> None:
+def _migrate_submissions_unpurged(db: Db) -> None:
     # Retention's daily run (`worker.store.retention`) reads the submissions still holding
     # payer values, in action id order: those alone, not every submission ever purged.
     db.execute(
@@ -324,7 +324,7 @@ def _migrate_submissions_unpurged(db: Database) -> None:
 
 
 # Append only.
-MIGRATIONS: list[Callable[[Database], None]] = [
+MIGRATIONS: list[Callable[[Db], None]] = [
     _migrate_v1,
     _migrate_v2,
     _migrate_fixed_field_conflicts,

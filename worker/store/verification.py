@@ -37,7 +37,7 @@ from itertools import islice
 from typing import Any, Protocol, TypeVar
 
 from worker.store import journal
-from worker.store.db import Database, Db
+from worker.store.db import Db
 from worker.store.journal import ADOPTED, BOOKED, LEDGER_FIELDS, PURGED, SUBMITTED, Entry, Head
 from worker.store.meta import get_meta, set_meta
 
@@ -476,7 +476,7 @@ def _submissions_chunk(
 # --- the head, and the last verification in `meta` -----------------------------------------
 
 
-def record(db: Database, outcome: Verification) -> None:
+def record(db: Db, outcome: Verification) -> None:
     """Keep `outcome` as the last verification."""
     set_meta(db, LAST_VERIFICATION, json.dumps(outcome.as_json(), sort_keys=True))
 
@@ -490,7 +490,7 @@ def last_verification(db: Db) -> dict[str, Any] | None:
     return value
 
 
-def claim_publication(db: Database, day: str) -> bool:
+def claim_publication(db: Db, day: str) -> bool:
     """Claim the publication of the head for the UTC day `day` (YYYY-MM-DD): False when it was
     published for that day already (by this instance or another)."""
     cur = db.execute(

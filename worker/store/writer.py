@@ -27,7 +27,7 @@ from worker.errors import SchemaTooNew, SchemaUpgradeRefused, StorageError, Stor
 from worker.logs import get_logger
 from worker.store import atcommit, journal
 from worker.store.database import has_table
-from worker.store.db import Connection, Database
+from worker.store.db import Connection, Database, Db
 from worker.store.durability import sqlite_durability
 from worker.store.errors import StoreBusy, StoreError
 from worker.store.events import insert_events
@@ -106,7 +106,7 @@ def transaction(db: Database) -> Iterator[Database]:
     db.conn.execute("COMMIT")
 
 
-def schema_version(db: Database) -> int:
+def schema_version(db: Db) -> int:
     """The schema version recorded in `meta` (0 for an empty database)."""
     if not has_table(db, "meta"):
         return 0

@@ -5,12 +5,12 @@ from __future__ import annotations
 from worker.clock import utc_now
 from worker.provider.models import AddressStatus, AddressUpdatedData
 from worker.store.addresses import address_status, insert_announced, update_announced
-from worker.store.db import Database
+from worker.store.db import Db
 
 _FINAL_ADDRESS = (AddressStatus.ACTIVE.value, AddressStatus.FAILED.value)
 
 
-def apply_address_update(db: Database, data: AddressUpdatedData) -> None:
+def apply_address_update(db: Db, data: AddressUpdatedData) -> None:
     """Update the `addresses` row by id, or insert it; a late PROCESSING never undoes a review
     and nothing undoes DISABLED."""
     stored = address_status(db, data.id)

@@ -17,7 +17,7 @@ from typing import Any
 
 from worker.clock import utc_now
 from worker.store import journal
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.deposits import deposit_rows_sent, get_deposit_row, upsert_deposit_rows
 from worker.store.events import StoredEvent
 from worker.store.facts import FactRow, insert_fact_rows
@@ -39,7 +39,7 @@ class Bookings:
     # (the rule set, the rules hash, the event).
     pending: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
 
-    def flush(self, db: Database) -> None:
+    def flush(self, db: Db) -> None:
         """Write the pending bookings (after the batch's deposit rows: the duplicate check
         reads them), then check that every booking counted on was written (`BookingMissed`
         if not); once they are, each one's BOOKED journal entry, appended with the batch's
@@ -96,7 +96,7 @@ class BatchWrites:
     bookings: Bookings | None = None
 
     @classmethod
-    def read(cls, db: Database, events: list[StoredEvent], *, defer: bool) -> BatchWrites:
+    def read(cls, db: Db, events: list[StoredEvent], *, defer: bool) -> BatchWrites:
         """The stored deposits of the events, read at once (None for an id without a row)."""
         ids = [e.transaction_id for e in events if e.transaction_id]
         # Both sent before either is read: one round trip on PostgreSQL.
@@ -107,7 +107,7 @@ class BatchWrites:
         bookings = Bookings(booked_sent()) if booked_sent is not None else None
         return cls(known, defer=defer, bookings=bookings)
 
-    def load(self, db: Database, transaction_id: str) -> Deposit | None:
+    def load(self, db: Db, transaction_id: str) -> Deposit | None:
         """The deposit as it stands in this batch (read from the table if not read yet)."""
         if transaction_id in self.known:
             return self.known[transaction_id]
@@ -125,7 +125,7 @@ class BatchWrites:
         """An event's writes were undone: read the deposits again from the table."""
         self.known.clear()
 
-    def flush(self, db: Database) -> None:
+    def flush(self, db: Db) -> None:
         """Write the deferred deposit and fact rows (facts in the order they were observed)."""
         if self.changed:
             rows = []

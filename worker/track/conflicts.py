@@ -23,13 +23,13 @@ from worker.store.conflicts import (
     open_conflicts,
     record_decision,
 )
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.deposits import lock_deposit, set_field
 from worker.store.waits import HELD, end_waits, start_wait
 from worker.track.tracker import FIXED_FIELDS, Deposit, Fact, conflicts
 
 
-def held_by(db: Database, transaction_id: str, *, created: bool = False) -> list[dict[str, Any]]:
+def held_by(db: Db, transaction_id: str, *, created: bool = False) -> list[dict[str, Any]]:
     """The undecided conflicts of a deposit; none, without a query, for a deposit the fact
     being reacted to has just `created` (conflicts are recorded only against a stored one)."""
     if created:
@@ -63,7 +63,7 @@ def as_text(value: Any) -> str:
     return str(value)
 
 
-def record_conflicts(db: Database, before: Deposit | None, fact: Fact) -> list[str]:
+def record_conflicts(db: Db, before: Deposit | None, fact: Fact) -> list[str]:
     """Record the fixed fields `fact` contradicts; returns the fields newly in conflict (to
     alert about). A value already recorded or decided for that field is not recorded again."""
     new_fields: list[str] = []
@@ -89,7 +89,7 @@ def record_conflicts(db: Database, before: Deposit | None, fact: Fact) -> list[s
     return new_fields
 
 
-def hold(db: Database, transaction_id: str) -> None:
+def hold(db: Db, transaction_id: str) -> None:
     """The deposit's booking is held for a decision: it waits on a person from now, unless it
     waits on that decision already (docs/rules.md, "Deadlines"); announced by a critical alert
     on every configured channel."""
@@ -121,7 +121,7 @@ def decided_value(name: str, text: str) -> Any:
 
 
 def decide(
-    db: Database,
+    db: Db,
     transaction_id: str,
     values: dict[str, Any],
     *,
@@ -144,7 +144,7 @@ def decide(
         end_waits(db, transaction_id, HELD, now=now_ms())  # nothing left to decide
 
 
-def hold_likely_duplicate(db: Database, deposit: Deposit, other: str) -> bool:
+def hold_likely_duplicate(db: Db, deposit: Deposit, other: str) -> bool:
     """Record the deposit as a likely duplicate of the booked `other` (held until decided);
     True when it was not recorded before (alert it)."""
     tx = deposit.transaction_id
@@ -165,7 +165,7 @@ def hold_likely_duplicate(db: Database, deposit: Deposit, other: str) -> bool:
     return True
 
 
-def alert_conflict(db: Database, deposit: Deposit, fact: Fact, name: str) -> None:
+def alert_conflict(db: Db, deposit: Deposit, fact: Fact, name: str) -> None:
     """Queue the critical alert of a fixed field in conflict (once per deposit and field)."""
     where = f"{fact.source} event {fact.event_id}" if fact.event_id else f"{fact.source} fact"
     detail = (

@@ -17,7 +17,7 @@ from typing import Any
 from worker.provider.jsonio import decimal_str
 from worker.provider.models import EventType, WebhookEnvelope
 from worker.store.actions import queue_order_read
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.orders import save_order
 
 # eventType -> the order kind depositd stores and rules see as `kind`.
@@ -50,7 +50,7 @@ def order_record(kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
     return record
 
 
-def apply_order_event(db: Database, env: WebhookEnvelope) -> None:
+def apply_order_event(db: Db, env: WebhookEnvelope) -> None:
     """Store the order the event is about and queue its detail read and trigger; raises
     ValueError when the event names no order (the event is marked failed)."""
     kind = ORDER_KINDS[env.eventType]

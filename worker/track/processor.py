@@ -40,7 +40,7 @@ from worker.provider.models import (
     EventType,
     WebhookEnvelope,
 )
-from worker.store.db import Database
+from worker.store.db import Database, Db
 from worker.store.deposits import get_deposit_row, lock_deposit, upsert_deposit_row
 from worker.store.errors import StoreBusy, StoreUnavailable
 from worker.store.events import (
@@ -330,7 +330,7 @@ class Processor:
             hook()
         return transitions
 
-    def _share(self, db: Database, arrived: int, now: float) -> tuple[float, int]:
+    def _share(self, db: Db, arrived: int, now: float) -> tuple[float, int]:
         """This batch's time budget, and how many events it handles whatever the time."""
         if time.monotonic() - self._arrived_at > _QUIET_S:
             self._behind = False

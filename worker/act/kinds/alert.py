@@ -25,7 +25,7 @@ from worker.notify.message import Alert, build_alert
 from worker.rules import ActionSpec, Intent, ParamCheck
 from worker.rules.model import CHANNELS, SEVERITIES
 from worker.store import alerts as stored
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.writer import Store
 from worker.track.tracker import Deposit
 
@@ -216,7 +216,7 @@ class AlertSender:
         )
         return _Claim(alert, condition, tx, scope)
 
-    def _claim(self, db: Database, claim: _Claim, channels: Sequence[str]) -> list[str]:
+    def _claim(self, db: Db, claim: _Claim, channels: Sequence[str]) -> list[str]:
         """The channels that have not taken the alert yet, each claimed in `alerts` for this
         instance (a channel another instance is sending to is left to it)."""
         now = clock.now_ms()
@@ -254,7 +254,7 @@ class AlertSender:
 
         lost: list[str] = []
 
-        def sends(db: Database) -> None:
+        def sends(db: Db) -> None:
             lost.clear()  # the write may run this again (a round retried)
             for channel, error in results.items():
                 status = "sent" if error is None else "pending" if retry else "failed"

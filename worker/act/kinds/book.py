@@ -16,7 +16,7 @@ from worker.rules import ActionSpec
 from worker.store import journal, ledger
 from worker.store.actions import held_booking, set_rule
 from worker.store.conflicts import decided_value_of
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.track.batch import Bookings, Reaction
 from worker.track.conflicts import DUPLICATE, WIRE_NAMES, held_by, hold_likely_duplicate
 from worker.track.tracker import Deposit, State
@@ -89,7 +89,7 @@ def _amount(deposit: Deposit) -> str | None:
 
 
 def book_checked(
-    db: Database,
+    db: Db,
     deposit: Deposit,
     trigger: str,
     reaction: Reaction = _ALONE,
@@ -152,7 +152,7 @@ WAITING_FOR_TX_HASH = (
 
 
 def book_held(
-    db: Database,
+    db: Db,
     deposit: Deposit,
     why: str,
     reaction: Reaction = _ALONE,
@@ -189,7 +189,7 @@ def book_held(
     return status, outcome
 
 
-def _held_under(db: Database, transaction_id: str) -> str | None:
+def _held_under(db: Db, transaction_id: str) -> str | None:
     """The rules hash the deposit's first HELD entry was decided under, if it has one."""
     for entry in journal.entries_about(db, transaction_id):
         if entry.kind == journal.HELD and entry.body.get("rules_hash"):
@@ -211,9 +211,7 @@ def _book_counted(
     return "done", "booked"
 
 
-def _refusal(
-    db: Database, deposit: Deposit, *, created: bool
-) -> tuple[str, str, str | None] | None:
+def _refusal(db: Db, deposit: Deposit, *, created: bool) -> tuple[str, str, str | None] | None:
     """Why the deposit may not be booked now, before its txHash is looked at (`_duplicate`):
     (status, outcome, critical alert detail or None); None when it may be. `created`: the fact
     reacted to created the deposit (no conflict can hold it)."""
@@ -231,7 +229,7 @@ def _refusal(
     return None
 
 
-def _duplicate(db: Database, deposit: Deposit) -> tuple[str, str, str | None] | None:
+def _duplicate(db: Db, deposit: Deposit) -> tuple[str, str, str | None] | None:
     """A second transactionId of a booked txHash is its own deposit (a batch transfer has one
     txHash and several outputs) unless its amount, receiving address and currency all equal
     the booked one's: a likely duplicate, held (one alert) until `depositd resolve` decides."""

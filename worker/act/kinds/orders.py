@@ -23,7 +23,7 @@ from worker.logs import get_logger
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
 from worker.rules.records import ORDER_TRIGGER
-from worker.store.db import Database
+from worker.store.db import Db
 from worker.store.orders import save_order
 from worker.track.orders import READABLE, order_record
 from worker.track.tracker import Deposit
@@ -48,7 +48,7 @@ def describe(record: Mapping[str, Any]) -> str:
 
 
 def fire_order(
-    db: Database,
+    db: Db,
     rules: RuleBook,
     record: Mapping[str, Any],
     *,
@@ -120,7 +120,7 @@ class OrderReader:
         event_id = row.get("event_id")
         rules = self._rules()
 
-        def store(db: Database) -> None:
+        def store(db: Db) -> None:
             save_order(db, kind, record, read_status=read_status, event_id=event_id)
             fire_order(db, rules, record, event_id=event_id)
 

@@ -48,7 +48,7 @@ from worker.provider.payer import fields_named
 from worker.rules import ActionSpec, ParamCheck, RuleBook
 from worker.rules.fingerprint import rules_hash
 from worker.store import journal, submissions, waits
-from worker.store.db import Database
+from worker.store.db import Database, Db
 from worker.track.facts import fact_from_order
 from worker.track.tracker import Deposit, Fact, State
 
@@ -165,7 +165,7 @@ class _Submission:
         sent in `submissions`, and the SUBMITTED journal entry with its field names and hash,
         never its values (docs/audit.md)."""
 
-        def keep(db: Database) -> None:
+        def keep(db: Db) -> None:
             digest = submissions.record_sent(
                 db,
                 action_id=self.action_id,
@@ -469,7 +469,7 @@ class Submitter:
         payer details: a wait starts (its deadline, docs/rules.md, "Deadlines"), unless one is
         open; the deadline job ends it once the deposit no longer needs details."""
 
-        def write(db: Database) -> None:
+        def write(db: Db) -> None:
             enqueue_alert(
                 db,
                 sub.deposit,
