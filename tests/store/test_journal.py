@@ -4,7 +4,6 @@ connections in one order."""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from stores import StoreMaker
 
 from worker.errors import StorageError
 from worker.store import journal
+from worker.store.errors import StoreError
 from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
@@ -58,7 +58,7 @@ async def test_entries_chain_and_read_back_as_appended(store: Store) -> None:
 async def test_the_engine_refuses_to_edit_or_delete_an_entry(store: Store) -> None:
     await store.write(lambda db: journal.append(db, journal.BOOKED, "tx-1", {"amount": "1"}))
     for sql in ("UPDATE journal SET body = '{}'", "DELETE FROM journal"):
-        with pytest.raises((sqlite3.Error, StorageError), match="append-only"):
+        with pytest.raises((StoreError, StorageError), match="append-only"):
             await store.write(lambda db, sql=sql: db.execute(sql))
     assert await store.read(lambda db: len(list(journal.entries(db)))) == 1
 

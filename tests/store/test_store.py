@@ -15,6 +15,7 @@ from stores import StoreMaker
 
 from worker.errors import SchemaTooNew, StorageError
 from worker.store import writer as store_mod
+from worker.store.errors import StoreError
 from worker.store.events import pending_events
 from worker.store.meta import get_meta, set_meta
 from worker.store.writer import SCHEMA_VERSION, EventRow, Store, event_row
@@ -118,7 +119,7 @@ async def test_migrations_run_in_order_with_their_version(
 
     def broken(db: sqlite_utils.Database) -> None:
         db.execute("CREATE TABLE half_done (x)")
-        raise sqlite3.OperationalError("boom")
+        raise StoreError("boom")
 
     monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, add_column, broken])
     monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 2)

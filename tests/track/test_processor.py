@@ -6,7 +6,6 @@ import asyncio
 import io
 import json
 import random
-import sqlite3
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -23,6 +22,7 @@ from worker.errors import StorageError
 from worker.logs import LogLine, configure
 from worker.provider.jsonio import dumpb
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
+from worker.store.errors import StoreBusy, StoreError, StoreIntegrityError, StoreUnavailable
 from worker.store.writer import Store, event_row
 from worker.track import processor as processor_mod
 from worker.track.batch import Reaction
@@ -197,11 +197,15 @@ async def test_shuffled_and_doubled_delivery_ends_the_same(tmp_path: Path, seed:
     await store.close()
 
 
-async def test_reactor_failure_rolls_back_that_event_only(store: Store) -> None:
-    """An event whose handling raises is marked failed with no trace; the others go on."""
+@pytest.mark.parametrize("exc", [ValueError, StoreIntegrityError, StoreError])
+async def test_reactor_failure_rolls_back_that_event_only(
+    store: Store, exc: type[Exception]
+) -> None:
+    """An event whose handling raises (a bug, a statement the database refuses for this
+    event's data) is marked failed with no trace; the others go on."""
     first, second = lifecycle("tx-f")[:2]
     other = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-ok", 1)
-    reactor = RecordingReactor(fail_on=first["eventId"])
+    reactor = RecordingReactor(fail_on=first["eventId"], exc=exc)
     processor = Processor(store, reactor=reactor)
     for ev in (first, other):
         await deliver(store, ev)
@@ -210,7 +214,7 @@ async def test_reactor_failure_rolls_back_that_event_only(store: Store) -> None:
         lambda db: db.execute("SELECT event_id, status, error FROM events ORDER BY seq").fetchall()
     )
     assert [tuple(r) for r in rows] == [
-        (first["eventId"], "failed", "ValueError: reactor refused"),
+        (first["eventId"], "failed", f"{exc.__name__}: reactor refused"),
         (other["eventId"], "processed", None),
     ]
     leftovers = await store.read(
@@ -284,10 +288,12 @@ async def test_failure_between_events_of_one_deposit_keeps_the_others(store: Sto
     assert booked == 0  # the failing event's write is undone
 
 
-async def test_storage_failure_leaves_events_pending(store: Store) -> None:
-    """A SQLite failure mid-batch rolls the batch back: events stay pending, nothing applied."""
+@pytest.mark.parametrize("exc", [StoreBusy, StoreUnavailable])
+async def test_storage_failure_leaves_events_pending(store: Store, exc: type[StoreError]) -> None:
+    """The store failing mid-batch (busy, unavailable) rolls the batch back: events stay
+    pending, nothing applied."""
     ev = lifecycle("tx-s")[0]
-    reactor = RecordingReactor(fail_on=ev["eventId"], exc=sqlite3.OperationalError)
+    reactor = RecordingReactor(fail_on=ev["eventId"], exc=exc)
     processor = Processor(store, reactor=reactor)
     await deliver(store, ev)
     with pytest.raises(StorageError):
@@ -320,7 +326,7 @@ class LoggingReactor(RecordingReactor):
 async def test_reactor_lines_are_logged_only_once_committed(store: Store) -> None:
     """A batch that SQLite rolls back logs none of its reactor lines; the redo logs them once."""
     ok, failing = envelope("DEPOSIT_WHITELIST_REQUIRED", "tx-l1", 1), lifecycle("tx-l2")[0]
-    reactor = LoggingReactor(fail_on=failing["eventId"], exc=sqlite3.OperationalError)
+    reactor = LoggingReactor(fail_on=failing["eventId"], exc=StoreUnavailable)
     processor = Processor(store, reactor=reactor)
     for ev in (ok, failing):
         await deliver(store, ev)
