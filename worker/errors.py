@@ -1,4 +1,8 @@
-"""depositd's error classes: small, one module, carrying what the caller needs to decide."""
+"""depositd's error classes: small, one module, carrying what the caller needs to decide.
+
+The errors a statement or a database connection raises, on either engine, are the store's own
+(`worker.store.errors`), beside the table that says which driver error is which.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ class ConfigError(DepositdError):
 
 
 class StorageError(DepositdError):
-    """The SQLite store is unavailable or refused the operation."""
+    """The store is unavailable or refused the operation: what `Store.read`, `Store.write` and
+    the webhook inserts raise, the failed statement's `StoreError` as the cause."""
 
 
 class AlreadyServing(DepositdError, OSError):

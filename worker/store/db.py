@@ -94,7 +94,8 @@ class Database(Db, Protocol):
         """The connection (statements on it skip the wrapper's own work)."""
 
     def query(self, sql: str, parameters: Sequence[Any] = ..., /) -> Iterator[dict[str, Any]]:
-        """The rows of a query as dicts."""
+        """The rows of a SELECT as dicts (a write returning rows goes through `execute`: on
+        SQLite, sqlite-utils' `query` would wait for `sqlite3`'s own error to finish it)."""
 
     def atomic(self) -> AbstractContextManager[object]:
         """One transaction for the block (a savepoint inside an open one)."""

@@ -11,7 +11,7 @@ engines. A statement that succeeds costs one Python call more than on a plain co
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -77,6 +77,10 @@ class Cursor(sqlite3.Cursor):
             return _fetchall(self)
         except sqlite3.Error as exc:
             raise from_sqlite(exc) from exc
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # not the cursor itself
+        # The rows at once, as PostgreSQL's cursor hands them: one call instead of one per row.
+        return iter(self.fetchall())
 
     def __next__(self) -> Any:
         try:
