@@ -10,7 +10,7 @@ from typing import Any
 
 from worker.clock import now_ms
 from worker.dev.harness import Stack
-from worker.poll.abnormal import AbnormalPoll
+from worker.reconcile.abnormal import AbnormalPoll
 from worker.store import abnormal as abnormal_store
 
 NEVER = 3600.0

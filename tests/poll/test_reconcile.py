@@ -16,7 +16,7 @@ from test_catchup import ACTIVE_SOURCE, UNKNOWN_SOURCE, catchups_done, make_acti
 
 from worker.clock import now_ms
 from worker.dev.harness import Stack
-from worker.poll.reconcile import Reconciler
+from worker.reconcile.reconciler import Reconciler
 from worker.store import findings as findings_store
 
 NEVER = 3600.0

@@ -21,9 +21,9 @@ from stores import StoreMaker
 from worker.act.kinds import SPECS
 from worker.config.settings import SchedulerSettings
 from worker.dev.sandbox.envelopes import partner_ok
-from worker.poll.moneyjobs import RECONCILE_DAYS_BACK, MoneyJobs, MoneyMetrics, money_jobs
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
+from worker.schedule.money import RECONCILE_DAYS_BACK, MoneyJobs, MoneyMetrics, money_jobs
 from worker.store import findings as findings_store
 from worker.store import ledger
 from worker.store.writer import Store

@@ -19,14 +19,14 @@ from worker.clock import utc_now
 from worker.config.settings import Settings
 from worker.metrics import Metrics
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
-from worker.poll.catchupjobs import CatchUp
-from worker.poll.deadlines import DEADLINE_INTERVAL_S, DeadlineJob
-from worker.poll.journaljob import JournalJob
-from worker.poll.leader import Leader, lease_time
-from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics, money_jobs
-from worker.poll.scheduler import Observe, Poller, Scheduler
+from worker.poll.poller import Observe, Poller, Scheduler
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
+from worker.schedule.catchup import CatchUp
+from worker.schedule.deadlines import DEADLINE_INTERVAL_S, DeadlineJob
+from worker.schedule.journal import JournalJob
+from worker.schedule.leader import Leader, lease_time
+from worker.schedule.money import MoneyJobs, MoneyMetrics, money_jobs
 from worker.service.supervise import Supervisor
 from worker.store.meta import set_meta
 from worker.store.writer import Store
@@ -118,7 +118,7 @@ class LeaderJobs:
     ) -> None:
         """The scheduler's polls, the catch-up jobs, the money jobs (abnormal funds, daily
         reconciliation), the deadline job and the daily journal job, when `scheduler.enabled`:
-        on the instance that holds the scheduler's lease (`worker.poll.leader`), started and
+        on the instance that holds the scheduler's lease (`worker.schedule.leader`), started and
         stopped as it gains and loses it."""
         settings = self.settings.scheduler
         if not settings.enabled:

@@ -16,7 +16,7 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from worker.act.rows import alert_detail_failing, alert_gone, alert_mismatch
+from worker.act.queue import alert_detail_failing, alert_gone, alert_mismatch
 from worker.aio import finish_or_cancel
 from worker.clock import now_ms
 from worker.config.settings import SchedulerSettings
@@ -31,11 +31,11 @@ from worker.errors import (
 )
 from worker.logs import get_logger
 from worker.poll.detailplan import DetailPlan, Listing
-from worker.poll.jobs import logged_run, poll_backoff
 from worker.provider.budget import polling
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, Page
 from worker.provider.paging import pages
+from worker.schedule.jobs import logged_run, poll_backoff
 from worker.store.deposits import blocked_since, detail_candidates, get_deposit_rows
 from worker.store.writer import Store
 from worker.track.facts import fact_from_order

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from worker.act.rows import backoff
+from worker.act.queue import backoff
 from worker.aio import finish_or_cancel
 from worker.logs import get_logger
 from worker.provider.budget import polling

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlite_utils
 
-from worker.act.records import fire_record
+from worker.act.recordreactor import fire_record
 from worker.clock import iso_from_ms, now_ms, utc_now
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
