@@ -19,7 +19,7 @@ from worker.clock import utc_now
 from worker.config.settings import Settings
 from worker.metrics import Metrics
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
-from worker.poll.poller import Observe, Poller, Scheduler
+from worker.poll.poller import Observe, Poller
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
 from worker.schedule.catchup import CatchUp
@@ -27,6 +27,7 @@ from worker.schedule.deadlines import DEADLINE_INTERVAL_S, DeadlineJob
 from worker.schedule.journal import JournalJob
 from worker.schedule.leader import Leader, lease_time
 from worker.schedule.money import MoneyJobs, MoneyMetrics, money_jobs
+from worker.schedule.polls import Scheduler
 from worker.service.supervise import Supervisor
 from worker.store.meta import set_meta
 from worker.store.writer import Store

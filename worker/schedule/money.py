@@ -20,9 +20,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from worker.config.settings import SchedulerSettings
 from worker.errors import ProviderAuthError, ProviderError, StorageError
 from worker.logs import get_logger
+from worker.poll.backoff import poll_backoff
 from worker.reconcile.abnormal import AbnormalPoll
 from worker.reconcile.reconciler import KINDS, Reconciler, RunResult
-from worker.schedule.jobs import DAILY_MISFIRE_GRACE_S, IntervalAndDaily, poll_backoff
+from worker.schedule.jobs import DAILY_MISFIRE_GRACE_S, IntervalAndDaily
 from worker.store import abnormal as abnormal_store
 from worker.store import findings as findings_store
 from worker.store.writer import Store

@@ -31,7 +31,7 @@ from worker.logs import get_logger
 from worker.metrics import Metrics
 from worker.notify.channels import Notifier, notifiers_from_settings, send_all
 from worker.notify.message import build_alert
-from worker.poll.poller import Observe, Poller, Scheduler
+from worker.poll.poller import Observe, Poller
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
 from worker.schedule.catchup import CatchUp
@@ -40,6 +40,7 @@ from worker.schedule.journal import JournalJob
 from worker.schedule.leader import Leader
 from worker.schedule.leaderjobs import STOP_GRACE_S, LeaderJobs, PollMetrics
 from worker.schedule.money import MoneyJobs, MoneyMetrics
+from worker.schedule.polls import Scheduler
 from worker.service.bundle import Bundle, load_bundle
 from worker.service.maintenance import (
     DAY_S,
