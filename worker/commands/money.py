@@ -20,8 +20,8 @@ from typing import Any
 from worker.config.settings import Settings, load_settings
 from worker.logs import configure
 from worker.provider.client import ProviderClient
+from worker.reconcile.daily import yesterday
 from worker.reconcile.reconciler import Reconciler, finding_fields
-from worker.schedule.money import yesterday
 from worker.service.bundle import load_bundle
 from worker.store import abnormal as abnormal_store
 from worker.store import findings as findings_store

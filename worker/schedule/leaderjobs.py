@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
@@ -21,14 +21,14 @@ from worker.metrics import Metrics
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
 from worker.poll.poller import Observe, Poller
 from worker.provider.client import ProviderClient
+from worker.reconcile.metrics import MoneyMetrics
 from worker.rules import RuleBook
 from worker.schedule.catchup import CatchUp
 from worker.schedule.deadlines import DEADLINE_INTERVAL_S, DeadlineJob
 from worker.schedule.journal import JournalJob
 from worker.schedule.leader import Leader, lease_time
-from worker.schedule.money import MoneyJobs, MoneyMetrics, money_jobs
+from worker.schedule.money import MoneyJobs, money_jobs
 from worker.schedule.polls import Scheduler
-from worker.service.supervise import Supervisor
 from worker.store.meta import set_meta
 from worker.store.writer import Store
 
@@ -77,6 +77,17 @@ class PollMetrics:
             self._found_seen = total
 
 
+class Keeper(Protocol):
+    """What keeps the leader's loop running, restarted after an error (the service's
+    `worker.service.supervise.Supervisor`)."""
+
+    def keep(
+        self, name: str, run: Callable[[], Coroutine[Any, Any, Any]], *, once: bool = False
+    ) -> asyncio.Task[None]:
+        """Run `run()` as the task `name` until the stop."""
+        ...
+
+
 class LeaderJobs:
     """Start and stop of the leader's jobs, and the metrics of the polls."""
 
@@ -100,7 +111,7 @@ class LeaderJobs:
     _tasks: list[asyncio.Task[Any]]
     _stop: asyncio.Event
     reactor: RuleReactor
-    supervisor: Supervisor
+    supervisor: Keeper
 
     if TYPE_CHECKING:
 

@@ -33,13 +33,14 @@ from worker.notify.channels import Notifier, notifiers_from_settings, send_all
 from worker.notify.message import build_alert
 from worker.poll.poller import Observe, Poller
 from worker.provider.client import ProviderClient
+from worker.reconcile.metrics import MoneyMetrics
 from worker.rules import RuleBook
 from worker.schedule.catchup import CatchUp
 from worker.schedule.deadlines import DeadlineJob
 from worker.schedule.journal import JournalJob
 from worker.schedule.leader import Leader
 from worker.schedule.leaderjobs import STOP_GRACE_S, LeaderJobs, PollMetrics
-from worker.schedule.money import MoneyJobs, MoneyMetrics
+from worker.schedule.money import MoneyJobs
 from worker.schedule.polls import Scheduler
 from worker.service.bundle import Bundle, load_bundle
 from worker.service.maintenance import (
@@ -64,6 +65,8 @@ log = get_logger(__name__)
 
 class Runtime(LeaderJobs, ConsoleOperations):
     """Rules, profiles and the actors around one app."""
+
+    supervisor: Supervisor  # the leader's jobs know it as a `Keeper`
 
     def __init__(
         self,
