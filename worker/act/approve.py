@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import sqlite_utils
 
-from worker.act.rows import add_submission, submit_key
+from worker.act.queue import add_submission, submit_key
 from worker.config.profiles import Profiles
 from worker.config.yamlkeys import known, suggest
 from worker.provider.payer import PayerValidationError, validate_payer

@@ -28,7 +28,7 @@ from typing import Any
 import sqlite_utils
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from worker.act.rows import backoff
+from worker.act.queue import backoff
 from worker.aio import first_done
 from worker.logs import get_logger
 from worker.store.meta import TASKS_DOWN, get_meta, set_meta

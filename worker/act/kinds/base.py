@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import sqlite_utils
 
-from worker.act.rows import ActionRows, add_action
+from worker.act.queue import ActionRows, add_action
 from worker.config.profiles import ProfileMatch, Profiles
 from worker.logs import LogLine
 from worker.notify.channels import Notifier

@@ -11,7 +11,7 @@ from typing import Any
 import sqlite_utils
 
 from worker.act.kinds.base import Kind, Recording
-from worker.act.rows import add_action, enqueue_alert
+from worker.act.queue import add_action, enqueue_alert
 from worker.clock import utc_now
 from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec

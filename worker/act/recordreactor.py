@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlite_utils
 
-from worker.act.rows import add_action, enqueue_alert
+from worker.act.queue import add_action, enqueue_alert
 from worker.rules import RecordView, RuleBook
 
 
