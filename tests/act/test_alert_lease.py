@@ -15,7 +15,7 @@ from stores import StoreMaker
 from structlog.testing import capture_logs
 
 from worker.act.outbox import Outbox
-from worker.act.rows import enqueue_alert
+from worker.act.queue import enqueue_alert
 from worker.config.profiles import Profiles
 from worker.notify import SlackNotifier
 from worker.provider.client import ProviderClient

@@ -24,8 +24,8 @@ from structlog.testing import capture_logs
 from worker.act.kinds import SPECS
 from worker.act.kinds.book import WAITING_FOR_TX_HASH, book_checked
 from worker.act.kinds.submit import Submitter
+from worker.act.queue import ActionRows
 from worker.act.reactor import RuleReactor
-from worker.act.rows import ActionRows
 from worker.clock import iso_from_ms, ms_from_iso, now_ms, utc_now
 from worker.commands.cli import main
 from worker.commands.ops import status_report
@@ -33,7 +33,7 @@ from worker.commands.resolve import _resolve
 from worker.config.profiles import Profiles
 from worker.config.settings import SchedulerSettings
 from worker.errors import ConfigError, ProviderAnswerMismatch, StorageError
-from worker.poll.scheduler import Poller
+from worker.poll.poller import Poller
 from worker.provider import jsonio
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, WhiteListStatus

@@ -19,8 +19,8 @@ from worker.act.kinds import SPECS
 from worker.act.waits import Checked, check_deadlines
 from worker.clock import now_ms
 from worker.dev.harness import Stack, shipped_profiles
-from worker.poll.deadlines import DeadlineJob
 from worker.rules import RuleBook
+from worker.schedule.deadlines import DeadlineJob
 from worker.store.schema import MIGRATIONS
 from worker.store.waits import Wait, open_waits_of, start_wait
 from worker.store.writer import Store

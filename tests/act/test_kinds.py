@@ -12,8 +12,8 @@ from worker.act.kinds import KINDS
 from worker.act.kinds.base import Kind, Recording
 from worker.act.kinds.submit import CODE_OUTCOMES
 from worker.act.outbox import Outbox
+from worker.act.queue import ActionRows
 from worker.act.reactor import RuleReactor
-from worker.act.rows import ActionRows
 from worker.clock import now_ms
 from worker.config.profiles import Profiles
 from worker.config.yamlsrc import Loc

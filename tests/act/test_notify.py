@@ -25,7 +25,7 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 from serveproc import free_port
 
 from worker.act.outbox import Outbox
-from worker.act.rows import enqueue_alert
+from worker.act.queue import enqueue_alert
 from worker.config.profiles import Profiles
 from worker.config.settings import NotifySettings
 from worker.errors import NotifyError

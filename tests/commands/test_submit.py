@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from stores import StoreMaker
 
-from worker.act.rows import submit_key
+from worker.act.queue import submit_key
 from worker.commands.cli import main
 from worker.config.profiles import Profiles
 from worker.dev.harness import Stack

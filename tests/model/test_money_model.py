@@ -56,11 +56,11 @@ from worker.clock import now_ms
 from worker.commands.cli import main
 from worker.config.profiles import Profiles
 from worker.config.settings import SchedulerSettings
-from worker.poll.reconcile import Reconciler
-from worker.poll.scheduler import Poller
+from worker.poll.poller import Poller
 from worker.provider import jsonio
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder
+from worker.reconcile.reconciler import Reconciler
 from worker.rules import RuleBook
 from worker.store import journal
 from worker.store.findings import ledger_rows_for_day

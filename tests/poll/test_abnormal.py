@@ -10,7 +10,7 @@ from typing import Any
 
 from worker.clock import now_ms
 from worker.dev.harness import Stack
-from worker.poll.abnormal import AbnormalPoll
+from worker.reconcile.abnormal import AbnormalPoll
 from worker.store import abnormal as abnormal_store
 
 NEVER = 3600.0
@@ -35,7 +35,7 @@ async def polled(stack: Stack) -> int:
     """One abnormal poll of the running worker; the records read."""
     money = stack.runtime.money
     assert money is not None
-    count = await money.poll_abnormal()
+    count = await money.abnormal.poll()
     await stack.settle()
     return count
 
@@ -106,7 +106,7 @@ async def test_the_notification_webhook_starts_a_poll(start_stack: MakeStack) ->
     stack = await start_stack(history_interval_s=NEVER, detail_interval_s=NEVER)
     money = stack.runtime.money
     assert money is not None
-    await stack.wait_for(lambda: money.last_abnormal_ok is not None, 10, "the first poll")
+    await stack.wait_for(lambda: money.abnormal.last_ok is not None, 10, "the first poll")
     stack.sandbox.inject_abnormal_fund({**FUND, "txHash": "0xhint"}, notify=True)
 
     async def stored() -> bool:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
+from worker.commands.registration import register, register_body, save_address
 from worker.dev.harness import Stack, shipped_profiles
 from worker.dev.sandbox.records import Address
 from worker.errors import ConfigError
-from worker.poll.addresses import register, register_body, save_address
 from worker.provider.client import ProviderClient
 from worker.provider.codes import code_rule
 from worker.provider.models import AddressStatus, SourceAddress

@@ -26,8 +26,8 @@ from worker.commands.cli import main
 from worker.config.settings import Settings, load_settings
 from worker.dev.harness import shipped_profiles, shipped_rules
 from worker.poll.catchup import HistoryReader, ReadStats, covered_until
-from worker.poll.catchupjobs import DAY_MS, CatchUp, previous_day
 from worker.provider.client import ProviderClient
+from worker.schedule.catchup import DAY_MS, CatchUp, previous_day
 from worker.service.bundle import load_bundle
 from worker.store.writer import Store
 

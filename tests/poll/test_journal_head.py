@@ -22,7 +22,7 @@ from serveproc import PROVIDER_KEY, PROVIDER_SECRET, Processes, free_port
 from stores import StoreMaker
 
 from worker.dev.harness import Stack
-from worker.poll.journaljob import JournalJob
+from worker.schedule.journal import JournalJob
 from worker.store import journal
 from worker.store.verification import last_verification
 

@@ -13,7 +13,7 @@ import pytest
 from waits import until
 
 from worker.clock import utc_now
-from worker.poll.leader import Leader, lease_time
+from worker.schedule.leader import Leader, lease_time
 from worker.store.leases import SCHEDULER_LEASE, Lease, get_lease
 from worker.store.writer import Store
 

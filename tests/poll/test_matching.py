@@ -1,5 +1,5 @@
-"""Reconciliation's matching of one day (worker.poll.matching): report records against the ledger
-rows of the day, each ending matched once or as a finding with the ids, amounts, currency,
+"""Reconciliation's matching of one day (worker.reconcile.matching): report records against the
+ledger rows of the day, each ending matched once or as a finding with the ids, amounts, currency,
 network and detail that `reconcile --json` and the finding alerts show (docs/reconciliation.md).
 
 The comparison is fed report records as the client reads them from the provider's answer and
@@ -10,8 +10,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from worker.poll.matching import Booked, DayMatch, hash_key
 from worker.provider.resources import SettlementRecord
+from worker.reconcile.matching import Booked, DayMatch, hash_key
 from worker.store.findings import Finding
 
 DAY = "2026-03-04"

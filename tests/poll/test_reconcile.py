@@ -16,7 +16,7 @@ from test_catchup import ACTIVE_SOURCE, UNKNOWN_SOURCE, catchups_done, make_acti
 
 from worker.clock import now_ms
 from worker.dev.harness import Stack
-from worker.poll.reconcile import Reconciler
+from worker.reconcile.reconciler import Reconciler
 from worker.store import findings as findings_store
 
 NEVER = 3600.0
@@ -67,7 +67,7 @@ async def test_a_clean_day_reports_nothing(start_stack: MakeStack) -> None:
     money = stack.runtime.money
     assert money is not None
     for _ in range(2):  # twice: a balance drift would show on the second check
-        result = await money.reconcile(day)
+        result = await money.daily.reconcile(day)
         assert result is not None and result.outcome == "clean" and result.findings == []
     await stack.settle()
     assert await open_findings(stack, day) == {}
@@ -289,11 +289,11 @@ async def test_a_missed_reconciliation_runs_once_when_the_jobs_start(
         return await stack.store.read(read)
 
     before = len(await runs())
-    await money.reconcile_missed()
+    await money.daily.reconcile_due()
     days = await runs()
     yesterday = (dt.datetime.now(dt.UTC) - dt.timedelta(days=1)).date().isoformat()
     assert days[before:] == [yesterday]
-    await money.reconcile_missed()  # completed already: not again
+    await money.daily.reconcile_due()  # completed already: not again
     assert await runs() == days
 
 
@@ -307,9 +307,9 @@ async def test_a_missed_day_runs_even_when_a_later_day_was_reconciled(
     money = stack.runtime.money
     assert money is not None
     today = dt.datetime.now(dt.UTC).date()
-    result = await money.reconcile(today)
+    result = await money.daily.reconcile(today)
     assert result is not None and result.outcome == "clean"
-    await money.reconcile_missed()
+    await money.daily.reconcile_due()
 
     def days(db: Any) -> list[str]:
         return [r[0] for r in db.execute("SELECT day FROM reconcile_runs ORDER BY id")]
@@ -332,7 +332,7 @@ async def test_the_report_is_asked_for_utc_days(start_stack: MakeStack) -> None:
     stack.sandbox.cfg.report_default_timezone = other_zone_day(dt.datetime.now(dt.UTC))
     money = stack.runtime.money
     assert money is not None
-    result = await money.reconcile(day)
+    result = await money.daily.reconcile(day)
     assert result is not None and (result.outcome, result.findings) == ("clean", [])
 
 
@@ -348,7 +348,7 @@ async def test_a_report_in_another_zone_fails_the_run_alerted_once(
     money = stack.runtime.money
     assert money is not None
     for _ in range(2):
-        result = await money.reconcile(day)
+        result = await money.daily.reconcile(day)
         assert result is not None and result.outcome == "failed"
         assert "timezone 'Asia/Shanghai'" in (result.error or "")
     assert await open_findings(stack, day) == {}
@@ -374,7 +374,7 @@ async def test_held_balance_drift_is_of_the_time_it_was_read(start_stack: MakeSt
     money = stack.runtime.money
     assert money is not None
     for _ in range(2):
-        result = await money.reconcile(day)
+        result = await money.daily.reconcile(day)
         assert result is not None and (result.outcome, result.findings) == ("clean", [])
     client = stack.runtime.client
     assert client is not None

@@ -21,9 +21,11 @@ from stores import StoreMaker
 from worker.act.kinds import SPECS
 from worker.config.settings import SchedulerSettings
 from worker.dev.sandbox.envelopes import partner_ok
-from worker.poll.moneyjobs import RECONCILE_DAYS_BACK, MoneyJobs, MoneyMetrics, money_jobs
 from worker.provider.client import ProviderClient
+from worker.reconcile.daily import RECONCILE_DAYS_BACK
+from worker.reconcile.metrics import MoneyMetrics
 from worker.rules import RuleBook
+from worker.schedule.money import MoneyJobs, money_jobs
 from worker.store import findings as findings_store
 from worker.store import ledger
 from worker.store.writer import Store
@@ -103,7 +105,7 @@ class Env:
 
     def at(self, day: dt.date) -> None:
         """The jobs' clock: `day`, 03:00 UTC (after the daily minute)."""
-        self.jobs.now = lambda: dt.datetime.combine(day, dt.time(3), dt.UTC)
+        self.jobs.daily.now = lambda: dt.datetime.combine(day, dt.time(3), dt.UTC)
 
     async def book(self, tx: str, amount: str, credited: dt.datetime) -> None:
         """`tx` booked now (USDT on TRON), its credit at the provider at `credited`."""
@@ -215,7 +217,7 @@ async def test_every_day_missed_in_an_outage_is_compared_within_the_bound(env: E
     await env.jobs.coroutine("reconcile")
     await env.book("TX3", "7", late(DAY + dt.timedelta(days=2)))
     env.at(DAY + dt.timedelta(days=5))
-    await env.jobs.reconcile_missed()
+    await env.jobs.daily.reconcile_due()
     assert [day for day, _ in await env.runs()] == [
         (DAY + dt.timedelta(days=n)).isoformat() for n in (0, 1, 2, 3, 4)
     ]

@@ -38,7 +38,7 @@ async def kinds(stack: Stack, day: dt.date) -> list[tuple[str, str | None]]:
     """(kind, transactionId) of each finding of one run of `day`, in order found."""
     money = stack.runtime.money
     assert money is not None
-    result = await money.reconcile(day)
+    result = await money.daily.reconcile(day)
     assert result is not None and result.outcome != "failed", result
     return [(f.kind, f.transaction_id) for f in result.findings]
 

@@ -22,9 +22,9 @@ from structlog.testing import capture_logs
 from worker.act.kinds import SPECS
 from worker.clock import now_ms
 from worker.dev.sandbox.envelopes import partner_ok
-from worker.poll.reconcile import Reconciler, finding_fields
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder
+from worker.reconcile.reconciler import Reconciler, finding_fields
 from worker.rules import RuleBook
 from worker.store import findings as findings_store
 from worker.store import ledger

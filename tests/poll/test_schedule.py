@@ -14,16 +14,17 @@ import pytest
 from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
-from worker.act.rows import enqueue_alert
+from worker.act.queue import enqueue_alert
 from worker.clock import now_ms
 from worker.config.settings import SchedulerSettings
 from worker.dev.sandbox.app import SANDBOX_KEY, create_app
 from worker.dev.sandbox.config import SandboxConfig
 from worker.dev.sandbox.handle import Sandbox
 from worker.dev.sandbox.testing import ENTITY_PAYER
-from worker.poll.scheduler import FAILING_ALERT_AFTER, Poller, Scheduler
+from worker.poll.poller import FAILING_ALERT_AFTER, Poller
 from worker.provider.client import ProviderClient
 from worker.provider.models import WhiteListStatus
+from worker.schedule.polls import Scheduler
 from worker.store.writer import Store
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
@@ -577,7 +578,7 @@ async def test_alert_that_cannot_be_queued_does_not_kill_the_poll(env: Env) -> N
 def test_poll_backoff_stays_bounded_after_days_of_failures() -> None:
     """A provider down for days (thousands of failed polls in a row) keeps the back-off within
     its bound instead of overflowing the doubling."""
-    from worker.poll.jobs import poll_backoff
+    from worker.poll.backoff import poll_backoff
 
     assert 300.0 <= poll_backoff(5000, 1.0, 600.0) <= 600.0
     assert 1.0 <= poll_backoff(1, 1.0, 600.0) <= 2.0

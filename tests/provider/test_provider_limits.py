@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 
 from worker.config.settings import SchedulerSettings
 from worker.errors import ProviderProtocolError, ProviderRequestRefused
-from worker.poll.scheduler import Poller
+from worker.poll.poller import Poller
 from worker.provider import jsonio
 from worker.provider.client import ProviderClient
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus

@@ -27,8 +27,8 @@ from worker.act.outbox import Outbox
 from worker.commands.ops import status_report
 from worker.config.settings import Settings, load_settings
 from worker.ingest.link import CoreSide
-from worker.poll.leader import Leader
-from worker.poll.scheduler import Poller
+from worker.poll.poller import Poller
+from worker.schedule.leader import Leader
 from worker.service import supervise
 from worker.service.runtime import Runtime
 from worker.service.serve import serve

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from worker.act.rows import add_submission, submit_key
+from worker.act.queue import add_submission, submit_key
 from worker.config.profiles import Profiles
 from worker.config.yamlkeys import known, suggest
 from worker.provider.payer import PayerValidationError, validate_payer

@@ -1,6 +1,6 @@
 """The outbox runner: executes recorded actions (submit, alert, forward) after their commit.
 
-Rows are written by `worker.act.reactor` (and `worker.act.rows`) in the same transaction as the
+Rows are written by `worker.act.reactor` (and `worker.act.queue`) in the same transaction as the
 state change that caused them. The runner marks a row running, performs the call outside any
 transaction, then records the outcome. A crash between the two leaves the row `running`; at the
 next start it is run again with the same Idempotency-Key, so the provider sees one submission,
@@ -14,7 +14,7 @@ and another instance runs the row again with the same Idempotency-Key.
 Each kind of row runs on the runner its action kind registers (`worker.act.kinds.KINDS`:
 submit_profile, alert and forward; book and ignore run nothing after the commit), or the one
 `worker.act.kinds.ROW_RUNNERS` names for rows no rule names (order_updated, queued by the processor
-for an order webhook); all record outcomes in `worker.act.rows.ActionRows`. This module holds the
+for an order webhook); all record outcomes in `worker.act.queue.ActionRows`. This module holds the
 runner: its pass loop and row dispatch.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from worker.act.kinds import KINDS, ROW_RUNNERS
 from worker.act.kinds.base import Observe, Runner, RunnerDeps
-from worker.act.rows import ActionRows
+from worker.act.queue import ActionRows
 from worker.aio import first_done
 from worker.clock import iso_from_ms, now_ms, utc_now
 from worker.config.profiles import Profiles

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from worker.act.rows import add_submission, key_used, submit_key
+from worker.act.queue import add_submission, key_used, submit_key
 from worker.config.profiles import Profiles
 from worker.rules import RuleBook
 from worker.store import actions as stored

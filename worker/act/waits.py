@@ -6,7 +6,7 @@ that no submission answers, a rejection, a BLOCKED deposit each start a wait, an
 rules' alerts for that trigger (their severity and channels are kept with it). A booking held
 for a decision starts one where it is held (`worker.track.conflicts`).
 
-`check_deadlines` is the scheduler's job (`worker.poll.deadlines`): it ends the waits that are
+`check_deadlines` is the scheduler's job (`worker.schedule.deadlines`): it ends the waits that are
 over and, for each wait past the deadline of its deposit's rule set and still waiting, queues
 one alert, its severity raised one step (critical stays critical, its title says overdue), to
 the set's `escalate:` channels, else to those of the alert that began the wait. It reads the

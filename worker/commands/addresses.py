@@ -8,12 +8,12 @@ import asyncio
 import sys
 from pathlib import Path
 
+from worker.commands.addressfile import Registered, Verdict, check_lines, read_csv, register_lines
 from worker.commands.dbopen import NoDatabase, open_db
 from worker.config.profiles import Profiles
 from worker.config.settings import Settings, load_settings
 from worker.errors import ConfigError, DepositdError
 from worker.logs import configure
-from worker.poll.addressfile import Registered, Verdict, check_lines, read_csv, register_lines
 from worker.provider.client import ProviderClient
 from worker.provider.models import AddressStatus, SourceAddress
 from worker.provider.networks import KNOWN_NETWORKS
@@ -30,8 +30,8 @@ def _option(dest: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Register a known source address with the provider (`worker.poll.addresses`), or every
-    line of a CSV file (`worker.poll.addressfile`)."""
+    """Register a known source address with the provider (`worker.commands.registration`), or every
+    line of a CSV file (`worker.commands.addressfile`)."""
     if args.from_csv is not None:
         given = [d for d in ONE_ADDRESS if getattr(args, d) is not None]
         given += [d for d in ONE_ADDRESS_FLAGS if getattr(args, d)]
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             [f"register-address: {', '.join(missing)} needed (or --from-csv FILE for many)"]
         )
-    from worker.poll.addresses import run as register
+    from worker.commands.registration import run as register
 
     return register(args)
 

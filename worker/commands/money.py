@@ -19,9 +19,9 @@ from typing import Any
 
 from worker.config.settings import Settings, load_settings
 from worker.logs import configure
-from worker.poll.moneyjobs import yesterday
-from worker.poll.reconcile import Reconciler, finding_fields
 from worker.provider.client import ProviderClient
+from worker.reconcile.daily import yesterday
+from worker.reconcile.reconciler import Reconciler, finding_fields
 from worker.service.bundle import load_bundle
 from worker.store import abnormal as abnormal_store
 from worker.store import findings as findings_store

@@ -12,7 +12,7 @@ from worker.commands.dbopen import run_on_db
 from worker.commands.read import _json_line, table
 from worker.rules import RecordView, RuleBook
 from worker.rules.engine import failing_record_condition
-from worker.rules.records import ORDER_TRIGGER
+from worker.rules.recordtriggers import ORDER_TRIGGER
 from worker.store.db import Connection
 from worker.store.orders import iter_orders
 from worker.store.writer import database

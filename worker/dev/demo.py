@@ -28,12 +28,12 @@ from typing import TextIO
 import yaml
 
 from worker.clock import now_ms
+from worker.commands.registration import register
 from worker.dev import demo_hosted, demo_money
 from worker.dev.demokit import Checks, Demo, Result
 from worker.dev.harness import Stack
 from worker.errors import ConfigError
 from worker.logs import configure
-from worker.poll.addresses import register
 from worker.provider.models import AddressStatus, CreditStatus, WhiteListStatus
 from worker.store.facts import count_blocked_polls
 from worker.track.facts import fact_from_order

@@ -45,7 +45,7 @@ async def abnormal_fund(demo: Demo) -> Result:
     )
     demo.step(f"the sandbox lists abnormal fund {fund['id']}: 321.5 USDT matched no order")
     for _ in range(3):
-        await money.poll_abnormal()
+        await money.abnormal.poll()
     demo.step("three abnormal-fund polls read it")
     await stack.settle()
     rows = await stack.store.read(abnormal_store.list_abnormal)
@@ -82,7 +82,7 @@ async def report_disagrees(demo: Demo) -> Result:
     )
     demo.step(f"the sandbox's report for {date}: {tx} at 0.01, and 77 USDT never booked")
     for _ in range(2):
-        await money.reconcile(day)
+        await money.daily.reconcile(day)
     demo.step("reconciled the day twice")
     await stack.settle()
     rows: list[dict[str, Any]] = await stack.store.read(

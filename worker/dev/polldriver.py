@@ -28,13 +28,13 @@ from worker.dev.sandbox.app import SANDBOX_KEY, create_app
 from worker.dev.sandbox.config import SandboxConfig
 from worker.dev.sandbox.handle import Sandbox
 from worker.dev.sandbox.testing import ENTITY_PAYER
-from worker.poll.abnormal import AbnormalPoll
 from worker.poll.catchup import HistoryReader
-from worker.poll.catchupjobs import CatchUp
-from worker.poll.scheduler import Poller
+from worker.poll.poller import Poller
 from worker.provider.budget import RequestBudget, polling
 from worker.provider.client import ProviderClient
+from worker.reconcile.abnormal import AbnormalPoll
 from worker.rules import RuleBook
+from worker.schedule.catchup import CatchUp
 from worker.store.ledger import all_booked
 from worker.store.writer import Store
 from worker.track.processor import Processor

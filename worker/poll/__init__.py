@@ -1,1 +1,2 @@
-"""Polls: the scheduler's jobs and the known-address flow."""
+"""The polls: what the provider lists and details, read as facts for the tracker (when each
+runs: `worker.schedule`)."""

@@ -17,7 +17,7 @@ from worker.rules.model import (
     RuleSet,
     RuleVerdict,
 )
-from worker.rules.records import RECORD_TRIGGERS, RecordView, is_record_trigger
+from worker.rules.recordtriggers import RECORD_TRIGGERS, RecordView, is_record_trigger
 
 __all__ = [
     "EVENT_TYPES",

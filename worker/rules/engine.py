@@ -25,7 +25,7 @@ from worker.rules.model import (
     RuleSet,
     RuleVerdict,
 )
-from worker.rules.records import RecordView
+from worker.rules.recordtriggers import RecordView
 
 _COMPARE = {
     "lt": Decimal.__lt__,

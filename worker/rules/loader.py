@@ -44,7 +44,7 @@ from worker.rules.model import (
     RuleSet,
     WalletKey,
 )
-from worker.rules.records import ORDER_TRIGGER, RECORD_CONDITIONS, RECORD_TRIGGERS
+from worker.rules.recordtriggers import ORDER_TRIGGER, RECORD_CONDITIONS, RECORD_TRIGGERS
 
 TOP_KEYS = ("wallet", "rules", "description", "deadline", "escalate")
 RULE_KEYS = ("name", "on", "if", "then")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from worker.config.yamlsrc import Loc
-from worker.rules.records import RECORD_TRIGGERS
+from worker.rules.recordtriggers import RECORD_TRIGGERS
 
 # The tracker's transition triggers (docs/concepts.md); tests check they equal tracker.Trigger.
 TRIGGERS: tuple[str, ...] = (

@@ -19,7 +19,7 @@ from worker.rules.model import (
     OPERATORS,
     ActionSpec,
 )
-from worker.rules.records import RECORD_CONDITIONS
+from worker.rules.recordtriggers import RECORD_CONDITIONS
 
 DECIMAL = r"^\s*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*$"
 

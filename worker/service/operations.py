@@ -16,9 +16,9 @@ from worker.act.outbox import Outbox
 from worker.config.settings import Settings
 from worker.errors import ProviderError
 from worker.ingest.receipt import checks_at_receipt
-from worker.poll.reconcile import Reconciler
-from worker.poll.scheduler import Observe, Poller
+from worker.poll.poller import Observe, Poller
 from worker.provider.client import ProviderClient
+from worker.reconcile.reconciler import Reconciler
 from worker.rules import RuleBook
 from worker.store.writer import Store
 

@@ -6,7 +6,7 @@ provider client, the outbox runner, the polls and catch-up, the daily provider-n
 retention (of events and facts, and of personal data: `worker.service.retention`), SIGHUP
 reload and the systemd watchdog. Each is started by a step of its own;
 `worker.service.setup` calls the steps in the order of the stages. The leader's jobs live in
-`worker.service.leaderjobs`, what the operator console asks in `worker.service.operations`, what
+`worker.schedule.leaderjobs`, what the operator console asks in `worker.service.operations`, what
 daily maintenance writes in `worker.service.maintenance`.
 """
 
@@ -21,8 +21,8 @@ from functools import partial
 from typing import Any
 
 from worker.act.outbox import Outbox
+from worker.act.queue import enqueue_alert
 from worker.act.reactor import RuleReactor
-from worker.act.rows import enqueue_alert
 from worker.aio import finish_or_cancel
 from worker.config.profiles import Profiles
 from worker.config.settings import Settings
@@ -31,16 +31,18 @@ from worker.logs import get_logger
 from worker.metrics import Metrics
 from worker.notify.channels import Notifier, notifiers_from_settings, send_all
 from worker.notify.message import build_alert
-from worker.poll.catchupjobs import CatchUp
-from worker.poll.deadlines import DeadlineJob
-from worker.poll.journaljob import JournalJob
-from worker.poll.leader import Leader
-from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics
-from worker.poll.scheduler import Observe, Poller, Scheduler
+from worker.poll.poller import Observe, Poller
 from worker.provider.client import ProviderClient
+from worker.reconcile.metrics import MoneyMetrics
 from worker.rules import RuleBook
+from worker.schedule.catchup import CatchUp
+from worker.schedule.deadlines import DeadlineJob
+from worker.schedule.journal import JournalJob
+from worker.schedule.leader import Leader
+from worker.schedule.leaderjobs import STOP_GRACE_S, LeaderJobs, PollMetrics
+from worker.schedule.money import MoneyJobs
+from worker.schedule.polls import Scheduler
 from worker.service.bundle import Bundle, load_bundle
-from worker.service.leaderjobs import STOP_GRACE_S, LeaderJobs, PollMetrics
 from worker.service.maintenance import (
     DAY_S,
     UNKNOWN_PROVIDERS,
@@ -63,6 +65,8 @@ log = get_logger(__name__)
 
 class Runtime(LeaderJobs, ConsoleOperations):
     """Rules, profiles and the actors around one app."""
+
+    supervisor: Supervisor  # the leader's jobs know it as a `Keeper`
 
     def __init__(
         self,

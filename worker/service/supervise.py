@@ -27,7 +27,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from worker.act.rows import backoff
+from worker.act.queue import backoff
 from worker.aio import first_done
 from worker.logs import get_logger
 from worker.store.db import Db

@@ -72,7 +72,7 @@ def get_lease(db: Db, name: str) -> Lease | None:
     return None if row is None else Lease(str(row[0]), str(row[1]), str(row[2]), str(row[3]))
 
 
-# The lease of the instance that runs the scheduler's jobs (`worker.poll.leader`).
+# The lease of the instance that runs the scheduler's jobs (`worker.schedule.leader`).
 SCHEDULER_LEASE = "scheduler"
 
 

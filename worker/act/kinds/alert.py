@@ -1,6 +1,6 @@
 """`alert`: tell a human on the configured channels, each channel at most once.
 
-A rule's alert (and every alert depositd queues itself, `worker.act.rows.enqueue_alert`) is an
+A rule's alert (and every alert depositd queues itself, `worker.act.queue.enqueue_alert`) is an
 outbox row. `AlertSender` runs it after the commit in three steps: claim the alert's channels in
 the `alerts` table (a channel that took it is not sent it again), send once per pass, and record
 what each channel did, requeueing the row after a back-off while a channel fails, a bounded
@@ -15,7 +15,7 @@ from typing import Any
 
 from worker import clock
 from worker.act.kinds.base import Kind, Recording, RunnerDeps
-from worker.act.rows import ActionRows, backoff, enqueue_alert
+from worker.act.queue import ActionRows, backoff, enqueue_alert
 from worker.config.yamlkeys import known
 from worker.config.yamlsrc import Loc
 from worker.errors import NotifyError

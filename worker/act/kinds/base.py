@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from worker.act.rows import ActionRows, add_action
+from worker.act.queue import ActionRows, add_action
 from worker.config.profiles import ProfileMatch, Profiles
 from worker.logs import LogLine
 from worker.notify.channels import Notifier

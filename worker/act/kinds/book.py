@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.act.kinds.base import Kind, Recording
-from worker.act.rows import add_action, enqueue_alert
+from worker.act.queue import add_action, enqueue_alert
 from worker.clock import utc_now
 from worker.provider.jsonio import decimal_str
 from worker.rules import ActionSpec
@@ -88,6 +88,88 @@ def _amount(deposit: Deposit) -> str | None:
     return None if deposit.amount is None else decimal_str(deposit.amount)
 
 
+# How the outcome of every booking held (`HOLD`: waiting on its txHash or a person) begins:
+# such a book row is the one `book_held` makes once the wait is over
+# (`worker.store.actions.held_booking`).
+HELD_PREFIX = "held:"
+
+
+# The outcome of a booking held until the deposit's txHash is known (docs/reconciliation.md).
+WAITING_FOR_TX_HASH = (
+    f"{HELD_PREFIX} waiting for the txHash; booked once a webhook or a poll states it"
+    " (the detail poll reads credited deposits)"
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What `decide` says of a credited deposit: book it, hold it (it waits on something: its
+    txHash, a person) or refuse it (it is not to be booked now), and why, in the words the
+    book action's outcome keeps."""
+
+    verdict: str  # BOOK, HOLD or REFUSE
+    reason: str = ""
+    # HOLD as a likely duplicate: the booked transactionId it duplicates.
+    duplicate_of: str | None = None
+
+
+BOOK, HOLD, REFUSE = "book", "hold", "refuse"
+
+
+def decide(db: Db, deposit: Deposit, *, created: bool, deferred: bool) -> Decision:
+    """The booking decision, in one place (docs/reconciliation.md, "Money safety"); it writes
+    nothing (on PostgreSQL it takes the txHash's lock, held to the end of the transaction):
+
+    - refused while the deposit is not credited (credited, or completed);
+    - held while a fixed field is in conflict (`worker.track.conflicts`), waiting for
+      `depositd resolve`;
+    - held while its txHash is not known: whether it is a likely duplicate cannot be told yet;
+    - in a deferring batch (`deferred`), booked: the batch's one statement writes nothing for a
+      likely duplicate (`Bookings.flush`), and the batch is then applied again one event at a
+      time, where the cases below tell it apart;
+    - refused once a person decided it a duplicate, booked once a person decided it is not;
+    - held as a likely duplicate when another transactionId is booked with the same txHash
+      (case-blind), amount, currency and receiving address;
+    - else booked.
+    `created`: the fact reacted to created the deposit (no conflict can hold it yet).
+    """
+    tx = deposit.transaction_id
+    if deposit.state not in CREDITED_STATES:
+        return Decision(REFUSE, f"not booked: the deposit is {deposit.state.value}, not credited")
+    held = held_by(db, tx, created=created)
+    if held:
+        names = ", ".join(sorted({WIRE_NAMES[c["field"]] for c in held}))
+        return Decision(
+            HOLD, f"{HELD_PREFIX} {names} in conflict; waiting for a decision (depositd resolve)"
+        )
+    if not deposit.tx_hash:
+        return Decision(HOLD, WAITING_FOR_TX_HASH)
+    if deferred:
+        return Decision(BOOK)
+    decided = decided_value_of(db, tx, DUPLICATE)
+    if decided == "yes":
+        return Decision(REFUSE, "not booked: decided a duplicate (depositd resolve)")
+    if decided == "no":
+        return Decision(BOOK)
+    ledger.lock_tx_hash(db, deposit.tx_hash)  # two instances at once: one reads the other's row
+    other = ledger.likely_duplicate_of(
+        db,
+        transaction_id=tx,
+        tx_hash=deposit.tx_hash,
+        amount=_amount(deposit),
+        currency=deposit.currency,
+        to_address=deposit.to_address,
+    )
+    if other is not None:
+        return Decision(
+            HOLD,
+            f"{HELD_PREFIX} likely duplicate of {other}; waiting for a decision"
+            f" (depositd resolve {tx} --set duplicate=yes|no)",
+            duplicate_of=other,
+        )
+    return Decision(BOOK)
+
+
 def book_checked(
     db: Db,
     deposit: Deposit,
@@ -95,60 +177,57 @@ def book_checked(
     reaction: Reaction = _ALONE,
     grounds: Grounds = NO_GROUNDS,
 ) -> tuple[str, str]:
-    """Book the deposit if it may be booked now; the book action's (status, outcome).
+    """Book the deposit if `decide` says so, and write what it decided; the book action's
+    (status, outcome).
 
-    Whatever trigger a rule names, a deposit is booked only while credited, never while a fixed
-    field is in conflict (`worker.track.conflicts`), never before its txHash is known (held;
-    booked by `book_held` once a fact states it), and never while it is a likely duplicate of
-    another transactionId booked with the same txHash (held, one critical alert). A deposit
-    already booked says so whatever else holds now (the ledger is read only when booking is
-    refused or did not happen: otherwise the INSERT itself says whether the row was new).
-    `reaction`: the fact being reacted to; its batch's bookings, when it defers them.
-    A row written gets its BOOKED journal entry, a booking held its HELD entry, both with the
-    `grounds` and in the same transaction (docs/audit.md).
+    A deposit already booked says so whatever else holds now (the ledger is read only when
+    booking is not decided: otherwise the INSERT itself says whether the row was new).
+    `reaction`: the fact being reacted to; its batch's bookings, when it defers them (a booking
+    is then written at the batch's end). A row written gets its BOOKED journal entry, a
+    booking held its HELD entry, both with the `grounds` and in the same transaction
+    (docs/audit.md); a new hold as a likely duplicate its conflict and one critical alert.
     """
     known = reaction.bookings
     if known is not None and deposit.transaction_id in known.booked:
         return "done", "already booked"
-    refused = _refusal(db, deposit, created=reaction.created)
-    if refused is None and not deposit.tx_hash:
-        # Whether it is a likely duplicate of a booked deposit cannot be told yet: a credit
-        # whose txHash comes later (a webhook or a record without one) waits for it.
-        refused = ("skipped", WAITING_FOR_TX_HASH, None)
-    if refused is None and deposit.tx_hash:
+    decision = decide(db, deposit, created=reaction.created, deferred=known is not None)
+    if decision.verdict == BOOK:
         if known is not None:
             return _book_counted(deposit, trigger, known, grounds)
-        refused = _duplicate(db, deposit)
-    if refused is None:
-        # Outside a deferring batch (one with a txHash is booked at its end, one without waits
-        # for it): booked unless booked already.
         row = {**_booking(deposit, trigger), "booked_at": utc_now()}
         if not ledger.book_once(db, **row)():
             return "done", "already booked"
         journal.append_at_commit(db, journal.BOOKED, deposit.transaction_id, grounds.booked(row))
         return "done", "booked"
+    new_hold = decision.duplicate_of is not None and hold_likely_duplicate(
+        db, deposit, decision.duplicate_of
+    )
     if ledger.is_booked(db, deposit.transaction_id):
         return "done", "already booked"
-    status, outcome, alert = refused
-    if alert is not None:
-        enqueue_alert(db, deposit, "duplicate_tx_hash", "critical", trigger=trigger, detail=alert)
-    if outcome.startswith(HELD_PREFIX):
-        journal.append_at_commit(
-            db, journal.HELD, deposit.transaction_id, grounds.held(trigger, outcome)
+    if new_hold:
+        enqueue_alert(
+            db,
+            deposit,
+            "duplicate_tx_hash",
+            "critical",
+            trigger=trigger,
+            detail=_alert(deposit, decision),
         )
-    return status, outcome
+    if decision.verdict == HOLD:
+        journal.append_at_commit(
+            db, journal.HELD, deposit.transaction_id, grounds.held(trigger, decision.reason)
+        )
+    return "skipped", decision.reason
 
 
-# How the outcome of a booking held (waiting on its txHash or a person) begins: such a book
-# row is the one `book_held` makes once the wait is over (`worker.store.actions.held_booking`).
-HELD_PREFIX = "held:"
-
-
-# The outcome of a booking held until the deposit's txHash is known (docs/reconciliation.md).
-WAITING_FOR_TX_HASH = (
-    "held: waiting for the txHash; booked once a webhook or a poll states it"
-    " (the detail poll reads credited deposits)"
-)
+def _alert(deposit: Deposit, decision: Decision) -> str:
+    """The critical alert's detail on a new hold as a likely duplicate."""
+    tx = deposit.transaction_id
+    return (
+        f"txHash {deposit.tx_hash} is booked for {decision.duplicate_of} with the same amount,"
+        f" toAddress and currency; {tx} is held as a likely duplicate: depositd resolve {tx}"
+        " --set duplicate=yes|no --by NAME"
+    )
 
 
 def book_held(
@@ -209,59 +288,6 @@ def _book_counted(
     known.booked.add(deposit.transaction_id)
     known.pending.append((_booking(deposit, trigger), grounds.fields()))
     return "done", "booked"
-
-
-def _refusal(db: Db, deposit: Deposit, *, created: bool) -> tuple[str, str, str | None] | None:
-    """Why the deposit may not be booked now, before its txHash is looked at (`_duplicate`):
-    (status, outcome, critical alert detail or None); None when it may be. `created`: the fact
-    reacted to created the deposit (no conflict can hold it)."""
-    tx = deposit.transaction_id
-    if deposit.state not in CREDITED_STATES:
-        return "skipped", f"not booked: the deposit is {deposit.state.value}, not credited", None
-    held = held_by(db, tx, created=created)
-    if held:
-        names = ", ".join(sorted({WIRE_NAMES[c["field"]] for c in held}))
-        return (
-            "skipped",
-            f"held: {names} in conflict; waiting for a decision (depositd resolve)",
-            None,
-        )
-    return None
-
-
-def _duplicate(db: Db, deposit: Deposit) -> tuple[str, str, str | None] | None:
-    """A second transactionId of a booked txHash is its own deposit (a batch transfer has one
-    txHash and several outputs) unless its amount, receiving address and currency all equal
-    the booked one's: a likely duplicate, held (one alert) until `depositd resolve` decides."""
-    tx = deposit.transaction_id
-    decided = decided_value_of(db, tx, DUPLICATE)
-    if decided == "yes":
-        return "skipped", "not booked: decided a duplicate (depositd resolve)", None
-    if decided == "no":
-        return None
-    assert deposit.tx_hash is not None
-    ledger.lock_tx_hash(db, deposit.tx_hash)  # two instances at once: one reads the other's row
-    other = ledger.likely_duplicate_of(
-        db,
-        transaction_id=tx,
-        tx_hash=deposit.tx_hash,
-        amount=_amount(deposit),
-        currency=deposit.currency,
-        to_address=deposit.to_address,
-    )
-    if other is None:
-        return None
-    new = hold_likely_duplicate(db, deposit, other)
-    detail = (
-        f"txHash {deposit.tx_hash} is booked for {other} with the same amount, toAddress and"
-        f" currency; {tx} is held as a likely duplicate: depositd resolve {tx}"
-        " --set duplicate=yes|no --by NAME"
-    )
-    outcome = (
-        f"held: likely duplicate of {other}; waiting for a decision"
-        f" (depositd resolve {tx} --set duplicate=yes|no)"
-    )
-    return "skipped", outcome, detail if new else None
 
 
 def record(rec: Recording) -> None:

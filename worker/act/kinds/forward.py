@@ -1,9 +1,9 @@
 """`forward`: post the deposit to the URL a rule names, signed with its secret (docs/rules.md).
 
 The reactor records the deposit as of the transition (every retry posts the same body); on
-order_updated the row holds the order record instead (`worker.act.records.fire_record`), which is
-the body then. `Forwarder` runs the row after the commit; `forward_secret` reads a forward rule's
-signing secret (also used by `depositd check`, which reports one that is missing).
+order_updated the row holds the order record instead (`worker.act.recordreactor.fire_record`),
+which is the body then. `Forwarder` runs the row after the commit; `forward_secret` reads a
+forward rule's signing secret (also used by `depositd check`, which reports one that is missing).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from worker.act.kinds.base import Kind, Recording, RunnerDeps
-from worker.act.rows import ActionRows, alert_once
+from worker.act.queue import ActionRows, alert_once
 from worker.config.settings import read_secret_file
 from worker.config.yamlsrc import Loc
 from worker.provider import jsonio, signing

@@ -6,7 +6,7 @@ interface has a read (stable order query-detail, collection order status); a tra
 none, so its webhook's data is the record. An outage is retried with back-off; after
 `MAX_READ_ATTEMPTS`, or when the provider answers that it has no such order, the rules act on the
 webhook's data (read status `failed`). Storing the record, queueing the rules' alert and forward
-rows (`worker.act.records.fire_record`, record trigger `order_updated`) and finishing this row
+rows (`worker.act.recordreactor.fire_record`, record trigger `order_updated`) and finishing this row
 happen in one write, so each order event acts once.
 """
 
@@ -16,13 +16,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from worker.act.kinds.base import RunnerDeps
-from worker.act.records import fire_record
-from worker.act.rows import ActionRows
+from worker.act.queue import ActionRows
+from worker.act.recordreactor import fire_record
 from worker.errors import ProviderBusinessError, ProviderError
 from worker.logs import get_logger
 from worker.provider.client import ProviderClient
 from worker.rules import RuleBook
-from worker.rules.records import ORDER_TRIGGER
+from worker.rules.recordtriggers import ORDER_TRIGGER
 from worker.store.db import Db
 from worker.store.orders import save_order
 from worker.track.orders import READABLE, order_record

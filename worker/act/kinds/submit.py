@@ -16,7 +16,7 @@ from typing import Any, Literal
 from worker import clock
 from worker.act.kinds.base import Kind, Observe, Recording, RunnerDeps
 from worker.act.notfound import Reread, find_in_queues
-from worker.act.rows import (
+from worker.act.queue import (
     ActionRows,
     add_submission,
     alert_mismatch,

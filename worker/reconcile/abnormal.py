@@ -7,20 +7,28 @@ Each record is written in a transaction of its own together with the triggers it
 crash in the middle of a poll loses nothing (the next poll reads the rest) and repeats nothing
 (a fired trigger is marked in the same write): `abnormal_fund` fires once per record,
 `abnormal_expiring` once when an UNMATCHED record is within 24 h of its `expiresTime`.
+
+`AbnormalWatch` runs the poll for its job (every `scheduler.abnormal_interval_s`, and at once
+when an ABNORMAL_FUND_NOTIFICATION arrives: `worker.schedule.money`): it backs off on provider
+errors and alerts when they last.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from worker.act.records import fire_record
+from worker.act.recordreactor import fire_record
 from worker.clock import iso_from_ms, now_ms, utc_now
+from worker.errors import ProviderAuthError, ProviderError, StorageError
 from worker.logs import get_logger
+from worker.poll.backoff import poll_backoff
 from worker.provider.client import ProviderClient
 from worker.provider.jsonio import decimal_str
 from worker.provider.resources import AbnormalFund
+from worker.reconcile.metrics import MoneyMetrics
 from worker.rules import RuleBook
 from worker.store.abnormal import mark_alerted, upsert_abnormal
 from worker.store.db import Db
@@ -33,6 +41,7 @@ UNMATCHED = "UNMATCHED"
 # Where the next poll starts (meta): the page the last one stopped on past the page cap.
 RESUME_KEY = "abnormal_next_page"
 EXPIRING_WITHIN_MS = 24 * 3600 * 1000
+FAILING_ALERT_AFTER = 3  # failed polls in a row, then one alert
 
 
 def _fields(fund: AbnormalFund) -> dict[str, Any]:
@@ -170,3 +179,74 @@ class AbnormalPoll:
             log.info("abnormal fund alerted", abnormalFundId=fund.id, status=fund.status)
             if self._after_commit is not None:
                 self._after_commit()
+
+
+class AbnormalWatch:
+    """The abnormal-fund poll as its job runs it: provider errors back off (doubling, like the
+    other polls) and alert after `FAILING_ALERT_AFTER` in a row; the money metrics read again
+    after each poll that succeeded."""
+
+    def __init__(
+        self,
+        poll: AbnormalPoll,
+        store: Store,
+        metrics: MoneyMetrics,
+        *,
+        alert: Callable[[str, str, str], Awaitable[None]] | None = None,
+        backoff_s: float = 1.0,
+        backoff_max_s: float = 600.0,
+    ) -> None:
+        self._poll = poll
+        self._store = store
+        self._metrics = metrics
+        self._alert = alert
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self._failures = 0
+        self._not_before = 0.0
+        self.last_ok: float | None = None  # Unix time of the last poll that succeeded
+
+    def stop(self) -> None:
+        """End a poll in flight after the record in hand."""
+        self._poll.stop()
+
+    async def poll(self) -> int:
+        """One guarded poll (none while backing off); returns the records read."""
+        if time.monotonic() < self._not_before:
+            return 0
+        try:
+            count = await self._poll.run()
+        except Exception as exc:
+            if isinstance(exc, StorageError) and self._store.outage.note("pollsFailed"):
+                return 0  # counted in the outage's lines; the next turn tries again
+            await self._failed(exc)
+            return 0
+        self._failures = 0
+        self.last_ok = time.time()
+        self._metrics.abnormal_polls.labels(outcome="ok").inc()
+        await self._metrics.try_refresh(self._store)
+        return count
+
+    async def _failed(self, exc: Exception) -> None:
+        self._failures += 1
+        kind = "auth" if isinstance(exc, ProviderAuthError) else "error"
+        delay = poll_backoff(self._failures, self.backoff_s, self.backoff_max_s)
+        self._not_before = time.monotonic() + delay
+        self._metrics.abnormal_polls.labels(outcome=kind).inc()
+        line = log.warning if isinstance(exc, ProviderError) else log.exception
+        line(
+            "poll failed; backing off",
+            poll="abnormal",
+            failures=self._failures,
+            backoffSeconds=round(delay, 3),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        if self._failures == FAILING_ALERT_AFTER and self._alert is not None:
+            try:
+                await self._alert(
+                    "poll_failing:abnormal",
+                    "critical" if kind == "auth" else "warning",
+                    f"abnormal poll failed {self._failures} times in a row: {exc}",
+                )
+            except Exception as err:
+                log.warning("could not queue poll_failing alert", error=str(err))

@@ -8,8 +8,8 @@ the register form of its profile as `register-address` checks them, the network 
 depositd knows, the profile stored, the same address twice in the file, an address already
 registered. Any wrong line and nothing is sent. Lines already registered with the same profile
 are skipped, so a file can be run again after an interruption. Each line is then registered as
-`register-address --no-wait` registers it (`worker.poll.addresses.register_prepared`: the same
-Idempotency-Key, the record kept in the addresses table), one after another within the
+`register-address --no-wait` registers it (`worker.commands.registration.register_prepared`:
+the same Idempotency-Key, the record kept in the addresses table), one after another within the
 provider's request budget (docs/polling.md).
 
 Payer details are personal data: a problem names the profile and the payer fields, never a
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from worker.commands.registration import refusal, register_body, register_prepared
 from worker.config.profiles import Profiles
 from worker.config.settings import Settings
 from worker.config.yamlkeys import known, suggest
 from worker.errors import ConfigError, ProviderAuthError, ProviderError, ProviderUnavailable
-from worker.poll.addresses import refusal, register_body, register_prepared
 from worker.provider.budget import polling
 from worker.provider.client import ProviderClient
 from worker.provider.models import AddressStatus, SourceAddress

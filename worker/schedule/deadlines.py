@@ -11,8 +11,8 @@ from worker.act.waits import Checked, check_deadlines
 from worker.clock import now_ms
 from worker.errors import StorageError
 from worker.logs import get_logger
-from worker.poll.jobs import IntervalAndDaily
 from worker.rules import RuleBook
+from worker.schedule.jobs import IntervalAndDaily
 from worker.store.writer import Store
 
 log = get_logger(__name__)

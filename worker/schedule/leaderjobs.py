@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
@@ -19,15 +19,16 @@ from worker.clock import utc_now
 from worker.config.settings import Settings
 from worker.metrics import Metrics
 from worker.poll.catchup import Applied, HistoryReader, ReadStats
-from worker.poll.catchupjobs import CatchUp
-from worker.poll.deadlines import DEADLINE_INTERVAL_S, DeadlineJob
-from worker.poll.journaljob import JournalJob
-from worker.poll.leader import Leader, lease_time
-from worker.poll.moneyjobs import MoneyJobs, MoneyMetrics, money_jobs
-from worker.poll.scheduler import Observe, Poller, Scheduler
+from worker.poll.poller import Observe, Poller
 from worker.provider.client import ProviderClient
+from worker.reconcile.metrics import MoneyMetrics
 from worker.rules import RuleBook
-from worker.service.supervise import Supervisor
+from worker.schedule.catchup import CatchUp
+from worker.schedule.deadlines import DEADLINE_INTERVAL_S, DeadlineJob
+from worker.schedule.journal import JournalJob
+from worker.schedule.leader import Leader, lease_time
+from worker.schedule.money import MoneyJobs, money_jobs
+from worker.schedule.polls import Scheduler
 from worker.store.meta import set_meta
 from worker.store.writer import Store
 
@@ -76,6 +77,17 @@ class PollMetrics:
             self._found_seen = total
 
 
+class Keeper(Protocol):
+    """What keeps the leader's loop running, restarted after an error (the service's
+    `worker.service.supervise.Supervisor`)."""
+
+    def keep(
+        self, name: str, run: Callable[[], Coroutine[Any, Any, Any]], *, once: bool = False
+    ) -> asyncio.Task[None]:
+        """Run `run()` as the task `name` until the stop."""
+        ...
+
+
 class LeaderJobs:
     """Start and stop of the leader's jobs, and the metrics of the polls."""
 
@@ -99,7 +111,7 @@ class LeaderJobs:
     _tasks: list[asyncio.Task[Any]]
     _stop: asyncio.Event
     reactor: RuleReactor
-    supervisor: Supervisor
+    supervisor: Keeper
 
     if TYPE_CHECKING:
 
@@ -118,7 +130,7 @@ class LeaderJobs:
     ) -> None:
         """The scheduler's polls, the catch-up jobs, the money jobs (abnormal funds, daily
         reconciliation), the deadline job and the daily journal job, when `scheduler.enabled`:
-        on the instance that holds the scheduler's lease (`worker.poll.leader`), started and
+        on the instance that holds the scheduler's lease (`worker.schedule.leader`), started and
         stopped as it gains and loses it."""
         settings = self.settings.scheduler
         if not settings.enabled:

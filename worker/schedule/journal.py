@@ -20,11 +20,11 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from worker.act.rows import enqueue_alert
+from worker.act.queue import enqueue_alert
 from worker.aio import finish_or_cancel
 from worker.clock import iso_from_ms
 from worker.logs import get_logger
-from worker.poll.jobs import DAILY_MISFIRE_GRACE_S, logged_run
+from worker.schedule.jobs import DAILY_MISFIRE_GRACE_S, logged_run
 from worker.store import verification
 from worker.store.verification import CHUNK, Verification
 from worker.store.writer import Store

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from worker.act.rows import add_action, enqueue_alert
+from worker.act.queue import add_action, enqueue_alert
 from worker.rules import RecordView, RuleBook
 from worker.store.db import Db
 

@@ -1,4 +1,5 @@
-"""Polling fallback (APScheduler 3.x in the serve process).
+"""The polls, the fallback for lost webhooks: the history queues, the transaction detail of the
+deposits not yet final, and of those blocked (their jobs: `worker.schedule.polls`).
 
 Polls only produce facts: history records and transaction details go through the same
 `observe(fact)` entry point as webhooks, so a deposit found by a poll acts exactly once, as if
@@ -7,17 +8,12 @@ its webhook had come. Transaction detail is the only place `creditStatus` BLOCKE
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
-from worker.act.rows import alert_detail_failing, alert_gone, alert_mismatch
-from worker.aio import finish_or_cancel
+from worker.act.queue import alert_detail_failing, alert_gone, alert_mismatch
 from worker.clock import now_ms
 from worker.config.settings import SchedulerSettings
 from worker.errors import (
@@ -30,8 +26,8 @@ from worker.errors import (
     StorageError,
 )
 from worker.logs import get_logger
+from worker.poll.backoff import poll_backoff
 from worker.poll.detailplan import DetailPlan, Listing
-from worker.poll.jobs import logged_run, poll_backoff
 from worker.provider.budget import polling
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, Page
@@ -364,69 +360,3 @@ class Poller:
                 )
                 return
         self._alerted.add(name)
-
-
-class Scheduler:
-    """APScheduler jobs for the polls; one run of a poll at a time; shutdown waits for it."""
-
-    def __init__(self, poller: Poller, settings: SchedulerSettings) -> None:
-        self._poller = poller
-        self._settings = settings
-        self._scheduler = AsyncIOScheduler(timezone="UTC")
-        self._running: dict[str, asyncio.Task[int | None]] = {}
-        self._stopping = False
-
-    @property
-    def running(self) -> bool:
-        """True while the scheduler is started."""
-        return bool(self._scheduler.running)
-
-    def _job(
-        self, name: str, poll: Callable[[], Coroutine[Any, Any, int]]
-    ) -> Callable[[], Coroutine[Any, Any, None]]:
-        # A coroutine function: APScheduler's asyncio executor runs plain functions in a thread
-        # pool, where there is no event loop to start the poll on.
-        async def fire() -> None:
-            if self._stopping:
-                return
-            task = self._running.get(name)
-            if task is not None and not task.done():
-                return  # the previous run is still going: never twice at once
-            run = logged_run(name, poll())
-            self._running[name] = asyncio.get_running_loop().create_task(run)
-
-        return fire
-
-    def start(self) -> None:
-        """Add the polls' jobs (first run at once) and start."""
-        self._stopping = False
-        now = datetime.now(UTC)
-        jobs = (
-            ("history", self._poller.poll_history, self._settings.history_interval_s),
-            ("detail", self._poller.poll_detail, self._settings.detail_interval_s),
-            ("blocked", self._poller.poll_blocked, self._settings.blocked_interval_s),
-        )
-        for name, poll, interval_s in jobs:
-            self._scheduler.add_job(
-                self._job(name, poll),
-                "interval",
-                seconds=interval_s,
-                next_run_time=now,
-                max_instances=1,
-                coalesce=True,
-                id=name,
-            )
-        self._scheduler.start()
-
-    async def stop(self, grace_s: float | None = None) -> None:
-        """Stop scheduling and wait for the poll in flight (cancelled after `grace_s`: a poll
-        only reads, and the next run after the restart reads again)."""
-        self._stopping = True
-        self._poller.stop()
-        if self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
-            # AsyncIOScheduler only queues its shutdown on the loop: let it happen.
-            await asyncio.sleep(0)
-        pending = [t for t in self._running.values() if not t.done()]
-        if pending:
-            await finish_or_cancel(pending, grace_s)

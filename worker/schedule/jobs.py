@@ -5,14 +5,12 @@ runs."""
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from worker.act.rows import backoff
 from worker.aio import finish_or_cancel
 from worker.logs import get_logger
 from worker.provider.budget import polling
@@ -22,13 +20,6 @@ T = TypeVar("T")
 
 # A daily job the service missed (down at that minute) still runs within this much after.
 DAILY_MISFIRE_GRACE_S = int(timedelta(hours=1).total_seconds())
-
-
-def poll_backoff(failures: int, base_s: float, max_s: float) -> float:
-    """How long a poll waits after `failures` failures in a row: doubling from twice `base_s`,
-    at most `max_s`, with jitter (half to all of it) so that several instances do not retry in
-    step; the exponent is capped, so a provider down for days cannot overflow it."""
-    return backoff(failures + 1, base_s, max_s) * (0.5 + random.random() / 2)
 
 
 async def logged_run(name: str, run: Coroutine[Any, Any, T]) -> T | None:

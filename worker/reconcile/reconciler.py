@@ -2,7 +2,7 @@
 its asset balances.
 
 The report (asked for UTC days) is read page by page (one page in memory) and compared with the
-ledger rows of the day (`worker.poll.matching`: by id, then txHash; amount, asset, network and
+ledger rows of the day (`worker.reconcile.matching`: by id, then txHash; amount, asset, network and
 txHash compared, amounts as exact decimals). A run writes everything it found in one transaction
 at its end (`save_findings` + the run's record), or, when the provider fails, the report changes
 under it or is in another zone, records only that it failed: never half a run.
@@ -19,15 +19,15 @@ from decimal import Decimal
 from functools import partial
 from typing import Any
 
-from worker.act.records import fire_record
-from worker.act.rows import enqueue_alert
+from worker.act.queue import enqueue_alert
+from worker.act.recordreactor import fire_record
 from worker.clock import now_ms, utc_now
 from worker.errors import ProviderError
 from worker.logs import get_logger
-from worker.poll.matching import Booked, DayMatch, hash_key
 from worker.provider.client import ProviderClient
 from worker.provider.jsonio import decimal_str
 from worker.provider.resources import SettlementDaily, SettlementRecord
+from worker.reconcile.matching import Booked, DayMatch, hash_key
 from worker.rules import RuleBook
 from worker.store import findings as store
 from worker.store.db import Db

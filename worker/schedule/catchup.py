@@ -24,7 +24,7 @@ from worker.config.settings import SchedulerSettings
 from worker.errors import StorageError
 from worker.logs import get_logger
 from worker.poll.catchup import HistoryReader, ReadStats, covered_until
-from worker.poll.jobs import IntervalAndDaily
+from worker.schedule.jobs import IntervalAndDaily
 from worker.store.writer import Store
 
 log = get_logger(__name__)

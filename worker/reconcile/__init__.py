@@ -1,0 +1,1 @@
+"""Reconciliation: the ledger against what the provider reports (docs/reconciliation.md)."""
