@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -13,14 +14,16 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from pgcluster import Cluster, MissingPostgres, running_cluster
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, Processes
-from stores import StoreMaker
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.pgcluster import Cluster, MissingPostgres, running_cluster
+from tests.support.processes import Processes
+from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.dev.sandbox import SandboxConfig, create_app
 from worker.dev.sandbox import app as sandbox_app
 from worker.dev.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
+from worker.logs import configure as configure_logging
 from worker.logs import reset as reset_logging
 
 PROVIDER_NAMES = ("Binance", "OKX", "Coinbase")
@@ -42,6 +45,14 @@ def fresh_logging() -> Iterator[None]:
     logging at its own level)."""
     yield
     reset_logging()
+
+
+@pytest.fixture
+def log_lines() -> io.StringIO:
+    """Every log line from now on, as JSON text."""
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    return out
 
 
 @pytest.fixture

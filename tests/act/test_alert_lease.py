@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import sqlite_utils
 from aiohttp import web
-from stores import StoreMaker
 from structlog.testing import capture_logs
 
+from tests.support.stores import StoreMaker
 from worker.act.outbox import Outbox
 from worker.act.rows import enqueue_alert
 from worker.config.profiles import Profiles

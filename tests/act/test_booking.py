@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from stores import StoreMaker
 from structlog.testing import capture_logs
 
+from tests.support.stores import StoreMaker
 from worker.act.kinds import SPECS
 from worker.act.kinds.book import WAITING_FOR_TX_HASH, book_checked
 from worker.act.kinds.submit import Submitter

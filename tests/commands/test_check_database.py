@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pgcluster import Cluster
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, free_port
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.pgcluster import Cluster
+from tests.support.processes import free_port
 from worker.commands.cli import main
 from worker.store.durability import MACHINE_CRASH, PROCESS_CRASH, SERVER_CRASH
 from worker.store.pgstore import PgStore

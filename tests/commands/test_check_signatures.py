@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.paths import ROOT
 from worker.commands.cli import main
 from worker.dev.sandbox import SandboxConfig, create_app
 from worker.provider.signing import DEFAULT, METHOD_PATH_V1, Scheme

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.processes import ServeProcess, free_port
 from worker.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

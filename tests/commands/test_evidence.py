@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stores import StoreMaker
 
+from tests.support.stores import StoreMaker
 from worker.commands import evidence as evidence_command
 from worker.commands.cli import main
 from worker.logs import configure

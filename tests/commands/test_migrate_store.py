@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pgcluster import Cluster
 
+from tests.support.pgcluster import Cluster
 from worker.commands import migrate as migrate_command
 from worker.commands.cli import main
 from worker.config.settings import StorageSettings, load_settings

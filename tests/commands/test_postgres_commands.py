@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pgcluster import Cluster
 
+from tests.support.pgcluster import Cluster
 from worker.commands.cli import main
 from worker.config.settings import load_settings
 from worker.errors import ConfigError

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from stores import StoreMaker
 
+from tests.support.stacks import MakeStack
+from tests.support.stores import StoreMaker
 from worker.act.rows import submit_key
 from worker.commands.cli import main
 from worker.config.profiles import Profiles
@@ -19,7 +19,6 @@ from worker.dev.harness import Stack
 from worker.notify.message import build_alert, render_text
 from worker.store import operator as operator_store
 
-MakeStack = Callable[..., Awaitable[Stack]]
 UNKNOWN = "THeldForAPerson000000000000000001"
 # Large deposits wait for a person even though a stored profile applies (wallet 1002 falls back
 # to demo-entity in the shipped profiles); small ones are submitted by the rule.

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from journalrows import book, by_hand, drop_append_only, purge, submit
-from stores import StoreMaker
 
+from tests.support.journalrows import book, by_hand, drop_append_only, purge, submit
+from tests.support.stores import StoreMaker
 from worker.commands.cli import main
 from worker.dev.harness import Stack
 from worker.dev.sandbox.testing import ENTITY_PAYER

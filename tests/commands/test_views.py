@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stores import StoreMaker
 
+from tests.support.stores import StoreMaker
 from worker.commands.cli import main
 from worker.commands.read import parse_since
 from worker.logs import configure

@@ -9,15 +9,15 @@ import datetime as dt
 import io
 import re
 import shutil
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 import pytest
-from stores import StoreMaker
 
+from tests.support.stacks import MakeStack
+from tests.support.stores import StoreMaker
 from worker.config.shipped import shipped_rules
 from worker.console import export
 from worker.console.export import FINDING_COLUMNS, cell, to_csv
@@ -28,7 +28,6 @@ from worker.store import abnormal, ledger
 from worker.store import findings as findings_store
 from worker.store.findings import Finding
 
-MakeStack = Callable[..., Awaitable[Stack]]
 EVIL_WALLET = '=HYPERLINK("http://evil.invalid","open")'
 SOURCE = "TConsoleDayPayer0000000000000001"
 HOLD_RULES = """\

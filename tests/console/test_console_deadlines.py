@@ -5,17 +5,16 @@ plain HTTP against a real stack with its console, on both engines."""
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 import pytest
-from stores import StoreMaker
 
+from tests.support.stacks import MakeStack
+from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.store.waits import open_waits_of
 
-MakeStack = Callable[..., Awaitable[Stack]]
 MINUTE = 60_000
 NO_PROFILE = "TConsoleDeadline000000000000001"  # neither wallet 1000 nor 1001 has a fallback
 KNOWN_PAYER = "TDemoKnownPayer1111111111111111111"  # demo-entity in rules/profiles.yaml

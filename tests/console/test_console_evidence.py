@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from stores import StoreMaker
 
+from tests.support.stacks import MakeStack
+from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.store import journal
 from worker.store.evidence_file import check
 
-MakeStack = Callable[..., Awaitable[Stack]]
 PAYER = {
     "correspondentType": "ENTITY",
     "fullName": "Ondrecht Varnish Trading BV",

@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from stores import StoreMaker
 
+from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.errors import ProviderError
 from worker.store.facts import facts_of

@@ -9,8 +9,9 @@ import signal
 from pathlib import Path
 
 import aiohttp
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.processes import ServeProcess, free_port
 from worker.console.pages import deep_link
 
 ROOT = Path(__file__).resolve().parents[2]

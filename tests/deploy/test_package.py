@@ -15,8 +15,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from installed import Host, assert_nothing_lost, configure, under_load
-from machine import REPO, Machine, MachineError, missing_requirements, rootfs, wheels
+
+from tests.support.installed import Host, assert_nothing_lost, configure, under_load
+from tests.support.machine import REPO, Machine, MachineError, missing_requirements, rootfs, wheels
 
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.xdist_group("systemd")]
 

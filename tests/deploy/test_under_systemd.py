@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from installed import (
+
+from tests.support.installed import (
     DEPOSITCTL,
     DEPOSITD,
     LOAD_RATE,
@@ -33,7 +34,7 @@ from installed import (
     configure,
     under_load,
 )
-from machine import REPO, Machine, MachineError, missing_requirements, rootfs, wheels
+from tests.support.machine import REPO, Machine, MachineError, missing_requirements, rootfs, wheels
 
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.xdist_group("systemd")]
 

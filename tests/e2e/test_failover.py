@@ -21,10 +21,11 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from pgcluster import ENV_URL, Cluster, replicated_pair
 from pytest_aiohttp import AiohttpServer
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.pgcluster import ENV_URL, Cluster, replicated_pair
+from tests.support.processes import ServeProcess, free_port
 from worker.commands.ops import status_report
 from worker.config.settings import StorageSettings
 from worker.dev.sandbox import SANDBOX_KEY, SandboxConfig, create_app

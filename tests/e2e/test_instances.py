@@ -25,10 +25,10 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from pgcluster import Cluster
 from pytest_aiohttp import AiohttpServer
-from serveproc import ServeProcess, free_port
 
+from tests.support.pgcluster import Cluster
+from tests.support.processes import ServeProcess, free_port
 from worker.commands.ops import status_report
 from worker.config.settings import StorageSettings
 from worker.dev.sandbox import SANDBOX_KEY, SandboxConfig, create_app

@@ -19,9 +19,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from pgcluster import Cluster
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.pgcluster import Cluster
+from tests.support.processes import ServeProcess, free_port
 from worker.config.settings import StorageSettings
 from worker.provider.signing import signed_headers
 from worker.store.pgstore import command_connection

@@ -7,18 +7,18 @@ from __future__ import annotations
 import asyncio
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from stores import StoreMaker, stack_rows
 
+from tests.support.stacks import MakeStack
+from tests.support.stores import StoreMaker, stack_rows
 from worker.dev.harness import Stack
 
-MakeStack = Callable[..., Awaitable[Stack]]
 REPO = Path(__file__).resolve().parents[2]
 # Personal values of rules/profiles.yaml's demo profiles: never printed.
 PAYER_VALUES = (

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp.test_utils import TestServer
-from fakehistory import FakeHistory
 
+from tests.support.fakehistory import FakeHistory
 from worker.act.reactor import RuleReactor
 from worker.clock import iso_from_ms, now_ms
 from worker.commands.backfill import ProgressLine, backfill

@@ -17,17 +17,18 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from journalrows import book, by_hand, submit
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, Processes, free_port
-from stores import StoreMaker
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.journalrows import book, by_hand, submit
+from tests.support.processes import Processes, free_port
+from tests.support.stacks import MakeStack
+from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.poll.journaljob import JournalJob
 from worker.store import journal
 from worker.store.verification import last_verification
 
 NEVER = 3600.0
-MakeStack = Callable[..., Awaitable[Stack]]
 ProfileFactory = Callable[..., dict[str, Any]]
 
 

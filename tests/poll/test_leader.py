@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from waits import until
 
+from tests.support.waits import until
 from worker.clock import utc_now
 from worker.poll.leader import Leader, lease_time
 from worker.store.leases import SCHEDULER_LEASE, Lease, get_lease

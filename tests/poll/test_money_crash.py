@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_aiohttp import AiohttpServer
-from serveproc import Processes, free_port
-from waits import until
 
+from tests.support.processes import Processes, free_port
+from tests.support.waits import until
 from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
 
 ROOT = Path(__file__).resolve().parents[2]

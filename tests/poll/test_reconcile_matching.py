@@ -6,17 +6,21 @@ Slack on loopback; worker.dev.harness)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from stores import StoreMaker
-from test_catchup import ACTIVE_SOURCE, catchups_done, make_active
-from test_reconcile import NEVER, booked_day, open_findings
 
+from tests.support.stacks import (
+    ACTIVE_SOURCE,
+    NEVER,
+    MakeStack,
+    booked_day,
+    catchups_done,
+    make_active,
+    open_findings,
+)
+from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
-
-MakeStack = Callable[..., Awaitable[Stack]]
 
 
 @pytest.fixture

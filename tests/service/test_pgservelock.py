@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from pgcluster import Cluster
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.pgcluster import Cluster
+from tests.support.processes import ServeProcess, free_port
 from worker.config.settings import StorageSettings
 from worker.store import pgstore
 from worker.store.pg import connect

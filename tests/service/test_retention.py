@@ -19,9 +19,9 @@ import aiohttp
 import pytest
 import sqlite_utils
 import yaml
-from stores import StoreMaker
-from waits import until_async
 
+from tests.support.stores import StoreMaker
+from tests.support.waits import until_async
 from worker.clock import iso_from_ms, now_ms
 from worker.commands.ops import status_report
 from worker.dev.harness import Stack

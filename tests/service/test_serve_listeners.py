@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT, Processes, ServeProcess, free_port
+
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.paths import ROOT
+from tests.support.processes import Processes, ServeProcess, free_port
 
 
 def _config(tmp_path: Path, provider_url: str, port: int, **extra: Any) -> Path:

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, free_port
-from test_ingress_process import children
+
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.processes import children, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT, free_port
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.paths import ROOT
+from tests.support.processes import free_port
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 

@@ -18,11 +18,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, free_port
-from stores import StoreMaker
 from structlog.testing import capture_logs
-from waits import until, until_async
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.processes import free_port
+from tests.support.stores import StoreMaker
+from tests.support.waits import until, until_async
 from worker.act.outbox import Outbox
 from worker.commands.ops import status_report
 from worker.config.settings import Settings, load_settings

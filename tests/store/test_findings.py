@@ -7,9 +7,9 @@ import threading
 from collections.abc import AsyncIterator
 
 import pytest
-from pgcluster import Cluster
-from stores import StoreMaker
 
+from tests.support.pgcluster import Cluster
+from tests.support.stores import StoreMaker
 from worker.store import findings as findings_store
 from worker.store.findings import Finding
 from worker.store.pg import PgDatabase, connect

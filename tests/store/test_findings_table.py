@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import sqlite_utils
-from stores import StoreMaker
 
+from tests.support.stores import StoreMaker
 from worker.store import findings as fs
 from worker.store import ledger
 from worker.store.actions import queue_alert

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import sqlite_utils
-from pgcluster import Cluster
-from stores import StoreMaker
 
+from tests.support.pgcluster import Cluster
+from tests.support.stores import StoreMaker
 from worker.errors import StorageError
 from worker.store import journal
 from worker.store.pg import PgDatabase

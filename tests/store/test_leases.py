@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import sqlite_utils
-from stores import StoreMaker
 
+from tests.support.stores import StoreMaker
 from worker.store import actions, alerts, leases
 from worker.store.pg import PgDatabase, connect
 from worker.store.writer import Store

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import sqlite_utils
-from pgcluster import Cluster
-from stores import StoreMaker
 
+from tests.support.pgcluster import Cluster
+from tests.support.stores import StoreMaker
 from worker.store import ledger
 from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import sqlite_utils
-from stores import StoreMaker
 
+from tests.support.stores import StoreMaker
 from worker.errors import SchemaTooNew, StorageError
 from worker.store import writer as store_mod
 from worker.store.events import pending_events

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from journalrows import book, by_hand, drop_append_only, purge, submit
-from stores import StoreMaker
 
+from tests.support.journalrows import book, by_hand, drop_append_only, purge, submit
+from tests.support.stores import StoreMaker
 from worker.store import journal, submissions
 from worker.store.verification import Verification, verify
 from worker.store.writer import Store

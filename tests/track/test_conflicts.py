@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import sqlite_utils
-from pgcluster import Cluster
 
+from tests.support.pgcluster import Cluster
 from worker.store.conflicts import all_conflicts
 from worker.store.deposits import get_deposit_row, lock_deposit
 from worker.store.pg import PgDatabase

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from serveproc import ServeProcess, free_port
 
+from tests.support.processes import ServeProcess, free_port
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 

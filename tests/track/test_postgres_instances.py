@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
-from pgcluster import Cluster
 
+from tests.support.pgcluster import Cluster
 from worker.provider.models import CreditStatus, OrderStatus
 from worker.store.deposits import get_deposit_row
 from worker.store.events import pending_events

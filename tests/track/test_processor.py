@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import sqlite_utils
-from stores import StoreMaker
 from structlog.testing import capture_logs
 
+from tests.support.stores import StoreMaker
 from worker.clock import utc_now
 from worker.errors import StorageError
 from worker.logs import LogLine, configure

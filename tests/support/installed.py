@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from machine import Machine
+
+from tests.support.machine import Machine
 
 WATCHDOG_S = 6
 DEPOSITCTL = "/opt/depositd/bin/depositctl"
