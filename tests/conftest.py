@@ -12,19 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
+import sqlite_utils
 
-from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
 from tests.support.pgcluster import Cluster, MissingPostgres, running_cluster
 from tests.support.processes import Processes
+from tests.support.sandboxes import SandboxStarter, ServerFactory, StartSandbox, sandbox_config
 from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
-from worker.dev.sandbox import SandboxConfig, create_app
 from worker.dev.sandbox import app as sandbox_app
+from worker.dev.sandbox import create_app
 from worker.dev.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
 from worker.logs import configure as configure_logging
 from worker.logs import reset as reset_logging
+from worker.store.writer import Store, connect, migrate
 
 PROVIDER_NAMES = ("Binance", "OKX", "Coinbase")
 
@@ -116,9 +116,13 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def stack_stores() -> StoreMaker | None:
-    """Where stacks store: None for a SQLite file in each stack's folder; the suites that run on
-    both engines override it with `make_store`."""
+def stack_stores(request: pytest.FixtureRequest) -> StoreMaker | None:
+    """Where stacks store: on the test's engine when the test runs on both (it uses `engine`,
+    through `make_store` or `store`, or `pytest.mark.usefixtures("engine")`), else None: a SQLite
+    file in each stack's folder. The suites that run on both engines whole override it."""
+    if "engine" in request.fixturenames:
+        maker: StoreMaker = request.getfixturevalue("make_store")
+        return maker
     return None
 
 
@@ -154,14 +158,21 @@ async def processes() -> AsyncIterator[Processes]:
 
 
 @pytest.fixture
-async def provider_url(
-    aiohttp_server: Callable[[web.Application], Awaitable[TestServer]],
-) -> str:
-    """The provider sandbox on a loopback port (serveproc's PROVIDER_KEY); its base URL."""
-    server = await aiohttp_server(
-        create_app(SandboxConfig(api_key=PROVIDER_KEY, api_secret=PROVIDER_SECRET))
-    )
+async def provider_url(aiohttp_server: ServerFactory) -> str:
+    """The provider sandbox on a loopback port (`sandbox_config`: PROVIDER_KEY); its base
+    URL."""
+    server = await aiohttp_server(create_app(sandbox_config()))
     return str(server.make_url("")).rstrip("/")
+
+
+@pytest.fixture
+async def start_sandbox(aiohttp_server: ServerFactory) -> AsyncIterator[StartSandbox]:
+    """Start sandboxes on loopback on demand, each with a client and, when asked, a receiver of
+    its webhooks (`await start_sandbox(hooks=True, clock=T0, **settings)`, see
+    tests/support/sandboxes.py); their clients are closed at teardown."""
+    starter = SandboxStarter(aiohttp_server)
+    yield starter
+    await starter.close()
 
 
 # --- the two stores ------------------------------------------------------------------------
@@ -190,3 +201,31 @@ def make_store(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> I
     maker = StoreMaker(engine, tmp_path, request)
     yield maker
     maker.drop()
+
+
+@pytest.fixture
+async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
+    """An open store on a fresh database (`make_store()`), on SQLite and on PostgreSQL."""
+    s = make_store()
+    await s.open()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[Store]:
+    """An open store on a fresh SQLite file (`.path`), for what only SQLite has."""
+    s = Store(tmp_path / "depositd.db")
+    await s.open()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[sqlite_utils.Database]:
+    """A migrated SQLite database, without a store around it."""
+    conn = connect(tmp_path / "d.db")
+    database = sqlite_utils.Database(conn)
+    migrate(database)
+    yield database
+    conn.close()

@@ -4,7 +4,6 @@ flight, so a second instance does not send the same alert again (both engines)."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
@@ -13,7 +12,6 @@ import sqlite_utils
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from tests.support.stores import StoreMaker
 from worker.act.outbox import Outbox
 from worker.act.rows import enqueue_alert
 from worker.config.profiles import Profiles
@@ -25,15 +23,6 @@ from worker.store.writer import Store
 from worker.track.tracker import Deposit, Fact, observe
 
 LEASE_S = 0.6
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    """A store of each engine shared by the two instances."""
-    s = make_store("d.db")
-    await s.open()
-    yield s
-    await s.close()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.support.stacks import MakeStack
@@ -332,14 +331,6 @@ def alert_rows(db: Any) -> list[dict[str, Any]]:
         " ORDER BY id"
     ).fetchall()
     return [{**json.loads(r[0]), "trigger": r[1]} for r in rows]
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> Any:
-    s: Store = make_store("held.db")
-    await s.open()
-    yield s
-    await s.close()
 
 
 async def test_a_held_booking_waits_until_decided_and_a_new_conflict_waits_anew(

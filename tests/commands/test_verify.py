@@ -251,12 +251,7 @@ def test_bad_usage_exits_2_and_a_missing_database_1(
 FLOW_ADDRESS = "TVerifyFlowEntity0000000000000001"
 
 
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """The stacks of this module on the test's engine."""
-    return make_store
-
-
+@pytest.mark.usefixtures("engine")  # its stacks on SQLite and on PostgreSQL
 async def test_what_the_flow_wrote_verifies_and_an_edit_is_named(
     start_stack: Callable[..., Awaitable[Stack]], tmp_path: Path
 ) -> None:

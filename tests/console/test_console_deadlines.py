@@ -11,9 +11,11 @@ import aiohttp
 import pytest
 
 from tests.support.stacks import MakeStack
-from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.store.waits import open_waits_of
+
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
 
 MINUTE = 60_000
 NO_PROFILE = "TConsoleDeadline000000000000001"  # neither wallet 1000 nor 1001 has a fallback
@@ -49,12 +51,6 @@ rules:
     then: [{alert: {severity: warning}}]
 """,
 }
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """The stacks' stores: the test's engine."""
-    return make_store
 
 
 async def _logged_in(stack: Stack) -> aiohttp.ClientSession:

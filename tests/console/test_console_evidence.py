@@ -13,10 +13,12 @@ import aiohttp
 import pytest
 
 from tests.support.stacks import MakeStack
-from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.store import journal
 from worker.store.evidence_file import check
+
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
 
 PAYER = {
     "correspondentType": "ENTITY",
@@ -29,12 +31,6 @@ PAYER = {
     "addressType": "STANDARD",
 }
 SOURCE = "TConsoleEvidencePayer00000000001"
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """The stacks of this module run on both engines."""
-    return make_store
 
 
 def _client() -> aiohttp.ClientSession:

@@ -16,8 +16,11 @@ import pytest
 import yaml
 
 from tests.support.stacks import MakeStack
-from tests.support.stores import StoreMaker, stack_rows
+from tests.support.stores import stack_rows
 from worker.dev.harness import Stack
+
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
 
 REPO = Path(__file__).resolve().parents[2]
 # Personal values of rules/profiles.yaml's demo profiles: never printed.
@@ -34,12 +37,6 @@ wallet,address,network,profile,memo,tx_hash
 1002,0x00000000000000000000000000000000000C5v02,ETH,demo-person,,0xfeed
 1001,TCsvThird000000000000000000003,TRON,demo-entity,,
 """
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """The stacks' stores: the test's engine."""
-    return make_store
 
 
 @pytest.fixture

@@ -28,14 +28,11 @@ from worker.poll.journaljob import JournalJob
 from worker.store import journal
 from worker.store.verification import last_verification
 
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
+
 NEVER = 3600.0
 ProfileFactory = Callable[..., dict[str, Any]]
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """Each test on SQLite, then on PostgreSQL."""
-    return make_store
 
 
 def slack_of(stack: Stack, condition: str) -> list[str]:

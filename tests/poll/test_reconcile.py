@@ -19,22 +19,18 @@ from tests.support.stacks import (
     catchups_done,
     open_findings,
 )
-from tests.support.stores import StoreMaker
 from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.poll.reconcile import Reconciler
 from worker.store import findings as findings_store
 
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
+
 
 def finding_alerts(stack: Stack) -> list[dict[str, Any]]:
     """Slack payloads of reconciliation findings."""
     return [p for p in stack.slack if "condition `reconcile_finding`" in json.dumps(p)]
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """Reconciliation (the ledger against the report, and its command) on both stores."""
-    return make_store
 
 
 async def test_a_clean_day_reports_nothing(start_stack: MakeStack) -> None:

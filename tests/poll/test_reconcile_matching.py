@@ -19,14 +19,10 @@ from tests.support.stacks import (
     make_active,
     open_findings,
 )
-from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """On both stores."""
-    return make_store
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
 
 
 async def one_booked(start_stack: MakeStack) -> tuple[Stack, dt.date, dict[str, Any]]:

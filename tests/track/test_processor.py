@@ -9,7 +9,6 @@ import random
 import sqlite3
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -112,15 +111,6 @@ async def deliver(store: Store, ev: dict[str, Any]) -> bool:
             utc_now(),
         )
     )
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    """An open store on a fresh database, on SQLite and on PostgreSQL."""
-    s = make_store("d.db", synchronous="NORMAL")
-    await s.open()
-    yield s
-    await s.close()
 
 
 async def tracked(store: Store, tx: str) -> dict[str, Any]:
