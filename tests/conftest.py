@@ -16,7 +16,7 @@ import sqlite_utils
 
 from tests.support.pgcluster import Cluster, MissingPostgres, running_cluster
 from tests.support.processes import Processes
-from tests.support.sandboxes import SandboxStarter, ServerFactory, StartSandbox, sandbox_config
+from tests.support.sandboxes import SandboxStarter, ServerFactory, StartSandbox, sandbox_settings
 from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.dev.sandbox import app as sandbox_app
@@ -159,9 +159,9 @@ async def processes() -> AsyncIterator[Processes]:
 
 @pytest.fixture
 async def provider_url(aiohttp_server: ServerFactory) -> str:
-    """The provider sandbox on a loopback port (`sandbox_config`: PROVIDER_KEY); its base
+    """The provider sandbox on a loopback port (`sandbox_settings`: PROVIDER_KEY); its base
     URL."""
-    server = await aiohttp_server(create_app(sandbox_config()))
+    server = await aiohttp_server(create_app(sandbox_settings()))
     return str(server.make_url("")).rstrip("/")
 
 

@@ -1,5 +1,5 @@
 """The provider sandbox as the tests run it: its settings with the tests' credentials
-(`sandbox_config`), and a sandbox on loopback with a client of it and, when asked, a receiver of
+(`sandbox_settings`), and a sandbox on loopback with a client of it and, when asked, a receiver of
 its webhooks (`RunningSandbox`, started by the `start_sandbox` fixture)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from worker.provider.client import ProviderClient
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]  # the `aiohttp_server` fixture
 
 
-def sandbox_config(webhook_url: str | None = None, **settings: Any) -> SandboxConfig:
+def sandbox_settings(webhook_url: str | None = None, **settings: Any) -> SandboxConfig:
     """A sandbox that takes requests signed with PROVIDER_KEY and PROVIDER_SECRET and, given
     `webhook_url`, delivers webhooks there signed with HOOK_KEY and HOOK_SECRET; `settings` as
     `SandboxConfig` names them."""
@@ -67,17 +67,18 @@ class SandboxStarter:
         client_timeout_s: float = 10,
         **settings: Any,
     ) -> RunningSandbox:
-        """A sandbox with `settings` (as `sandbox_config` takes them); `hooks`: its webhooks
-        delivered to a `WebhookRecorder` on loopback (at its path and `hooks_query`); `clock`:
-        the sandbox reads the time from a list starting there."""
+        """A sandbox with `settings` (as `sandbox_settings` takes them); `hooks`: a
+        `WebhookRecorder` on loopback, where its webhooks go unless `settings` say otherwise
+        (at the recorder's path and `hooks_query`); `clock`: the sandbox reads the time from a
+        list starting there."""
         recorder = None
         if hooks:
             recorder = WebhookRecorder(HOOK_KEY, HOOK_SECRET)
             receiver = await self._serve(recorder.app())
-            settings["webhook_url"] = str(receiver.make_url(recorder.path)) + hooks_query
+            settings.setdefault("webhook_url", str(receiver.make_url(recorder.path)) + hooks_query)
         now = None if clock is None else [clock]
         app = create_app(
-            sandbox_config(**settings), clock=None if now is None else (lambda: now[0])
+            sandbox_settings(**settings), clock=None if now is None else (lambda: now[0])
         )
         server = await self._serve(app)
         client = ProviderClient(
