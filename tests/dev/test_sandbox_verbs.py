@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.configs import NO_PROVIDER, PROVIDER_KEY, PROVIDER_SECRET, config, write_config
+from tests.support.configs import (
+    NO_PROVIDER,
+    PROVIDER_KEY,
+    PROVIDER_SECRET,
+    make_config,
+    write_config,
+)
 from tests.support.sandboxes import StartSandbox
 from worker.commands.cli import main as cli_main
 from worker.dev.sandbox import Sandbox
@@ -39,7 +45,7 @@ class Sbx:
 async def sbx(start_sandbox: StartSandbox, tmp_path: Path) -> Sbx:
     configure("json", "warning")  # the sandbox's own log lines stay out of the verbs' output
     s = await start_sandbox()
-    cfg = config(Path("depositd.db"), s.url, log={"format": "json"})
+    cfg = make_config(Path("depositd.db"), s.url, log={"format": "json"})
     return Sbx(s.sandbox, s.url, write_config(tmp_path, cfg))
 
 
@@ -184,6 +190,8 @@ async def test_address_review_verbs(sbx: Sbx, verb: Verb) -> None:
 async def test_no_sandbox_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """With nothing listening at provider.base_url a verb exits 1 naming the command that
     starts the sandbox."""
-    path = write_config(tmp_path, config(Path("depositd.db"), NO_PROVIDER, log={"format": "json"}))
+    path = write_config(
+        tmp_path, make_config(Path("depositd.db"), NO_PROVIDER, log={"format": "json"})
+    )
     assert await asyncio.to_thread(cli_main, ["sandbox", "block", "T1", "--config", str(path)])
     assert f"start it with `depositd sandbox --config {path}`" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""depositd's configuration as the tests write it: `config` builds a complete one around a
+"""depositd's configuration as the tests write it: `make_config` builds a complete one around a
 database, `serve_config` one for a running `serve`, `write_config` puts one in a file; and the
 credentials they hold, which the sandbox (tests/support/sandboxes.py) and the tests that sign
 requests or webhooks use as well."""
@@ -24,7 +24,7 @@ JSON_LOGS = {"format": "json", "level": "info"}
 Storage = Mapping[str, Any] | Path
 
 
-def config(
+def make_config(
     storage: Storage, provider: str = NO_PROVIDER, *, port: int | None = None, **sections: Any
 ) -> dict[str, Any]:
     """A complete configuration: the provider at `provider` with PROVIDER_KEY, webhooks signed
@@ -42,9 +42,9 @@ def config(
 
 
 def serve_config(storage: Storage, provider: str, port: int, **sections: Any) -> dict[str, Any]:
-    """`config` for a running `serve`: webhooks on loopback `port`, the shipped rules and
-    profiles, log lines in JSON at info; `sections` as for `config`."""
-    shipped = config(
+    """`make_config` for a running `serve`: webhooks on loopback `port`, the shipped rules and
+    profiles, log lines in JSON at info; `sections` as for `make_config`."""
+    shipped = make_config(
         storage, provider, port=port, rules=str(RULES), profiles=str(PROFILES), log=dict(JSON_LOGS)
     )
     return _laid_over(shipped, sections)

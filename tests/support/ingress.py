@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, config, write_config
+from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, make_config, write_config
 from worker.clock import now_ms
 from worker.config.settings import Settings, load_settings
 from worker.provider.jsonio import dumpb
@@ -31,7 +31,7 @@ def write_ingress_config(folder: Path, **webhook: Any) -> Path:
     """A complete configuration file in `folder`, its database there too: webhooks signed with
     HOOK_SECRET or OLD_SECRET within 300 s, no scheduler, JSON log lines from warnings up;
     `webhook` adds or replaces keys of the webhook section."""
-    cfg = config(
+    cfg = make_config(
         Path("depositd.db"),
         webhook={
             "listen": "127.0.0.1:0",

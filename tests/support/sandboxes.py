@@ -26,7 +26,7 @@ def sandbox_settings(webhook_url: str | None = None, **settings: Any) -> Sandbox
     if webhook_url is not None:
         hooks = {"webhook_url": webhook_url, "webhook_api_key": HOOK_KEY}
         settings = {**hooks, "webhook_secret": HOOK_SECRET, **settings}
-    return SandboxConfig(PROVIDER_KEY, PROVIDER_SECRET, **settings)
+    return SandboxConfig(**{"api_key": PROVIDER_KEY, "api_secret": PROVIDER_SECRET, **settings})
 
 
 @dataclass
