@@ -25,14 +25,18 @@ Storage = Mapping[str, Any] | Path
 
 
 def make_config(
-    storage: Storage, provider: str = NO_PROVIDER, *, port: int | None = None, **sections: Any
+    storage: Storage, provider_url: str = NO_PROVIDER, *, port: int | None = None, **sections: Any
 ) -> dict[str, Any]:
-    """A complete configuration: the provider at `provider` with PROVIDER_KEY, webhooks signed
+    """A complete configuration: the provider at `provider_url` with PROVIDER_KEY, webhooks signed
     with HOOK_KEY (taken on loopback `port`, when given), the database `storage` (a `storage`
     section, or a SQLite file). Each of `sections` is added; one the configuration has already
     gets the keys given added or replaced (`webhook={"tolerance_s": 60}`); None leaves it out."""
     cfg: dict[str, Any] = {
-        "provider": {"base_url": provider, "api_key": PROVIDER_KEY, "api_secret": PROVIDER_SECRET},
+        "provider": {
+            "base_url": provider_url,
+            "api_key": PROVIDER_KEY,
+            "api_secret": PROVIDER_SECRET,
+        },
         "webhook": {"api_key": HOOK_KEY, "secret": HOOK_SECRET},
         "storage": {"path": str(storage)} if isinstance(storage, Path) else dict(storage),
     }
@@ -41,11 +45,16 @@ def make_config(
     return _laid_over(cfg, sections)
 
 
-def serve_config(storage: Storage, provider: str, port: int, **sections: Any) -> dict[str, Any]:
+def serve_config(storage: Storage, provider_url: str, port: int, **sections: Any) -> dict[str, Any]:
     """`make_config` for a running `serve`: webhooks on loopback `port`, the shipped rules and
     profiles, log lines in JSON at info; `sections` as for `make_config`."""
     shipped = make_config(
-        storage, provider, port=port, rules=str(RULES), profiles=str(PROFILES), log=dict(JSON_LOGS)
+        storage,
+        provider_url,
+        port=port,
+        rules=str(RULES),
+        profiles=str(PROFILES),
+        log=dict(JSON_LOGS),
     )
     return _laid_over(shipped, sections)
 
