@@ -18,8 +18,6 @@ from worker.commands.cli import main
 from worker.store.durability import MACHINE_CRASH, PROCESS_CRASH, SERVER_CRASH
 from worker.store.pgstore import PgStore
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def online_config(tmp_path: Path, provider_url: str, storage: dict[str, Any]) -> Path:
     """A configuration on `storage` for the sandbox at `provider_url`, with the shipped rules."""

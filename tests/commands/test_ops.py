@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from tests.support.configs import make_config, write_config
 from tests.support.paths import ROOT
 from tests.support.processes import cli
 from tests.support.service import Service
@@ -219,28 +220,13 @@ async def test_backup_refuses_the_live_database_and_its_files(
     assert not [name for name in names(tmp_path) if name.endswith(".partial")]
 
 
-def ops_config(tmp_path: Path, db: Path) -> Path:
-    """A config for the day-2 commands (no serve) on the database `db`."""
-    config = tmp_path / "depositd.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-                "webhook": {"api_key": "k", "secret": "s"},
-                "storage": {"path": str(db)},
-            }
-        )
-    )
-    return config
-
-
 async def test_backup_refuses_a_target_whose_temporary_copy_is_the_database(
     tmp_path: Path,
 ) -> None:
     """`backup X` writes X.partial first: with the database at X.partial, that is refused too."""
     db = tmp_path / "copy.db.partial"
     await prefill(db, 1)
-    config = ops_config(tmp_path, db)
+    config = write_config(tmp_path, make_config(db))
     rc, _, err = await cli(config, "backup", str(tmp_path / "copy.db"))
     assert rc == 2 and "temporary copy" in err
     assert rows(db, "SELECT COUNT(*) FROM events") == [(1,)]
@@ -253,7 +239,7 @@ async def test_backup_to_a_folder_or_an_unwritable_place_fails_cleanly(tmp_path:
     `.partial` file left behind."""
     db = tmp_path / "depositd.db"
     await prefill(db, 50)  # ~200 KB
-    config = ops_config(tmp_path, db)
+    config = write_config(tmp_path, make_config(db))
     folder = tmp_path / "backups"
     folder.mkdir()
     rc, _, err = await cli(config, "backup", str(folder))
@@ -434,16 +420,7 @@ async def test_status_is_running_only_while_serve_has_the_database_open(
 
 async def test_ops_commands_without_a_database_exit_1(tmp_path: Path) -> None:
     """`status` before any `serve` ran says there is no database and exits 1."""
-    config = tmp_path / "depositd.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-                "webhook": {"api_key": "k", "secret": "s"},
-                "storage": {"path": str(tmp_path / "none.db")},
-            }
-        )
-    )
+    config = write_config(tmp_path, make_config(tmp_path / "none.db"))
     rc, _, err = await cli(config, "status")
     assert rc == 1
     assert "no database" in err
