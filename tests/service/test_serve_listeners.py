@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
-from tests.support.paths import ROOT
+from tests.support.configs import serve_config, write_config
 from tests.support.processes import Processes, ServeProcess, free_port
 
 
@@ -21,23 +20,14 @@ def _config(tmp_path: Path, provider_url: str, port: int, **extra: Any) -> Path:
     token = tmp_path / "console_token"
     token.write_text("a-console-token\n")
     token.chmod(0o600)
-    cfg: dict[str, Any] = {
-        "provider": {
-            "base_url": provider_url,
-            "api_key": PROVIDER_KEY,
-            "api_secret": PROVIDER_SECRET,
-        },
-        "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
-        "storage": {"path": str(tmp_path / "depositd.db")},
-        "scheduler": {"history_interval_s": 1, "detail_interval_s": 1},
-        "rules": str(ROOT / "rules"),
-        "profiles": str(ROOT / "rules" / "profiles.yaml"),
-        "log": {"format": "json", "level": "info"},
+    cfg = serve_config(
+        tmp_path / "depositd.db",
+        provider_url,
+        port,
+        scheduler={"history_interval_s": 1, "detail_interval_s": 1},
         **extra,
-    }
-    config = tmp_path / "depositd.yaml"
-    config.write_text(json.dumps(cfg))
-    return config
+    )
+    return write_config(tmp_path, cfg)
 
 
 def _lines(log: Path) -> list[dict[str, Any]]:

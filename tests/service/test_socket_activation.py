@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.configs import serve_config, write_config
 from tests.support.paths import ROOT
 from tests.support.processes import free_port
 from worker.provider.jsonio import dumpb
@@ -35,21 +35,7 @@ AS_SYSTEMD = (
 
 
 def _config(tmp_path: Path, provider_url: str, port: int) -> Path:
-    cfg = {
-        "provider": {
-            "base_url": provider_url,
-            "api_key": PROVIDER_KEY,
-            "api_secret": PROVIDER_SECRET,
-        },
-        "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
-        "storage": {"path": str(tmp_path / "depositd.db")},
-        "rules": str(ROOT / "rules"),
-        "profiles": str(ROOT / "rules" / "profiles.yaml"),
-        "log": {"format": "json", "level": "info"},
-    }
-    config = tmp_path / "depositd.yaml"
-    config.write_text(json.dumps(cfg))
-    return config
+    return write_config(tmp_path, serve_config(tmp_path / "depositd.db", provider_url, port))
 
 
 def _lines(log: Path) -> list[dict[str, Any]]:
