@@ -276,7 +276,7 @@ async def test_backfill_of_100k_deposits_streams_in_bounded_memory_with_progress
     for name, count in (("small", 1_000), ("large", 100_000)):
         folder = tmp_path / name
         folder.mkdir()
-        config = write_config(folder, url, page_size=500, max_pages=250, catchup_window_s=1200)
+        config = backfill_config(folder, url, page_size=500, max_pages=250, catchup_window_s=1200)
         since, until = iso_from_ms(BASE), iso_from_ms(BASE + count * 10 - 1)
         args = [sys.executable, "-m", "worker", "backfill", "--config", str(config)]
         runs[name] = await asyncio.to_thread(
