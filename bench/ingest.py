@@ -28,8 +28,9 @@ backlog (all threads) and prints the top functions by own and by cumulative samp
 --profile-server postgres samples the PostgreSQL one instead (with --store postgres).
 --one-process also times depositd with `webhook.ingress_process: false`; --ladder also times bare
 apps that read the body, and that verify and parse it. --store postgres also times depositd on
-PostgreSQL (a throwaway cluster started like the tests', tests/support/pgcluster.py) in the same pairs,
-and with --instances 2 two instances sharing one database, the load split between them.
+PostgreSQL (a throwaway cluster started like the tests', tests/support/pgcluster.py) in the
+same pairs, and with --instances 2 two instances sharing one database, the load split between
+them.
 """
 
 from __future__ import annotations

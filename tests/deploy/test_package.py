@@ -1,4 +1,4 @@
-"""The Debian package under a real systemd: a fresh minimal Debian 12 (tests/deploy/machine.py).
+"""The Debian package under a real systemd: a fresh minimal Debian 12 (tests/support/machine.py).
 
 The package is built inside the container by deploy/build-deb.sh (what `make deb` runs) from
 this working tree and the locked wheels, so it is the package for that release; a copy with

@@ -2,7 +2,7 @@
 a failover from a primary to its synchronous standby under load.
 
 `serve` runs as a process (its log read as JSON lines); the servers are throwaway clusters
-(tests/pgcluster.py) stopped and started, or crashed and promoted, by the test.
+(tests/support/pgcluster.py) stopped and started, or crashed and promoted, by the test.
 """
 
 from __future__ import annotations
