@@ -7,13 +7,12 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from tests.support.stacks import MakeStack
+from tests.support.stacks import NEVER, MakeStack
 from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.poll.abnormal import AbnormalPoll
 from worker.store import abnormal as abnormal_store
 
-NEVER = 3600.0
 FUND = {
     "amount": "250.75",
     "currency": "USDT",

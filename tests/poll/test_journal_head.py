@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestServer
 from tests.support.configs import JSON_LOGS, make_config, write_config
 from tests.support.journalrows import book, by_hand, submit
 from tests.support.processes import Processes, free_port
-from tests.support.stacks import MakeStack
+from tests.support.stacks import NEVER, MakeStack
 from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.poll.journaljob import JournalJob
@@ -31,7 +31,6 @@ from worker.store.verification import last_verification
 # Every test here runs on SQLite and on PostgreSQL, its stacks too.
 pytestmark = pytest.mark.usefixtures("engine")
 
-NEVER = 3600.0
 ProfileFactory = Callable[..., dict[str, Any]]
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.stacks import MakeStack
+from tests.support.stacks import NEVER, MakeStack
 from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.provider.models import CreditStatus, DepositOrder
@@ -16,7 +16,6 @@ from worker.track.facts import fact_from_order
 from worker.track.tracker import State, observe
 
 FAST = 0.3
-NEVER = 3600.0
 PAYER = "TReleasedPayer0000000000000000001"  # wallet 1002: its fallback profile applies
 
 
