@@ -7,7 +7,7 @@ import gc
 import io
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import sqlite_utils
 from tests.support.pgcluster import Cluster, MissingPostgres, running_cluster
 from tests.support.processes import Processes
 from tests.support.sandboxes import SandboxStarter, ServerFactory, StartSandbox, sandbox_settings
+from tests.support.stacks import MakeStack
 from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.dev.sandbox import app as sandbox_app
@@ -118,8 +119,9 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 @pytest.fixture
 def stack_stores(request: pytest.FixtureRequest) -> StoreMaker | None:
     """Where stacks store: on the test's engine when the test runs on both (it uses `engine`,
-    through `make_store` or `store`, or `pytest.mark.usefixtures("engine")`), else None: a SQLite
-    file in each stack's folder. The suites that run on both engines whole override it."""
+    through `make_store` or `store`, or by `pytest.mark.usefixtures("engine")`), else None: a
+    SQLite file in each stack's folder. tests/act and tests/e2e, whose stacks all run on both
+    engines, override it."""
     if "engine" in request.fixturenames:
         maker: StoreMaker = request.getfixturevalue("make_store")
         return maker
@@ -127,9 +129,7 @@ def stack_stores(request: pytest.FixtureRequest) -> StoreMaker | None:
 
 
 @pytest.fixture
-async def start_stack(
-    tmp_path: Path, stack_stores: StoreMaker | None
-) -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
+async def start_stack(tmp_path: Path, stack_stores: StoreMaker | None) -> AsyncIterator[MakeStack]:
     """Start `Stack(tmp_path / "stackN", **kw)`s on demand; every one is stopped at teardown."""
     numbers = itertools.count()
     async with contextlib.AsyncExitStack() as started:

@@ -1,6 +1,6 @@
-"""The tests share code only through tests/support and the conftest files (docs/testing.md,
-"Shared test code"): no module under tests/ imports a test module or another helper module
-beside it, and pytest needs no `pythonpath` entries to find what is shared."""
+"""The tests share code only through tests/support and the conftest files: no module under
+tests/ imports a test module or another helper module beside it, and pytest needs no
+`pythonpath` entries to find what is shared (docs/testing.md, "Shared test code")."""
 
 from __future__ import annotations
 
