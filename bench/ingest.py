@@ -28,8 +28,9 @@ backlog (all threads) and prints the top functions by own and by cumulative samp
 --profile-server postgres samples the PostgreSQL one instead (with --store postgres).
 --one-process also times depositd with `webhook.ingress_process: false`; --ladder also times bare
 apps that read the body, and that verify and parse it. --store postgres also times depositd on
-PostgreSQL (a throwaway cluster started like the tests', tests/pgcluster.py) in the same pairs,
-and with --instances 2 two instances sharing one database, the load split between them.
+PostgreSQL (a throwaway cluster started like the tests', tests/support/pgcluster.py) in the
+same pairs, and with --instances 2 two instances sharing one database, the load split between
+them.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # pgcluster
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # tests.support.pgcluster
 
 import realistic as rl
 from load import run_load, summary
@@ -327,7 +328,7 @@ def bench(args: argparse.Namespace) -> None:
     try:
         servers["depositd"] = Server(tmp, "depositd", args, one=False)
         if args.store == "postgres":
-            from pgcluster import running_cluster
+            from tests.support.pgcluster import running_cluster
 
             pg = cluster.enter_context(running_cluster())
             servers["postgres"] = Server(tmp, "postgres", args, one=False, url=pg.create_database())

@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
-from pgcluster import Cluster, MissingPostgres, running_cluster
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, Processes
-from stores import StoreMaker
+import sqlite_utils
 
+from tests.support.pgcluster import Cluster, MissingPostgres, running_cluster
+from tests.support.processes import Processes
+from tests.support.sandboxes import SandboxStarter, ServerFactory, StartSandbox, sandbox_settings
+from tests.support.stacks import MakeStack
+from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
-from worker.dev.sandbox import SandboxConfig, create_app
 from worker.dev.sandbox import app as sandbox_app
+from worker.dev.sandbox import create_app
 from worker.dev.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
+from worker.logs import configure as configure_logging
 from worker.logs import reset as reset_logging
+from worker.store.writer import Store, connect, migrate
 
 PROVIDER_NAMES = ("Binance", "OKX", "Coinbase")
 
@@ -42,6 +46,14 @@ def fresh_logging() -> Iterator[None]:
     logging at its own level)."""
     yield
     reset_logging()
+
+
+@pytest.fixture
+def log_lines() -> io.StringIO:
+    """Every log line from now on, as JSON text."""
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    return out
 
 
 @pytest.fixture
@@ -105,16 +117,19 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def stack_stores() -> StoreMaker | None:
-    """Where stacks store: None for a SQLite file in each stack's folder; the suites that run on
-    both engines override it with `make_store`."""
+def stack_stores(request: pytest.FixtureRequest) -> StoreMaker | None:
+    """Where stacks store: on the test's engine when the test runs on both (it uses `engine`,
+    through `make_store` or `store`, or by `pytest.mark.usefixtures("engine")`), else None: a
+    SQLite file in each stack's folder. tests/act and tests/e2e, whose stacks all run on both
+    engines, override it."""
+    if "engine" in request.fixturenames:
+        maker: StoreMaker = request.getfixturevalue("make_store")
+        return maker
     return None
 
 
 @pytest.fixture
-async def start_stack(
-    tmp_path: Path, stack_stores: StoreMaker | None
-) -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
+async def start_stack(tmp_path: Path, stack_stores: StoreMaker | None) -> AsyncIterator[MakeStack]:
     """Start `Stack(tmp_path / "stackN", **kw)`s on demand; every one is stopped at teardown."""
     numbers = itertools.count()
     async with contextlib.AsyncExitStack() as started:
@@ -143,14 +158,21 @@ async def processes() -> AsyncIterator[Processes]:
 
 
 @pytest.fixture
-async def provider_url(
-    aiohttp_server: Callable[[web.Application], Awaitable[TestServer]],
-) -> str:
-    """The provider sandbox on a loopback port (serveproc's PROVIDER_KEY); its base URL."""
-    server = await aiohttp_server(
-        create_app(SandboxConfig(api_key=PROVIDER_KEY, api_secret=PROVIDER_SECRET))
-    )
+async def provider_url(aiohttp_server: ServerFactory) -> str:
+    """The provider sandbox on a loopback port (`sandbox_settings`: PROVIDER_KEY); its base
+    URL."""
+    server = await aiohttp_server(create_app(sandbox_settings()))
     return str(server.make_url("")).rstrip("/")
+
+
+@pytest.fixture
+async def start_sandbox(aiohttp_server: ServerFactory) -> AsyncIterator[StartSandbox]:
+    """Start sandboxes on loopback on demand, each with a client and, when asked, a receiver of
+    its webhooks (`await start_sandbox(hooks=True, clock=T0, **settings)`, see
+    tests/support/sandboxes.py); their clients are closed at teardown."""
+    starter = SandboxStarter(aiohttp_server)
+    yield starter
+    await starter.close()
 
 
 # --- the two stores ------------------------------------------------------------------------
@@ -179,3 +201,31 @@ def make_store(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> I
     maker = StoreMaker(engine, tmp_path, request)
     yield maker
     maker.drop()
+
+
+@pytest.fixture
+async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
+    """An open store on a fresh database (`make_store()`), on SQLite and on PostgreSQL."""
+    s = make_store()
+    await s.open()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[Store]:
+    """An open store on a fresh SQLite file (`.path`), for what only SQLite has."""
+    s = Store(tmp_path / "depositd.db")
+    await s.open()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[sqlite_utils.Database]:
+    """A migrated SQLite database, without a store around it."""
+    conn = connect(tmp_path / "d.db")
+    database = sqlite_utils.Database(conn)
+    migrate(database)
+    yield database
+    conn.close()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from stores import StoreMaker
+
+from tests.support.stores import StoreMaker
 
 
 @pytest.fixture

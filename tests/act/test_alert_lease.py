@@ -4,14 +4,12 @@ flight, so a second instance does not send the same alert again (both engines)."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
 import sqlite_utils
 from aiohttp import web
-from stores import StoreMaker
 from structlog.testing import capture_logs
 
 from worker.act.outbox import Outbox
@@ -25,15 +23,6 @@ from worker.store.writer import Store
 from worker.track.tracker import Deposit, Fact, observe
 
 LEASE_S = 0.6
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    """A store of each engine shared by the two instances."""
-    s = make_store("d.db")
-    await s.open()
-    yield s
-    await s.close()
 
 
 @pytest.fixture

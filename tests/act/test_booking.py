@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import json
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,9 +17,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from stores import StoreMaker
 from structlog.testing import capture_logs
 
+from tests.support.configs import make_config, write_config
+from tests.support.stores import StoreMaker
 from worker.act.kinds import SPECS
 from worker.act.kinds.book import WAITING_FOR_TX_HASH, book_checked
 from worker.act.kinds.submit import Submitter
@@ -264,7 +264,7 @@ async def test_a_likely_duplicate_is_held_alerted_once_and_resolve_decides(
         "txHash 0xSAME is booked for TXA with the same amount, toAddress and currency; TXB is"
         " held as a likely duplicate: depositd resolve TXB --set duplicate=yes|no --by NAME"
     )
-    cfg = str(write_config(tmp_path, make_store.storage("d.db")))
+    cfg = str(write_config(tmp_path, make_config(make_store.storage("d.db"))))
     assert main(["resolve", "--config", cfg, "TXB"]) == 0
     assert "duplicate: txHash 0xSAME is booked for TXA" in capsys.readouterr().out
     assert main(["resolve", "--config", cfg, "TXB", "--set", "duplicate=no", "--by", "ann"]) == 0
@@ -280,7 +280,7 @@ async def test_a_likely_duplicate_decided_a_duplicate_is_never_booked(
     done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
     await env.processor.observe_fact(_fact_of(order("TXA", **done)))
     await env.processor.observe_fact(_fact_of(order("TXB", **done)))
-    cfg = str(write_config(tmp_path, make_store.storage("d.db")))
+    cfg = str(write_config(tmp_path, make_config(make_store.storage("d.db"))))
     assert main(["resolve", "--config", cfg, "TXB", "--set", "duplicate=yes", "--by", "ann"]) == 0
     await env.processor.observe_fact(_fact_of(order("TXB", **done, updateTime=1_700_000_000_009)))
     ledger = await rows(env.store, "SELECT transaction_id FROM ledger")
@@ -630,19 +630,6 @@ async def test_history_records_with_exponent_amounts_are_skipped_and_the_poll_go
 # --- 3: fixed fields ----------------------------------------------------------------------------
 
 
-def write_config(tmp_path: Path, storage: dict[str, str]) -> Path:
-    """A config whose database is the env's store."""
-    cfg = {
-        "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-        "webhook": {"listen": "127.0.0.1:9", "api_key": "a", "secret": "b"},
-        "storage": storage,
-        "scheduler": {"enabled": False},
-    }
-    path = tmp_path / "depositd.yaml"
-    path.write_text(json.dumps(cfg))
-    return path
-
-
 async def test_amount_contradicting_the_first_fact_holds_booking_until_decided(
     env: Env, tmp_path: Path, capsys: pytest.CaptureFixture[str], make_store: StoreMaker
 ) -> None:
@@ -660,7 +647,7 @@ async def test_amount_contradicting_the_first_fact_holds_booking_until_decided(
 
     report = await env.store.read(lambda db: status_report(db.conn))
     assert report["heldByConflict"] == 1
-    cfg = str(write_config(tmp_path, make_store.storage("d.db")))
+    cfg = str(write_config(tmp_path, make_config(make_store.storage("d.db"))))
     assert main(["resolve", "--config", cfg, "TXC"]) == 0
     assert "amount: was 100, webhook event" in capsys.readouterr().out
     assert main(["resolve", "--config", cfg, "TXC", "--set", "amount=-1", "--by", "ann"]) == 2
@@ -1015,7 +1002,7 @@ async def test_a_hold_its_release_and_the_booking_it_makes_are_journalled_togeth
     }
     # The rules change before the person decides: the booking keeps the rules that held it.
     env.rules_path.write_text(BOOK_ON_CREDITED + "# edited\n")
-    cfg = str(write_config(tmp_path, make_store.storage("d.db")))
+    cfg = str(write_config(tmp_path, make_config(make_store.storage("d.db"))))
     args = ["resolve", "--config", cfg, "TXC", "--set", "amount=90", "--by", "ann"]
     assert main([*args, "--note", "checked on chain"]) == 0
     entries = await journal_of(env.store)
@@ -1053,7 +1040,7 @@ async def test_a_deposit_decided_a_duplicate_is_released_unbooked(
     done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
     await env.processor.observe_fact(_fact_of(order("TXA", **done)))
     await env.processor.observe_fact(_fact_of(order("TXB", **done)))
-    cfg = str(write_config(tmp_path, make_store.storage("d.db")))
+    cfg = str(write_config(tmp_path, make_config(make_store.storage("d.db"))))
     assert main(["resolve", "--config", cfg, "TXB", "--set", "duplicate=yes", "--by", "bo"]) == 0
     entries = await journal_of(env.store)
     assert [(e.kind, e.subject) for e in entries] == [

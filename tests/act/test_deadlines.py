@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
-from stores import StoreMaker
 
+from tests.support.stacks import MakeStack
+from tests.support.stores import StoreMaker
 from worker.act.kinds import SPECS
 from worker.act.waits import Checked, check_deadlines
 from worker.clock import now_ms
@@ -29,7 +28,6 @@ from worker.track.facts import fact_from_order
 from worker.track.processor import apply_fact
 from worker.track.tracker import Fact
 
-MakeStack = Callable[..., Awaitable[Stack]]
 MINUTE = 60_000
 NO_PROFILE = "TDeadlineNoProfile00000000000001"  # wallet 1001 has no fallback profile
 KNOWN_PAYER = "TDemoKnownPayer1111111111111111111"  # demo-entity in rules/profiles.yaml
@@ -333,14 +331,6 @@ def alert_rows(db: Any) -> list[dict[str, Any]]:
         " ORDER BY id"
     ).fetchall()
     return [{**json.loads(r[0]), "trigger": r[1]} for r in rows]
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> Any:
-    s: Store = make_store("held.db")
-    await s.open()
-    yield s
-    await s.close()
 
 
 async def test_a_held_booking_waits_until_decided_and_a_new_conflict_waits_anew(

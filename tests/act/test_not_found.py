@@ -5,12 +5,13 @@ and Slack on loopback through worker.dev.harness)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.stacks import MakeStack
 from worker.dev.harness import Stack
 from worker.errors import WalletCodeError
 
@@ -25,7 +26,6 @@ ENTITY = {
 }
 
 Recorded = list[dict[str, Any]]
-MakeStack = Callable[..., Awaitable[Stack]]
 
 
 def profiles_yaml(**changes: str) -> str:

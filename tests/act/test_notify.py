@@ -22,8 +22,8 @@ import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
-from serveproc import free_port
 
+from tests.support.processes import free_port
 from worker.act.outbox import Outbox
 from worker.act.queue import enqueue_alert
 from worker.config.profiles import Profiles

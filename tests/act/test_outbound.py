@@ -9,16 +9,15 @@ import stat
 import subprocess
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
+from tests.support.stacks import MakeStack
 from worker.commands.cli import main
 from worker.commands.ops import backup
-from worker.dev.harness import Stack
 from worker.errors import NotifyError, ProviderUnavailable
 from worker.notify.email import EmailNotifier
 from worker.notify.message import build_alert
@@ -26,7 +25,6 @@ from worker.notify.slack import SlackNotifier
 from worker.provider.client import ProviderClient
 
 ROOT = Path(__file__).resolve().parents[2]
-MakeStack = Callable[..., Awaitable[Stack]]
 # Nothing listens on port 9 (discard) on loopback here: connecting is refused at once.
 CLOSED = "127.0.0.1:9"
 

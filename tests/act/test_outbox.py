@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 from structlog.testing import capture_logs
-from waits import until, until_async
 
+from tests.support.waits import until, until_async
 from worker.act.kinds.forward import forward_secret
 from worker.act.outbox import Outbox
 from worker.clock import utc_now

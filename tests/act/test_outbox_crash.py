@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import sqlite3
 from collections.abc import Mapping
@@ -13,15 +12,13 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from pytest_aiohttp import AiohttpServer
-from serveproc import Processes, free_port
-from waits import until
 
-from worker.dev.sandbox import SANDBOX_KEY, SandboxConfig, create_app
+from tests.support.configs import HOOK_PATH, serve_config, write_config
+from tests.support.processes import Processes, free_port
+from tests.support.sandboxes import sandbox_settings
+from tests.support.waits import until
+from worker.dev.sandbox import SANDBOX_KEY, create_app
 
-ROOT = Path(__file__).resolve().parents[2]
-API_KEY, API_SECRET = "crash-provider-key", "crash-provider-secret"
-HOOK_KEY, HOOK_SECRET = "crash-hook-key", "crash-hook-secret"
-HOOK_PATH = "/webhooks/provider"
 PAYER_ADDRESS = "TCrashPayer000000000000000000000001"
 PROFILES = f"""
 profiles:
@@ -59,16 +56,9 @@ async def test_sigkill_with_submission_in_flight_submits_once_with_same_key(
 ) -> None:
     """SIGKILL while the submission is in flight: after restart it happens once, same key."""
     port = free_port()
+    hooks_url = f"http://127.0.0.1:{port}{HOOK_PATH}"
     app = create_app(
-        SandboxConfig(
-            api_key=API_KEY,
-            api_secret=API_SECRET,
-            webhook_url=f"http://127.0.0.1:{port}{HOOK_PATH}",
-            webhook_api_key=HOOK_KEY,
-            webhook_secret=HOOK_SECRET,
-            delivery_retry_base_s=0.1,
-            delivery_retry_max_s=0.5,
-        )
+        sandbox_settings(hooks_url, delivery_retry_base_s=0.1, delivery_retry_max_s=0.5)
     )
     sandbox = app[SANDBOX_KEY]
     applied: list[str] = []
@@ -104,30 +94,16 @@ async def test_sigkill_with_submission_in_flight_submits_once_with_same_key(
     profiles = tmp_path / "profiles.yaml"
     profiles.write_text(PROFILES)
     db = tmp_path / "depositd.db"
-    config = tmp_path / "depositd.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "provider": {
-                    "base_url": str(server.make_url("")).rstrip("/"),
-                    "api_key": API_KEY,
-                    "api_secret": API_SECRET,
-                    "timeout_s": 10,
-                },
-                "webhook": {
-                    "listen": f"127.0.0.1:{port}",
-                    "path": HOOK_PATH,
-                    "api_key": HOOK_KEY,
-                    "secret": HOOK_SECRET,
-                },
-                "storage": {"path": str(db)},
-                "scheduler": {"enabled": False},
-                "rules": str(ROOT / "rules"),
-                "profiles": str(profiles),
-                "log": {"format": "json", "level": "warning"},
-            }
-        )
+    cfg = serve_config(
+        db,
+        str(server.make_url("")).rstrip("/"),
+        port,
+        provider={"timeout_s": 10},
+        scheduler={"enabled": False},
+        profiles=str(profiles),
+        log={"level": "warning"},
     )
+    config = write_config(tmp_path, cfg)
     serve = processes.serve(config, port, tmp_path / "serve.log")
     await serve.start()
     tx = sandbox.inject_deposit(1001, "USDT", "TRON", "250.75", PAYER_ADDRESS)["transactionId"]

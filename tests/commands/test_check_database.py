@@ -9,34 +9,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pgcluster import Cluster
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, free_port
 
+from tests.support.configs import make_config, write_config
+from tests.support.paths import RULES
+from tests.support.pgcluster import Cluster
+from tests.support.processes import free_port
 from worker.commands.cli import main
 from worker.store.durability import MACHINE_CRASH, PROCESS_CRASH, SERVER_CRASH
 from worker.store.pgstore import PgStore
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def write_config(tmp_path: Path, provider_url: str, storage: dict[str, Any]) -> Path:
-    config = tmp_path / "depositd.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "provider": {
-                    "base_url": provider_url,
-                    "api_key": PROVIDER_KEY,
-                    "api_secret": PROVIDER_SECRET,
-                },
-                "webhook": {"listen": f"127.0.0.1:{free_port()}", "api_key": "k", "secret": "s"},
-                "storage": storage,
-                "scheduler": {"enabled": False},
-                "rules": str(ROOT / "rules"),
-            }
-        )
+def online_config(tmp_path: Path, provider_url: str, storage: dict[str, Any]) -> Path:
+    """A configuration on `storage` for the sandbox at `provider_url`, with the shipped rules."""
+    cfg = make_config(
+        storage,
+        provider_url,
+        port=free_port(),
+        scheduler={"enabled": False},
+        rules=str(RULES),
     )
-    return config
+    return write_config(tmp_path, cfg)
 
 
 async def test_check_online_and_status_say_what_a_postgres_commit_survives(
@@ -46,7 +38,7 @@ async def test_check_online_and_status_say_what_a_postgres_commit_survives(
     that say so are named."""
     url = pg_cluster.create_database()
     try:
-        config = write_config(tmp_path, provider_url, {"url": url})
+        config = online_config(tmp_path, provider_url, {"url": url})
         code = await asyncio.to_thread(main, ["check", "--online", "--config", str(config)])
         out = capsys.readouterr()
         assert code == 0, out.err
@@ -74,7 +66,7 @@ async def test_check_online_fails_naming_an_unreachable_database_without_its_pas
 ) -> None:
     """No server on either host of a multi-host URL: exit 1, both hosts named, no password."""
     url = "postgresql://depositd:s3cret@127.0.0.1:1,127.0.0.1:2/depositd?connect_timeout=2"
-    config = write_config(tmp_path, provider_url, {"url": url})
+    config = online_config(tmp_path, provider_url, {"url": url})
     code = await asyncio.to_thread(main, ["check", "--online", "--config", str(config)])
     err = capsys.readouterr().err
     assert code == 1
@@ -94,7 +86,7 @@ async def test_check_online_says_what_a_sqlite_commit_survives(
 ) -> None:
     """SQLite: what `storage.synchronous` makes a commit survive."""
     path = tmp_path / "depositd.db"
-    config = write_config(tmp_path, provider_url, {"path": str(path), "synchronous": synchronous})
+    config = online_config(tmp_path, provider_url, {"path": str(path), "synchronous": synchronous})
     code = await asyncio.to_thread(main, ["check", "--online", "--config", str(config)])
     out = capsys.readouterr()
     assert code == 0, out.err

@@ -4,58 +4,32 @@ changes nothing (docs/signatures.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT
 
+from tests.support.configs import PROVIDER_SECRET, make_config, write_config
+from tests.support.processes import cli
+from tests.support.sandboxes import sandbox_settings
 from worker.commands.cli import main
-from worker.dev.sandbox import SandboxConfig, create_app
+from worker.dev.sandbox import create_app
 from worker.provider.signing import DEFAULT, METHOD_PATH_V1, Scheme
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 
 
-def write_config(folder: Path, base_url: str, **provider: str) -> Path:
+def write_check_config(folder: Path, base_url: str, **provider: str) -> Path:
     """A config for a provider at `base_url` with these provider keys, no rules."""
-    cfg = {
-        "provider": {
-            "base_url": base_url,
-            "api_key": PROVIDER_KEY,
-            "api_secret": PROVIDER_SECRET,
-            **provider,
-        },
-        "webhook": {"api_key": "hook-key", "secret": "hook-secret"},
-        "storage": {"path": "depositd.db"},
-    }
-    path = folder / "depositd.yaml"
-    path.write_text(json.dumps(cfg))  # JSON is YAML
-    return path
-
-
-async def check_online(config: Path) -> tuple[int, str, str]:
-    """`depositd check --online` as a process: (exit status, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "worker", "check", "--online", "--config", str(config)],
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return write_config(folder, make_config(Path("depositd.db"), base_url, provider=provider))
 
 
 async def sandbox(aiohttp_server: ServerFactory, scheme: Scheme, secret: str = "") -> str:
     """A sandbox that checks requests with `scheme`; its base URL."""
-    cfg = SandboxConfig(PROVIDER_KEY, secret or PROVIDER_SECRET, signature=scheme)
+    cfg = sandbox_settings(api_secret=secret or PROVIDER_SECRET, signature=scheme)
     server = await aiohttp_server(create_app(cfg))
     return str(server.make_url("")).rstrip("/")
 
@@ -64,7 +38,7 @@ def test_check_prints_the_schemes_in_force(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`check` names the scheme for provider requests and the one for webhooks."""
-    config = write_config(tmp_path, "http://127.0.0.1:9", signature="hmac-sha256-v1")
+    config = write_check_config(tmp_path, "http://127.0.0.1:9", signature="hmac-sha256-v1")
     cfg = json.loads(config.read_text())
     cfg["webhook"]["signature_encoding"] = "base64"
     config.write_text(json.dumps(cfg))
@@ -80,8 +54,8 @@ async def test_check_online_passes_when_the_provider_takes_the_default(
     aiohttp_server: ServerFactory, tmp_path: Path
 ) -> None:
     """A provider that checks the published formula accepts the default: exit 0."""
-    config = write_config(tmp_path, await sandbox(aiohttp_server, DEFAULT))
-    code, out, err = await check_online(config)
+    config = write_check_config(tmp_path, await sandbox(aiohttp_server, DEFAULT))
+    code, out, err = await cli(config, "check", "--online")
     assert code == 0, err
     assert "provider requests signed with published (HMAC-SHA256, hex" in out
 
@@ -104,9 +78,9 @@ async def test_check_online_names_the_scheme_the_provider_accepts(
 ) -> None:
     """A provider that refuses the default as unauthorised: `check --online` exits 1, says which
     scheme the provider accepts and the line to set, and leaves the config as it was."""
-    config = write_config(tmp_path, await sandbox(aiohttp_server, provider_scheme))
+    config = write_check_config(tmp_path, await sandbox(aiohttp_server, provider_scheme))
     before = config.read_bytes()
-    code, _, err = await check_online(config)
+    code, _, err = await cli(config, "check", "--online")
     assert code == 1
     lines = [line for line in err.splitlines() if not line.startswith("warning: ")]
     assert lines[0].startswith("provider: the options endpoint refused the request as unauthor")
@@ -124,8 +98,8 @@ async def test_check_online_after_the_old_default_names_published(
     """A config still on method-path-v1 against a provider on the published formula is told
     to set provider.signature: published."""
     url = await sandbox(aiohttp_server, DEFAULT)
-    config = write_config(tmp_path, url, signature="method-path-v1")
-    code, _, err = await check_online(config)
+    config = write_check_config(tmp_path, url, signature="method-path-v1")
+    code, _, err = await cli(config, "check", "--online")
     assert code == 1
     assert "put provider.signature: published in" in err
 
@@ -135,8 +109,8 @@ async def test_check_online_with_a_wrong_secret_names_no_scheme(
 ) -> None:
     """When no known scheme is accepted (here: another secret), it says so and points at the
     key, the secret and the clock."""
-    config = write_config(tmp_path, await sandbox(aiohttp_server, DEFAULT, secret="other"))
-    code, _, err = await check_online(config)
+    config = write_check_config(tmp_path, await sandbox(aiohttp_server, DEFAULT, secret="other"))
+    code, _, err = await cli(config, "check", "--online")
     assert code == 1
     assert "no known signature scheme is accepted either" in err
     assert "provider.api_secret" in err

@@ -8,11 +8,11 @@ import asyncio
 import json
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
+from tests.support.configs import HOOK_SECRET, serve_config, write_config
+from tests.support.processes import ServeProcess, free_port
 from worker.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,22 +36,15 @@ def _setup(tmp_path: Path, provider_url: str) -> tuple[Path, Path, Path]:
     profiles.write_text(
         shipped.replace("  1002: demo-entity", "  1002: demo-entity\n  1009: demo-person")
     )
-    port = free_port()
-    cfg: dict[str, Any] = {
-        "provider": {
-            "base_url": provider_url,
-            "api_key": PROVIDER_KEY,
-            "api_secret": PROVIDER_SECRET,
-        },
-        "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
-        "storage": {"path": str(tmp_path / "depositd.db")},
-        "scheduler": {"enabled": False},
-        "rules": str(rules),
-        "profiles": str(profiles),
-        "log": {"format": "json", "level": "info"},
-    }
-    config = tmp_path / "depositd.yaml"
-    config.write_text(json.dumps(cfg))
+    cfg = serve_config(
+        tmp_path / "depositd.db",
+        provider_url,
+        free_port(),
+        scheduler={"enabled": False},
+        rules=str(rules),
+        profiles=str(profiles),
+    )
+    config = write_config(tmp_path, cfg)
     return config, rules, profiles
 
 
@@ -145,4 +138,4 @@ async def test_check_online_says_what_it_checked_and_not_the_webhook_secret(
     assert extra[0].startswith(f"online: {provider_url} accepted signed requests")
     assert "cannot be tested from here" in extra[1]
     assert "webhook.secret" in extra[1] and "webhook.api_key" in extra[1]
-    assert "ws" not in extra[1].split()  # the configured secret itself is never printed
+    assert HOOK_SECRET not in extra[1].split()  # the configured secret itself is never printed

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stores import StoreMaker
 
+from tests.support.configs import make_config, write_config
+from tests.support.stores import StoreMaker
 from worker.commands import evidence as evidence_command
 from worker.commands.cli import main
 from worker.logs import configure
@@ -52,18 +53,6 @@ LEDGER = {
     "trigger": "credited",
 }
 RULES_HASH = "ab" * 32
-
-
-def write_config(tmp_path: Path, storage: dict[str, str]) -> Path:
-    """A complete config on `storage`."""
-    cfg = {
-        "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-        "webhook": {"api_key": "wk", "secret": ["ws-old", "ws-new"], "tolerance_s": 120},
-        "storage": storage,
-    }
-    path = tmp_path / "depositd.yaml"
-    path.write_text(json.dumps(cfg))
-    return path
 
 
 def envelope(event_id: str, event_type: str, t: int, **data: Any) -> dict[str, Any]:
@@ -215,7 +204,8 @@ def logs_to_stderr() -> None:
 async def config(tmp_path: Path, make_store: StoreMaker) -> Path:
     """A database holding TX's webhooks, facts, submission, booking, approval and
     reconciliation, with their journal entries; on SQLite and on PostgreSQL."""
-    path = write_config(tmp_path, make_store.storage())
+    webhook = {"secret": ["ws-old", "ws-new"], "tolerance_s": 120}
+    path = write_config(tmp_path, make_config(make_store.storage(), webhook=webhook))
     await _fill(make_store())
     return path
 

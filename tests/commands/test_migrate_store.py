@@ -4,15 +4,15 @@ leaves the target as it was."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pgcluster import Cluster
 
+from tests.support.configs import make_config, write_config
+from tests.support.pgcluster import Cluster
 from worker.commands import migrate as migrate_command
 from worker.commands.cli import main
 from worker.config.settings import StorageSettings, load_settings
@@ -26,18 +26,6 @@ from worker.store.writelock import command_writes
 from worker.store.writer import Store, event_row
 
 AMOUNTS = ["1234.567800", "0.000001", "99.99"]
-
-
-def write_config(tmp_path: Path, storage: dict[str, Any], name: str = "depositd.yaml") -> Path:
-    """A complete config with this `storage` section."""
-    cfg = {
-        "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-        "webhook": {"api_key": "wk", "secret": "ws"},
-        "storage": storage,
-    }
-    path = tmp_path / name
-    path.write_text(json.dumps(cfg))
-    return path
 
 
 async def seed_sqlite(path: Path) -> None:
@@ -132,7 +120,7 @@ async def test_a_sqlite_database_moves_to_postgresql_and_back(
     db = tmp_path / "depositd.db"
     await seed_sqlite(db)
     url = pg_cluster.create_database()
-    config = write_config(tmp_path, {"path": str(db)})
+    config = write_config(tmp_path, make_config(db))
 
     assert main(["migrate-store", "--config", str(config), "--to", url]) == 0
     out = capsys.readouterr().out
@@ -177,7 +165,7 @@ async def test_a_sqlite_database_moves_to_postgresql_and_back(
     assert seq == 6 and action == 4
 
     back = tmp_path / "back.db"
-    pg_config = write_config(tmp_path, {"url": url}, "pg.yaml")
+    pg_config = write_config(tmp_path / "pg.yaml", make_config({"url": url}))
     assert main(["migrate-store", "--config", str(pg_config), "--to", str(back)]) == 0
     assert "rows per table and ledger sums match" in capsys.readouterr().out
     conn = sqlite3.connect(back)
@@ -199,7 +187,7 @@ async def test_a_target_with_rows_or_a_running_serve_is_refused(
     holds the source; a target with the empty schema (an instance started on it) is taken."""
     db = tmp_path / "depositd.db"
     await seed_sqlite(db)
-    config = write_config(tmp_path, {"path": str(db)})
+    config = write_config(tmp_path, make_config(db))
     url = pg_cluster.create_database()
     store = PgStore(url)
     await store.open()
@@ -230,7 +218,7 @@ async def test_a_failed_copy_leaves_the_target_empty(
     conn.commit()
     conn.close()
     url = pg_cluster.create_database()
-    config = write_config(tmp_path, {"path": str(db)})
+    config = write_config(tmp_path, make_config(db))
     assert main(["migrate-store", "--config", str(config), "--to", url]) == 1
     assert "the target is left as it was" in capsys.readouterr().err
     assert pg_tables(url) == []
@@ -247,7 +235,7 @@ async def test_the_password_file_is_read_and_never_shown(
     printed."""
     db = tmp_path / "depositd.db"
     await seed_sqlite(db)
-    config = write_config(tmp_path, {"path": str(db)})
+    config = write_config(tmp_path, make_config(db))
     url = pg_cluster.create_database()
     credentials = tmp_path / "credentials"
     credentials.mkdir()
@@ -317,7 +305,7 @@ async def _source(kind: str, tmp_path: Path, pg_cluster: Cluster) -> tuple[Path,
     conn.execute("UPDATE actions SET status = 'failed' WHERE id = 1")
     conn.commit()
     conn.close()
-    config = write_config(tmp_path, {"path": str(db)})
+    config = write_config(tmp_path, make_config(db))
     if kind == "sqlite":
         return (
             config,
@@ -326,7 +314,7 @@ async def _source(kind: str, tmp_path: Path, pg_cluster: Cluster) -> tuple[Path,
         )
     url = pg_cluster.create_database()
     assert main(["migrate-store", "--config", str(config), "--to", url]) == 0
-    pg_config = write_config(tmp_path, {"url": url}, "pg.yaml")
+    pg_config = write_config(tmp_path / "pg.yaml", make_config({"url": url}))
     return pg_config, str(tmp_path / "back.db"), lambda: pg_connect(url)
 
 

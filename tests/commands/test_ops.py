@@ -7,11 +7,8 @@ import asyncio
 import json
 import os
 import signal
-import sqlite3
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -19,181 +16,25 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
-from stores import StoreMaker
 
+from tests.support.configs import make_config, write_config
+from tests.support.paths import ROOT
+from tests.support.processes import cli
+from tests.support.service import Service
+from tests.support.stores import StoreMaker, rows
+from tests.support.waits import until
+from tests.support.webhooks import envelope
 from worker import __version__
 from worker.clock import utc_now
-from worker.provider.jsonio import dumpb
-from worker.provider.signing import signed_headers
 from worker.service.maintenance import prune_events, prune_unchanged_facts
-from worker.store.pg import connect as pg_connect
 from worker.store.writer import Store
 
-ROOT = Path(__file__).resolve().parents[2]
-HOOK_PATH = "/webhooks/provider"
-HOOK_KEY, HOOK_SECRET = "ops-hook-key", "ops-hook-secret"
-UNKNOWN_ADDRESS = "TUnknownPayer00000000000000000000"
-
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
-
-
-# --- helpers -------------------------------------------------------------------------------
-
-
-def envelope(event_id: str, event_type: str, tx: str, **data: Any) -> dict[str, Any]:
-    """A deposit webhook envelope; `data` overrides the deposit fields."""
-    status = "SUCCESS" if event_type == "DEPOSIT_ORDER_NOTIFICATION" else "PROCESSING"
-    body = {
-        "transactionId": tx,
-        "walletId": 1001,
-        "walletName": "Main USDT",
-        "currency": "USDT",
-        "network": "TRON",
-        "amount": "12.5",
-        "fromAddress": UNKNOWN_ADDRESS,
-        "toAddress": "TMerchantDeposit000000000000000000",
-        "transactionHash": f"hash-{tx}",
-        "status": status,
-        **data,
-    }
-    return {
-        "eventId": event_id,
-        "eventType": event_type,
-        "referenceId": tx,
-        "status": status,
-        "timestamp": int(time.time() * 1000),
-        "data": body,
-    }
-
-
-def rows(db: Path | str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    """Rows of one query on a database file or PostgreSQL URL (a short-lived connection beside
-    the service)."""
-    if isinstance(db, str):
-        pg = pg_connect(db)
-        try:
-            return [tuple(r) for r in pg.execute(sql, args).fetchall()]
-        finally:
-            pg.close()
-    with closing(sqlite3.connect(db, timeout=10)) as conn:
-        return [tuple(r) for r in conn.execute(sql, args).fetchall()]
 
 
 def names(folder: Path) -> list[str]:
     """The names in a folder, sorted."""
     return sorted(p.name for p in folder.iterdir())
-
-
-async def wait_for(what: str, check: Callable[[], Any], within: float = 10) -> Any:
-    """Poll `check` until it returns something truthy; fail naming `what` after `within` s."""
-    deadline = time.monotonic() + within
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-    return result
-
-
-async def cli(config: Path, *args: str, within: float = 30) -> tuple[int, str, str]:
-    """Run `python -m worker ARGS --config CONFIG` (at most `within` s); status, stdout, stderr."""
-    proc = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "worker", *args, "--config", str(config)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), within)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
-class Service(ServeProcess):
-    """`python -m worker serve` in a subprocess, plus signed webhook posting."""
-
-    def __init__(
-        self,
-        tmp_path: Path,
-        provider_url: str,
-        storage: dict[str, str] | None = None,
-        **extra: Any,
-    ) -> None:
-        port = free_port()
-        self.db: Path | str = tmp_path / "depositd.db"
-        if storage and "url" in storage:
-            self.db = storage["url"]
-        cfg: dict[str, Any] = {
-            "provider": {
-                "base_url": provider_url,
-                "api_key": PROVIDER_KEY,
-                "api_secret": PROVIDER_SECRET,
-            },
-            "webhook": {
-                "listen": f"127.0.0.1:{port}",
-                "path": HOOK_PATH,
-                "api_key": HOOK_KEY,
-                "secret": HOOK_SECRET,
-            },
-            "storage": storage or {"path": str(self.db)},
-            "scheduler": {"enabled": False},
-            "rules": str(ROOT / "rules"),
-            "profiles": str(ROOT / "rules" / "profiles.yaml"),
-            "log": {"format": "json", "level": "info"},
-            **extra,
-        }
-        config = tmp_path / "depositd.yaml"
-        config.write_text(json.dumps(cfg))
-        super().__init__(config, port, tmp_path / "serve.log")
-        self.url = f"http://127.0.0.1:{port}"
-
-    @property
-    def pid(self) -> int:
-        """The serve process id."""
-        assert self.proc is not None
-        return self.proc.pid
-
-    async def start(self, timeout_s: float = 15) -> None:
-        """Start serve and wait until /healthz answers."""
-        await super().start(timeout_s)
-
-    async def healthy(self) -> bool:
-        """True when /healthz answers 200."""
-        async with aiohttp.ClientSession() as session, session.get(f"{self.url}/healthz") as r:
-            return r.status == 200
-
-    async def post(
-        self, event: dict[str, Any], session: aiohttp.ClientSession | None = None
-    ) -> int:
-        """POST one signed webhook; the HTTP status."""
-        body = dumpb(event)
-        headers = signed_headers(HOOK_KEY, HOOK_SECRET, "POST", HOOK_PATH, body)
-        headers["Content-Type"] = "application/json"
-        if session is None:
-            async with aiohttp.ClientSession() as own:
-                return await self.post(event, own)
-        async with session.post(f"{self.url}{HOOK_PATH}", data=body, headers=headers) as resp:
-            return resp.status
-
-    async def stop(self) -> int:
-        """SIGTERM; the exit status."""
-        assert self.proc is not None
-        if self.proc.returncode is None:
-            return await self.signal(signal.SIGTERM, 20)
-        return await self.proc.wait()
-
-    def actions(self, tx: str) -> list[tuple[Any, ...]]:
-        """(action, rule, rule_set_version, status) of one deposit's actions, in order."""
-        return rows(
-            self.db,
-            "SELECT action, rule, rule_set_version, status FROM actions"
-            " WHERE transaction_id = ? ORDER BY id",
-            tx,
-        )
-
-    def event_status(self, event_id: str) -> str | None:
-        """The stored status of one event."""
-        found = rows(self.db, "SELECT status FROM events WHERE event_id = ?", event_id)
-        return str(found[0][0]) if found else None
 
 
 @pytest.fixture
@@ -240,7 +81,7 @@ async def test_sighup_keeps_old_rules_on_a_bad_file_and_applies_a_good_one(
     await service.start()
     try:
         assert await service.post(envelope("ev-1", "DEPOSIT_WHITELIST_REQUIRED", "tx-1")) == 200
-        first = await wait_for("tx-1 actions", lambda: service.actions("tx-1"))
+        first = await until(lambda: service.actions("tx-1"), "tx-1 actions")
         assert [(a, r) for a, r, _, _ in first] == [("alert", "payer details needed")]
         version = first[0][2]
 
@@ -248,30 +89,30 @@ async def test_sighup_keeps_old_rules_on_a_bad_file_and_applies_a_good_one(
         assert broken != original
         rule_file.write_text(broken)
         os.kill(service.pid, signal.SIGHUP)
-        await wait_for(
-            "reload_failed alert row",
+        await until(
             lambda: rows(
                 service.db,
                 "SELECT id FROM actions WHERE action = 'alert' AND params LIKE '%reload_failed%'",
             ),
+            "reload_failed alert row",
         )
-        await wait_for(
-            "reload_failed on Slack",
+        await until(
             lambda: any("reload_failed" in json.dumps(p) for p in slack_posts),
+            "reload_failed on Slack",
         )
         failure = next(json.dumps(p) for p in slack_posts if "reload_failed" in json.dumps(p))
         assert "book_twice" in failure  # the alert names what is wrong
         assert await service.healthy()
 
         assert await service.post(envelope("ev-2", "DEPOSIT_WHITELIST_REQUIRED", "tx-2")) == 200
-        second = await wait_for("tx-2 actions", lambda: service.actions("tx-2"))
+        second = await until(lambda: service.actions("tx-2"), "tx-2 actions")
         assert [(a, r, v) for a, r, v, _ in second] == [("alert", "payer details needed", version)]
 
         rule_file.write_text(original + NEW_RULE)
         os.kill(service.pid, signal.SIGHUP)
-        await wait_for("reload", lambda: "rules and profiles reloaded" in service.log.read_text())
+        await until(lambda: "rules and profiles reloaded" in service.log.read_text(), "reload")
         assert await service.post(envelope("ev-3", "DEPOSIT_WHITELIST_REQUIRED", "tx-3")) == 200
-        await wait_for("tx-3 actions", lambda: len(service.actions("tx-3")) == 2)
+        await until(lambda: len(service.actions("tx-3")) == 2, "tx-3 actions")
         third = service.actions("tx-3")
         assert [r for _, r, _, _ in third] == ["payer details needed", "flag every new deposit"]
         assert {v for _, _, v, _ in third} != {version}
@@ -321,7 +162,7 @@ async def test_backup_under_write_load_holds_every_acknowledged_event(
     try:
         async with aiohttp.ClientSession() as session:
             senders = [asyncio.create_task(sender(session)) for _ in range(4)]
-            await wait_for("some acknowledged events", lambda: len(acked) >= 50)
+            await until(lambda: len(acked) >= 50, "some acknowledged events")
             before = list(acked)
             target = tmp_path / "backups" / "copy.db"
             # Copied in steps, each commit of the service restarted the copy: it could run for ever.
@@ -355,7 +196,7 @@ async def test_backup_refuses_the_live_database_and_its_files(
     db = service.db
     try:
         assert await service.post(envelope("ev-1", "DEPOSIT_ORDER_NOTIFICATION", "tx-1")) == 200
-        await wait_for("ev-1", lambda: service.event_status("ev-1") == "processed")
+        await until(lambda: service.event_status("ev-1") == "processed", "ev-1")
         (tmp_path / "link.db").symlink_to(db)
         os.link(db, tmp_path / "hard.db")
         targets = [
@@ -370,7 +211,7 @@ async def test_backup_refuses_the_live_database_and_its_files(
             assert rc == 2, (target, out, err)
             assert "live database file" in err and "Traceback" not in err
         assert await service.post(envelope("ev-2", "DEPOSIT_ORDER_NOTIFICATION", "tx-2")) == 200
-        await wait_for("ev-2", lambda: service.event_status("ev-2") == "processed")
+        await until(lambda: service.event_status("ev-2") == "processed", "ev-2")
         assert await service.stop() == 0
     finally:
         await service.kill()
@@ -379,28 +220,13 @@ async def test_backup_refuses_the_live_database_and_its_files(
     assert not [name for name in names(tmp_path) if name.endswith(".partial")]
 
 
-def ops_config(tmp_path: Path, db: Path) -> Path:
-    """A config for the day-2 commands (no serve) on the database `db`."""
-    config = tmp_path / "depositd.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-                "webhook": {"api_key": "k", "secret": "s"},
-                "storage": {"path": str(db)},
-            }
-        )
-    )
-    return config
-
-
 async def test_backup_refuses_a_target_whose_temporary_copy_is_the_database(
     tmp_path: Path,
 ) -> None:
     """`backup X` writes X.partial first: with the database at X.partial, that is refused too."""
     db = tmp_path / "copy.db.partial"
     await prefill(db, 1)
-    config = ops_config(tmp_path, db)
+    config = write_config(tmp_path, make_config(db))
     rc, _, err = await cli(config, "backup", str(tmp_path / "copy.db"))
     assert rc == 2 and "temporary copy" in err
     assert rows(db, "SELECT COUNT(*) FROM events") == [(1,)]
@@ -413,7 +239,7 @@ async def test_backup_to_a_folder_or_an_unwritable_place_fails_cleanly(tmp_path:
     `.partial` file left behind."""
     db = tmp_path / "depositd.db"
     await prefill(db, 50)  # ~200 KB
-    config = ops_config(tmp_path, db)
+    config = write_config(tmp_path, make_config(db))
     folder = tmp_path / "backups"
     folder.mkdir()
     rc, _, err = await cli(config, "backup", str(folder))
@@ -468,10 +294,10 @@ async def test_replay_reprocesses_an_event_without_acting_twice(
         assert await service.post(envelope("ev-req", "DEPOSIT_WHITELIST_REQUIRED", "tx-r")) == 200
         credited = envelope("ev-cred", "DEPOSIT_WHITELIST_CREDITED", "tx-r")
         assert await service.post(credited) == 200
-        await wait_for("processing", lambda: service.event_status("ev-cred") == "processed")
+        await until(lambda: service.event_status("ev-cred") == "processed", "processing")
         done = [("alert", "done"), ("book", "done")]
-        await wait_for(
-            "the actions", lambda: [(a, s) for a, _, _, s in service.actions("tx-r")] == done
+        await until(
+            lambda: [(a, s) for a, _, _, s in service.actions("tx-r")] == done, "the actions"
         )
         before = service.actions("tx-r")
         assert rows(service.db, "SELECT COUNT(*) FROM ledger") == [(1,)]
@@ -480,11 +306,11 @@ async def test_replay_reprocesses_an_event_without_acting_twice(
         assert rc == 0, err
         assert "ev-cred" in out
         # The processor sweeps the inbox periodically: a fact row per run of the event.
-        await wait_for(
-            "the replayed event to run again",
+        await until(
             lambda: (
                 rows(service.db, "SELECT COUNT(*) FROM facts WHERE event_id='ev-cred'") == [(2,)]
             ),
+            "the replayed event to run again",
         )
         assert service.event_status("ev-cred") == "processed"
         assert service.actions("tx-r") == before
@@ -512,14 +338,12 @@ async def test_status_then_retry_failed_keeps_idempotency_keys(
         assert await service.post(gone) == 200
         broken = envelope("ev-bad", "DEPOSIT_WHITELIST_REQUIRED", "tx-bad", amount="lots")
         assert await service.post(broken) == 200
-        await wait_for(
-            "the broken event to fail", lambda: service.event_status("ev-bad") == "failed"
-        )
+        await until(lambda: service.event_status("ev-bad") == "failed", "the broken event to fail")
         submit = (
             "SELECT status, attempts, idempotency_key FROM actions WHERE action='submit_profile'"
         )
-        [(_, attempts, key)] = await wait_for(
-            "the submission to fail", lambda: rows(service.db, submit + " AND status='failed'")
+        [(_, attempts, key)] = await until(
+            lambda: rows(service.db, submit + " AND status='failed'"), "the submission to fail"
         )
         assert (attempts, len(key)) == (1, 40)
         last_webhook = rows(service.db, "SELECT MAX(received_at) FROM events")[0][0]
@@ -539,17 +363,15 @@ async def test_status_then_retry_failed_keeps_idempotency_keys(
         assert rc == 0, err
         assert "1 event(s), 1 action(s)" in out
         # The service runs them again: the submission with the same key, the event anew.
-        again = await wait_for(
-            "the submission to run again", lambda: rows(service.db, submit + " AND attempts=2")
+        again = await until(
+            lambda: rows(service.db, submit + " AND attempts=2"), "the submission to run again"
         )
         assert again[0][2] == key
-        await wait_for(
-            "the submission to settle", lambda: rows(service.db, submit)[0][0] == "failed"
-        )
+        await until(lambda: rows(service.db, submit)[0][0] == "failed", "the submission to settle")
         assert rows(service.db, submit) == [("failed", 2, key)]
-        await wait_for(
-            "the broken event to run again",
+        await until(
             lambda: rows(service.db, "SELECT error FROM events WHERE event_id='ev-bad'")[0][0],
+            "the broken event to run again",
         )
         assert service.event_status("ev-bad") == "failed"
         assert await service.stop() == 0
@@ -598,16 +420,7 @@ async def test_status_is_running_only_while_serve_has_the_database_open(
 
 async def test_ops_commands_without_a_database_exit_1(tmp_path: Path) -> None:
     """`status` before any `serve` ran says there is no database and exits 1."""
-    config = tmp_path / "depositd.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-                "webhook": {"api_key": "k", "secret": "s"},
-                "storage": {"path": str(tmp_path / "none.db")},
-            }
-        )
-    )
+    config = write_config(tmp_path, make_config(tmp_path / "none.db"))
     rc, _, err = await cli(config, "status")
     assert rc == 1
     assert "no database" in err

@@ -3,28 +3,15 @@ and `backup` pointing to pg_dump."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pgcluster import Cluster
 
+from tests.support.configs import make_config, write_config
+from tests.support.pgcluster import Cluster
 from worker.commands.cli import main
 from worker.config.settings import load_settings
 from worker.errors import ConfigError
-
-
-def write_config(tmp_path: Path, storage: dict[str, Any]) -> Path:
-    """A complete config with this `storage` section."""
-    cfg = {
-        "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-        "webhook": {"api_key": "wk", "secret": "ws"},
-        "storage": storage,
-    }
-    path = tmp_path / "depositd.yaml"
-    path.write_text(json.dumps(cfg))
-    return path
 
 
 def problems(path: Path) -> str:
@@ -37,11 +24,11 @@ def problems(path: Path) -> str:
 def test_storage_takes_exactly_one_of_path_and_url(tmp_path: Path) -> None:
     """Both or neither of storage.path and storage.url, or a URL that is not PostgreSQL's, is a
     configuration problem that says what to give."""
-    both = write_config(tmp_path, {"path": "d.db", "url": "postgresql://u@h/d"})
+    both = write_config(tmp_path, make_config({"path": "d.db", "url": "postgresql://u@h/d"}))
     assert "exactly one of storage.path" in problems(both)
-    neither = write_config(tmp_path, {"retention_days": 5})
+    neither = write_config(tmp_path, make_config({"retention_days": 5}))
     assert "exactly one of storage.path" in problems(neither)
-    mysql = write_config(tmp_path, {"url": "mysql://u@h/d"})
+    mysql = write_config(tmp_path, make_config({"url": "mysql://u@h/d"}))
     assert "storage.url: must be a postgresql:// URL" in problems(mysql)
 
 
@@ -53,10 +40,12 @@ def test_the_database_password_comes_from_a_file_and_is_never_shown(
     (tmp_path / "db_password").write_text("pw-from-file\n")
     path = write_config(
         tmp_path,
-        {
-            "url": "postgresql://depositd:inline-pw@127.0.0.1:1/depositd",
-            "password_file": "db_password",
-        },
+        make_config(
+            {
+                "url": "postgresql://depositd:inline-pw@127.0.0.1:1/depositd",
+                "password_file": "db_password",
+            }
+        ),
     )
     settings = load_settings(path)
     assert settings.storage.password is not None
@@ -73,7 +62,7 @@ def test_backup_on_postgresql_refuses_and_names_pg_dump(
 ) -> None:
     """`backup` copies SQLite files only: on PostgreSQL it exits 2 naming pg_dump, and writes
     nothing."""
-    path = write_config(tmp_path, {"url": pg_cluster.url("postgres")})
+    path = write_config(tmp_path, make_config({"url": pg_cluster.url("postgres")}))
     target = tmp_path / "copy.dump"
     assert main(["backup", str(target), "--config", str(path)]) == 2
     err = capsys.readouterr().err
@@ -85,6 +74,6 @@ def test_a_password_in_the_url_query_is_never_shown(tmp_path: Path) -> None:
     """A password given as the URL's `password=` parameter is masked wherever the database is
     named, like one given before the host."""
     url = "postgresql://depositd@127.0.0.1:1/depositd?sslmode=disable&password=query-pw"
-    settings = load_settings(write_config(tmp_path, {"url": url}))
+    settings = load_settings(write_config(tmp_path, make_config({"url": url})))
     assert "query-pw" not in settings.storage.where
     assert settings.storage.where.endswith("?sslmode=disable&password=***")

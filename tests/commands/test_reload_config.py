@@ -8,14 +8,20 @@ import asyncio
 import json
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
-from serveproc import free_port
-from test_ops import ServerFactory, Service, envelope, wait_for
+from aiohttp.test_utils import TestServer
+
+from tests.support.processes import free_port
+from tests.support.service import Service
+from tests.support.waits import until
+from tests.support.webhooks import envelope
+
+ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 
 NEW_RULES = """\
 wallet: "*"
@@ -94,7 +100,7 @@ async def test_sighup_reloads_notify_and_paths_and_names_what_needs_a_restart(
         assert [(r["level"], r["needsRestart"]) for r in restart] == [("warning", "webhook.listen")]
 
         assert await service.post(envelope("ev-r1", "DEPOSIT_WHITELIST_REQUIRED", "tx-r1")) == 200
-        await wait_for("the alert on the new Slack URL", lambda: new_posts)
+        await until(lambda: new_posts, "the alert on the new Slack URL")
         assert "from the reloaded rules path" in json.dumps(new_posts)
         assert old_posts == []
         assert [r for _, r, _, _ in service.actions("tx-r1")] == ["new rule set in force"]

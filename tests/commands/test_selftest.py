@@ -3,7 +3,6 @@ of a running depositd endpoint: passes through a straight proxy, names the fault
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Awaitable, Callable
 from contextlib import closing
@@ -13,9 +12,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from test_ingress import PATH, write_config
-from test_ops import cli
 
+from tests.support.configs import HOOK_PATH, HOOK_SECRET
+from tests.support.ingress import write_ingress_config
+from tests.support.processes import cli
 from worker.commands.selftest import EVENT_TYPE
 from worker.config.settings import load_settings
 from worker.service.setup import build_app
@@ -55,11 +55,11 @@ def strip(path: str) -> str:
 @pytest.mark.parametrize(
     ("public_path", "rewrite", "code", "expected", "scheme"),
     [
-        (PATH, lambda p: p, 0, "stored: yes (ignored)", "published"),
-        (PATH, lambda p: p, 0, "stored: yes (ignored)", "method-path-v1"),
-        ("/depositd" + PATH, strip, 1, "check: path rewritten", "method-path-v1"),
-        ("/depositd" + PATH, strip, 0, "stored: yes (ignored)", "published"),
-        (PATH, lambda p: "/upstream" + p, 1, "check: 404", "published"),
+        (HOOK_PATH, lambda p: p, 0, "stored: yes (ignored)", "published"),
+        (HOOK_PATH, lambda p: p, 0, "stored: yes (ignored)", "method-path-v1"),
+        ("/depositd" + HOOK_PATH, strip, 1, "check: path rewritten", "method-path-v1"),
+        ("/depositd" + HOOK_PATH, strip, 0, "stored: yes (ignored)", "published"),
+        (HOOK_PATH, lambda p: "/upstream" + p, 1, "check: 404", "published"),
     ],
     ids=[
         "straight",
@@ -83,10 +83,7 @@ async def test_selftest_through_a_proxy(
     under method-path-v1 (which signs the path) with the signed and the arrived path named,
     and passes under the published scheme (which does not); one that forwards to another path
     fails with the 404 hint. A failure stores nothing."""
-    config = write_config(tmp_path)
-    cfg = json.loads(config.read_text())
-    cfg["webhook"]["signature"] = scheme
-    config.write_text(json.dumps(cfg))
+    config = write_ingress_config(tmp_path, signature=scheme)
     settings = load_settings(config)
     backend = await aiohttp_server(build_app(settings, sweep_interval_s=0.05))
     front = await aiohttp_server(proxy(str(backend.make_url("")).rstrip("/"), rewrite))
@@ -99,7 +96,7 @@ async def test_selftest_through_a_proxy(
     assert types == ([EVENT_TYPE] if code == 0 else [])
     if code == 0:  # a pass says what it cannot show: the provider's secret may still differ
         assert "cannot tell whether the provider signs with the same ones" in out
-        assert "webhookAuthRefused" in out and "current-secret" not in out
+        assert "webhookAuthRefused" in out and HOOK_SECRET not in out
     if "path rewritten" in expected:
-        assert f"signed for /depositd{PATH}, arrived as {PATH}" in out
-        assert "current-secret" not in out
+        assert f"signed for /depositd{HOOK_PATH}, arrived as {HOOK_PATH}" in out
+        assert HOOK_SECRET not in out

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stores import StoreMaker
-from test_ops import Service, cli
+from tests.support.processes import cli
+from tests.support.service import Service
+from tests.support.stores import StoreMaker
 
 
 async def test_status_says_running_while_another_instance_serves(

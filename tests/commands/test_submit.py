@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from stores import StoreMaker
 
+from tests.support.stacks import MakeStack
 from worker.act.queue import submit_key
 from worker.commands.cli import main
 from worker.config.profiles import Profiles
@@ -19,7 +18,6 @@ from worker.dev.harness import Stack
 from worker.notify.message import build_alert, render_text
 from worker.store import operator as operator_store
 
-MakeStack = Callable[..., Awaitable[Stack]]
 UNKNOWN = "THeldForAPerson000000000000000001"
 # Large deposits wait for a person even though a stored profile applies (wallet 1002 falls back
 # to demo-entity in the shipped profiles); small ones are submitted by the rule.
@@ -41,12 +39,6 @@ rules:
 """
 
 
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """The command works on either store: these stacks store on SQLite, then on PostgreSQL."""
-    return make_store
-
-
 async def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """Run the command line in a thread (the stack keeps running on this loop)."""
     code = await asyncio.to_thread(main, list(argv))
@@ -66,6 +58,7 @@ async def _held(tmp_path: Path, start_stack: MakeStack) -> tuple[Stack, str]:
     return stack, tx
 
 
+@pytest.mark.usefixtures("engine")  # its stacks on SQLite and on PostgreSQL
 async def test_a_held_deposit_is_submitted_once_and_recorded(
     tmp_path: Path, start_stack: MakeStack, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -123,6 +116,7 @@ async def test_a_held_deposit_is_submitted_once_and_recorded(
     assert [a["id"] for a in again] == [first["id"]]
 
 
+@pytest.mark.usefixtures("engine")  # its stacks on SQLite and on PostgreSQL
 async def test_a_profile_that_does_not_fit_is_refused_naming_fields_not_values(
     tmp_path: Path, start_stack: MakeStack, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -153,6 +147,7 @@ async def test_a_profile_that_does_not_fit_is_refused_naming_fields_not_values(
     assert stack.sandbox.state.orders[tx].white_list_status.value == "init"
 
 
+@pytest.mark.usefixtures("engine")  # its stacks on SQLite and on PostgreSQL
 async def test_unknown_profiles_deposits_and_deposits_no_longer_waiting_are_refused(
     tmp_path: Path, start_stack: MakeStack, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -216,6 +211,7 @@ def test_alerts_name_the_command_for_the_case_at_hand() -> None:
     assert "Correct profile acme" in rejected and "depositd submit tx-9 --profile acme" in rejected
 
 
+@pytest.mark.usefixtures("engine")  # its stacks on SQLite and on PostgreSQL
 async def test_a_submission_refused_by_the_provider_is_not_sent_again_by_a_second_run(
     tmp_path: Path, start_stack: MakeStack, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -244,6 +240,7 @@ async def test_a_submission_refused_by_the_provider_is_not_sent_again_by_a_secon
     assert len([a for a in await stack.actions(tx) if a["action"] == "submit_profile"]) == 1
 
 
+@pytest.mark.usefixtures("engine")  # its stacks on SQLite and on PostgreSQL
 async def test_a_profile_edited_but_not_reloaded_is_not_sent_in_its_old_form(
     tmp_path: Path, start_stack: MakeStack, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from journalrows import book, by_hand, drop_append_only, purge, submit
-from stores import StoreMaker
 
+from tests.support.configs import make_config, write_config
+from tests.support.journalrows import book, by_hand, drop_append_only, purge, submit
+from tests.support.stores import StoreMaker
 from worker.commands.cli import main
 from worker.dev.harness import Stack
 from worker.dev.sandbox.testing import ENTITY_PAYER
@@ -79,13 +80,7 @@ async def setup(make_store: StoreMaker, tmp_path: Path) -> AsyncIterator[Setup]:
         await store.close()
     assert head is not None
     storage = make_store.storage()
-    cfg = {
-        "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-        "webhook": {"api_key": "wk", "secret": "ws"},
-        "storage": storage,
-    }
-    config = tmp_path / "depositd.yaml"
-    config.write_text(json.dumps(cfg))
+    config = write_config(tmp_path, make_config(storage))
     done = Setup(storage, config, head)
     done.action_ids, done.entries = action_ids, entries
     yield done
@@ -227,13 +222,7 @@ async def test_the_head_and_an_anchor(setup: Setup) -> None:
 def test_bad_usage_exits_2_and_a_missing_database_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = {
-        "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-        "webhook": {"api_key": "wk", "secret": "ws"},
-        "storage": {"path": str(tmp_path / "none.db")},
-    }
-    config = tmp_path / "depositd.yaml"
-    config.write_text(json.dumps(cfg))
+    config = write_config(tmp_path, make_config(tmp_path / "none.db"))
     for args, said in (
         (["--anchor", "12"], "an anchor is SEQ:HASH"),
         (["--anchor", "0:" + "0" * 64], "entries are numbered from 1"),
@@ -251,12 +240,7 @@ def test_bad_usage_exits_2_and_a_missing_database_1(
 FLOW_ADDRESS = "TVerifyFlowEntity0000000000000001"
 
 
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """The stacks of this module on the test's engine."""
-    return make_store
-
-
+@pytest.mark.usefixtures("engine")  # its stacks on SQLite and on PostgreSQL
 async def test_what_the_flow_wrote_verifies_and_an_edit_is_named(
     start_stack: Callable[..., Awaitable[Stack]], tmp_path: Path
 ) -> None:

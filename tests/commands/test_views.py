@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stores import StoreMaker
 
+from tests.support.configs import make_config, write_config
+from tests.support.stores import StoreMaker
 from worker.commands.cli import main
 from worker.commands.read import parse_since
 from worker.logs import configure
@@ -22,18 +23,6 @@ from worker.track.processor import Processor
 
 T0 = 1_700_000_000_000
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def write_config(tmp_path: Path, storage: dict[str, str] | None = None) -> Path:
-    """A complete config whose database is tmp_path/depositd.db (or `storage`)."""
-    cfg = {
-        "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-        "webhook": {"api_key": "wk", "secret": "ws"},
-        "storage": storage or {"path": "depositd.db"},
-    }
-    path = tmp_path / "depositd.yaml"
-    path.write_text(json.dumps(cfg))
-    return path
 
 
 def envelope(event_id: str, event_type: str, tx: str, t: int, **data: Any) -> dict[str, Any]:
@@ -70,7 +59,7 @@ def logs_to_stderr() -> None:
 async def config(tmp_path: Path, make_store: StoreMaker) -> Path:
     """A database with two deposits, one failed event, a failed action, two failed alerts (one
     about no deposit) and a sent one, and two ledger entries; on SQLite and on PostgreSQL."""
-    path = write_config(tmp_path, make_store.storage())
+    path = write_config(tmp_path, make_config(make_store.storage()))
     store = make_store()
     await store.open()
     events = [
@@ -327,7 +316,7 @@ def test_parse_since_normalises_to_utc() -> None:
 
 def test_missing_database_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Without a database file the commands say so and exit 1, creating nothing."""
-    cfg = write_config(tmp_path)
+    cfg = write_config(tmp_path, make_config(Path("depositd.db")))
     for command in ("events", "deposits", "ledger"):
         status, _, err = run(capsys, command, "--config", str(cfg))
         assert status == 1 and "no database at" in err

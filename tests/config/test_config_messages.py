@@ -10,8 +10,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.paths import ROOT
 from worker.commands.cli import main
 from worker.config.settings import load_settings
 from worker.errors import ConfigError

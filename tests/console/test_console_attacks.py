@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from pydantic import ValidationError
 from yarl import URL
 
+from tests.support.stacks import MakeStack
 from worker.config.settings import ConsoleSettings
 from worker.console.app import build_console
 from worker.console.auth import FREE_FAILURES, MAX_ADDRESSES, Sessions, Throttle, guard
@@ -28,8 +28,6 @@ from worker.errors import StorageError
 from worker.store import findings as findings_store
 from worker.store import operator as operator_store
 from worker.store.findings import Finding
-
-MakeStack = Callable[..., Awaitable[Stack]]
 
 
 def _client() -> aiohttp.ClientSession:

@@ -11,13 +11,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from livestack import LiveStack, log_in, submit
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.support.livestack import LiveStack, log_in, submit
 from worker.act.approve import approve
 from worker.clock import utc_now
 from worker.store import operator as operator_store

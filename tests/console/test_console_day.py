@@ -9,15 +9,14 @@ import datetime as dt
 import io
 import re
 import shutil
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 import pytest
-from stores import StoreMaker
 
+from tests.support.stacks import MakeStack
 from worker.config.shipped import shipped_rules
 from worker.console import export
 from worker.console.export import FINDING_COLUMNS, cell, to_csv
@@ -28,7 +27,6 @@ from worker.store import abnormal, ledger
 from worker.store import findings as findings_store
 from worker.store.findings import Finding
 
-MakeStack = Callable[..., Awaitable[Stack]]
 EVIL_WALLET = '=HYPERLINK("http://evil.invalid","open")'
 SOURCE = "TConsoleDayPayer0000000000000001"
 HOLD_RULES = """\
@@ -38,13 +36,6 @@ rules:
     "on": [needs_details]
     then: [{alert: {severity: warning}}]
 """
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """The stacks of this module run on both engines (the search and export SQL differ from
-    the lists')."""
-    return make_store
 
 
 def _client() -> aiohttp.ClientSession:
@@ -114,6 +105,7 @@ def _rules(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.usefixtures("engine")  # its stacks on SQLite and on PostgreSQL
 async def test_search_export_and_unbooked(start_stack: MakeStack, tmp_path: Path) -> None:
     """A booked deposit is found by its transactionId, its txHash in capitals and its source
     address; it is in the day's ledger CSV with its wallet's formula name escaped and its
@@ -155,6 +147,7 @@ async def test_search_export_and_unbooked(start_stack: MakeStack, tmp_path: Path
         assert f'href="/deposits/{unbooked}"' in html and booked not in html
 
 
+@pytest.mark.usefixtures("engine")  # its stacks on SQLite and on PostgreSQL
 async def test_findings_export_of_a_day_range(start_stack: MakeStack) -> None:
     """A day reconciled with a report record no deposit backs has a finding; the findings CSV
     of a range holding that day lists it with its exact amount and its formula-like txHash
@@ -246,6 +239,7 @@ def test_no_cell_is_a_formula_and_money_stays_exact() -> None:
     assert text.splitlines()[1].startswith("7,") and '"\'=cmd|""/c calc""!A1"' in text
 
 
+@pytest.mark.usefixtures("engine")  # its stacks on SQLite and on PostgreSQL
 async def test_exports_are_streamed_chunk_by_chunk_whole_and_in_order(
     start_stack: MakeStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:

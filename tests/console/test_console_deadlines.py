@@ -5,17 +5,18 @@ plain HTTP against a real stack with its console, on both engines."""
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 import pytest
-from stores import StoreMaker
 
+from tests.support.stacks import MakeStack
 from worker.dev.harness import Stack
 from worker.store.waits import open_waits_of
 
-MakeStack = Callable[..., Awaitable[Stack]]
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
+
 MINUTE = 60_000
 NO_PROFILE = "TConsoleDeadline000000000000001"  # neither wallet 1000 nor 1001 has a fallback
 KNOWN_PAYER = "TDemoKnownPayer1111111111111111111"  # demo-entity in rules/profiles.yaml
@@ -50,12 +51,6 @@ rules:
     then: [{alert: {severity: warning}}]
 """,
 }
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """The stacks' stores: the test's engine."""
-    return make_store
 
 
 async def _logged_in(stack: Stack) -> aiohttp.ClientSession:

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from stores import StoreMaker
 
+from tests.support.stacks import MakeStack
 from worker.dev.harness import Stack
 from worker.store import journal
 from worker.store.evidence_file import check
 
-MakeStack = Callable[..., Awaitable[Stack]]
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
+
 PAYER = {
     "correspondentType": "ENTITY",
     "fullName": "Ondrecht Varnish Trading BV",
@@ -30,12 +31,6 @@ PAYER = {
     "addressType": "STANDARD",
 }
 SOURCE = "TConsoleEvidencePayer00000000001"
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """The stacks of this module run on both engines."""
-    return make_store
 
 
 def _client() -> aiohttp.ClientSession:

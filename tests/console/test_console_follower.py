@@ -7,19 +7,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from stores import StoreMaker
 
+from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.errors import ProviderError
 from worker.store.facts import facts_of
 
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
+
 StartStack = Callable[..., Awaitable[Stack]]
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """The stacks' stores: the test's engine."""
-    return make_store
 
 
 async def test_a_follower_reads_a_deposit_detail_on_demand(

@@ -4,14 +4,13 @@ CSRF check and no inline script, against a real stack with its console."""
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 
 import aiohttp
 
+from tests.support.stacks import MakeStack
 from worker.console.auth import FREE_FAILURES, Sessions
 from worker.dev.harness import Stack
 
-MakeStack = Callable[..., Awaitable[Stack]]
 PAGES = (
     "/",
     "/deposits",

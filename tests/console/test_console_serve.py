@@ -4,16 +4,14 @@ webhook port, until it stops; the hosted page's link gets the deposit and darkMo
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 from pathlib import Path
 
 import aiohttp
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
+from tests.support.configs import serve_config, write_config
+from tests.support.processes import ServeProcess, free_port
 from worker.console.pages import deep_link
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_serve_serves_the_console_until_it_stops(tmp_path: Path, provider_url: str) -> None:
@@ -23,28 +21,19 @@ async def test_serve_serves_the_console_until_it_stops(tmp_path: Path, provider_
     token = tmp_path / "console_token"
     token.write_text("a-console-token\n")
     token.chmod(0o600)
-    config = tmp_path / "depositd.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "provider": {
-                    "base_url": provider_url,
-                    "api_key": PROVIDER_KEY,
-                    "api_secret": PROVIDER_SECRET,
-                },
-                "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
-                "storage": {"path": str(tmp_path / "depositd.db")},
-                "scheduler": {"enabled": False},
-                "rules": str(ROOT / "rules"),
-                "profiles": str(ROOT / "rules" / "profiles.yaml"),
-                "console": {
-                    "listen": f"127.0.0.1:{console_port}",
-                    "token_file": "console_token",
-                    "hosted_url": f"{provider_url}/hosted",
-                },
-            }
-        )
+    cfg = serve_config(
+        tmp_path / "depositd.db",
+        provider_url,
+        port,
+        scheduler={"enabled": False},
+        log=None,
+        console={
+            "listen": f"127.0.0.1:{console_port}",
+            "token_file": "console_token",
+            "hosted_url": f"{provider_url}/hosted",
+        },
     )
+    config = write_config(tmp_path, cfg)
     serve = ServeProcess(config, port, tmp_path / "serve.log")
     async with serve, aiohttp.ClientSession() as session:
         # /healthz answers as soon as the webhook listener serves; the console opens right

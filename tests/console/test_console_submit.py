@@ -5,14 +5,13 @@ submits once, and is refused (409) once the deposit no longer waits."""
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 
 import aiohttp
 
+from tests.support.stacks import MakeStack
 from worker.dev.harness import Stack
 from worker.store import operator as operator_store
 
-MakeStack = Callable[..., Awaitable[Stack]]
 NO_PROFILE = "TConsoleSubmitNoProfile0000000001"  # wallet 1001 has no fallback profile
 
 

@@ -1,4 +1,4 @@
-"""The Debian package under a real systemd: a fresh minimal Debian 12 (tests/deploy/machine.py).
+"""The Debian package under a real systemd: a fresh minimal Debian 12 (tests/support/machine.py).
 
 The package is built inside the container by deploy/build-deb.sh (what `make deb` runs) from
 this working tree and the locked wheels, so it is the package for that release; a copy with
@@ -15,8 +15,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from installed import Host, assert_nothing_lost, configure, under_load
-from machine import REPO, Machine, MachineError, missing_requirements, rootfs, wheels
+
+from tests.support.installed import Host, assert_nothing_lost, configure, under_load
+from tests.support.machine import REPO, Machine, MachineError, missing_requirements, rootfs, wheels
 
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.xdist_group("systemd")]
 

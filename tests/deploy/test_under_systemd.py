@@ -3,7 +3,7 @@
 Installed by deploy/install.sh from this working tree as the deploy guide (docs: deploy/README.md)
 says, staged (`--root`) and copied to / as an image build does, configured against the
 sandbox, started with `systemctl enable --now` (depositd.socket holding the port), and checked
-through systemctl and journalctl inside. One container for the module (tests/deploy/machine.py):
+through systemctl and journalctl inside. One container for the module (tests/support/machine.py):
 it boots once, and every test leaves the service running. A drop-in shortens the watchdog
 (WatchdogSec=6) and the restart delay so that the watchdog tests take seconds.
 
@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from installed import (
+
+from tests.support.installed import (
     DEPOSITCTL,
     DEPOSITD,
     LOAD_RATE,
@@ -33,7 +34,7 @@ from installed import (
     configure,
     under_load,
 )
-from machine import REPO, Machine, MachineError, missing_requirements, rootfs, wheels
+from tests.support.machine import REPO, Machine, MachineError, missing_requirements, rootfs, wheels
 
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.xdist_group("systemd")]
 

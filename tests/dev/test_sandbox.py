@@ -9,7 +9,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -19,10 +19,12 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.support.configs import HOOK_KEY, HOOK_SECRET, PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.sandboxes import StartSandbox, sandbox_settings
 from worker.clock import now_ms
 from worker.commands.cli import main as cli_main
 from worker.config.settings import load_settings
-from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
+from worker.dev.sandbox import Sandbox
 from worker.dev.sandbox.cli import listen_address, sandbox_config
 from worker.dev.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER, WebhookRecorder
 from worker.errors import (
@@ -37,8 +39,6 @@ from worker.provider.client import ProviderClient
 from worker.provider.models import WhiteListStatus
 from worker.provider.signing import DEFAULT, METHOD_PATH_V1, signed_headers
 
-API_KEY, API_SECRET = "sbx-key", "sbx-secret"
-HOOK_KEY, HOOK_SECRET = "hook-key", "hook-secret"
 SOURCE = "0x9f8e7d6c5b4a39281706f5e4d3c2b1a098765432"
 ROOT = str(Path(__file__).resolve().parents[2])
 SUBMIT = "/v1/wallet/deposit-whitelist/transactions/{}/submit"
@@ -62,14 +62,14 @@ class Running:
         target: str,
         body: Any = None,
         *,
-        secret: str = API_SECRET,
+        secret: str = PROVIDER_SECRET,
         extra: dict[str, str] | None = None,
         signed: bool = True,
         ts: int | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """A raw request (to see envelopes, headers and HTTP statuses the client hides)."""
         raw = b"" if body is None else jsonio.dumpb(body)
-        headers = signed_headers(API_KEY, secret, method, target, raw, timestamp_ms=ts)
+        headers = signed_headers(PROVIDER_KEY, secret, method, target, raw, timestamp_ms=ts)
         if not signed:
             headers = {}
         headers.update(extra or {})
@@ -87,23 +87,13 @@ Factory = Callable[..., Awaitable[Running]]
 
 
 @pytest.fixture
-async def start(aiohttp_server: Any) -> AsyncIterator[Factory]:
-    clients: list[ProviderClient] = []
-
+def start(start_sandbox: StartSandbox) -> Factory:
     async def make(**overrides: Any) -> Running:
-        clock = [1_800_000_000_000]
-        cfg = SandboxConfig(API_KEY, API_SECRET, **overrides)
-        app = create_app(cfg, clock=lambda: clock[0])
-        server = await aiohttp_server(app)
-        client = ProviderClient(
-            str(server.make_url("/")), API_KEY, API_SECRET, retries=0, timeout_s=5
-        )
-        clients.append(client)
-        return Running(app[SANDBOX_KEY], server, client, clock)
+        s = await start_sandbox(clock=1_800_000_000_000, client_timeout_s=5, **overrides)
+        assert s.clock is not None
+        return Running(s.sandbox, s.server, s.client, s.clock)
 
-    yield make
-    for client in clients:
-        await client.close()
+    return make
 
 
 @pytest.fixture
@@ -211,7 +201,7 @@ async def test_unsigned_and_wrongly_signed_requests_are_401(sbx: Running) -> Non
     assert (status, env["msg"].split()[0]) == (401, "signature")
     status, env = await sbx.call("GET", target, ts=now_ms() - 600_000)
     assert (status, env["msg"].split()[0]) == (401, "timestamp")
-    bad = ProviderClient(str(sbx.server.make_url("/")), API_KEY, "wrong", retries=0)
+    bad = ProviderClient(str(sbx.server.make_url("/")), PROVIDER_KEY, "wrong", retries=0)
     with pytest.raises(ProviderAuthError):
         await bad.options()
     await bad.close()
@@ -235,7 +225,7 @@ async def test_fault_5xx_counts_down(sbx: Running) -> None:
 async def test_fault_timeout_until_cleared(sbx: Running) -> None:
     """A timeout fault holds requests past the caller's timeout until faults are cleared."""
     url = str(sbx.server.make_url("/"))
-    client = ProviderClient(url, API_KEY, API_SECRET, retries=0, timeout_s=0.2)
+    client = ProviderClient(url, PROVIDER_KEY, PROVIDER_SECRET, retries=0, timeout_s=0.2)
     sbx.sandbox.set_fault("/v1/wallet/history", kind="timeout", count=None)
     with pytest.raises(ProviderUnavailable, match="timeout"):
         await client.history(white_list_status="init")
@@ -280,7 +270,7 @@ async def test_rate_limit_fault_answers_429_or_503_with_retry_after(sbx: Running
     status, fault = await sbx.call("POST", "/_sandbox/faults", body)
     assert (status, fault["httpStatus"], fault["retryAfterSeconds"]) == (201, 429, 7)
     url = f"http://{sbx.server.host}:{sbx.server.port}/v1/wallet/history"
-    headers = signed_headers(API_KEY, API_SECRET, "GET", "/v1/wallet/history", b"")
+    headers = signed_headers(PROVIDER_KEY, PROVIDER_SECRET, "GET", "/v1/wallet/history", b"")
     async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as resp:
         assert (resp.status, resp.headers.get("Retry-After")) == (429, "7")
         assert "rate limit" in (await resp.json())["msg"]
@@ -305,8 +295,6 @@ async def test_state_survives_restart(start: Factory, aiohttp_server: Any, tmp_p
     cfg: dict[str, Any] = {
         "state_path": tmp_path / "sandbox.db",
         "webhook_url": str(hook_server.make_url(hooks.path)),
-        "webhook_api_key": HOOK_KEY,
-        "webhook_secret": HOOK_SECRET,
         "delivery_retry_base_s": 0.01,
         "delivery_retry_max_s": 0.02,
     }
@@ -461,8 +449,8 @@ async def test_sandbox_command_serves_and_stops_on_sigterm(
     config.write_text(
         "provider:\n"
         "  base_url: http://127.0.0.1:1\n"
-        f"  api_key: {API_KEY}\n"
-        f"  api_secret: {API_SECRET}\n"
+        f"  api_key: {PROVIDER_KEY}\n"
+        f"  api_secret: {PROVIDER_SECRET}\n"
         "webhook:\n"
         "  listen: 127.0.0.1:9\n"
         f"  api_key: {HOOK_KEY}\n"
@@ -487,7 +475,7 @@ async def test_sandbox_command_serves_and_stops_on_sigterm(
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": ROOT},
     )
-    client = ProviderClient(f"http://127.0.0.1:{port}", API_KEY, API_SECRET, retries=0)
+    client = ProviderClient(f"http://127.0.0.1:{port}", PROVIDER_KEY, PROVIDER_SECRET, retries=0)
     try:
         for _ in range(100):
             try:
@@ -503,7 +491,7 @@ async def test_sandbox_command_serves_and_stops_on_sigterm(
         _, stderr = await asyncio.wait_for(proc.communicate(), 10)
     assert proc.returncode == 0, stderr.decode()
     assert (tmp_path / "sbx.db").exists()
-    assert API_SECRET not in stderr.decode()
+    assert PROVIDER_SECRET not in stderr.decode()
 
 
 def test_sandbox_command_refuses_a_bad_or_taken_port(
@@ -513,7 +501,7 @@ def test_sandbox_command_refuses_a_bad_or_taken_port(
     neither with a traceback."""
     config = tmp_path / "depositd.yaml"
     config.write_text(
-        f"provider: {{base_url: 'http://127.0.0.1:1', api_key: {API_KEY}, api_secret: x}}\n"
+        f"provider: {{base_url: 'http://127.0.0.1:1', api_key: {PROVIDER_KEY}, api_secret: x}}\n"
         f"webhook: {{api_key: {HOOK_KEY}, secret: {HOOK_SECRET}}}\n"
         "storage: {path: depositd.db}\n"
         "log: {format: json}\n"
@@ -550,8 +538,8 @@ def test_sandbox_config_from_settings(tmp_path: Path) -> None:
     config.write_text(
         "provider:\n"
         "  base_url: http://127.0.0.1:9100\n"
-        f"  api_key: {API_KEY}\n"
-        f"  api_secret: {API_SECRET}\n"
+        f"  api_key: {PROVIDER_KEY}\n"
+        f"  api_secret: {PROVIDER_SECRET}\n"
         "webhook:\n"
         "  listen: 0.0.0.0:8080\n"
         "  path: /hooks/p\n"
@@ -562,7 +550,7 @@ def test_sandbox_config_from_settings(tmp_path: Path) -> None:
     )
     settings = load_settings(config)
     cfg = sandbox_config(settings, tmp_path / "s.db")
-    assert (cfg.api_key, cfg.api_secret) == (API_KEY, API_SECRET)
+    assert (cfg.api_key, cfg.api_secret) == (PROVIDER_KEY, PROVIDER_SECRET)
     assert (cfg.webhook_api_key, cfg.webhook_secret) == (HOOK_KEY, HOOK_SECRET)
     assert cfg.webhook_url == "http://127.0.0.1:8080/hooks/p"
     assert listen_address(settings.provider.base_url) == ("127.0.0.1", 9100)
@@ -589,9 +577,7 @@ def test_transaction_hashes_are_written_as_their_chain_writes_them() -> None:
     """A TRON deposit's txHash is 64 hex digits without 0x; an EVM chain's starts with 0x."""
     import re
 
-    from worker.dev.sandbox import Sandbox, SandboxConfig
-
-    sandbox = Sandbox(SandboxConfig(api_key="k", api_secret="s"))
+    sandbox = Sandbox(sandbox_settings())
     tron = sandbox.inject_deposit(1002, "USDT", "TRON", "1.00", "TFromHash000000000000000000000001")
     eth = sandbox.inject_deposit(1002, "USDT", "ETH", "1.00", "0xFromHash00000000000000000000001")
     assert re.fullmatch(r"[0-9a-f]{64}", tron["transactionHash"]), tron["transactionHash"]

@@ -3,21 +3,20 @@ Transitions table, reading detail, asset balance and the wallet list after each 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
 import aiohttp
 import pytest
 
-from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.sandboxes import StartSandbox
+from worker.dev.sandbox import Sandbox
 from worker.dev.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER, WebhookRecorder
 from worker.errors import ProviderBusinessError
 from worker.provider.client import ProviderClient
 from worker.provider.signing import signed_headers
 
-API_KEY, API_SECRET = "sbx-key", "sbx-secret"
-HOOK_KEY, HOOK_SECRET = "hook-key", "hook-secret"
 MAIN, AUTO, PLAIN = 1000, 1001, 1002
 SOURCE = "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB"
 D = Decimal
@@ -66,22 +65,10 @@ class Walk:
 
 
 @pytest.fixture
-async def walk(aiohttp_server: Any) -> AsyncIterator[Walk]:
-    hooks = WebhookRecorder(HOOK_KEY, HOOK_SECRET)
-    hook_server = await aiohttp_server(hooks.app())
-    cfg = SandboxConfig(
-        API_KEY,
-        API_SECRET,
-        webhook_url=str(hook_server.make_url(hooks.path)),
-        webhook_api_key=HOOK_KEY,
-        webhook_secret=HOOK_SECRET,
-    )
-    app = create_app(cfg)
-    server = await aiohttp_server(app)
-    base = str(server.make_url("")).rstrip("/")
-    client = ProviderClient(base, API_KEY, API_SECRET, retries=0)
-    yield Walk(app[SANDBOX_KEY], client, hooks, base)
-    await client.close()
+async def walk(start_sandbox: StartSandbox) -> Walk:
+    s = await start_sandbox(hooks=True)
+    assert s.hooks is not None
+    return Walk(s.sandbox, s.client, s.hooks, s.url)
 
 
 REQ, FAILED, CREDITED, ORDER = (
@@ -166,7 +153,9 @@ async def test_wallet_list_amounts_are_numbers(walk: Walk) -> None:
     """The wallet list carries available and unavailable as JSON numbers with exact digits."""
     walk.sandbox.inject_deposit(PLAIN, "USDT", "TRON", "1.50", SOURCE)
     origin = walk.base
-    headers = signed_headers(API_KEY, API_SECRET, "GET", "/v1/wallet/list?walletId=1002", b"")
+    headers = signed_headers(
+        PROVIDER_KEY, PROVIDER_SECRET, "GET", "/v1/wallet/list?walletId=1002", b""
+    )
     async with (
         aiohttp.ClientSession() as session,
         session.get(origin + "/v1/wallet/list?walletId=1002", headers=headers) as resp,

@@ -4,19 +4,18 @@ losable on purpose, and never a whitelist event for an ACTIVE source address."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
+from tests.support.sandboxes import StartSandbox, sandbox_settings
+from worker.dev.sandbox import Sandbox
 from worker.dev.sandbox.delivery import Deliverer
 from worker.dev.sandbox.testing import ENTITY_PAYER, WebhookRecorder
 from worker.provider.client import ProviderClient
 
-API_KEY, API_SECRET = "sbx-key", "sbx-secret"
-HOOK_KEY, HOOK_SECRET = "hook-key", "hook-secret"
 SOURCE = "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB"
 REQUIRED, FAILED, CREDITED, ORDER = (
     "DEPOSIT_WHITELIST_REQUIRED",
@@ -49,29 +48,14 @@ Factory = Callable[..., Awaitable[Env]]
 
 
 @pytest.fixture
-async def start(aiohttp_server: Any) -> AsyncIterator[Factory]:
-    clients: list[ProviderClient] = []
-
+def start(start_sandbox: StartSandbox) -> Factory:
     async def make(query: str = "", **overrides: Any) -> Env:
-        hooks = WebhookRecorder(HOOK_KEY, HOOK_SECRET)
-        hook_server = await aiohttp_server(hooks.app())
-        settings: dict[str, Any] = {
-            "webhook_url": str(hook_server.make_url(hooks.path)) + query,
-            "webhook_api_key": HOOK_KEY,
-            "webhook_secret": HOOK_SECRET,
-            "delivery_retry_base_s": 0.01,
-            "delivery_retry_max_s": 0.04,
-            **overrides,
-        }
-        app = create_app(SandboxConfig(API_KEY, API_SECRET, **settings))
-        server = await aiohttp_server(app)
-        client = ProviderClient(str(server.make_url("/")), API_KEY, API_SECRET, retries=0)
-        clients.append(client)
-        return Env(app[SANDBOX_KEY], client, hooks)
+        settings = {"delivery_retry_base_s": 0.01, "delivery_retry_max_s": 0.04, **overrides}
+        s = await start_sandbox(hooks=True, hooks_query=query, **settings)
+        assert s.hooks is not None
+        return Env(s.sandbox, s.client, s.hooks)
 
-    yield make
-    for client in clients:
-        await client.close()
+    return make
 
 
 async def test_failed_delivery_retried_and_later_events_wait(start: Factory) -> None:
@@ -203,7 +187,7 @@ async def test_without_webhook_url_nothing_is_sent(start: Factory) -> None:
 
 def test_backoff_doubles_up_to_the_cap() -> None:
     """Retry delays double from the base and stop growing at the maximum."""
-    cfg = SandboxConfig(API_KEY, API_SECRET, delivery_retry_base_s=0.5, delivery_retry_max_s=30)
+    cfg = sandbox_settings(delivery_retry_base_s=0.5, delivery_retry_max_s=30)
     deliverer = Deliverer(cfg)
     assert [deliverer.backoff(n) for n in (1, 2, 3, 4, 7, 8, 20)] == [
         0.5,

@@ -5,11 +5,10 @@ Idempotency-Key per form, the refusals shown on the form, dark mode and the page
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from decimal import Decimal
 from html.parser import HTMLParser
-from typing import Any
 
 import aiohttp
 import pytest
@@ -17,14 +16,14 @@ from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 from yarl import URL
 
-from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
+from tests.support.sandboxes import StartSandbox
+from worker.dev.sandbox import Sandbox
 from worker.dev.sandbox import hosted_html as ui
 from worker.dev.sandbox.records import Order
 from worker.dev.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
 from worker.provider.client import ProviderClient
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
 
-API_KEY, API_SECRET = "sbx-key", "sbx-secret"
 SOURCE = "0x9f8e7d6c5b4a39281706f5e4d3c2b1a098765432"
 FORM_FIELDS = {
     "correspondentType",
@@ -117,14 +116,11 @@ class Env:
 
 
 @pytest.fixture
-async def env(aiohttp_server: Callable[..., Any]) -> AsyncIterator[Env]:
-    clock = [1_800_000_000_000]
-    app = create_app(SandboxConfig(API_KEY, API_SECRET), clock=lambda: clock[0])
-    server = await aiohttp_server(app)
-    client = ProviderClient(str(server.make_url("/")), API_KEY, API_SECRET, retries=0)
+async def env(start_sandbox: StartSandbox) -> AsyncIterator[Env]:
+    s = await start_sandbox(clock=1_800_000_000_000)
+    assert s.clock is not None
     async with aiohttp.ClientSession() as session:
-        yield Env(app[SANDBOX_KEY], server, client, session, clock)
-    await client.close()
+        yield Env(s.sandbox, s.server, s.client, session, s.clock)
 
 
 async def open_form(env: Env, tx: str) -> tuple[URL, Page]:

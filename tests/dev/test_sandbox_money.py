@@ -5,7 +5,7 @@ pages, injected discrepancies), the release of a BLOCKED deposit, and the Travel
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -15,14 +15,14 @@ import pytest
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.sandboxes import StartSandbox
+from worker.dev.sandbox import Sandbox
 from worker.dev.sandbox.testing import ENTITY_PAYER, WebhookRecorder
 from worker.errors import ProviderAuthError, ProviderBusinessError
 from worker.provider import jsonio
 from worker.provider.client import ProviderClient
 
-API_KEY, API_SECRET = "sbx-key", "sbx-secret"
-HOOK_KEY, HOOK_SECRET = "hook-key", "hook-secret"
 SOURCE = "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB"
 DAY = dt.date(2026, 11, 22)
 
@@ -64,40 +64,11 @@ class Env:
         return self.sandbox.approve_review(tx)
 
 
-Factory = Callable[..., Awaitable[Env]]
-
-
 @pytest.fixture
-async def start(aiohttp_server: Any) -> AsyncIterator[Factory]:
-    clients: list[ProviderClient] = []
-
-    async def make(**overrides: Any) -> Env:
-        hooks = WebhookRecorder(HOOK_KEY, HOOK_SECRET)
-        hook_server = await aiohttp_server(hooks.app())
-        clock = [at(DAY, 10)]
-        cfg = SandboxConfig(
-            API_KEY,
-            API_SECRET,
-            webhook_url=str(hook_server.make_url(hooks.path)),
-            webhook_api_key=HOOK_KEY,
-            webhook_secret=HOOK_SECRET,
-            delivery_retry_base_s=0.01,
-            **overrides,
-        )
-        app = create_app(cfg, clock=lambda: clock[0])
-        server = await aiohttp_server(app)
-        client = ProviderClient(str(server.make_url("/")), API_KEY, API_SECRET, retries=0)
-        clients.append(client)
-        return Env(app[SANDBOX_KEY], server, client, hooks, clock)
-
-    yield make
-    for client in clients:
-        await client.close()
-
-
-@pytest.fixture
-async def env(start: Factory) -> Env:
-    return await start()
+async def env(start_sandbox: StartSandbox) -> Env:
+    s = await start_sandbox(hooks=True, clock=at(DAY, 10), delivery_retry_base_s=0.01)
+    assert s.hooks is not None and s.clock is not None
+    return Env(s.sandbox, s.server, s.client, s.hooks, s.clock)
 
 
 def fund(**changes: Any) -> dict[str, Any]:
@@ -150,7 +121,7 @@ async def test_abnormal_fund_amount_is_a_json_number(env: Env) -> None:
     from worker.provider.signing import signed_headers
 
     path = "/v1/stable/collect/abnormal-fund/list"
-    headers = signed_headers(API_KEY, API_SECRET, "POST", path, raw)
+    headers = signed_headers(PROVIDER_KEY, PROVIDER_SECRET, "POST", path, raw)
     async with (
         aiohttp.ClientSession() as session,
         session.post(env.url(path), data=raw, headers=headers) as resp,
@@ -478,7 +449,7 @@ async def test_travel_rule_link_refusals(env: Env) -> None:
 )
 async def test_signature_refused(env: Env, call: Callable[[ProviderClient], Any]) -> None:
     """A call signed with the wrong secret is refused as an auth failure."""
-    bad = ProviderClient(env.url("/"), API_KEY, "wrong-secret", retries=0)
+    bad = ProviderClient(env.url("/"), PROVIDER_KEY, "wrong-secret", retries=0)
     try:
         with pytest.raises(ProviderAuthError):
             await call(bad)

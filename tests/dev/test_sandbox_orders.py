@@ -4,7 +4,7 @@ quotes, each through the client in its envelope form, with the control calls and
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -13,15 +13,15 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.sandboxes import StartSandbox
+from worker.dev.sandbox import Sandbox
 from worker.dev.sandbox.testing import WebhookRecorder
 from worker.errors import ProviderAuthError, ProviderBusinessError
 from worker.provider import jsonio
 from worker.provider.client import ProviderClient
 from worker.provider.signing import signed_headers
 
-API_KEY, API_SECRET = "sbx-key", "sbx-secret"
-HOOK_KEY, HOOK_SECRET = "hook-key", "hook-secret"
 NOW = 1_795_000_000_000
 
 
@@ -46,7 +46,7 @@ class Env:
     async def raw(self, method: str, target: str, body: Any = None) -> tuple[int, Any]:
         """A signed request outside the client (to see the envelope itself)."""
         raw = b"" if body is None else jsonio.dumpb(body)
-        headers = signed_headers(API_KEY, API_SECRET, method, target, raw)
+        headers = signed_headers(PROVIDER_KEY, PROVIDER_SECRET, method, target, raw)
         url = str(self.server.make_url(target))
         async with (
             aiohttp.ClientSession() as session,
@@ -56,23 +56,10 @@ class Env:
 
 
 @pytest.fixture
-async def env(aiohttp_server: Any) -> AsyncIterator[Env]:
-    hooks = WebhookRecorder(HOOK_KEY, HOOK_SECRET)
-    hook_server = await aiohttp_server(hooks.app())
-    clock = [NOW]
-    cfg = SandboxConfig(
-        API_KEY,
-        API_SECRET,
-        webhook_url=str(hook_server.make_url(hooks.path)),
-        webhook_api_key=HOOK_KEY,
-        webhook_secret=HOOK_SECRET,
-        delivery_retry_base_s=0.01,
-    )
-    app = create_app(cfg, clock=lambda: clock[0])
-    server = await aiohttp_server(app)
-    client = ProviderClient(str(server.make_url("/")), API_KEY, API_SECRET, retries=0)
-    yield Env(app[SANDBOX_KEY], server, client, hooks, clock)
-    await client.close()
+async def env(start_sandbox: StartSandbox) -> Env:
+    s = await start_sandbox(hooks=True, clock=NOW, delivery_retry_base_s=0.01)
+    assert s.hooks is not None and s.clock is not None
+    return Env(s.sandbox, s.server, s.client, s.hooks, s.clock)
 
 
 STABLE = {
@@ -318,7 +305,7 @@ async def test_signature_refused(
     env: Env, call: Callable[[ProviderClient], Awaitable[Any]]
 ) -> None:
     """A call signed with the wrong secret is refused as an auth failure, nothing recorded."""
-    bad = ProviderClient(str(env.server.make_url("/")), API_KEY, "wrong", retries=0)
+    bad = ProviderClient(str(env.server.make_url("/")), PROVIDER_KEY, "wrong", retries=0)
     try:
         with pytest.raises(ProviderAuthError):
             await call(bad)

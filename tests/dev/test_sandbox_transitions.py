@@ -6,21 +6,19 @@ handle; webhooks are received by a real, signature-checking receiver on loopback
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
+from tests.support.sandboxes import StartSandbox
+from worker.dev.sandbox import Sandbox
 from worker.dev.sandbox.testing import ENTITY_PAYER, WebhookRecorder
 from worker.errors import SandboxError
 from worker.provider.client import ProviderClient
 from worker.provider.models import AddressStatus, CreditStatus, OrderStatus, WhiteListStatus
 
-API_KEY, API_SECRET = "sbx-key", "sbx-secret"
-HOOK_KEY, HOOK_SECRET = "hook-key", "hook-secret"
 AUTO, PLAIN = 1001, 1002  # wallet with auto-collection, wallet without
 MAIN = 1000  # the main account auto-collection sweeps into
 SOURCE = "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB"
@@ -66,23 +64,12 @@ class Env:
 
 
 @pytest.fixture
-async def env(aiohttp_server: Any) -> AsyncIterator[Env]:
-    hooks = WebhookRecorder(HOOK_KEY, HOOK_SECRET)
-    hook_server = await aiohttp_server(hooks.app())
-    cfg = SandboxConfig(
-        API_KEY,
-        API_SECRET,
-        webhook_url=str(hook_server.make_url(hooks.path)),
-        webhook_api_key=HOOK_KEY,
-        webhook_secret=HOOK_SECRET,
-        delivery_retry_base_s=0.01,
-        delivery_retry_max_s=0.05,
+async def env(start_sandbox: StartSandbox) -> Env:
+    s = await start_sandbox(
+        hooks=True, client_timeout_s=5, delivery_retry_base_s=0.01, delivery_retry_max_s=0.05
     )
-    app = create_app(cfg)
-    server = await aiohttp_server(app)
-    client = ProviderClient(str(server.make_url("/")), API_KEY, API_SECRET, retries=0, timeout_s=5)
-    yield Env(app[SANDBOX_KEY], client, hooks)
-    await client.close()
+    assert s.hooks is not None
+    return Env(s.sandbox, s.client, s.hooks)
 
 
 # --- Transitions table, one test per row --------------------------------------------------------

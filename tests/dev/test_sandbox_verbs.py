@@ -12,13 +12,20 @@ from typing import Any
 
 import pytest
 
+from tests.support.configs import (
+    NO_PROVIDER,
+    PROVIDER_KEY,
+    PROVIDER_SECRET,
+    make_config,
+    write_config,
+)
+from tests.support.sandboxes import StartSandbox
 from worker.commands.cli import main as cli_main
-from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
+from worker.dev.sandbox import Sandbox
 from worker.dev.sandbox.testing import ENTITY_PAYER
 from worker.logs import configure
 from worker.provider.client import ProviderClient
 
-API_KEY, API_SECRET = "sbx-key", "sbx-secret"
 SOURCE = "TVerbsPayer000000000000000000001"
 
 Verb = Callable[..., Awaitable[tuple[int, str, str]]]
@@ -34,24 +41,12 @@ class Sbx:
         return next(o for o in self.sandbox.snapshot()["orders"] if o["transactionId"] == tx)
 
 
-def _config(tmp_path: Path, base_url: str) -> Path:
-    config = tmp_path / "depositd.yaml"
-    config.write_text(
-        f"provider: {{base_url: '{base_url}', api_key: {API_KEY}, api_secret: {API_SECRET}}}\n"
-        "webhook: {api_key: hook-key, secret: hook-secret}\n"
-        "storage: {path: depositd.db}\n"
-        "log: {format: json}\n"
-    )
-    return config
-
-
 @pytest.fixture
-async def sbx(aiohttp_server: Any, tmp_path: Path) -> Sbx:
+async def sbx(start_sandbox: StartSandbox, tmp_path: Path) -> Sbx:
     configure("json", "warning")  # the sandbox's own log lines stay out of the verbs' output
-    app = create_app(SandboxConfig(API_KEY, API_SECRET))
-    server = await aiohttp_server(app)
-    url = f"http://127.0.0.1:{server.port}"
-    return Sbx(app[SANDBOX_KEY], url, _config(tmp_path, url))
+    s = await start_sandbox()
+    cfg = make_config(Path("depositd.db"), s.url, log={"format": "json"})
+    return Sbx(s.sandbox, s.url, write_config(tmp_path, cfg))
 
 
 @pytest.fixture
@@ -70,7 +65,7 @@ def verb(sbx: Sbx, capsys: pytest.CaptureFixture[str]) -> Verb:
 async def _submitted(sbx: Sbx, amount: str = "40") -> str:
     """A deposit from an unknown address whose payer details were submitted (under review)."""
     tx = str(sbx.sandbox.inject_deposit(1002, "USDT", "TRON", amount, SOURCE)["transactionId"])
-    async with ProviderClient(sbx.url, API_KEY, API_SECRET, retries=0) as client:
+    async with ProviderClient(sbx.url, PROVIDER_KEY, PROVIDER_SECRET, retries=0) as client:
         await client.submit_payer(tx, ENTITY_PAYER, idempotency_key=f"k-{tx}")
     return tx
 
@@ -82,7 +77,7 @@ async def test_inject_then_approve_credits_the_deposit(sbx: Sbx, verb: Verb) -> 
     tx = out.split()[1].rstrip(":")
     assert code == 0 and out.startswith(f"deposit {tx}: 125.50 USDT (TRON) into wallet 1002")
     assert sbx.order(tx)["whiteListStatus"] == "init"
-    async with ProviderClient(sbx.url, API_KEY, API_SECRET, retries=0) as client:
+    async with ProviderClient(sbx.url, PROVIDER_KEY, PROVIDER_SECRET, retries=0) as client:
         await client.submit_payer(tx, ENTITY_PAYER, idempotency_key="k")
     code, out, _ = await verb("approve", tx)
     assert code == 0
@@ -118,7 +113,7 @@ async def test_fail_and_sweep(sbx: Sbx, verb: Verb) -> None:
     code, out, _ = await verb("fail", tx)
     assert code == 0 and out.startswith(f"failed deposit {tx}: status FAIL")
     swept = str(sbx.sandbox.inject_deposit(1001, "USDT", "TRON", "5", SOURCE)["transactionId"])
-    async with ProviderClient(sbx.url, API_KEY, API_SECRET, retries=0) as client:
+    async with ProviderClient(sbx.url, PROVIDER_KEY, PROVIDER_SECRET, retries=0) as client:
         await client.submit_payer(swept, ENTITY_PAYER, idempotency_key="s")
     sbx.sandbox.approve_review(swept)
     assert sbx.order(swept)["status"] == "PROCESSING"
@@ -181,7 +176,7 @@ async def test_drop_webhooks(sbx: Sbx, verb: Verb) -> None:
 
 async def test_address_review_verbs(sbx: Sbx, verb: Verb) -> None:
     """`approve-address ID` and `reject-address ID` decide a source address registration."""
-    async with ProviderClient(sbx.url, API_KEY, API_SECRET, retries=0) as client:
+    async with ProviderClient(sbx.url, PROVIDER_KEY, PROVIDER_SECRET, retries=0) as client:
         body = {**ENTITY_PAYER, "walletId": 1002, "walletAddress": SOURCE, "network": "TRON"}
         first = await client.register_address(body, idempotency_key="a")
         other = {**body, "walletAddress": SOURCE[:-1] + "2"}
@@ -195,6 +190,8 @@ async def test_address_review_verbs(sbx: Sbx, verb: Verb) -> None:
 async def test_no_sandbox_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """With nothing listening at provider.base_url a verb exits 1 naming the command that
     starts the sandbox."""
-    config = _config(tmp_path, "http://127.0.0.1:9")
-    assert await asyncio.to_thread(cli_main, ["sandbox", "block", "T1", "--config", str(config)])
-    assert f"start it with `depositd sandbox --config {config}`" in capsys.readouterr().err
+    path = write_config(
+        tmp_path, make_config(Path("depositd.db"), NO_PROVIDER, log={"format": "json"})
+    )
+    assert await asyncio.to_thread(cli_main, ["sandbox", "block", "T1", "--config", str(path)])
+    assert f"start it with `depositd sandbox --config {path}`" in capsys.readouterr().err

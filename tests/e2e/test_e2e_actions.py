@@ -12,7 +12,7 @@ import re
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
+from tests.support.stacks import MakeStack
 from worker.clock import now_ms
 from worker.dev.harness import WEBHOOK_PATH, Stack
 from worker.provider import jsonio
@@ -72,7 +73,6 @@ def profiles_yaml(entity: Mapping[str, Any] = ENTITY, person: Mapping[str, Any] 
 
 
 Recorded = list[dict[str, Any]]
-MakeStack = Callable[..., Awaitable[Stack]]
 
 
 def submits(recorded: Recorded, tx: str) -> Recorded:

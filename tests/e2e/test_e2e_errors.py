@@ -13,15 +13,16 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
-from stores import stack_rows
 
+from tests.support.stacks import MakeStack
+from tests.support.stores import stack_rows
 from worker.dev.harness import Stack
 from worker.errors import StorageError, WalletCodeError
 from worker.service import runtime as runtime_mod
@@ -40,7 +41,6 @@ ENTITY = {
 PAYER_DATA = ("Yarrowby Lantern", "3 Lantern Quay", "Lantern ops wallet")
 
 Recorded = list[dict[str, Any]]
-MakeStack = Callable[..., Awaitable[Stack]]
 
 
 def profiles_yaml(entity: Mapping[str, Any] = ENTITY) -> str:

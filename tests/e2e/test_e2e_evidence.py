@@ -9,19 +9,18 @@ import asyncio
 import datetime as dt
 import json
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serveproc import Processes
-from stores import stack_rows
 
+from tests.support.processes import Processes
+from tests.support.stacks import MakeStack
+from tests.support.stores import stack_rows
 from worker.commands.cli import main
 from worker.dev.harness import Stack
 from worker.store import journal, submissions
 
-MakeStack = Callable[..., Awaitable[Stack]]
 SOURCE = "TE2eEvidencePayer0000000000000001"
 PAYER = {
     "correspondentType": "ENTITY",

@@ -9,20 +9,19 @@ import asyncio
 import datetime as dt
 import json
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from tests.support.stacks import MakeStack
 from worker.commands.cli import main
 from worker.dev.harness import Stack
 from worker.dev.sandbox.testing import ENTITY_PAYER
 from worker.rules.fingerprint import rules_hash
 from worker.store import journal, submissions
 
-MakeStack = Callable[..., Awaitable[Stack]]
 ENTITY_ADDRESS = "TE2eJournalEntity0000000000000001"
 NO_PROFILE = "TE2eJournalNobody0000000000000001"  # wallet 1001 has no fallback profile
 PROFILES = json.dumps(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.stacks import MakeStack
 from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.provider.models import WhiteListStatus
@@ -24,8 +24,6 @@ NEVER = 3600.0  # scheduler intervals of the stacks whose polls the test runs by
 KNOWN_PAYER = "TDemoKnownPayer1111111111111111111"  # rules/profiles.yaml: demo-entity
 
 FACT_SOURCES = "SELECT source FROM facts WHERE transaction_id=?"
-
-MakeStack = Callable[..., Awaitable[Stack]]
 
 
 @pytest.fixture

@@ -7,17 +7,15 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
-from pgcluster import ENV_URL, Cluster
 
+from tests.support.pgcluster import ENV_URL, Cluster
+from tests.support.stacks import MakeStack
 from worker.dev.harness import Stack
 from worker.provider.signing import signed_headers
-
-MakeStack = Callable[..., Awaitable[Stack]]
 
 
 async def _post(http: aiohttp.ClientSession, stack: Stack, event_id: str) -> int:

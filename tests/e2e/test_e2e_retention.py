@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from tests.support.stacks import MakeStack
 from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.dev.sandbox.testing import ENTITY_PAYER
@@ -22,7 +22,6 @@ from worker.store import journal, submissions
 from worker.store.pgstore import PgStore
 from worker.store.retention import SUBJECT
 
-MakeStack = Callable[..., Awaitable[Stack]]
 DAY_MS = 86_400_000
 DONE_ADDRESS = "TE2eRetentionDone00000000000000001"
 WAITING_ADDRESS = "TE2eRetentionWait00000000000000001"

@@ -2,7 +2,7 @@
 a failover from a primary to its synchronous standby under load.
 
 `serve` runs as a process (its log read as JSON lines); the servers are throwaway clusters
-(tests/pgcluster.py) stopped and started, or crashed and promoted, by the test.
+(tests/support/pgcluster.py) stopped and started, or crashed and promoted, by the test.
 """
 
 from __future__ import annotations
@@ -21,19 +21,19 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from pgcluster import ENV_URL, Cluster, replicated_pair
 from pytest_aiohttp import AiohttpServer
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
+from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, serve_config, write_config
+from tests.support.pgcluster import ENV_URL, Cluster, replicated_pair
+from tests.support.processes import ServeProcess, free_port
+from tests.support.sandboxes import sandbox_settings
 from worker.commands.ops import status_report
 from worker.config.settings import StorageSettings
-from worker.dev.sandbox import SANDBOX_KEY, SandboxConfig, create_app
+from worker.dev.sandbox import SANDBOX_KEY, create_app
 from worker.provider.signing import signed_headers
 from worker.store.durability import PRIMARY_LOSS, SERVER_CRASH
 from worker.store.pgstore import command_connection
 
-ROOT = Path(__file__).resolve().parents[2]
-HOOK_KEY, HOOK_SECRET, HOOK_PATH = "failover-hook-key", "failover-hook-secret", "/webhooks/provider"
 PAYER_ADDRESS = "TFailoverPayer00000000000000000000001"
 PROFILES = f"""
 profiles:
@@ -66,32 +66,22 @@ def config(
     profiles: Path | None = None,
 ) -> Path:
     """One instance's configuration: JSON logs, short intervals and a short lease."""
-    data: dict[str, Any] = {
-        "provider": {"base_url": provider, "api_key": PROVIDER_KEY, "api_secret": PROVIDER_SECRET},
-        "webhook": {
-            "listen": f"127.0.0.1:{port}",
-            "path": HOOK_PATH,
-            "api_key": HOOK_KEY,
-            "secret": HOOK_SECRET,
-        },
-        "storage": dict(storage),
-        "scheduler": {
+    cfg = serve_config(
+        storage,
+        provider,
+        port,
+        scheduler={
             "history_interval_s": 1,
             "detail_interval_s": 1,
             "blocked_interval_s": 2,
             "abnormal_interval_s": 2,
             "catchup_interval_s": 3,
         },
-        "instance": {"lease_s": 2},
-        "rules": str(ROOT / "rules"),
-        "log": {"format": "json", "level": "info"},
-    }
-    if notify is not None:
-        data["notify"] = dict(notify)
-    if profiles is not None:
-        data["profiles"] = str(profiles)
-    path.write_text(json.dumps(data))
-    return path
+        instance={"lease_s": 2},
+        notify=None if notify is None else dict(notify),
+        profiles=None if profiles is None else str(profiles),
+    )
+    return write_config(path, cfg)
 
 
 def log_lines(log: Path) -> list[dict[str, Any]]:
@@ -288,12 +278,8 @@ async def test_a_failover_to_the_synchronous_standby_loses_nothing_acknowledged(
         proxy_app.router.add_post("/{tail:.*}", proxy.handle)
         proxy_server = await aiohttp_server(proxy_app)
         app = create_app(
-            SandboxConfig(
-                api_key=PROVIDER_KEY,
-                api_secret=PROVIDER_SECRET,
-                webhook_url=str(proxy_server.make_url(HOOK_PATH)),
-                webhook_api_key=HOOK_KEY,
-                webhook_secret=HOOK_SECRET,
+            sandbox_settings(
+                str(proxy_server.make_url(HOOK_PATH)),
                 delivery_retry_base_s=0.1,
                 delivery_retry_max_s=0.5,
                 auto_review=True,

@@ -25,20 +25,18 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from pgcluster import Cluster
 from pytest_aiohttp import AiohttpServer
-from serveproc import ServeProcess, free_port
 
+from tests.support.configs import HOOK_PATH, serve_config, write_config
+from tests.support.pgcluster import Cluster
+from tests.support.processes import ServeProcess, free_port
+from tests.support.sandboxes import sandbox_settings
 from worker.commands.ops import status_report
 from worker.config.settings import StorageSettings
-from worker.dev.sandbox import SANDBOX_KEY, SandboxConfig, create_app
+from worker.dev.sandbox import SANDBOX_KEY, create_app
 from worker.store import journal
 from worker.store.pgstore import command_connection
 
-ROOT = Path(__file__).resolve().parents[2]
-API_KEY, API_SECRET = "multi-provider-key", "multi-provider-secret"
-HOOK_KEY, HOOK_SECRET = "multi-hook-key", "multi-hook-secret"
-HOOK_PATH = "/webhooks/provider"
 PAYER_ADDRESS = "TMultiPayer0000000000000000000000001"
 PROFILES = f"""
 profiles:
@@ -128,36 +126,26 @@ class Proxy:
         return web.Response(status=502)
 
 
-def serve_config(
+def instance_config(
     path: Path, port: int, provider: str, storage: Mapping[str, Any], profiles: Path
 ) -> Path:
     """One instance's config: the shared storage, short intervals and a short lease."""
-    path.write_text(
-        json.dumps(
-            {
-                "provider": {"base_url": provider, "api_key": API_KEY, "api_secret": API_SECRET},
-                "webhook": {
-                    "listen": f"127.0.0.1:{port}",
-                    "path": HOOK_PATH,
-                    "api_key": HOOK_KEY,
-                    "secret": HOOK_SECRET,
-                },
-                "storage": dict(storage),
-                "scheduler": {
-                    "history_interval_s": INTERVAL_S,
-                    "detail_interval_s": INTERVAL_S,
-                    "blocked_interval_s": 2,
-                    "abnormal_interval_s": 2,
-                    "catchup_interval_s": 3,
-                },
-                "instance": {"lease_s": 2},
-                "rules": str(ROOT / "rules"),
-                "profiles": str(profiles),
-                "log": {"format": "json", "level": "debug"},
-            }
-        )
+    cfg = serve_config(
+        storage,
+        provider,
+        port,
+        scheduler={
+            "history_interval_s": INTERVAL_S,
+            "detail_interval_s": INTERVAL_S,
+            "blocked_interval_s": 2,
+            "abnormal_interval_s": 2,
+            "catchup_interval_s": 3,
+        },
+        instance={"lease_s": 2},
+        profiles=str(profiles),
+        log={"level": "debug"},
     )
-    return path
+    return write_config(path, cfg)
 
 
 def job_runs(log: Path, kills: list[float]) -> list[tuple[float, float, str]]:
@@ -212,12 +200,8 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
     proxy_app.router.add_post("/{tail:.*}", proxy.handle)
     proxy_server = await aiohttp_server(proxy_app)
     app = create_app(
-        SandboxConfig(
-            api_key=API_KEY,
-            api_secret=API_SECRET,
-            webhook_url=str(proxy_server.make_url(HOOK_PATH)),
-            webhook_api_key=HOOK_KEY,
-            webhook_secret=HOOK_SECRET,
+        sandbox_settings(
+            str(proxy_server.make_url(HOOK_PATH)),
             delivery_retry_base_s=0.1,
             delivery_retry_max_s=0.5,
             auto_review=True,
@@ -240,7 +224,7 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
     db = store_config
     a, b = (
         ServeProcess(
-            serve_config(tmp_path / f"{n}.yaml", port, provider, store_config, profiles),
+            instance_config(tmp_path / f"{n}.yaml", port, provider, store_config, profiles),
             port,
             tmp_path / f"{n}.log",
         )

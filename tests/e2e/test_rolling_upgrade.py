@@ -19,16 +19,16 @@ from typing import Any
 
 import aiohttp
 import pytest
-from pgcluster import Cluster
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
+from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, serve_config, write_config
+from tests.support.pgcluster import Cluster
+from tests.support.processes import ServeProcess, free_port
 from worker.config.settings import StorageSettings
 from worker.provider.signing import signed_headers
 from worker.store.pgstore import command_connection
 from worker.store.schema import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
-HOOK_KEY, HOOK_SECRET, HOOK_PATH = "upgrade-hook-key", "upgrade-hook-secret", "/webhooks/provider"
 # depositd N+1: this code with one more migration (a table of its own).
 NEXT = """
 import sys
@@ -65,28 +65,15 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
 
 
 def config(path: Path, port: int, provider: str, storage: dict[str, Any]) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "provider": {
-                    "base_url": provider,
-                    "api_key": PROVIDER_KEY,
-                    "api_secret": PROVIDER_SECRET,
-                },
-                "webhook": {
-                    "listen": f"127.0.0.1:{port}",
-                    "path": HOOK_PATH,
-                    "api_key": HOOK_KEY,
-                    "secret": HOOK_SECRET,
-                },
-                "storage": storage,
-                "scheduler": {"enabled": False},
-                "rules": str(ROOT / "rules"),
-                "log": {"format": "json"},
-            }
-        )
+    """A serve's configuration: no scheduler, JSON log lines."""
+    cfg = serve_config(
+        storage,
+        provider,
+        port,
+        scheduler={"enabled": False},
+        profiles=None,
     )
-    return path
+    return write_config(path, cfg)
 
 
 def schema_version(storage: dict[str, Any]) -> int:

@@ -5,19 +5,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
-import io
 import json
-import sqlite3
 import sys
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
 
+from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET
+from tests.support.ingress import (
+    OLD_SECRET,
+    Client,
+    ClientFactory,
+    post,
+    stored,
+    write_ingress_config,
+)
+from tests.support.webhooks import deposit_event
 from worker.clock import now_ms
 from worker.commands.read import run_deposits, run_events
 from worker.config.settings import Settings, load_settings
@@ -27,108 +33,6 @@ from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 from worker.service.keys import PROCESSOR_KEY, READY_CHECKS_KEY, STORE_KEY
 from worker.service.setup import build_app
-
-PATH = "/webhooks/provider"
-API_KEY = "hook-key"
-SECRET = "current-secret"
-OLD_SECRET = "previous-secret"
-
-Client = TestClient[web.Request, web.Application]
-ClientFactory = Callable[[web.Application], Awaitable[Client]]
-
-
-def write_config(tmp_path: Path, *, secrets: list[str] | None = None) -> Path:
-    """A complete config file whose database lives under tmp_path."""
-    cfg = {
-        "provider": {
-            "base_url": "http://127.0.0.1:9",
-            "api_key": "provider-key",
-            "api_secret": "provider-secret",
-        },
-        "webhook": {
-            "listen": "127.0.0.1:0",
-            "path": PATH,
-            "api_key": API_KEY,
-            "secret": secrets or [SECRET, OLD_SECRET],
-            "tolerance_s": 300,
-        },
-        "storage": {"path": "depositd.db"},
-        "scheduler": {"enabled": False},
-        "log": {"format": "json", "level": "warning"},
-    }
-    path = tmp_path / "depositd.yaml"
-    path.write_text(json.dumps(cfg))  # JSON is YAML
-    return path
-
-
-def deposit_event(
-    event_type: str = "DEPOSIT_WHITELIST_REQUIRED",
-    tx: str = "tx-1",
-    *,
-    event_id: str | None = None,
-    status: str = "PROCESSING",
-    amount: Any = "100.5",
-    **extra: Any,
-) -> dict[str, Any]:
-    """A deposit webhook envelope."""
-    data: dict[str, Any] = {
-        "transactionId": tx,
-        "transactionHash": f"0x{tx}",
-        "transactionType": "DEPOSIT",
-        "amount": amount,
-        "currency": "USDT",
-        "network": "TRON",
-        "fromAddress": "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB",
-        "walletId": 1001,
-        "walletName": "main",
-        "status": status,
-        "timestamp": 1_700_000_000_000,
-        **extra,
-    }
-    return {
-        "eventId": event_id or uuid.uuid4().hex,
-        "eventType": event_type,
-        "referenceId": tx,
-        "status": status,
-        "timestamp": 1_700_000_000_000,
-        "data": data,
-    }
-
-
-async def post(
-    client: Client,
-    body: bytes | dict[str, Any],
-    *,
-    secret: str = SECRET,
-    api_key: str = API_KEY,
-    timestamp_ms: int | None = None,
-    skew_ms: int | None = None,
-    drop: str | None = None,
-) -> tuple[int, Any]:
-    """POST a signed body; returns (status, parsed JSON answer or text)."""
-    raw = body if isinstance(body, bytes) else dumpb(body)
-    if skew_ms is not None:
-        timestamp_ms = now_ms() + skew_ms
-    headers = signed_headers(api_key, secret, "POST", PATH, raw, timestamp_ms=timestamp_ms)
-    headers["Content-Type"] = "application/json"
-    if drop:
-        del headers[drop]
-    resp = await client.post(PATH, data=io.BytesIO(raw), headers=headers)
-    text = await resp.text()
-    try:
-        return resp.status, json.loads(text)
-    except ValueError:
-        return resp.status, text
-
-
-def stored(settings: Settings) -> list[sqlite3.Row]:
-    """Every stored event, read through a separate connection (i.e. committed rows only)."""
-    conn = sqlite3.connect(settings.storage.path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return conn.execute("SELECT * FROM events ORDER BY seq").fetchall()
-    finally:
-        conn.close()
 
 
 @pytest.fixture(autouse=True)
@@ -140,7 +44,7 @@ def logs_to_stderr() -> None:
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     """Path of a valid config file."""
-    return write_config(tmp_path)
+    return write_ingress_config(tmp_path)
 
 
 @pytest.fixture
@@ -176,8 +80,8 @@ async def test_valid_new_event_is_committed_before_200(client: Client, settings:
 async def test_body_arriving_in_pieces_is_read_whole(client: Client, settings: Settings) -> None:
     """A Content-Length body sent in two writes, with a pause between, is stored whole."""
     raw = dumpb(deposit_event())
-    headers = signed_headers(API_KEY, SECRET, "POST", PATH, raw)
-    head = f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(raw)}\r\n"
+    headers = signed_headers(HOOK_KEY, HOOK_SECRET, "POST", HOOK_PATH, raw)
+    head = f"POST {HOOK_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(raw)}\r\n"
     head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "Connection: close\r\n\r\n"
     assert client.server.port is not None
     reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
@@ -243,7 +147,7 @@ async def test_auth_failures_answer_401_and_store_nothing(
     status, answer = await post(client, deposit_event(), **kwargs)
     assert status == 401
     assert reason in answer["error"]
-    assert SECRET not in answer["error"] and OLD_SECRET not in answer["error"]
+    assert HOOK_SECRET not in answer["error"] and OLD_SECRET not in answer["error"]
     assert stored(settings) == []
 
 
@@ -252,8 +156,8 @@ async def test_replayed_request_is_refused(client: Client, settings: Settings) -
     ev = deposit_event()
     raw = dumpb(ev)
     old = now_ms() - 600_000
-    headers = signed_headers(API_KEY, SECRET, "POST", PATH, raw, timestamp_ms=old)
-    resp = await client.post(PATH, data=raw, headers=headers)
+    headers = signed_headers(HOOK_KEY, HOOK_SECRET, "POST", HOOK_PATH, raw, timestamp_ms=old)
+    resp = await client.post(HOOK_PATH, data=raw, headers=headers)
     assert resp.status == 401
     assert stored(settings) == []
 
@@ -261,8 +165,8 @@ async def test_replayed_request_is_refused(client: Client, settings: Settings) -
 async def test_signature_covers_the_body(client: Client, settings: Settings) -> None:
     """A body changed after signing fails verification."""
     raw = dumpb(deposit_event(amount="1"))
-    headers = signed_headers(API_KEY, SECRET, "POST", PATH, raw)
-    resp = await client.post(PATH, data=raw.replace(b'"1"', b'"9"'), headers=headers)
+    headers = signed_headers(HOOK_KEY, HOOK_SECRET, "POST", HOOK_PATH, raw)
+    resp = await client.post(HOOK_PATH, data=raw.replace(b'"1"', b'"9"'), headers=headers)
     assert resp.status == 401
     assert stored(settings) == []
 
@@ -282,8 +186,8 @@ async def test_chunked_body_over_limit_is_413(client: Client, settings: Settings
         for _ in range(40):
             yield b"x" * 65536
 
-    headers = signed_headers(API_KEY, SECRET, "POST", PATH, b"")
-    resp = await client.post(PATH, data=chunks(), headers=headers)
+    headers = signed_headers(HOOK_KEY, HOOK_SECRET, "POST", HOOK_PATH, b"")
+    resp = await client.post(HOOK_PATH, data=chunks(), headers=headers)
     assert resp.status == 413
     assert stored(settings) == []
 
@@ -333,9 +237,9 @@ async def test_compressed_body_answers_415(client: Client, settings: Settings) -
     """The signature covers the bytes as sent, which are not unpacked first: a compressed
     delivery is refused, never inflated past max_body_bytes."""
     raw = gzip.compress(dumpb(deposit_event()))
-    headers = signed_headers(API_KEY, SECRET, "POST", PATH, raw)
+    headers = signed_headers(HOOK_KEY, HOOK_SECRET, "POST", HOOK_PATH, raw)
     headers["Content-Encoding"] = "gzip"
-    resp = await client.post(PATH, data=raw, headers=headers)
+    resp = await client.post(HOOK_PATH, data=raw, headers=headers)
     assert resp.status == 415
     error = (await resp.json())["error"]
     assert "Content-Encoding is not accepted" in error
@@ -362,12 +266,12 @@ async def test_header_bytes_that_are_not_utf8_answer_401(
     """An API-KEY or API-SIGNATURE with bytes that are not UTF-8 fails authentication (401
     with a JSON error), not the server."""
     raw = dumpb(deposit_event())
-    good = signed_headers(API_KEY, SECRET, "POST", PATH, raw)
+    good = signed_headers(HOOK_KEY, HOOK_SECRET, "POST", HOOK_PATH, raw)
     for name in ("API-KEY", "API-SIGNATURE"):
         headers = {**good, "Content-Length": str(len(raw)), "Connection": "close"}
         lines = [f"{k}: {v}".encode() for k, v in headers.items() if k != name]
         lines.append(name.encode() + b": \xff\xfe" + good[name].encode()[2:])
-        head = f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+        head = f"POST {HOOK_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
         answer = await raw_request(client, head + b"\r\n".join(lines) + b"\r\n\r\n", raw)
         status, _, body = answer.partition(b"\r\n")
         assert status == b"HTTP/1.1 401 Unauthorized", (name, answer)
@@ -382,8 +286,8 @@ async def test_body_that_stops_arriving_answers_408(
     connection is not held open for as long as the client likes)."""
     monkeypatch.setattr(ingress_mod, "_READ_TIMEOUT_S", 0.3)
     raw = dumpb(deposit_event())
-    headers = signed_headers(API_KEY, SECRET, "POST", PATH, raw)
-    head = f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(raw)}\r\n"
+    headers = signed_headers(HOOK_KEY, HOOK_SECRET, "POST", HOOK_PATH, raw)
+    head = f"POST {HOOK_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(raw)}\r\n"
     head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "Connection: close\r\n\r\n"
     answer = await raw_request(client, head.encode(), raw[:100])
     assert answer.startswith(b"HTTP/1.1 408"), answer

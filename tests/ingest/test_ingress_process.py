@@ -14,25 +14,13 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from test_ops import HOOK_KEY, HOOK_PATH, Service, envelope, wait_for
 
+from tests.support.configs import HOOK_KEY, HOOK_PATH
+from tests.support.processes import children
+from tests.support.service import Service
+from tests.support.waits import until
+from tests.support.webhooks import envelope
 from worker.provider.jsonio import dumpb
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is `pid`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # The command name may hold spaces: the fields after ") " are fixed.
-        if int(stat.rpartition(") ")[2].split()[1]) == pid:
-            found.append(int(entry))
-    return found
 
 
 def alive(pid: int) -> bool:
@@ -92,7 +80,7 @@ async def test_answers_counts_and_readiness_come_through_the_ingress_process(
         with closing(sqlite3.connect(service.db)) as db:
             assert db.execute("SELECT COUNT(*) FROM events").fetchone() == (1,)
         assert await service.stop() == 0
-        await wait_for("the ingress process to exit", lambda: not alive(ingress), 5)
+        await until(lambda: not alive(ingress), "the ingress process to exit", 5)
 
 
 @pytest.mark.parametrize(
@@ -121,7 +109,7 @@ async def test_the_ingress_process_goes_with_a_killed_serve(
     async with Service(tmp_path, provider_url) as service:
         ingress = ingress_pid(service)
         await service.signal(signal.SIGKILL)
-        await wait_for("the ingress process to exit", lambda: not alive(ingress), 5)
+        await until(lambda: not alive(ingress), "the ingress process to exit", 5)
         # A new serve binds the same port at once and stores again.
         await service.start()
         assert await service.post(envelope("ip-2", "DEPOSIT_WHITELIST_REQUIRED", "ip-tx-2")) == 200

@@ -10,9 +10,14 @@ from typing import Any
 
 import aiohttp
 import pytest
-from serveproc import ROOT, free_port
-from test_ops import HOOK_KEY, HOOK_PATH, Service, cli, envelope, rows, wait_for
 
+from tests.support.configs import HOOK_KEY, HOOK_PATH
+from tests.support.paths import ROOT
+from tests.support.processes import cli, free_port
+from tests.support.service import Service
+from tests.support.stores import rows
+from tests.support.waits import until
+from tests.support.webhooks import envelope
 from worker.clock import now_ms
 from worker.config.settings import WebhookSettings
 
@@ -150,7 +155,7 @@ async def test_status_counts_refusals_by_reason(tmp_path: Any, provider_url: str
             found = rows(service.db, "SELECT value FROM meta WHERE key = 'webhook_refusals'")
             return found and json.loads(found[0][0])["counts"]
 
-        counts = await wait_for("refusal counts", counted, 20)
+        counts = await until(counted, "refusal counts", 20)
         assert counts == {"bad_signature": 1, "not_found": 1}
         code, out, _ = await cli(service.config, "status")
         assert code == 0

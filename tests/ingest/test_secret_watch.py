@@ -16,9 +16,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from test_ingress import deposit_event
-from test_ops import HOOK_KEY, HOOK_PATH, HOOK_SECRET, Service, cli, rows
 
+from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET
+from tests.support.processes import cli
+from tests.support.service import Service
+from tests.support.stores import rows
+from tests.support.webhooks import deposit_event
 from worker.commands.ops import status_report
 from worker.dev.harness import Stack
 from worker.ingest.secret_watch import CONDITION, REFUSALS_IN_A_ROW

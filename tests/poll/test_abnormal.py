@@ -4,17 +4,15 @@ and restarts (sandbox, worker and Slack on loopback; worker.dev.harness)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any
 
+from tests.support.stacks import NEVER, MakeStack
 from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.reconcile.abnormal import AbnormalPoll
 from worker.store import abnormal as abnormal_store
 
-NEVER = 3600.0
-MakeStack = Callable[..., Awaitable[Stack]]
 FUND = {
     "amount": "250.75",
     "currency": "USDT",

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.configs import make_config, write_config
 from worker.commands.registration import register, register_body, save_address
 from worker.dev.harness import Stack, shipped_profiles
 from worker.dev.sandbox.records import Address
@@ -443,19 +444,8 @@ async def test_a_refused_profile_creates_no_database(
 ) -> None:
     """An unknown profile (or no profiles file) exits 2 before the database or its folder exist."""
     data_dir = tmp_path / "data"
-    config: dict[str, Any] = {
-        "provider": {
-            "base_url": "http://127.0.0.1:9",
-            "api_key": "never-used",
-            "api_secret": "never-used",
-        },
-        "webhook": {"api_key": "never-used", "secret": "never-used"},
-        "storage": {"path": str(data_dir / "depositd.db")},
-    }
-    if with_profiles:
-        config["profiles"] = str(shipped_profiles())
-    config_path = tmp_path / "depositd.yaml"
-    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    profiles = str(shipped_profiles()) if with_profiles else None
+    config_path = write_config(tmp_path, make_config(data_dir / "depositd.db", profiles=profiles))
     args = register_args("TKnownNoProfile000000000000001")
     args[args.index(PROFILE)] = "nope"
 

@@ -7,18 +7,21 @@ from __future__ import annotations
 import asyncio
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from stores import StoreMaker, stack_rows
 
+from tests.support.stacks import MakeStack
+from tests.support.stores import stack_rows
 from worker.dev.harness import Stack
 
-MakeStack = Callable[..., Awaitable[Stack]]
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
+
 REPO = Path(__file__).resolve().parents[2]
 # Personal values of rules/profiles.yaml's demo profiles: never printed.
 PAYER_VALUES = (
@@ -34,12 +37,6 @@ wallet,address,network,profile,memo,tx_hash
 1002,0x00000000000000000000000000000000000C5v02,ETH,demo-person,,0xfeed
 1001,TCsvThird000000000000000000003,TRON,demo-entity,,
 """
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """The stacks' stores: the test's engine."""
-    return make_store
 
 
 @pytest.fixture

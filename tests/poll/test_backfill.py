@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from aiohttp.test_utils import TestServer
-from fakehistory import FakeHistory
 
+from tests.support.configs import make_config, write_config
+from tests.support.fakehistory import FakeHistory
 from worker.act.reactor import RuleReactor
 from worker.clock import iso_from_ms, now_ms
 from worker.commands.backfill import ProgressLine, backfill
@@ -37,20 +37,19 @@ BASE = now_ms() - 3_600_000  # the fake history starts an hour ago
 MakeServer = Callable[..., Awaitable[TestServer]]
 
 
-def write_config(tmp_path: Path, url: str, **scheduler: Any) -> Path:
+def backfill_config(tmp_path: Path, url: str, **scheduler: Any) -> Path:
     """A depositd.yaml for the fake provider at `url`, shipped rules and profiles."""
-    config = {
-        "provider": {"base_url": url, "api_key": "k", "api_secret": "s", "timeout_s": 5},
-        "webhook": {"listen": "127.0.0.1:1", "api_key": "k", "secret": "w"},
-        "storage": {"path": str(tmp_path / "depositd.db")},
-        "scheduler": {"page_size": 50, "catchup_window_s": 10, **scheduler},
-        "rules": str(shipped_rules()),
-        "profiles": str(shipped_profiles()),
-        "log": {"level": "warning"},
-    }
-    path = tmp_path / "depositd.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path
+    cfg = make_config(
+        tmp_path / "depositd.db",
+        url,
+        provider={"timeout_s": 5},
+        webhook={"listen": "127.0.0.1:1"},
+        scheduler={"page_size": 50, "catchup_window_s": 10, **scheduler},
+        rules=str(shipped_rules()),
+        profiles=str(shipped_profiles()),
+        log={"level": "warning"},
+    )
+    return write_config(tmp_path, cfg)
 
 
 async def serve_fake(aiohttp_server: MakeServer, fake: FakeHistory) -> str:
@@ -102,7 +101,7 @@ async def test_backfill_books_each_deposit_once_and_a_second_run_changes_nothing
 ) -> None:
     """Every deposit of the range is booked once; a backfill overlapping it changes nothing."""
     fake = FakeHistory(BASE, 250)
-    settings = load_settings(write_config(tmp_path, await serve_fake(aiohttp_server, fake)))
+    settings = load_settings(backfill_config(tmp_path, await serve_fake(aiohttp_server, fake)))
     code, out = await run_backfill(settings, BASE, BASE + 25_000)
     assert code == 0, out
     assert "complete" in out and "new deposits 250" in out
@@ -121,7 +120,7 @@ async def test_record_without_transaction_id_is_skipped_and_reported(
 ) -> None:
     """A history record without a transactionId is skipped, counted, and the rest is booked."""
     fake = FakeHistory(BASE, 20, no_id={7})
-    settings = load_settings(write_config(tmp_path, await serve_fake(aiohttp_server, fake)))
+    settings = load_settings(backfill_config(tmp_path, await serve_fake(aiohttp_server, fake)))
     code, out = await run_backfill(settings, BASE, BASE + 5_000)
     assert code == 0, out
     assert "skipped records 1" in out
@@ -134,7 +133,7 @@ async def test_backfill_cut_short_by_an_outage_exits_1_and_a_rerun_completes(
     """A provider failing mid-range makes backfill say INCOMPLETE and exit 1; run again, it
     books what was left, nothing twice, and exits 0."""
     fake = FakeHistory(BASE, 300)
-    settings = load_settings(write_config(tmp_path, await serve_fake(aiohttp_server, fake)))
+    settings = load_settings(backfill_config(tmp_path, await serve_fake(aiohttp_server, fake)))
     fake.fail[(BASE + 20_000, 1)] = 502
     code, out = await run_backfill(settings, BASE, BASE + 30_000)
     assert code == 1 and "INCOMPLETE" in out and "HTTP 502" in out, out
@@ -151,7 +150,7 @@ async def test_outage_mid_window_keeps_the_mark_at_the_last_complete_window(
     """An outage on the second window's second page leaves the mark at the first window's end;
     the next read starts there, skips nothing and books nothing twice."""
     fake = FakeHistory(BASE, 300)  # 30 s of history: three windows of 10 s, two pages each
-    settings = load_settings(write_config(tmp_path, await serve_fake(aiohttp_server, fake)))
+    settings = load_settings(backfill_config(tmp_path, await serve_fake(aiohttp_server, fake)))
     fake.fail[(BASE + 10_000, 2)] = 503
     first, mark = await read_into(settings, BASE, BASE + 30_000)
     assert not first.complete and "503" in (first.error or "")
@@ -179,7 +178,7 @@ async def test_repeating_pages_leave_the_mark_and_a_changing_total_is_read_again
     still read and booked); a total that changes while paging makes the window be read again,
     then the mark moves."""
     fake = FakeHistory(BASE, 200, repeat_window=BASE)  # two windows of two pages each
-    settings = load_settings(write_config(tmp_path, await serve_fake(aiohttp_server, fake)))
+    settings = load_settings(backfill_config(tmp_path, await serve_fake(aiohttp_server, fake)))
     stats, mark = await read_into(settings, BASE, BASE + 20_000)
     assert not stats.complete and stats.error == "paging cut short"
     assert mark is None and stats.pages == 4
@@ -200,7 +199,7 @@ async def test_sweep_reads_the_previous_day_without_setting_a_first_mark(
     """The daily sweep books what the previous UTC day holds; with no mark yet it sets none."""
     day_start, day_end = previous_day(BASE + DAY_MS)
     fake = FakeHistory(day_start + 1000, 30, step_ms=DAY_MS // 40)
-    settings = load_settings(write_config(tmp_path, await serve_fake(aiohttp_server, fake)))
+    settings = load_settings(backfill_config(tmp_path, await serve_fake(aiohttp_server, fake)))
     settings.scheduler.catchup_window_s = 86_400 / 4
     bundle = load_bundle(settings)
     reactor = RuleReactor(lambda: bundle.rules, lambda: bundle.profiles)
@@ -236,7 +235,7 @@ def test_progress_is_plain_lines_when_not_a_terminal() -> None:
 
 def test_backfill_refuses_a_bad_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--since after --until, or not a time: exit 2 and nothing read."""
-    config = str(write_config(tmp_path, "http://127.0.0.1:9"))
+    config = str(backfill_config(tmp_path, "http://127.0.0.1:9"))
     args = ["backfill", "--config", config, "--since", "2026-01-02", "--until", "2026-01-01"]
     assert main(args) == 2
     assert main(["backfill", "--config", config, "--since", "yesterday"]) == 2
@@ -277,7 +276,7 @@ async def test_backfill_of_100k_deposits_streams_in_bounded_memory_with_progress
     for name, count in (("small", 1_000), ("large", 100_000)):
         folder = tmp_path / name
         folder.mkdir()
-        config = write_config(folder, url, page_size=500, max_pages=250, catchup_window_s=1200)
+        config = backfill_config(folder, url, page_size=500, max_pages=250, catchup_window_s=1200)
         since, until = iso_from_ms(BASE), iso_from_ms(BASE + count * 10 - 1)
         args = [sys.executable, "-m", "worker", "backfill", "--config", str(config)]
         runs[name] = await asyncio.to_thread(
@@ -306,7 +305,7 @@ def test_backfill_refuses_a_since_before_the_history_floor(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`--since 0001-01-01`: exit 2 naming the floor (no deposit is older), nothing read."""
-    config = str(write_config(tmp_path, "http://127.0.0.1:9"))
+    config = str(backfill_config(tmp_path, "http://127.0.0.1:9"))
     assert main(["backfill", "--config", config, "--since", "0001-01-01"]) == 2
     assert "2009-01-03T00:00:00Z" in capsys.readouterr().err
     assert not (tmp_path / "depositd.db").exists()
@@ -318,7 +317,7 @@ async def test_a_ten_year_read_makes_its_windows_as_it_reads_them(
     """A read of ten years in ten-minute windows (525,960 of them) stopped after its first
     page: it made the windows it read, not all of them first (memory stays flat)."""
     url = await serve_fake(aiohttp_server, FakeHistory(BASE, 10, step_ms=10))
-    settings = load_settings(write_config(tmp_path, url))
+    settings = load_settings(backfill_config(tmp_path, url))
     bundle = load_bundle(settings)
     reactor = RuleReactor(lambda: bundle.rules, lambda: bundle.profiles)
     store = Store(settings.storage.path)

@@ -5,42 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.stacks import (
+    ACTIVE_SOURCE,
+    NEVER,
+    UNKNOWN_SOURCE,
+    MakeStack,
+    catchups_done,
+    make_active,
+)
 from worker.clock import iso_from_ms, now_ms
 from worker.dev.harness import Stack
 from worker.dev.sandbox.testing import ENTITY_PAYER
 from worker.poll.catchup import covered_until
 
 ROOT = Path(__file__).resolve().parents[2]
-NEVER = 3600.0  # poll intervals: only the polls at start run, the catch-up does the rest
-MakeStack = Callable[..., Awaitable[Stack]]
-ACTIVE_SOURCE = "TActiveSource000000000000000000001"
-UNKNOWN_SOURCE = "TUnknownSource00000000000000000001"
-
-
-def make_active(stack: Stack, wallet_id: int) -> None:
-    """A source address registered and approved (ACTIVE) at the sandbox for the wallet."""
-    body = {**ENTITY_PAYER, "walletId": wallet_id, "walletAddress": ACTIVE_SOURCE}
-    record = stack.sandbox.register_address({**body, "network": "TRON"})
-    stack.sandbox.approve_address(record["id"])
-
-
-async def catchups_done(stack: Stack) -> None:
-    """Wait until the running worker finished a catch-up (the one at start). The catch-up is
-    made once this instance leads the scheduler, which on a busy machine may come after the
-    stack is up."""
-
-    def done() -> bool:
-        catchup = stack.runtime.catchup
-        return catchup is not None and catchup.last is not None
-
-    await stack.wait_for(done, 10, "the catch-up")
 
 
 async def metric(stack: Stack, name: str) -> float:

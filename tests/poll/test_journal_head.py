@@ -17,24 +17,21 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from journalrows import book, by_hand, submit
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, Processes, free_port
-from stores import StoreMaker
 
+from tests.support.configs import JSON_LOGS, make_config, write_config
+from tests.support.journalrows import book, by_hand, submit
+from tests.support.processes import Processes, free_port
+from tests.support.stacks import NEVER, MakeStack
+from tests.support.stores import StoreMaker
 from worker.dev.harness import Stack
 from worker.schedule.journal import JournalJob
 from worker.store import journal
 from worker.store.verification import last_verification
 
-NEVER = 3600.0
-MakeStack = Callable[..., Awaitable[Stack]]
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
+
 ProfileFactory = Callable[..., dict[str, Any]]
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """Each test on SQLite, then on PostgreSQL."""
-    return make_store
 
 
 def slack_of(stack: Stack, condition: str) -> list[str]:
@@ -199,25 +196,15 @@ async def test_serve_logs_and_sends_the_head_once_across_restarts(
     finally:
         await store.close()
     port = free_port()
-    config = tmp_path / "depositd.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "provider": {
-                    "base_url": provider_url,
-                    "api_key": PROVIDER_KEY,
-                    "api_secret": PROVIDER_SECRET,
-                },
-                "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "k", "secret": "s"},
-                "storage": make_store.storage(),
-                "scheduler": {
-                    "journal_at": (datetime.now(UTC) - timedelta(minutes=1)).strftime("%H:%M")
-                },
-                "notify": {"slack": {"webhook_url": str(server.make_url("/slack"))}},
-                "log": {"format": "json", "level": "info"},
-            }
-        )
+    cfg = make_config(
+        make_store.storage(),
+        provider_url,
+        port=port,
+        scheduler={"journal_at": (datetime.now(UTC) - timedelta(minutes=1)).strftime("%H:%M")},
+        notify={"slack": {"webhook_url": str(server.make_url("/slack"))}},
+        log=JSON_LOGS,
     )
+    config = write_config(tmp_path, cfg)
     log = tmp_path / "serve.log"
 
     def head_lines() -> list[dict[str, Any]]:

@@ -6,26 +6,14 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-import pytest
-from waits import until
-
+from tests.support.waits import until
 from worker.clock import utc_now
 from worker.schedule.leader import Leader, lease_time
 from worker.store.leases import SCHEDULER_LEASE, Lease, get_lease
 from worker.store.writer import Store
 
 TTL_S = 1.0
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store(tmp_path / "d.db")
-    await s.open()
-    yield s
-    await s.close()
 
 
 def leader(store: Store, name: str, jobs: list[str]) -> Leader:
@@ -40,11 +28,13 @@ def leader(store: Store, name: str, jobs: list[str]) -> Leader:
     return Leader(store, name, TTL_S, on_gain=gain, on_loss=loss)
 
 
-async def test_one_instance_leads_and_another_takes_over_once_it_is_gone(store: Store) -> None:
+async def test_one_instance_leads_and_another_takes_over_once_it_is_gone(
+    sqlite_store: Store,
+) -> None:
     """The first instance leads; the second only once the first's lease lapsed; the first,
     back, learns it lost the lease and stops its jobs."""
     jobs: list[str] = []
-    a, b = leader(store, "a", jobs), leader(store, "b", jobs)
+    a, b = leader(sqlite_store, "a", jobs), leader(sqlite_store, "b", jobs)
     await a.tick()
     await b.tick()
     assert (a.leading, b.leading) == (True, False)
@@ -58,10 +48,10 @@ async def test_one_instance_leads_and_another_takes_over_once_it_is_gone(store: 
     assert jobs == ["a started", "b started", "a stopped"]
 
 
-async def test_a_clean_stop_hands_the_lead_over_at_once(store: Store) -> None:
+async def test_a_clean_stop_hands_the_lead_over_at_once(sqlite_store: Store) -> None:
     """A leader that stops gives its lease up: the other leads at its next try."""
     jobs: list[str] = []
-    a, b = leader(store, "a", jobs), leader(store, "b", jobs)
+    a, b = leader(sqlite_store, "a", jobs), leader(sqlite_store, "b", jobs)
     stop = asyncio.Event()
     await a.tick()
     running = asyncio.create_task(a.run(stop))
@@ -74,39 +64,39 @@ async def test_a_clean_stop_hands_the_lead_over_at_once(store: Store) -> None:
     assert jobs == ["a started", "a stopped", "b started"]
 
 
-async def test_a_leader_that_cannot_renew_in_time_stops_its_jobs(store: Store) -> None:
+async def test_a_leader_that_cannot_renew_in_time_stops_its_jobs(sqlite_store: Store) -> None:
     """Renewal blocked (the store busy past three quarters of the lease): the jobs stop
     before the lease can lapse, so a new leader never runs beside them."""
     jobs: list[str] = []
-    a = leader(store, "a", jobs)
+    a = leader(sqlite_store, "a", jobs)
     await a.tick()
-    await store.close()  # every write now fails
+    await sqlite_store.close()  # every write now fails
     await asyncio.sleep(TTL_S * 0.8)
     await a.tick()
     assert not a.leading
     assert jobs == ["a started", "a stopped"]
-    await store.open()
+    await sqlite_store.open()
 
 
 async def test_a_live_leader_whose_lease_lapsed_holds_it_again_at_its_next_try(
-    store: Store,
+    sqlite_store: Store,
 ) -> None:
     """The lease can lapse under a live leader: its renewals fail (the store unavailable, or
     slower than the lease's last quarter) for longer than the lease. It is not current from
     then until the first renewal the store takes: the leader's next try, within a quarter of
     the lease once the store answers again, when the leader runs its jobs again."""
     jobs: list[str] = []
-    a = leader(store, "a", jobs)
+    a = leader(sqlite_store, "a", jobs)
     stop = asyncio.Event()
     await a.tick()
     running = asyncio.create_task(a.run(stop))
     try:
         await until(lambda: jobs == ["a started"], "a to lead")
-        await store.close()  # every renewal fails from now on
+        await sqlite_store.close()  # every renewal fails from now on
         await until(lambda: jobs == ["a started", "a stopped"], "a to stop its jobs", 5)
-        await until(lambda: not current(recorded(store)), "the lease to lapse", 5)
-        assert recorded(store) is not None  # still a's: nobody else took it
-        await store.open()
+        await until(lambda: not current(recorded(sqlite_store)), "the lease to lapse", 5)
+        assert recorded(sqlite_store) is not None  # still a's: nobody else took it
+        await sqlite_store.open()
         answering = time.monotonic()
         await until(lambda: a.leading, "a to lead again", 5)
         took = time.monotonic() - answering

@@ -13,15 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from pytest_aiohttp import AiohttpServer
-from serveproc import Processes, free_port
-from waits import until
 
-from worker.dev.sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, create_app
+from tests.support.configs import HOOK_PATH, serve_config, write_config
+from tests.support.processes import Processes, free_port
+from tests.support.sandboxes import sandbox_settings
+from tests.support.waits import until
+from worker.dev.sandbox import SANDBOX_KEY, Sandbox, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
-API_KEY, API_SECRET = "money-provider-key", "money-provider-secret"
-HOOK_KEY, HOOK_SECRET = "money-hook-key", "money-hook-secret"
-HOOK_PATH = "/webhooks/provider"
 
 
 def db_rows(path: Path, sql: str) -> list[dict[str, Any]]:
@@ -51,40 +50,19 @@ async def setup(
     tmp_path: Path, aiohttp_server: AiohttpServer, port: int, scheduler: dict[str, Any]
 ) -> tuple[Sandbox, Path, Path]:
     """A sandbox on loopback and a config for it; (sandbox, config, database)."""
-    app = create_app(
-        SandboxConfig(
-            api_key=API_KEY,
-            api_secret=API_SECRET,
-            webhook_url=f"http://127.0.0.1:{port}{HOOK_PATH}",
-            webhook_api_key=HOOK_KEY,
-            webhook_secret=HOOK_SECRET,
-        )
-    )
+    app = create_app(sandbox_settings(f"http://127.0.0.1:{port}{HOOK_PATH}"))
     server = await aiohttp_server(app)
     db = tmp_path / "depositd.db"
-    config = tmp_path / "depositd.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "provider": {
-                    "base_url": str(server.make_url("")).rstrip("/"),
-                    "api_key": API_KEY,
-                    "api_secret": API_SECRET,
-                    "timeout_s": 10,
-                },
-                "webhook": {
-                    "listen": f"127.0.0.1:{port}",
-                    "path": HOOK_PATH,
-                    "api_key": HOOK_KEY,
-                    "secret": HOOK_SECRET,
-                },
-                "storage": {"path": str(db)},
-                "scheduler": scheduler,
-                "rules": str(ROOT / "rules"),
-                "log": {"format": "json", "level": "warning"},
-            }
-        )
+    cfg = serve_config(
+        db,
+        str(server.make_url("")).rstrip("/"),
+        port,
+        provider={"timeout_s": 10},
+        scheduler=scheduler,
+        profiles=None,
+        log={"level": "warning"},
     )
+    config = write_config(tmp_path, cfg)
     return app[SANDBOX_KEY], config, db
 
 

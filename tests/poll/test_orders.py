@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from tests.support.stacks import MakeStack
 from worker.act.kinds import SPECS
 from worker.dev.harness import Stack
 from worker.dev.sandbox.orders import (
@@ -31,7 +32,6 @@ from worker.rules import RuleBook
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "order-forward-secret-1"
-MakeStack = Callable[..., Awaitable[Stack]]
 AiohttpServer = Callable[[web.Application], Awaitable[TestServer]]
 
 

@@ -7,56 +7,30 @@ import asyncio
 import datetime as dt
 import json
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from stores import StoreMaker
-from test_catchup import ACTIVE_SOURCE, UNKNOWN_SOURCE, catchups_done, make_active
 
+from tests.support.stacks import (
+    NEVER,
+    UNKNOWN_SOURCE,
+    MakeStack,
+    booked_day,
+    catchups_done,
+    open_findings,
+)
 from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.reconcile.reconciler import Reconciler
 from worker.store import findings as findings_store
 
-NEVER = 3600.0
-MakeStack = Callable[..., Awaitable[Stack]]
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
 
 
 def finding_alerts(stack: Stack) -> list[dict[str, Any]]:
     """Slack payloads of reconciliation findings."""
     return [p for p in stack.slack if "condition `reconcile_finding`" in json.dumps(p)]
-
-
-async def booked_day(stack: Stack, count: int) -> tuple[dt.date, list[str]]:
-    """`count` deposits from an ACTIVE source, booked; their credit day and transactionIds."""
-    make_active(stack, 1002)
-    txs = [
-        stack.sandbox.inject_deposit(1002, "USDT", "TRON", f"{i + 1}.25", ACTIVE_SOURCE)[
-            "transactionId"
-        ]
-        for i in range(count)
-    ]
-
-    async def booked() -> bool:
-        await stack.settle()  # gives up with a failure: a webhook never delivered fails here
-        return len(await stack.ledger()) >= count
-
-    await stack.wait_for(booked, 30, f"{count} deposits booked")
-    assert len(await stack.ledger()) == count
-    return dt.datetime.now(dt.UTC).date(), txs
-
-
-async def open_findings(stack: Stack, day: dt.date) -> dict[str, dict[str, Any]]:
-    """The open findings of the day by kind."""
-    rows = await stack.store.read(lambda db: findings_store.findings_of_day(db, day.isoformat()))
-    return {r["kind"]: r for r in rows}
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """Reconciliation (the ledger against the report, and its command) on both stores."""
-    return make_store
 
 
 async def test_a_clean_day_reports_nothing(start_stack: MakeStack) -> None:

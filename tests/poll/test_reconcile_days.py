@@ -16,8 +16,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
-from stores import StoreMaker
 
+from tests.support.stores import StoreMaker
 from worker.act.kinds import SPECS
 from worker.config.settings import SchedulerSettings
 from worker.dev.sandbox.envelopes import partner_ok

@@ -6,23 +6,23 @@ Slack on loopback; worker.dev.harness)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from stores import StoreMaker
-from test_catchup import ACTIVE_SOURCE, catchups_done, make_active
-from test_reconcile import NEVER, booked_day, open_findings
 
+from tests.support.stacks import (
+    ACTIVE_SOURCE,
+    NEVER,
+    MakeStack,
+    booked_day,
+    catchups_done,
+    make_active,
+    open_findings,
+)
 from worker.dev.harness import Stack
 
-MakeStack = Callable[..., Awaitable[Stack]]
-
-
-@pytest.fixture
-def stack_stores(make_store: StoreMaker) -> StoreMaker:
-    """On both stores."""
-    return make_store
+# Every test here runs on SQLite and on PostgreSQL, its stacks too.
+pytestmark = pytest.mark.usefixtures("engine")
 
 
 async def one_booked(start_stack: MakeStack) -> tuple[Stack, dt.date, dict[str, Any]]:

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from stores import StoreMaker
 from structlog.testing import capture_logs
 
+from tests.support.stores import StoreMaker
 from worker.act.kinds import SPECS
 from worker.clock import now_ms
 from worker.dev.sandbox.envelopes import partner_ok

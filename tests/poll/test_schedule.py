@@ -14,11 +14,12 @@ import pytest
 from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.sandboxes import sandbox_settings
 from worker.act.queue import enqueue_alert
 from worker.clock import now_ms
 from worker.config.settings import SchedulerSettings
 from worker.dev.sandbox.app import SANDBOX_KEY, create_app
-from worker.dev.sandbox.config import SandboxConfig
 from worker.dev.sandbox.handle import Sandbox
 from worker.dev.sandbox.testing import ENTITY_PAYER
 from worker.poll.poller import FAILING_ALERT_AFTER, Poller
@@ -29,9 +30,6 @@ from worker.store.writer import Store
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
 from worker.track.tracker import Fact
-
-API_KEY = "sched-key"
-API_SECRET = "sched-secret"
 
 
 @dataclass
@@ -62,11 +60,16 @@ class Env:
 @pytest.fixture
 async def env(aiohttp_server: object, tmp_path: Path) -> AsyncIterator[Env]:
     """Everything the poller talks to, real and on loopback."""
-    app = create_app(SandboxConfig(api_key=API_KEY, api_secret=API_SECRET, fault_timeout_s=2))
+    app = create_app(sandbox_settings(fault_timeout_s=2))
     server: TestServer = await aiohttp_server(app)  # type: ignore[operator]
     calls = Calls()
     client = ProviderClient(
-        str(server.make_url("/")), API_KEY, API_SECRET, retries=0, timeout_s=5, on_call=calls
+        str(server.make_url("/")),
+        PROVIDER_KEY,
+        PROVIDER_SECRET,
+        retries=0,
+        timeout_s=5,
+        on_call=calls,
     )
     store = Store(tmp_path / "depositd.db")
     await store.open()
@@ -230,8 +233,8 @@ async def test_timeouts_count_as_poll_errors(env: Env) -> None:
     """A provider that does not answer in time makes the poll fail and back off, not crash."""
     short = ProviderClient(
         env.client._origin,  # the same sandbox, with a shorter client timeout
-        API_KEY,
-        API_SECRET,
+        PROVIDER_KEY,
+        PROVIDER_SECRET,
         retries=0,
         timeout_s=0.2,
     )

@@ -178,10 +178,10 @@ def test_cited_sections_exist() -> None:
 
 def test_readme_names_everything_the_tests_need() -> None:
     """The README's prerequisites of `make test` name each tool `make tools` installs and each
-    package the deploy tests' container needs (tests/deploy/machine.py), and that they boot a
+    package the deploy tests' container needs (tests/support/machine.py), and that they boot a
     container."""
     readme = " ".join((ROOT / "README.md").read_text().split())
-    machine = (ROOT / "tests" / "deploy" / "machine.py").read_text()
+    machine = (ROOT / "tests" / "support" / "machine.py").read_text()
     table = re.search(r"^TOOLS = \{(.*?)^\}", machine, re.M | re.S)
     assert table
     packages = set(re.findall(r': "([\w-]+)"', table.group(1))) - {"util-linux"}  # always there

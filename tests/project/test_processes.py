@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from serveproc import Processes
+
+from tests.support.processes import Processes
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 

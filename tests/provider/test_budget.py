@@ -13,10 +13,11 @@ import pytest
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.sandboxes import sandbox_settings
 from worker.dev.harness import Stack
 from worker.dev.polldriver import Calls, VirtualClock
 from worker.dev.sandbox.app import SANDBOX_KEY, create_app
-from worker.dev.sandbox.config import SandboxConfig
 from worker.dev.sandbox.handle import Sandbox
 from worker.dev.sandbox.testing import ENTITY_PAYER
 from worker.errors import ProviderRateLimited
@@ -29,8 +30,6 @@ from worker.provider.budget import (
     polling,
 )
 from worker.provider.client import ProviderClient
-
-KEY, SECRET = "budget-key", "budget-secret"
 
 
 @dataclass
@@ -47,7 +46,7 @@ class Env:
 @pytest.fixture
 async def env(aiohttp_server: object) -> AsyncIterator[Env]:
     """The sandbox on loopback; the client's budget: 2 requests per second."""
-    app = create_app(SandboxConfig(api_key=KEY, api_secret=SECRET))
+    app = create_app(sandbox_settings())
     server: TestServer = await aiohttp_server(app)  # type: ignore[operator]
     clock = VirtualClock()
     waits: list[tuple[str, float]] = []
@@ -56,7 +55,12 @@ async def env(aiohttp_server: object) -> AsyncIterator[Env]:
     )
     calls = Calls()
     client = ProviderClient(
-        str(server.make_url("/")), KEY, SECRET, retries=1, on_call=calls, budget=budget
+        str(server.make_url("/")),
+        PROVIDER_KEY,
+        PROVIDER_SECRET,
+        retries=1,
+        on_call=calls,
+        budget=budget,
     )
     try:
         yield Env(app[SANDBOX_KEY], client, clock, calls, waits)
@@ -100,7 +104,9 @@ async def test_rate_limit_with_retry_after_backs_off_every_poll_for_that_long(
     assert env.client.budget is not None and env.client.budget.backoff_remaining() == 0
 
     env.sandbox.set_fault("history", "rate_limit", count=1, http_status=status, retry_after_s=30)
-    once = ProviderClient(env.client._origin, KEY, SECRET, retries=0, budget=env.client.budget)
+    once = ProviderClient(
+        env.client._origin, PROVIDER_KEY, PROVIDER_SECRET, retries=0, budget=env.client.budget
+    )
     async with once:
         with polling(), pytest.raises(ProviderRateLimited):
             # No retry left (the poll fails and backs off); the back-off stays for the others.
@@ -221,7 +227,9 @@ async def test_a_retry_after_of_digits_that_are_no_number_is_no_retry_after(
     server: TestServer = await aiohttp_server(app)  # type: ignore[operator]
     clock = VirtualClock()
     budget = RequestBudget(2, clock=clock.monotonic, sleep=clock.sleep)
-    client = ProviderClient(str(server.make_url("/")), KEY, SECRET, retries=0, budget=budget)
+    client = ProviderClient(
+        str(server.make_url("/")), PROVIDER_KEY, PROVIDER_SECRET, retries=0, budget=budget
+    )
     async with client:
         with polling(), pytest.raises(ProviderRateLimited):
             await client.history(white_list_status="init")

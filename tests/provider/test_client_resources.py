@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from worker.dev.sandbox import SANDBOX_KEY, SandboxConfig, create_app, orders
+from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.sandboxes import sandbox_settings
+from worker.dev.sandbox import SANDBOX_KEY, create_app, orders
 from worker.dev.sandbox.testing import ENTITY_PAYER
 from worker.provider.client import ProviderClient
 from worker.provider.resources import AbnormalFund, QuoteResponse, SettlementRecord
 
-API_KEY, API_SECRET = "sbx-key", "sbx-secret"
 SOURCE = "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB"
 FUND = {"amount": "1", "currency": "USDT", "network": "TRON", "fromAddress": "a", "toAddress": "b"}
 
@@ -24,9 +25,9 @@ DAY = dt.datetime.fromtimestamp(NOW / 1000, dt.UTC).date().isoformat()
 
 
 async def start(aiohttp_server: Any, **cfg: Any) -> tuple[Any, ProviderClient]:
-    app = create_app(SandboxConfig(API_KEY, API_SECRET, **cfg), clock=lambda: NOW)
+    app = create_app(sandbox_settings(**cfg), clock=lambda: NOW)
     server = await aiohttp_server(app)
-    client = ProviderClient(str(server.make_url("/")), API_KEY, API_SECRET, retries=0)
+    client = ProviderClient(str(server.make_url("/")), PROVIDER_KEY, PROVIDER_SECRET, retries=0)
     return app, client
 
 
@@ -101,7 +102,7 @@ async def test_new_state_survives_a_restart(aiohttp_server: Any, tmp_path: Path)
     await app.shutdown()
     await app.cleanup()
 
-    again = create_app(SandboxConfig(API_KEY, API_SECRET, state_path=state))
+    again = create_app(sandbox_settings(state_path=state))
     restored = again[SANDBOX_KEY].state
     assert str(restored.abnormal_funds[1]["amount"]) == "0.10"
     assert str(restored.settlement_changes[0]["amount"]) == "4.5"

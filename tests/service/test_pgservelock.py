@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from pgcluster import Cluster
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ServeProcess, free_port
 
+from tests.support.configs import serve_config, write_config
+from tests.support.pgcluster import Cluster
+from tests.support.processes import ServeProcess, free_port
 from worker.config.settings import StorageSettings
 from worker.store import pgstore
 from worker.store.pg import connect
@@ -119,29 +120,15 @@ def test_a_killed_instances_lock_goes_with_its_connection(storage: StorageSettin
 
 
 def _config(path: Path, port: int, provider: str, url: str) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "provider": {
-                    "base_url": provider,
-                    "api_key": PROVIDER_KEY,
-                    "api_secret": PROVIDER_SECRET,
-                },
-                "webhook": {
-                    "listen": f"127.0.0.1:{port}",
-                    "path": "/webhooks/provider",
-                    "api_key": "k",
-                    "secret": "s",
-                },
-                "storage": {"url": url},
-                "scheduler": {"history_interval_s": 60, "detail_interval_s": 60},
-                "instance": {"lease_s": 60},
-                "rules": str(ROOT / "rules"),
-                "log": {"format": "json", "level": "info"},
-            }
-        )
+    cfg = serve_config(
+        {"url": url},
+        provider,
+        port,
+        scheduler={"history_interval_s": 60, "detail_interval_s": 60},
+        instance={"lease_s": 60},
+        profiles=None,
     )
-    return path
+    return write_config(path, cfg)
 
 
 def _status(config: Path) -> str:

@@ -12,8 +12,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yaml
-from test_ops import Service, envelope
 
+from tests.support.service import Service
+from tests.support.webhooks import envelope
 from worker import __version__
 
 ROOT = Path(__file__).resolve().parents[2]

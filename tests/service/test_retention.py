@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -19,9 +19,9 @@ import aiohttp
 import pytest
 import sqlite_utils
 import yaml
-from stores import StoreMaker
-from waits import until_async
 
+from tests.support.stores import StoreMaker
+from tests.support.waits import until_async
 from worker.clock import iso_from_ms, now_ms
 from worker.commands.ops import status_report
 from worker.dev.harness import Stack
@@ -40,15 +40,6 @@ from worker.track.tracker import Fact
 
 DAY_MS = 86_400_000
 DAYS = 30
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    """An open store on a fresh database, on SQLite and on PostgreSQL."""
-    s = make_store()
-    await s.open()
-    yield s
-    await s.close()
 
 
 @dataclass(frozen=True)

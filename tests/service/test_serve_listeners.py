@@ -11,30 +11,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT, Processes, ServeProcess, free_port
+
+from tests.support.configs import serve_config, write_config
+from tests.support.processes import Processes, ServeProcess, free_port
 
 
-def _config(tmp_path: Path, provider_url: str, port: int, **extra: Any) -> Path:
+def _config(
+    tmp_path: Path,
+    provider_url: str,
+    port: int,
+    storage: dict[str, Any] | None = None,
+    **extra: Any,
+) -> Path:
     token = tmp_path / "console_token"
     token.write_text("a-console-token\n")
     token.chmod(0o600)
-    cfg: dict[str, Any] = {
-        "provider": {
-            "base_url": provider_url,
-            "api_key": PROVIDER_KEY,
-            "api_secret": PROVIDER_SECRET,
-        },
-        "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
-        "storage": {"path": str(tmp_path / "depositd.db")},
-        "scheduler": {"history_interval_s": 1, "detail_interval_s": 1},
-        "rules": str(ROOT / "rules"),
-        "profiles": str(ROOT / "rules" / "profiles.yaml"),
-        "log": {"format": "json", "level": "info"},
+    cfg = serve_config(
+        storage or tmp_path / "depositd.db",
+        provider_url,
+        port,
+        scheduler={"history_interval_s": 1, "detail_interval_s": 1},
         **extra,
-    }
-    config = tmp_path / "depositd.yaml"
-    config.write_text(json.dumps(cfg))
-    return config
+    )
+    return write_config(tmp_path, cfg)
 
 
 def _lines(log: Path) -> list[dict[str, Any]]:
@@ -63,10 +62,7 @@ async def test_a_taken_port_stops_serve_before_it_acts(
         if setting == "console.listen":
             extra["console"] = {"listen": f"127.0.0.1:{busy}", "token_file": "console_token"}
         else:
-            extra["webhook"] = {
-                "listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws",
-                "ops_listen": f"127.0.0.1:{busy}",
-            }  # fmt: skip
+            extra["webhook"] = {"ops_listen": f"127.0.0.1:{busy}"}
         config = _config(tmp_path, provider_url, port, **extra)
         log = tmp_path / "serve.log"
         proc = await processes.serve(config, port, log).spawn()

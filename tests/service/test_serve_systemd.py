@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -14,8 +13,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, free_port
-from test_ingress_process import children
+
+from tests.support.configs import serve_config, write_config
+from tests.support.paths import RULES
+from tests.support.processes import children, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,24 +31,16 @@ def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
     sock.close()
 
 
-def write_config(tmp_path: Path, provider_url: str, port: int, rules: Path | None = None) -> Path:
+def systemd_config(tmp_path: Path, provider_url: str, port: int, rules: Path | None = None) -> Path:
     """A serve config with the shipped rules (or `rules`) and profiles and a loopback listener."""
-    cfg = {
-        "provider": {
-            "base_url": provider_url,
-            "api_key": PROVIDER_KEY,
-            "api_secret": PROVIDER_SECRET,
-        },
-        "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
-        "storage": {"path": str(tmp_path / "depositd.db")},
-        "scheduler": {"enabled": False},
-        "rules": str(rules or ROOT / "rules"),
-        "profiles": str(ROOT / "rules" / "profiles.yaml"),
-        "log": {"format": "json", "level": "info"},
-    }
-    path = tmp_path / "depositd.yaml"
-    path.write_text(json.dumps(cfg))
-    return path
+    cfg = serve_config(
+        tmp_path / "depositd.db",
+        provider_url,
+        port,
+        scheduler={"enabled": False},
+        rules=str(rules or RULES),
+    )
+    return write_config(tmp_path, cfg)
 
 
 async def start_serve(config: Path, notify: socket.socket, log: Path) -> asyncio.subprocess.Process:
@@ -93,7 +86,7 @@ async def test_ready_after_port_bound_watchdog_then_stopping(
     """READY=1 comes once /healthz answers, WATCHDOG=1 repeats, SIGTERM sends STOPPING=1, exit 0."""
     port = free_port()
     log = tmp_path / "serve.log"
-    proc = await start_serve(write_config(tmp_path, provider_url, port), notify_socket, log)
+    proc = await start_serve(systemd_config(tmp_path, provider_url, port), notify_socket, log)
     try:
         before_ready: list[str] = []
         while not (message := await next_message(notify_socket, 15)).startswith("READY=1"):
@@ -134,7 +127,7 @@ async def test_no_ready_when_the_port_is_taken(
         taken.listen()
         port = taken.getsockname()[1]
         log = tmp_path / "serve.log"
-        proc = await start_serve(write_config(tmp_path, provider_url, port), notify_socket, log)
+        proc = await start_serve(systemd_config(tmp_path, provider_url, port), notify_socket, log)
         try:
             assert await asyncio.wait_for(proc.wait(), 20) == 2, log.read_text()
             assert "webhook.listen" in log.read_text() and f"127.0.0.1:{port}" in log.read_text()
@@ -156,7 +149,7 @@ async def test_watchdog_stops_while_the_ingress_process_does_not_answer(
     interval (two seconds here) and ping no more, so systemd kills and restarts it at once."""
     port = free_port()
     log = tmp_path / "serve.log"
-    proc = await start_serve(write_config(tmp_path, provider_url, port), notify_socket, log)
+    proc = await start_serve(systemd_config(tmp_path, provider_url, port), notify_socket, log)
     try:
         while not (await next_message(notify_socket, 15)).startswith("READY=1"):
             pass
@@ -187,7 +180,9 @@ async def test_sighup_reloading_then_ready_or_refused_status(
     rule_file.write_text(original)
     port = free_port()
     log = tmp_path / "serve.log"
-    proc = await start_serve(write_config(tmp_path, provider_url, port, rules), notify_socket, log)
+    proc = await start_serve(
+        systemd_config(tmp_path, provider_url, port, rules), notify_socket, log
+    )
 
     async def reload() -> tuple[int, int, list[str]]:
         before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000

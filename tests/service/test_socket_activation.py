@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, ROOT, free_port
 
+from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, serve_config, write_config
+from tests.support.paths import ROOT
+from tests.support.processes import free_port
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 
-PATH = "/webhooks/provider"
 # Runs serve with the socket as fd 3 and LISTEN_PID its own PID (exec keeps it), as systemd
 # starts a service of a socket unit.
 AS_SYSTEMD = (
@@ -33,21 +34,7 @@ AS_SYSTEMD = (
 
 
 def _config(tmp_path: Path, provider_url: str, port: int) -> Path:
-    cfg = {
-        "provider": {
-            "base_url": provider_url,
-            "api_key": PROVIDER_KEY,
-            "api_secret": PROVIDER_SECRET,
-        },
-        "webhook": {"listen": f"127.0.0.1:{port}", "api_key": "wk", "secret": "ws"},
-        "storage": {"path": str(tmp_path / "depositd.db")},
-        "rules": str(ROOT / "rules"),
-        "profiles": str(ROOT / "rules" / "profiles.yaml"),
-        "log": {"format": "json", "level": "info"},
-    }
-    config = tmp_path / "depositd.yaml"
-    config.write_text(json.dumps(cfg))
-    return config
+    return write_config(tmp_path, serve_config(tmp_path / "depositd.db", provider_url, port))
 
 
 def _lines(log: Path) -> list[dict[str, Any]]:
@@ -89,11 +76,11 @@ async def deliver(port: int, event_id: str) -> int:
     body = dumpb(
         {"eventId": event_id, "eventType": "STABLE_ORDER_UPDATED", "referenceId": event_id}
     )
-    headers = signed_headers("wk", "ws", "POST", PATH, body)
+    headers = signed_headers(HOOK_KEY, HOOK_SECRET, "POST", HOOK_PATH, body)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     writer.write(
-        f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{head}"
+        f"POST {HOOK_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{head}"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body
     )

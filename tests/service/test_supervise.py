@@ -18,11 +18,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from serveproc import PROVIDER_KEY, PROVIDER_SECRET, free_port
-from stores import StoreMaker
 from structlog.testing import capture_logs
-from waits import until, until_async
 
+from tests.support.configs import serve_config, write_config
+from tests.support.processes import free_port
+from tests.support.stores import StoreMaker
+from tests.support.waits import until, until_async
 from worker.act.outbox import Outbox
 from worker.commands.ops import status_report
 from worker.config.settings import Settings, load_settings
@@ -41,27 +42,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def settings_for(tmp_path: Path, provider_url: str, ingress: bool = False) -> Settings:
     """One serve in this process (and its ingress process, if asked), its scheduler on, on a
     SQLite file."""
-    port = free_port()
-    cfg = {
-        "provider": {
-            "base_url": provider_url,
-            "api_key": PROVIDER_KEY,
-            "api_secret": PROVIDER_SECRET,
-        },
-        "webhook": {
-            "listen": f"127.0.0.1:{port}",
-            "api_key": "wk",
-            "secret": "ws",
-            "ingress_process": ingress,
-        },
-        "storage": {"path": str(tmp_path / "depositd.db")},
-        "scheduler": {"history_interval_s": 1, "detail_interval_s": 1},
-        "rules": str(ROOT / "rules"),
-        "profiles": str(ROOT / "rules" / "profiles.yaml"),
-    }
-    path = tmp_path / "depositd.yaml"
-    path.write_text(json.dumps(cfg))
-    return load_settings(path)
+    cfg = serve_config(
+        tmp_path / "depositd.db",
+        provider_url,
+        free_port(),
+        webhook={"ingress_process": ingress},
+        scheduler={"history_interval_s": 1, "detail_interval_s": 1},
+        log=None,
+    )
+    return load_settings(write_config(tmp_path, cfg))
 
 
 class Served:

@@ -4,26 +4,13 @@ two PostgreSQL connections acknowledging at the same moment."""
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
 
-import pytest
-from pgcluster import Cluster
-from stores import StoreMaker
-
+from tests.support.pgcluster import Cluster
 from worker.store import findings as findings_store
 from worker.store.findings import Finding
 from worker.store.pg import PgDatabase, connect
 from worker.store.pgstore import PgStore
 from worker.store.writer import Store
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    """An open store on a fresh database, on SQLite and on PostgreSQL."""
-    s = make_store()
-    await s.open()
-    yield s
-    await s.close()
 
 
 def _one_finding(db: object) -> int:

@@ -5,41 +5,19 @@ held-balance drifts, the runs, and the lists a person pages through."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlite_utils
-from stores import StoreMaker
 
 from worker.store import findings as fs
 from worker.store import ledger
 from worker.store.actions import queue_alert
 from worker.store.findings import DRIFT, Finding
-from worker.store.writer import Store, connect, migrate
+from worker.store.writer import Store
 
 D0, D1, D2 = "2026-11-19", "2026-11-20", "2026-11-21"
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    """An open store on a fresh database, on SQLite and on PostgreSQL."""
-    s = make_store()
-    await s.open()
-    yield s
-    await s.close()
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[sqlite_utils.Database]:
-    """A migrated SQLite store database."""
-    conn = connect(tmp_path / "d.db")
-    database = sqlite_utils.Database(conn)
-    migrate(database)
-    yield database
-    conn.close()
 
 
 def ms(text: str) -> int:

@@ -5,14 +5,12 @@ connections in one order."""
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import sqlite_utils
-from pgcluster import Cluster
-from stores import StoreMaker
 
+from tests.support.pgcluster import Cluster
 from worker.errors import StorageError
 from worker.store import journal
 from worker.store.errors import StoreError
@@ -21,15 +19,6 @@ from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
 from worker.store.schema import MIGRATIONS
 from worker.store.writer import Store, connect, migrate
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    """An open store on a fresh database, on SQLite and on PostgreSQL."""
-    s = make_store()
-    await s.open()
-    yield s
-    await s.close()
 
 
 async def test_entries_chain_and_read_back_as_appended(store: Store) -> None:

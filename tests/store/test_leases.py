@@ -4,28 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import sqlite_utils
-from stores import StoreMaker
 
+from tests.support.stores import StoreMaker
 from worker.store import actions, alerts, leases
 from worker.store.pg import PgDatabase, connect
 from worker.store.writer import Store
 
 T0, T1, T2, T3 = (f"2026-01-01T00:00:0{n}.000Z" for n in range(4))
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    """A store on each engine (the same statements run on SQLite and PostgreSQL)."""
-    s = make_store("d.db")
-    await s.open()
-    yield s
-    await s.close()
 
 
 async def test_a_lease_has_one_holder_until_it_lapses(store: Store) -> None:

@@ -4,21 +4,18 @@ both engines, the likely-duplicate match, and the reads by day, period and curre
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlite_utils
-from pgcluster import Cluster
-from stores import StoreMaker
 
+from tests.support.pgcluster import Cluster
 from worker.store import ledger
 from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
-from worker.store.writer import Store, connect, migrate
+from worker.store.writer import Store
 
 BOOKING: dict[str, Any] = {
     "wallet_id": 1001,
@@ -30,25 +27,6 @@ BOOKING: dict[str, Any] = {
     "tx_hash": "0xAbC",
     "trigger": "credited",
 }
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    """An open store on a fresh database, on SQLite and on PostgreSQL."""
-    s = make_store()
-    await s.open()
-    yield s
-    await s.close()
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[sqlite_utils.Database]:
-    """A migrated SQLite store database."""
-    conn = connect(tmp_path / "d.db")
-    database = sqlite_utils.Database(conn)
-    migrate(database)
-    yield database
-    conn.close()
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import pgcluster
 import pytest
-from pgcluster import ENV_URL, Cluster
 
+from tests.support import pgcluster
+from tests.support.pgcluster import ENV_URL, Cluster
 from worker.errors import StorageError
 from worker.store import operator
 from worker.store.database import table_columns

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlite_utils
-from stores import StoreMaker
 
 from worker.errors import SchemaTooNew, StorageError
 from worker.store import writer as store_mod
@@ -21,24 +19,6 @@ from worker.store.meta import get_meta, set_meta
 from worker.store.writer import SCHEMA_VERSION, EventRow, Store, event_row
 
 TABLES = {"meta", "events", "deposits", "facts", "actions", "ledger", "alerts", "addresses"}
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    """An open store on a fresh database, on SQLite and on PostgreSQL."""
-    s = make_store()
-    await s.open()
-    yield s
-    await s.close()
-
-
-@pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[Store]:
-    """An open SQLite store on a fresh file."""
-    s = Store(tmp_path / "depositd.db")
-    await s.open()
-    yield s
-    await s.close()
 
 
 def _insert(s: Store, event_id: str, **kw: str) -> asyncio.Future[bool]:

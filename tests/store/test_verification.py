@@ -4,26 +4,15 @@ appended for it is found; a purge verifies; an entry removed is a gap. On SQLite
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-from journalrows import book, by_hand, drop_append_only, purge, submit
-from stores import StoreMaker
-
+from tests.support.journalrows import book, by_hand, drop_append_only, purge, submit
+from tests.support.stores import StoreMaker
 from worker.store import journal, submissions
 from worker.store.verification import Verification, verify
 from worker.store.writer import Store
 
 PAYER = {"payerType": "ENTITY", "fullName": "Example Trading Ltd", "countryCode": "SG"}
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    s = make_store()
-    await s.open()
-    yield s
-    await s.close()
 
 
 async def verified(store: Store, chunk: int = 2, **kw: Any) -> Verification:

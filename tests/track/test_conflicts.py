@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlite_utils
-from pgcluster import Cluster
 
+from tests.support.pgcluster import Cluster
 from worker.store.conflicts import all_conflicts
 from worker.store.deposits import get_deposit_row, lock_deposit
 from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
-from worker.store.writer import connect, migrate
 from worker.track.conflicts import (
     decide,
     decided_value,
@@ -31,16 +28,6 @@ from worker.track.tracker import Deposit, Fact
 
 TX = "tx-c1"
 T0 = 1_700_000_000_000
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[sqlite_utils.Database]:
-    """A migrated store database."""
-    conn = connect(tmp_path / "d.db")
-    database = sqlite_utils.Database(conn)
-    migrate(database)
-    yield database
-    conn.close()
 
 
 def fact(t: int, *, source: str = "webhook", event_id: str | None = None, **fields: Any) -> Fact:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import signal
 import sqlite3
@@ -12,33 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from serveproc import ServeProcess, free_port
 
+from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, make_config, write_config
+from tests.support.processes import ServeProcess, free_port
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 
-PATH = "/webhooks/provider"
-API_KEY = "crash-key"
-SECRET = "crash-secret"
 
-
-def write_config(tmp_path: Path, port: int) -> Path:
+def crash_config(tmp_path: Path, port: int) -> Path:
     """A serve config on loopback with synchronous=FULL and no scheduler."""
-    cfg = {
-        "provider": {"base_url": "http://127.0.0.1:9", "api_key": "k", "api_secret": "s"},
-        "webhook": {
-            "listen": f"127.0.0.1:{port}",
-            "path": PATH,
-            "api_key": API_KEY,
-            "secret": SECRET,
-        },
-        "storage": {"path": str(tmp_path / "depositd.db"), "synchronous": "FULL"},
-        "scheduler": {"enabled": False},
-        "log": {"format": "json", "level": "warning"},
-    }
-    path = tmp_path / "depositd.yaml"
-    path.write_text(json.dumps(cfg))
-    return path
+    cfg = make_config(
+        {"path": str(tmp_path / "depositd.db"), "synchronous": "FULL"},
+        port=port,
+        scheduler={"enabled": False},
+        log={"format": "json", "level": "warning"},
+    )
+    return write_config(tmp_path, cfg)
 
 
 def event(n: int) -> dict[str, Any]:
@@ -71,13 +59,13 @@ def event(n: int) -> dict[str, Any]:
 async def stream(port: int, numbers: list[int], acked: set[int], stop: asyncio.Event) -> None:
     """Send events over 8 connections until `stop`; record the ones answered 200."""
     queue = list(numbers)
-    url = f"http://127.0.0.1:{port}{PATH}"
+    url = f"http://127.0.0.1:{port}{HOOK_PATH}"
 
     async def sender(session: aiohttp.ClientSession) -> None:
         while queue and not stop.is_set():
             n = queue.pop(0)
             body = dumpb(event(n))
-            headers = signed_headers(API_KEY, SECRET, "POST", PATH, body)
+            headers = signed_headers(HOOK_KEY, HOOK_SECRET, "POST", HOOK_PATH, body)
             try:
                 async with session.post(url, data=body, headers=headers) as r:
                     if r.status == 200:
@@ -102,7 +90,7 @@ async def test_sigkill_under_load_loses_and_doubles_nothing(tmp_path: Path) -> N
     """Three SIGKILLs mid-stream: every acknowledged event is stored and applied exactly once."""
     rng = random.Random(7)
     port = free_port()
-    server = ServeProcess(write_config(tmp_path, port), port, tmp_path / "serve.log")
+    server = ServeProcess(crash_config(tmp_path, port), port, tmp_path / "serve.log")
     acked: set[int] = set()
     sent_upto = 0
     for _ in range(3):

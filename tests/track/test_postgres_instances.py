@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
-from pgcluster import Cluster
 
+from tests.support.pgcluster import Cluster
 from worker.provider.models import CreditStatus, OrderStatus
 from worker.store.deposits import get_deposit_row
 from worker.store.events import pending_events
@@ -27,7 +27,7 @@ T0 = 1_767_225_600_000
 
 
 @pytest.fixture
-def pg_url(pg_cluster: Cluster) -> Iterator[str]:
+def seeded_pg_url(pg_cluster: Cluster) -> Iterator[str]:
     """A fresh database, migrated, with one pending event about TX."""
     url = pg_cluster.create_database()
 
@@ -60,11 +60,11 @@ def _event_fact() -> Fact:
 
 
 def test_a_poll_waits_for_the_batch_of_another_instance_holding_the_deposit(
-    pg_url: str,
+    seeded_pg_url: str,
 ) -> None:
     """A poll's fact applied while another instance's batch holds the deposit is applied after
     that batch commits, on the row it wrote: neither the event's change nor the poll's is lost."""
-    one, two = PgDatabase(connect(pg_url)), PgDatabase(connect(pg_url))
+    one, two = PgDatabase(connect(seeded_pg_url)), PgDatabase(connect(seeded_pg_url))
     done = threading.Event()
     errors: list[BaseException] = []
 

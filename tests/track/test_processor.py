@@ -8,15 +8,14 @@ import json
 import random
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlite_utils
-from stores import StoreMaker
 from structlog.testing import capture_logs
 
+from tests.support.stores import StoreMaker
 from worker.clock import utc_now
 from worker.errors import StorageError
 from worker.logs import LogLine, configure
@@ -112,15 +111,6 @@ async def deliver(store: Store, ev: dict[str, Any]) -> bool:
             utc_now(),
         )
     )
-
-
-@pytest.fixture
-async def store(make_store: StoreMaker) -> AsyncIterator[Store]:
-    """An open store on a fresh database, on SQLite and on PostgreSQL."""
-    s = make_store("d.db", synchronous="NORMAL")
-    await s.open()
-    yield s
-    await s.close()
 
 
 async def tracked(store: Store, tx: str) -> dict[str, Any]:

@@ -3,12 +3,12 @@ SMTP and Slack on loopback through worker.dev.harness)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from tests.support.stacks import NEVER, MakeStack
 from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.provider.models import CreditStatus, DepositOrder
@@ -16,10 +16,7 @@ from worker.track.facts import fact_from_order
 from worker.track.tracker import State, observe
 
 FAST = 0.3
-NEVER = 3600.0
 PAYER = "TReleasedPayer0000000000000000001"  # wallet 1002: its fallback profile applies
-
-MakeStack = Callable[..., Awaitable[Stack]]
 
 
 def detail(at: int, status: str, credit: str, white: str = "pending") -> DepositOrder:

@@ -9,7 +9,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from test_tracker import (
+
+from tests.support.facts import (
     T0,
     TX,
     credited,
@@ -21,7 +22,6 @@ from test_tracker import (
     run,
     submitted,
 )
-
 from worker.clock import iso_from_ms
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
 from worker.track.tracker import (

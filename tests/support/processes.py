@@ -1,5 +1,6 @@
 """`python -m worker serve` as a subprocess, for the tests that kill or signal it; free ports;
-`Processes`, which owns what a test starts (the `processes` fixture)."""
+`Processes`, which owns what a test starts (the `processes` fixture); a command run as a
+process (`cli`); the children of a process."""
 
 from __future__ import annotations
 
@@ -16,9 +17,7 @@ from typing import Self, TypeVar
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parent.parent
-# The credentials of the `provider_url` sandbox (tests/conftest.py), for serve's config.
-PROVIDER_KEY, PROVIDER_SECRET = "serve-provider-key", "serve-provider-secret"
+from tests.support.paths import ROOT
 
 
 def free_port() -> int:
@@ -122,3 +121,33 @@ class Processes:
                 await asyncio.get_running_loop().run_in_executor(None, proc.wait)
             else:
                 await proc.wait()
+
+
+async def cli(config: Path, *args: str, within: float = 30) -> tuple[int, str, str]:
+    """Run `python -m worker ARGS --config CONFIG` (at most `within` s); status, stdout, stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "worker", *args, "--config", str(config)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), within)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # The command name may hold spaces: the fields after ") " are fixed.
+        if int(stat.rpartition(") ")[2].split()[1]) == pid:
+            found.append(int(entry))
+    return found

@@ -1,4 +1,4 @@
-"""depositd installed in a test container (tests/deploy/machine.py): its paths, the sandbox
+"""depositd installed in a test container (tests/support/machine.py): its paths, the sandbox
 configuration the real-systemd tests share, and steady signed load (tests/deploy/steadyload.py)
 with what it found stored."""
 
@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from machine import Machine
+
+from tests.support.machine import Machine
 
 WATCHDOG_S = 6
 DEPOSITCTL = "/opt/depositd/bin/depositctl"

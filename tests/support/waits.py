@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 STEP_S = 0.02
+T = TypeVar("T")
 
 
-async def until(check: Callable[[], object], what: str, within_s: float = 15) -> None:
-    """Poll `check` until it holds; fail naming `what` after `within_s` seconds."""
+async def until(check: Callable[[], T], what: str, within_s: float = 15) -> T:
+    """Poll `check` until it holds; what it returned then. Fail naming `what` after `within_s`
+    seconds."""
     deadline = time.monotonic() + within_s
-    while not check():
+    while not (result := check()):
         assert time.monotonic() < deadline, f"timed out after {within_s}s waiting for {what}"
         await asyncio.sleep(STEP_S)
+    return result
 
 
 async def until_async(

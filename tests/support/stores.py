@@ -1,4 +1,5 @@
-"""Stores of either engine for the tests that run on both (the `make_store` fixture)."""
+"""Stores of either engine for the tests that run on both (the `make_store` fixture), and rows
+read beside a running worker on a connection of their own."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pgcluster import Cluster
 
+from tests.support.pgcluster import Cluster
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
 from worker.store.writer import Store
@@ -63,3 +64,16 @@ def stack_rows(stack: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple
     path = storage["path"] if storage else stack.db_path
     with contextlib.closing(sqlite3.connect(path)) as db:
         return [tuple(r) for r in db.execute(sql, params).fetchall()]
+
+
+def rows(db: Path | str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Rows of one query on a database file or PostgreSQL URL (a short-lived connection beside
+    the service)."""
+    if isinstance(db, str):
+        pg = pg_connect(db)
+        try:
+            return [tuple(r) for r in pg.execute(sql, args).fetchall()]
+        finally:
+            pg.close()
+    with contextlib.closing(sqlite3.connect(db, timeout=10)) as conn:
+        return [tuple(r) for r in conn.execute(sql, args).fetchall()]
