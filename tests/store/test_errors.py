@@ -14,9 +14,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pgcluster import ENV_URL, Cluster
-from stores import StoreMaker
 
+from tests.support.pgcluster import ENV_URL, Cluster
+from tests.support.stores import StoreMaker
 from worker.errors import StorageError
 from worker.store.db import Connection
 from worker.store.errors import (
