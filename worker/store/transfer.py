@@ -4,8 +4,8 @@ sides are compared by (docs/postgresql.md).
 
 The caller holds one transaction on each side: a snapshot of the source, and on the target
 the schema, the rows, the sequences and the checks, committed together or not at all. Rows go
-through the same statements on both engines (`worker.store.pg` translates them for
-PostgreSQL); what differs per engine (taking the target, the sequences) is written out below.
+through the same statements on both engines (plain INSERT and SELECT); what differs per engine
+(taking the target, the sequences) is written out below.
 """
 
 from __future__ import annotations

@@ -26,6 +26,15 @@ def conn_of(db: Db) -> sqlite3.Connection | PgConnection:
     return db if isinstance(db, sqlite3.Connection | PgConnection) else db.conn
 
 
+def release(conn: sqlite3.Connection | PgConnection, name: str) -> None:
+    """RELEASE the savepoint `name`. On PostgreSQL in pipeline mode this is where a statement
+    of the savepoint's block that was sent without waiting fails (`PgConnection.release`)."""
+    if isinstance(conn, PgConnection):
+        conn.release(name)
+    else:
+        conn.execute(f"RELEASE {name}")
+
+
 @contextmanager
 def savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
     """Run the block under a savepoint of the open transaction: if it raises, its writes are
@@ -35,14 +44,12 @@ def savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
     queued = atcommit.mark(conn)
     try:
         yield
-        # Inside: on PostgreSQL in pipeline mode, this is where a statement of the block that
-        # was sent without waiting fails (`worker.store.pg.PgConnection.pipeline`).
-        conn.execute(f"RELEASE {name}")
+        release(conn, name)  # inside: a statement of the block sent without waiting fails here
     except sqlite3.OperationalError:
         raise
     except BaseException:
         atcommit.drop_after(conn, queued)
         if conn.in_transaction:
             conn.execute(f"ROLLBACK TO {name}")
-            conn.execute(f"RELEASE {name}")
+            release(conn, name)
         raise

@@ -31,8 +31,10 @@ from worker.store.durability import sqlite_durability
 from worker.store.events import insert_events
 from worker.store.meta import set_meta, set_meta_unless_busy
 from worker.store.outage import Outage
+from worker.store.pg import dialect
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 from worker.store.sqlite import connect
+from worker.store.tx import release
 
 log = get_logger(__name__)
 
@@ -79,10 +81,14 @@ class _Insert:
     future: asyncio.Future[bool]
 
 
+# SQLite: IMMEDIATE, so that the write lock is taken before any read.
+_BEGIN_WRITE = {"sqlite": "BEGIN IMMEDIATE", "postgres": "BEGIN"}
+
+
 @contextmanager
 def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
-    """One write transaction; BEGIN IMMEDIATE so the write lock is taken before any read."""
-    db.conn.execute("BEGIN IMMEDIATE")
+    """One write transaction (`_BEGIN_WRITE`)."""
+    db.conn.execute(_BEGIN_WRITE[dialect(db)])
     atcommit.open_queue(db.conn)
     try:
         yield db
@@ -165,15 +171,13 @@ def _in_savepoint(
     queued = atcommit.mark(conn)
     try:
         result = fn(db)
-        # Inside: on PostgreSQL in pipeline mode, this is where a statement of `fn` that was
-        # sent without waiting fails (`worker.store.pg.PgConnection.pipeline`).
-        conn.execute("RELEASE job")
+        release(conn, "job")  # inside: a statement of `fn` sent without waiting fails here
     except Exception as exc:
         atcommit.drop_after(conn, queued)
         if not conn.in_transaction:
             raise _LostTransaction(f"transaction rolled back: {exc}") from exc
         conn.execute("ROLLBACK TO job")
-        conn.execute("RELEASE job")
+        release(conn, "job")
         if isinstance(exc, sqlite3.Error):
             error = StorageError(str(exc))
             error.__cause__ = exc
