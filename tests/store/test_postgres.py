@@ -159,10 +159,8 @@ def test_the_password_is_never_in_an_error() -> None:
 def test_only_the_placeholders_of_a_statement_are_rewritten() -> None:
     """A statement runs on PostgreSQL as written, its `?` placeholders in psycopg's form (a `?`
     or a `%` inside quotes kept as it is, `%` doubled)."""
-    sql = placeholders(
-        "INSERT INTO ledger (a) VALUES (?) ON CONFLICT DO NOTHING RETURNING a, 'a%', '?'"
-    )
-    assert sql == "INSERT INTO ledger (a) VALUES (%s) ON CONFLICT DO NOTHING RETURNING a, 'a%%', '?'"
+    sql = placeholders("INSERT INTO t (a) VALUES (?) ON CONFLICT DO NOTHING RETURNING a, 'a%', '?'")
+    assert sql == "INSERT INTO t (a) VALUES (%s) ON CONFLICT DO NOTHING RETURNING a, 'a%%', '?'"
     sql = placeholders("SELECT 1 FROM t WHERE x IS NOT DISTINCT FROM ? AND y LIKE 'a%' AND z = ?")
     assert sql == "SELECT 1 FROM t WHERE x IS NOT DISTINCT FROM %s AND y LIKE 'a%%' AND z = %s"
 

@@ -75,9 +75,7 @@ def postgres_listing(db: Any) -> dict[str, list[list[str | None]]]:
 
 def sqlite_listing(db: Any) -> dict[str, list[list[str | None]]]:
     """What SQLite holds of the schema: every object with the statement that made it."""
-    return {
-        "objects": _rows(db, "SELECT type, name, tbl_name, sql FROM sqlite_master")
-    }
+    return {"objects": _rows(db, "SELECT type, name, tbl_name, sql FROM sqlite_master")}
 
 
 def as_lines(engine: str, listing: dict[str, list[list[str | None]]]) -> list[str]:

@@ -9,7 +9,6 @@ from typing import Any
 from worker.store.pg import dialect, is_postgres
 from worker.store.tx import Db
 
-
 _COUNT_TABLES = {
     "sqlite": "SELECT COUNT(*) FROM sqlite_master",
     "postgres": "SELECT COUNT(*) FROM information_schema.tables",
