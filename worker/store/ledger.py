@@ -181,6 +181,8 @@ _LIKELY_DUPLICATE = {
     " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?::text)"
     " AND l.transaction_id <> ?::text)",
 }
+# (SQLite takes `ON CONFLICT` after an `INSERT ... SELECT` only when the SELECT has a WHERE,
+# as here: without one it reads the ON as a join's.)
 _BOOK_UNLESS_DUPLICATE = {
     "sqlite": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
     " network, amount, from_address, tx_hash, booked_at, trigger)"
