@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import sqlite_utils
-from stores import StoreMaker
 
+from tests.support.stores import StoreMaker
 from worker.store.meta import set_meta
 from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect
