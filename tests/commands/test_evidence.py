@@ -140,15 +140,15 @@ def _deposit_rows(db: Any) -> None:
         " ledger_mark) VALUES ('2026-03-04', '2026-03-05T02:30:00.000Z',"
         " '2026-03-05T02:30:01.000Z', 'clean', 0, '1:abc')"
     )
-    cur = db.execute(
+    (finding,) = db.execute(
         "INSERT INTO findings (day, kind, subject, transaction_id, tx_hash, ledger_amount,"
         " report_amount, first_seen, acknowledged_by, acknowledged_at, note) VALUES"
         " ('2026-03-04', 'amount_differs', '0XFEEDBEEF', NULL, '0XFEEDBEEF', '1250.125',"
         " '1250.12', '2026-03-05T02:30:01.000Z', 'bo', '2026-03-05T09:00:00.000Z',"
-        " 'rounding at the provider')"
-    )
+        " 'rounding at the provider') RETURNING id"
+    ).fetchone()
     operator.record(
-        db, "ack_finding", f"finding#{cur.lastrowid}", note="rounding at the provider",
+        db, "ack_finding", f"finding#{finding}", note="rounding at the provider",
         outcome="acknowledged", remote="bo@::1",
     )  # fmt: skip
     conflicts.insert_conflict(

@@ -31,8 +31,8 @@ def upsert_abnormal(db: Db, row: dict[str, Any], now: str) -> bool:
     """Store or update one record; True when it was new."""
     values = [row.get(c) for c in COLUMNS]
     cur = db.execute(
-        f"INSERT OR IGNORE INTO abnormal_funds ({', '.join(COLUMNS)}, first_seen, updated_at)"
-        f" VALUES ({','.join('?' for _ in COLUMNS)}, ?, ?)",
+        f"INSERT INTO abnormal_funds ({', '.join(COLUMNS)}, first_seen, updated_at)"
+        f" VALUES ({','.join('?' for _ in COLUMNS)}, ?, ?) ON CONFLICT DO NOTHING",
         [*values, now, now],
     )
     if cur.rowcount == 1:

@@ -11,6 +11,7 @@ from typing import Any
 
 from worker.clock import utc_now
 from worker.store.db import Database, Db
+from worker.store.pg import dialect
 from worker.store.tx import conn_of
 
 
@@ -34,9 +35,7 @@ def insert_action(
     on PostgreSQL in pipeline mode the insert is then not waited for, see `worker.store.pg`)."""
     now = utc_now()
     cur = conn_of(db).execute(
-        "INSERT INTO actions (transaction_id, event_id, trigger, rule_set, rule_set_version, rule,"
-        " action, params, idempotency_key, status, attempts, next_attempt_at, outcome,"
-        " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)",
+        _INSERT_ACTION + (" RETURNING id" if want_id else ""),
         [
             transaction_id,
             event_id,
@@ -54,7 +53,14 @@ def insert_action(
             now,
         ],
     )
-    return int(cur.lastrowid or 0) if want_id else 0
+    return int(cur.fetchone()[0]) if want_id else 0
+
+
+_INSERT_ACTION = (
+    "INSERT INTO actions (transaction_id, event_id, trigger, rule_set, rule_set_version, rule,"
+    " action, params, idempotency_key, status, attempts, next_attempt_at, outcome,"
+    " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)"
+)
 
 
 def queue_order_read(db: Db, kind: str, record: Mapping[str, Any], *, event_id: str | None) -> int:
@@ -167,12 +173,19 @@ def acted_on_event(db: Db, event_id: str, event_type: str) -> bool:
 def alert_queued(db: Db, transaction_id: str | None, condition: str, once_per: str | None) -> bool:
     """Is an alert of this (deposit, condition, once_per) queued already (in any status)?"""
     queued = db.execute(
-        "SELECT 1 FROM actions WHERE action='alert' AND transaction_id IS ?"
-        " AND json_extract(params, '$.condition')=?"
-        " AND json_extract(params, '$.once_per') IS ? LIMIT 1",
-        [transaction_id, condition, once_per],
+        _ALERT_QUEUED[dialect(db)], [transaction_id, condition, once_per]
     ).fetchone()
     return queued is not None
+
+
+_ALERT_QUEUED = {
+    "sqlite": "SELECT 1 FROM actions WHERE action='alert'"
+    " AND transaction_id IS NOT DISTINCT FROM ? AND json_extract(params, '$.condition')=?"
+    " AND json_extract(params, '$.once_per') IS NOT DISTINCT FROM ? LIMIT 1",
+    "postgres": "SELECT 1 FROM actions WHERE action='alert'"
+    " AND transaction_id IS NOT DISTINCT FROM ? AND (params::jsonb ->> 'condition')=?"
+    " AND (params::jsonb ->> 'once_per') IS NOT DISTINCT FROM ? LIMIT 1",
+}
 
 
 # A row is free to claim when pending and due, or running under a claim that has lapsed (its
@@ -400,12 +413,16 @@ def get_action(db: Db, action_id: int) -> dict[str, Any] | None:
 def failed_alert_actions(db: Db, transaction_id: str, condition: str) -> list[int]:
     """The ids of the failed alert actions of one deposit (or "-") and condition."""
     tx = None if transaction_id == "-" else transaction_id
-    rows = db.execute(
-        "SELECT id FROM actions WHERE action='alert' AND status='failed'"
-        " AND transaction_id IS ? AND json_extract(params, '$.condition')=?",
-        [tx, condition],
-    )
+    rows = db.execute(_FAILED_ALERTS[dialect(db)], [tx, condition])
     return [int(r[0]) for r in rows]
+
+
+_FAILED_ALERTS = {
+    "sqlite": "SELECT id FROM actions WHERE action='alert' AND status='failed'"
+    " AND transaction_id IS NOT DISTINCT FROM ? AND json_extract(params, '$.condition')=?",
+    "postgres": "SELECT id FROM actions WHERE action='alert' AND status='failed'"
+    " AND transaction_id IS NOT DISTINCT FROM ? AND (params::jsonb ->> 'condition')=?",
+}
 
 
 def count_open(db: Db) -> int:

@@ -6,27 +6,29 @@ from __future__ import annotations
 import sqlite3
 
 from worker.store.db import Db
-from worker.store.pg import is_postgres
+from worker.store.pg import dialect, is_postgres
+
+_COUNT_TABLES = {
+    "sqlite": "SELECT COUNT(*) FROM sqlite_master",
+    "postgres": "SELECT COUNT(*) FROM information_schema.tables",
+}
 
 
 def probe_schema(conn: Db) -> None:
     """Read the schema: raises when this connection cannot read the database."""
-    if is_postgres(conn):
-        conn.execute("SELECT COUNT(*) FROM information_schema.tables").fetchone()
-        return
-    conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    conn.execute(_COUNT_TABLES[dialect(conn)]).fetchone()
+
+
+_HAS_TABLE = {
+    "sqlite": "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name=?",
+    "postgres": "SELECT COUNT(*) FROM information_schema.tables"
+    " WHERE table_schema = current_schema() AND table_name = ?",
+}
 
 
 def has_table(db: Db, name: str) -> bool:
     """Whether the database has the table (one not yet migrated may lack it)."""
-    if is_postgres(db):
-        sql = (
-            "SELECT COUNT(*) FROM information_schema.tables"
-            " WHERE table_schema = current_schema() AND table_name = ?"
-        )
-    else:
-        sql = "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name=?"
-    row = db.execute(sql, [name]).fetchone()
+    row = db.execute(_HAS_TABLE[dialect(db)], [name]).fetchone()
     return bool(row[0])
 
 

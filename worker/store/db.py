@@ -20,14 +20,10 @@ from typing import Any, Protocol, Self
 
 
 class Cursor(Protocol):
-    """A statement's result: its rows, the rows it changed, the key it generated."""
+    """A statement's result: its rows, the rows it changed."""
 
     def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Cursor:
         """Run one statement (its result replaces the last one's)."""
-
-    @property
-    def lastrowid(self) -> int | None:
-        """The key the last INSERT generated."""
 
     @property
     def rowcount(self) -> int:

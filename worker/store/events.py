@@ -64,8 +64,9 @@ class StoredEvent:
 # --- receiving ---------------------------------------------------------------------------
 
 _INSERT_EVENT = {
-    "sqlite": "INSERT OR IGNORE INTO events (event_id, event_type, reference_id, transaction_id,"
-    " body, headers, received_at, status, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "sqlite": "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
+    " headers, received_at, status, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (event_id) DO NOTHING",
     # Sent for all rows at once (one round trip): a row is new when it returns its key.
     "postgres": "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
     " headers, received_at, status, processed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"

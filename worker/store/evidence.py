@@ -31,7 +31,7 @@ from worker.store.db import Db
 from worker.store.deposits import get_deposit_row
 from worker.store.facts import facts_of
 from worker.store.findings import ledger_row_by_id
-from worker.store.pg import is_postgres
+from worker.store.pg import dialect
 from worker.store.retention import SUBJECT as RETENTION_SUBJECT
 from worker.store.tx import conn_of
 
@@ -226,12 +226,15 @@ def _entries(db: Db, subjects: Iterable[str], action_ids: set[int]) -> list[jour
     return [found[seq] for seq in sorted(found)]
 
 
+_BEGIN_SNAPSHOT = {"sqlite": "BEGIN", "postgres": "BEGIN ISOLATION LEVEL REPEATABLE READ"}
+
+
 @contextmanager
 def snapshot(db: Db) -> Iterator[None]:
     """One read transaction for the block, so that every row read is of one moment (a
     command's connection; the store's reads are one already)."""
     conn = conn_of(db)
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" if is_postgres(db) else "BEGIN")
+    conn.execute(_BEGIN_SNAPSHOT[dialect(db)])
     try:
         yield
     finally:

@@ -18,7 +18,7 @@ from worker.store import journal
 from worker.store.database import has_table
 from worker.store.db import Db
 from worker.store.deposits import CREDIT_DAY_TIME
-from worker.store.pg import is_postgres
+from worker.store.pg import dialect
 
 FINDING_COLUMNS = (
     "day",
@@ -62,13 +62,16 @@ def _credit_day(db: Db) -> str:
     the provider's time was kept); else the booking time."""
     days = []
     for key in (CREDIT_DAY_TIME, "credit_status"):
-        days.append(
-            f"to_char(to_timestamp((d.fact_time::jsonb ->> '{key}')::bigint / 1000)"
-            " AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
-            if is_postgres(db)
-            else f"date(json_extract(d.fact_time, '$.{key}') / 1000, 'unixepoch')"
-        )
+        days.append(_DAY_OF_FACT_TIME[dialect(db)].format(key=key))
     return f"COALESCE({days[0]}, {days[1]}, substr(l.booked_at, 1, 10))"
+
+
+# The UTC day (YYYY-MM-DD) of one of a deposit's fact times (ms, under `key` of its JSON).
+_DAY_OF_FACT_TIME = {
+    "sqlite": "date(json_extract(d.fact_time, '$.{key}') / 1000, 'unixepoch')",
+    "postgres": "to_char(to_timestamp((d.fact_time::jsonb ->> '{key}')::bigint / 1000)"
+    " AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+}
 
 
 _LEDGER_SELECT = (
@@ -146,13 +149,13 @@ def save_findings(db: Db, day: str, found: Sequence[Finding], now: str) -> list[
     cols = ", ".join(FINDING_COLUMNS)
     marks = ",".join("?" for _ in FINDING_COLUMNS)
     for f in found:
-        cur = db.execute(
-            f"INSERT OR IGNORE INTO findings ({cols}, first_seen, last_seen) VALUES"
-            f" ({marks}, ?, ?)",
+        inserted = db.execute(
+            f"INSERT INTO findings ({cols}, first_seen, last_seen) VALUES ({marks}, ?, ?)"
+            " ON CONFLICT DO NOTHING RETURNING id",
             [*f.values(), now, now],
-        )
-        if cur.rowcount == 1:
-            new.append(int(cur.lastrowid or 0))
+        ).fetchone()
+        if inserted is not None:
+            new.append(int(inserted[0]))
             continue
         db.execute(
             "UPDATE findings SET last_seen=?, resolved_at=NULL, ledger_amount=?,"
@@ -361,12 +364,16 @@ def reconciliation_status(db: Db) -> dict[str, Any] | None:
 
 def failure_alerted(db: Db, day: str) -> bool:
     """Was a reconcile_failed alert already queued for this day?"""
-    row = db.execute(
-        "SELECT 1 FROM actions WHERE action='alert' AND trigger='reconcile_failed'"
-        " AND json_extract(params, '$.once_per')=? LIMIT 1",
-        [day],
-    ).fetchone()
+    row = db.execute(_FAILURE_ALERTED[dialect(db)], [day]).fetchone()
     return row is not None
+
+
+_FAILURE_ALERTED = {
+    "sqlite": "SELECT 1 FROM actions WHERE action='alert' AND trigger='reconcile_failed'"
+    " AND json_extract(params, '$.once_per')=? LIMIT 1",
+    "postgres": "SELECT 1 FROM actions WHERE action='alert' AND trigger='reconcile_failed'"
+    " AND (params::jsonb ->> 'once_per')=? LIMIT 1",
+}
 
 
 def findings_between(db: Db, first_day: str, last_day: str) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from worker.clock import utc_now
 from worker.store.db import Db
-from worker.store.pg import is_postgres
+from worker.store.pg import dialect, is_postgres
 from worker.store.tx import conn_of
 
 
@@ -122,9 +122,9 @@ def insert_booking(
 # (on PostgreSQL in pipeline mode it is not waited for until then). PostgreSQL types the values
 # of a SELECT list itself: they are cast to the columns' types.
 _BOOK_ONCE = {
-    "sqlite": "INSERT OR IGNORE INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    "sqlite": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
     " network, amount, from_address, tx_hash, booked_at, trigger)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
     "postgres": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
     " network, amount, from_address, tx_hash, booked_at, trigger)"
     " VALUES (?::text, ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text,"
@@ -149,7 +149,7 @@ def book_once(
     """Write the deposit's ledger row unless it exists (`booked_at`: now when None); returns
     what says whether it was written (asked when needed). The caller has decided it may be
     booked (the act kind `book`: credited, no conflict, not a likely duplicate)."""
-    sql = _BOOK_ONCE["postgres" if is_postgres(db) else "sqlite"]
+    sql = _BOOK_ONCE[dialect(db)]
     values = [transaction_id, wallet_id, wallet_name, currency, network, amount, from_address]
     values += [tx_hash, booked_at or utc_now(), trigger]
     cursor = conn_of(db).execute(sql, values)
@@ -178,10 +178,14 @@ _LIKELY_DUPLICATE = {
     " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?::text)"
     " AND l.transaction_id <> ?::text)",
 }
+# (SQLite takes `ON CONFLICT` after an `INSERT ... SELECT` only when the SELECT has a WHERE,
+# as here: without one it reads the ON as a join's.)
 _BOOK_UNLESS_DUPLICATE = {
-    "sqlite": "INSERT OR IGNORE INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    "sqlite": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
     " network, amount, from_address, tx_hash, booked_at, trigger)"
-    " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?" + _LIKELY_DUPLICATE["sqlite"],
+    " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+    + _LIKELY_DUPLICATE["sqlite"]
+    + " ON CONFLICT DO NOTHING",
     "postgres": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
     " network, amount, from_address, tx_hash, booked_at, trigger)"
     " SELECT ?::text, ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text,"
@@ -213,7 +217,7 @@ def book_all_unless_duplicate(
     if is_postgres(db):
         # Not waited for: the server runs the statements of a pipeline in order.
         conn_of(db).execute(_LOCK_TX_HASHES, [[b["tx_hash"] for b in bookings]])
-    sql = _BOOK_UNLESS_DUPLICATE["postgres" if is_postgres(db) else "sqlite"]
+    sql = _BOOK_UNLESS_DUPLICATE[dialect(db)]
     now = booked_at or utc_now()
     cursor = conn_of(db).executemany(
         sql, [_unless_values(b, now, decision_field) for b in bookings]

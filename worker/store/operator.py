@@ -16,14 +16,14 @@ from worker.store.db import Db
 def record(db: Db, kind: str, subject: str, *, note: str, outcome: str, remote: str | None) -> int:
     """Record one operator action with its time and note, and its OPERATOR journal entry in
     the same transaction (docs/audit.md); its id."""
-    cur = db.execute(
+    (action_id,) = db.execute(
         "INSERT INTO operator_actions (at, kind, subject, note, outcome, remote)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
+        " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
         [utc_now(), kind, subject, note, outcome, remote],
-    )
+    ).fetchone()
     body = {"action": kind, "by": remote, "note": note, "outcome": outcome}
     journal.append_at_commit(db, journal.OPERATOR, subject, body)
-    return int(cur.lastrowid or 0)
+    return int(action_id)
 
 
 def recent(db: Db, *, subject: str | None = None, limit: int = 50) -> list[dict[str, Any]]:

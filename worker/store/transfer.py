@@ -4,13 +4,13 @@ sides are compared by (docs/postgresql.md).
 
 The caller holds one transaction on each side: a snapshot of the source, and on the target
 the schema, the rows, the sequences and the checks, committed together or not at all. Rows go
-through the same statements on both engines (`worker.store.pg` translates them for
-PostgreSQL); what differs per engine (taking the target, the sequences) is written out below.
+through the same statements on both engines (plain INSERT and SELECT); what differs per engine
+(taking the target, the sequences) is written out below.
 """
 
 from __future__ import annotations
 
-import re
+import string
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -27,7 +27,9 @@ from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 # starting on the target meanwhile waits until the copy is committed or rolled back.
 _MIGRATION_LOCK = 0x6465706F73697464
 _CHUNK = 1000  # rows per read and per insert
-_NAME = re.compile(r"[a-z_][a-z0-9_]*")  # the names of depositd's tables and columns
+# The names of depositd's tables and columns: a lower-case letter or `_`, then those or digits.
+_NAME_START = frozenset(string.ascii_lowercase + "_")
+_NAME_CHARS = _NAME_START | frozenset(string.digits)
 
 Progress = Callable[[str, int, int], None]  # (table, rows copied, rows in all)
 
@@ -103,11 +105,15 @@ def _chunks(conn: Connection, table: str, columns: list[str]) -> Iterator[list[t
         yield rows
 
 
+def _is_name(name: str) -> bool:
+    return name[:1] in _NAME_START and all(char in _NAME_CHARS for char in name)
+
+
 def copy_rows(source: Any, target: Any, progress: Progress | None = None) -> list[str]:
     """Copy every table of the source into the target's same table (the target's `meta`
     replaced by the source's); returns the tables copied, in order."""
     tables = table_columns(source)
-    odd = [n for t, cols in tables.items() for n in (t, *cols) if not _NAME.fullmatch(n)]
+    odd = [n for t, cols in tables.items() for n in (t, *cols) if not _is_name(n)]
     if odd:
         raise ValueError(f"the source has tables or columns depositd does not name: {odd}")
     missing = sorted(set(tables) - set(table_columns(target)))

@@ -23,6 +23,15 @@ def conn_of(db: Db) -> Connection:
     return cast("Database", db).conn
 
 
+def release(conn: Connection, name: str) -> None:
+    """RELEASE the savepoint `name`. On PostgreSQL in pipeline mode this is where a statement
+    of the savepoint's block that was sent without waiting fails (`PgConnection.release`)."""
+    if isinstance(conn, PgConnection):
+        conn.release(name)
+    else:
+        conn.execute(f"RELEASE {name}")
+
+
 @contextmanager
 def savepoint(conn: Connection, name: str) -> Iterator[None]:
     """Run the block under a savepoint of the open transaction: if it raises, its writes are
@@ -32,14 +41,12 @@ def savepoint(conn: Connection, name: str) -> Iterator[None]:
     queued = atcommit.mark(conn)
     try:
         yield
-        # Inside: on PostgreSQL in pipeline mode, this is where a statement of the block that
-        # was sent without waiting fails (`worker.store.pg.PgConnection.pipeline`).
-        conn.execute(f"RELEASE {name}")
+        release(conn, name)  # inside: a statement of the block sent without waiting fails here
     except (StoreBusy, StoreUnavailable):
         raise
     except BaseException:
         atcommit.drop_after(conn, queued)
         if conn.in_transaction:
             conn.execute(f"ROLLBACK TO {name}")
-            conn.execute(f"RELEASE {name}")
+            release(conn, name)
         raise

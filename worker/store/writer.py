@@ -33,9 +33,10 @@ from worker.store.errors import StoreBusy, StoreError
 from worker.store.events import insert_events
 from worker.store.meta import set_meta, set_meta_unless_busy
 from worker.store.outage import Outage
-from worker.store.pg import PgConnection, PgDatabase
+from worker.store.pg import PgConnection, PgDatabase, dialect
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 from worker.store.sqlite import connect
+from worker.store.tx import release
 
 log = get_logger(__name__)
 
@@ -90,10 +91,14 @@ def database(conn: Connection) -> Database:
     return sqlite_utils.Database(conn, execute_plugins=False)
 
 
+# SQLite: IMMEDIATE, so that the write lock is taken before any read.
+_BEGIN_WRITE = {"sqlite": "BEGIN IMMEDIATE", "postgres": "BEGIN"}
+
+
 @contextmanager
 def transaction(db: Database) -> Iterator[Database]:
-    """One write transaction; BEGIN IMMEDIATE so the write lock is taken before any read."""
-    db.conn.execute("BEGIN IMMEDIATE")
+    """One write transaction (`_BEGIN_WRITE`)."""
+    db.conn.execute(_BEGIN_WRITE[dialect(db)])
     atcommit.open_queue(db.conn)
     try:
         yield db
@@ -174,15 +179,13 @@ def _in_savepoint(db: Database, fn: Callable[[Database], Any]) -> tuple[bool, An
     queued = atcommit.mark(conn)
     try:
         result = fn(db)
-        # Inside: on PostgreSQL in pipeline mode, this is where a statement of `fn` that was
-        # sent without waiting fails (`worker.store.pg.PgConnection.pipeline`).
-        conn.execute("RELEASE job")
+        release(conn, "job")  # inside: a statement of `fn` sent without waiting fails here
     except Exception as exc:
         atcommit.drop_after(conn, queued)
         if not conn.in_transaction:
             raise _LostTransaction(f"transaction rolled back: {exc}") from exc
         conn.execute("ROLLBACK TO job")
-        conn.execute("RELEASE job")
+        release(conn, "job")
         if isinstance(exc, StoreError):
             error = StorageError(str(exc))
             error.__cause__ = exc
