@@ -55,7 +55,7 @@ def setup(folder: Path) -> Path:
     import sqlite_utils
 
     from worker.logs import configure
-    from worker.store.writer import migrate
+    from worker.store.sqlitestore import migrate
 
     configure(None, "warning")
 

@@ -31,7 +31,7 @@ from worker.clock import utc_now
 from worker.config.profiles import Profiles
 from worker.logs import configure
 from worker.rules import RuleBook
-from worker.store.writer import Store, event_row
+from worker.store.sqlitestore import Store, event_row
 from worker.track.processor import Processor
 
 

@@ -25,7 +25,7 @@ from worker.dev.sandbox import create_app
 from worker.dev.sandbox.testing import ENTITY_PAYER, INDIVIDUAL_PAYER
 from worker.logs import configure as configure_logging
 from worker.logs import reset as reset_logging
-from worker.store.writer import Store, connect, migrate
+from worker.store.sqlitestore import Store, connect, migrate
 
 PROVIDER_NAMES = ("Binance", "OKX", "Coinbase")
 

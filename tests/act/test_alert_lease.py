@@ -19,7 +19,7 @@ from worker.notify import SlackNotifier
 from worker.provider.client import ProviderClient
 from worker.store import actions, alerts
 from worker.store.deposits import upsert_deposit_row
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.tracker import Deposit, Fact, observe
 
 LEASE_S = 0.6

@@ -45,7 +45,7 @@ from worker.store.deposits import lock_deposit
 from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
-from worker.store.writer import Store, event_row
+from worker.store.sqlitestore import Store, event_row
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
 from worker.track.tracker import Deposit, Fact, State

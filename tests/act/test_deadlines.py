@@ -21,8 +21,8 @@ from worker.dev.harness import Stack, shipped_profiles
 from worker.rules import RuleBook
 from worker.schedule.deadlines import DeadlineJob
 from worker.store.schema import MIGRATIONS
+from worker.store.sqlitestore import Store
 from worker.store.waits import Wait, open_waits_of, start_wait
-from worker.store.writer import Store
 from worker.track.conflicts import decide
 from worker.track.facts import fact_from_order
 from worker.track.processor import apply_fact

@@ -22,7 +22,7 @@ from worker.provider.client import ProviderClient
 from worker.provider.codes import WALLET_CODES, WalletCode
 from worker.provider.models import DepositOrder
 from worker.rules import ActionSpec, ParamCheck, RuleBook
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
 from worker.track.tracker import Deposit, Fact

@@ -43,7 +43,7 @@ from worker.notify import (
 )
 from worker.notify import email as email_channel
 from worker.provider.client import ProviderClient
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.tracker import Fact
 
 pytestmark = [

@@ -22,7 +22,7 @@ from worker.dev.harness import Stack
 from worker.errors import StorageError
 from worker.provider.client import ProviderClient
 from worker.provider.signing import METHOD_PATH_V1, verify
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.tracker import Fact
 
 

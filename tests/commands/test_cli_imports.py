@@ -13,7 +13,7 @@ import pytest
 import sqlite_utils
 
 from worker.commands.cli import COMMANDS, build_parser, command
-from worker.store.writer import migrate
+from worker.store.sqlitestore import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 # Loaded by none of the quick commands: the web server and client, the provider client, the

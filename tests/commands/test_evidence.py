@@ -24,7 +24,7 @@ from worker.provider.signing import HEADER_TIMESTAMP
 from worker.store import conflicts, journal, operator, retention, submissions
 from worker.store.actions import insert_action
 from worker.store.evidence_file import encode
-from worker.store.writer import event_row
+from worker.store.sqlitestore import event_row
 from worker.track.processor import Processor
 
 TX = "tx-evidence-1"

@@ -22,8 +22,8 @@ from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
 from worker.store.pgstore import serve_lock as pg_serve_lock
 from worker.store.servelock import serve_lock
+from worker.store.sqlitestore import Store, event_row
 from worker.store.writelock import command_writes
-from worker.store.writer import Store, event_row
 
 AMOUNTS = ["1234.567800", "0.000001", "99.99"]
 

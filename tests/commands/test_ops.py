@@ -27,7 +27,7 @@ from tests.support.webhooks import envelope
 from worker import __version__
 from worker.clock import utc_now
 from worker.service.maintenance import prune_events, prune_unchanged_facts
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 

@@ -23,7 +23,7 @@ from worker.commands.cli import main
 from worker.dev.harness import Stack
 from worker.dev.sandbox.testing import ENTITY_PAYER
 from worker.store import journal
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 PAYER = {

@@ -18,7 +18,7 @@ from worker.commands.cli import main
 from worker.commands.read import parse_since
 from worker.logs import configure
 from worker.provider.jsonio import dumpb
-from worker.store.writer import event_row
+from worker.store.sqlitestore import event_row
 from worker.track.processor import Processor
 
 T0 = 1_700_000_000_000

@@ -34,7 +34,7 @@ NEXT = """
 import sys
 
 import worker.store.schema as schema
-import worker.store.writer as writer
+import worker.store.sqlitestore as writer
 
 
 def _migrate_next(db):

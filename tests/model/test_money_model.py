@@ -66,7 +66,7 @@ from worker.store import journal
 from worker.store.findings import ledger_rows_for_day
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
-from worker.store.writer import Store, event_row
+from worker.store.sqlitestore import Store, event_row
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
 

@@ -29,7 +29,7 @@ from worker.poll.catchup import HistoryReader, ReadStats, covered_until
 from worker.provider.client import ProviderClient
 from worker.schedule.catchup import DAY_MS, CatchUp, previous_day
 from worker.service.bundle import load_bundle
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = now_ms() - 3_600_000  # the fake history starts an hour ago

@@ -11,7 +11,7 @@ from tests.support.waits import until
 from worker.clock import utc_now
 from worker.schedule.leader import Leader, lease_time
 from worker.store.leases import SCHEDULER_LEASE, Lease, get_lease
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 TTL_S = 1.0
 

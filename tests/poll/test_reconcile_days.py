@@ -28,7 +28,7 @@ from worker.rules import RuleBook
 from worker.schedule.money import MoneyJobs, money_jobs
 from worker.store import findings as findings_store
 from worker.store import ledger
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 DAY = dt.date(2026, 3, 4)
 RULES = """\

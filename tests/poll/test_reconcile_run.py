@@ -30,7 +30,7 @@ from worker.store import findings as findings_store
 from worker.store import ledger
 from worker.store.findings import Finding
 from worker.store.meta import set_meta
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
 

@@ -26,7 +26,7 @@ from worker.poll.poller import FAILING_ALERT_AFTER, Poller
 from worker.provider.client import ProviderClient
 from worker.provider.models import WhiteListStatus
 from worker.schedule.polls import Scheduler
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
 from worker.track.tracker import Fact

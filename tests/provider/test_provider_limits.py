@@ -26,7 +26,7 @@ from worker.poll.poller import Poller
 from worker.provider import jsonio
 from worker.provider.client import ProviderClient
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.processor import Processor
 from worker.track.tracker import Fact
 

@@ -19,7 +19,7 @@ from worker.config.profiles import Profiles
 from worker.errors import ConfigError
 from worker.provider.models import WebhookEnvelope
 from worker.rules import TRIGGERS, RuleBook
-from worker.store.writer import connect, migrate
+from worker.store.sqlitestore import connect, migrate
 from worker.track.facts import fact_from_event
 from worker.track.processor import apply_fact
 from worker.track.tracker import Deposit, Fact, Trigger, observe

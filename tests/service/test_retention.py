@@ -33,8 +33,8 @@ from worker.store.pg import is_postgres
 from worker.store.pgstore import PgStore
 from worker.store.retention import LAST_RUN, SUBJECT
 from worker.store.sqlite import connect
+from worker.store.sqlitestore import Store
 from worker.store.submissions import every, record_sent
-from worker.store.writer import Store
 from worker.track.processor import apply_fact
 from worker.track.tracker import Fact
 

@@ -10,7 +10,7 @@ from worker.store import findings as findings_store
 from worker.store.findings import Finding
 from worker.store.pg import PgDatabase, connect
 from worker.store.pgstore import PgStore
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 
 def _one_finding(db: object) -> int:

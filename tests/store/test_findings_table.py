@@ -15,7 +15,7 @@ from worker.store import findings as fs
 from worker.store import ledger
 from worker.store.actions import queue_alert
 from worker.store.findings import DRIFT, Finding
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 D0, D1, D2 = "2026-11-19", "2026-11-20", "2026-11-21"
 

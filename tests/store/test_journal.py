@@ -18,7 +18,7 @@ from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
 from worker.store.schema import MIGRATIONS
-from worker.store.writer import Store, connect, migrate
+from worker.store.sqlitestore import Store, connect, migrate
 
 
 async def test_entries_chain_and_read_back_as_appended(store: Store) -> None:

@@ -13,7 +13,7 @@ import sqlite_utils
 from tests.support.stores import StoreMaker
 from worker.store import actions, alerts, leases
 from worker.store.pg import PgDatabase, connect
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 T0, T1, T2, T3 = (f"2026-01-01T00:00:0{n}.000Z" for n in range(4))
 

@@ -15,7 +15,7 @@ from worker.store import ledger
 from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 BOOKING: dict[str, Any] = {
     "wallet_id": 1001,

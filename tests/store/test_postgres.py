@@ -19,7 +19,7 @@ from worker.store.events import pending_events
 from worker.store.meta import probe
 from worker.store.pg import PgDatabase, connect, placeholders
 from worker.store.pgstore import PgStore
-from worker.store.writer import SCHEMA_VERSION, Store, event_row, schema_version
+from worker.store.sqlitestore import SCHEMA_VERSION, Store, event_row, schema_version
 
 
 def _row(event_id: str, transaction_id: str | None = "tx-1") -> tuple[object, ...]:

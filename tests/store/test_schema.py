@@ -23,7 +23,7 @@ from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
 from worker.store.sqlite import connect as sqlite_connect
-from worker.store.writer import transaction
+from worker.store.sqlitestore import transaction
 
 LISTING = Path(__file__).with_name("schema.txt")
 

@@ -12,11 +12,11 @@ import pytest
 import sqlite_utils
 
 from worker.errors import SchemaTooNew, StorageError
-from worker.store import writer as store_mod
+from worker.store import sqlitestore as store_mod
 from worker.store.errors import StoreError
 from worker.store.events import pending_events
 from worker.store.meta import get_meta, set_meta
-from worker.store.writer import SCHEMA_VERSION, EventRow, Store, event_row
+from worker.store.sqlitestore import SCHEMA_VERSION, EventRow, Store, event_row
 
 TABLES = {"meta", "events", "deposits", "facts", "actions", "ledger", "alerts", "addresses"}
 

@@ -9,8 +9,8 @@ from typing import Any
 from tests.support.journalrows import book, by_hand, drop_append_only, purge, submit
 from tests.support.stores import StoreMaker
 from worker.store import journal, submissions
+from worker.store.sqlitestore import Store
 from worker.store.verification import Verification, verify
-from worker.store.writer import Store
 
 PAYER = {"payerType": "ENTITY", "fullName": "Example Trading Ltd", "countryCode": "SG"}
 

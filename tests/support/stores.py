@@ -13,7 +13,7 @@ import pytest
 from tests.support.pgcluster import Cluster
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 
 class StoreMaker:

@@ -17,7 +17,7 @@ from worker.store.deposits import get_deposit_row
 from worker.store.events import pending_events
 from worker.store.pg import PgDatabase, connect
 from worker.store.pgstore import PgStore
-from worker.store.writer import event_row
+from worker.store.sqlitestore import event_row
 from worker.track.batch import BatchWrites
 from worker.track.processor import apply_fact
 from worker.track.tracker import Deposit, Fact

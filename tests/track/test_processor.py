@@ -22,7 +22,7 @@ from worker.logs import LogLine, configure
 from worker.provider.jsonio import dumpb
 from worker.provider.models import CreditStatus, OrderStatus, WhiteListStatus
 from worker.store.errors import StoreBusy, StoreError, StoreIntegrityError, StoreUnavailable
-from worker.store.writer import Store, event_row
+from worker.store.sqlitestore import Store, event_row
 from worker.track import processor as processor_mod
 from worker.track.batch import Reaction
 from worker.track.processor import Processor

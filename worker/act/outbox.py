@@ -41,7 +41,7 @@ from worker.rules import RuleBook
 from worker.store import actions as stored
 from worker.store import alerts as alert_rows
 from worker.store.leases import default_instance_id
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.tracker import Deposit
 
 log = get_logger(__name__)

@@ -26,7 +26,7 @@ from worker.store import actions as stored
 from worker.store.actions import alert_with_trigger_queued
 from worker.store.db import Database, Db
 from worker.store.deposits import get_deposit_row
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.tracker import Deposit
 
 log = get_logger(__name__)

@@ -30,7 +30,7 @@ from worker.store import waits
 from worker.store.actions import queue_alert
 from worker.store.db import Db
 from worker.store.deposits import lock_deposit
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.tracker import Deposit, State
 
 log = get_logger(__name__)

@@ -33,7 +33,7 @@ from worker.provider.budget import polling
 from worker.provider.client import ProviderClient
 from worker.provider.models import AddressStatus, SourceAddress
 from worker.provider.payer import PayerValidationError, validate_payer
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 COLUMNS = ("wallet", "address", "network", "profile", "memo", "tx_hash")
 REQUIRED = ("wallet", "address", "network", "profile")

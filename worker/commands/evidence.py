@@ -51,7 +51,7 @@ def _journal_export(
     """Append the `exported` entry (who, the file's name) before the file is written; None
     when the deposit is unknown (nothing appended)."""
 
-    from worker.store.writer import database, transaction
+    from worker.store.sqlitestore import database, transaction
 
     with open_db(args, readonly=False, settings=settings) as conn:
         db = database(conn)

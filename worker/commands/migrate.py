@@ -34,7 +34,7 @@ from worker.store.pg import PgDatabase, connect
 from worker.store.pgstore import command_connection, hold_serve_lock_alone, serving_on
 from worker.store.servelock import lock_path
 from worker.store.sqlite import connect as sqlite_connect
-from worker.store.writer import database, migrate
+from worker.store.sqlitestore import database, migrate
 from worker.urls import mask_url
 
 

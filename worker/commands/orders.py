@@ -15,7 +15,7 @@ from worker.rules.engine import failing_record_condition
 from worker.rules.recordtriggers import ORDER_TRIGGER
 from worker.store.db import Connection
 from worker.store.orders import iter_orders
-from worker.store.writer import database
+from worker.store.sqlitestore import database
 from worker.track.orders import ORDER_KINDS, order_record
 
 KINDS = ("stable", "collect", "transfer")

@@ -52,8 +52,8 @@ from worker.store.addresses import (
     update_registered,
 )
 from worker.store.db import Db
+from worker.store.sqlitestore import Store
 from worker.store.writelock import command_store
-from worker.store.writer import Store
 
 log = get_logger(__name__)
 

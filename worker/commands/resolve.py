@@ -20,7 +20,7 @@ from worker.store.conflicts import all_conflicts
 from worker.store.conflicts import open_conflicts as open_of
 from worker.store.db import Connection, Db
 from worker.store.deposits import get_deposit_row, lock_deposit
-from worker.store.writer import database, transaction
+from worker.store.sqlitestore import database, transaction
 from worker.track.conflicts import DUPLICATE, FIELD_OF, WIRE_NAMES, decide, decided_value
 from worker.track.tracker import Deposit
 

@@ -23,7 +23,7 @@ from worker.config.settings import Settings, load_settings
 from worker.store.actions import get_action
 from worker.store.db import Connection
 from worker.store.servelock import serving
-from worker.store.writer import database, transaction
+from worker.store.sqlitestore import database, transaction
 
 EXIT = {
     "queued": 0,

@@ -23,7 +23,7 @@ from worker.console.queries import age, path_segment, utc
 from worker.console.refused import refused_page
 from worker.console.state import CONSOLE, Console, Operations
 from worker.logs import get_logger
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 

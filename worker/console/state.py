@@ -12,7 +12,7 @@ from worker.config.profiles import Profiles
 from worker.config.settings import ConsoleSettings
 from worker.console.auth import Sessions, Throttle, TokenFile, origin_of
 from worker.rules import RuleBook
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 
 class Operations(Protocol):

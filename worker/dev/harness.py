@@ -46,7 +46,7 @@ from worker.store.actions import actions_of, all_actions
 from worker.store.deposits import get_deposit_row
 from worker.store.events import events_of
 from worker.store.ledger import all_booked
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.processor import Processor
 from worker.track.tracker import Deposit
 

@@ -36,7 +36,7 @@ from worker.reconcile.abnormal import AbnormalPoll
 from worker.rules import RuleBook
 from worker.schedule.catchup import CatchUp
 from worker.store.ledger import all_booked
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.processor import Processor
 
 API_KEY = "polldriver-key"

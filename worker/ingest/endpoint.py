@@ -44,7 +44,7 @@ from worker.provider.signing import (
 from worker.store.deposits import deposits_by_state
 from worker.store.events import oldest_pending_received_at, open_depths
 from worker.store.meta import probe, set_meta
-from worker.store.writer import EVENT_ROW_STATUS, EventRow, Store, event_row
+from worker.store.sqlitestore import EVENT_ROW_STATUS, EventRow, Store, event_row
 
 log = get_logger(__name__)
 

@@ -35,7 +35,7 @@ from typing import Any
 from worker.errors import StorageError, StorageUnavailable
 from worker.ingest.endpoint import Ingress
 from worker.logs import get_logger
-from worker.store.writer import EventRow
+from worker.store.sqlitestore import EventRow
 
 log = get_logger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.config.settings import WebhookSettings
-from worker.store.writer import STORED_HEADERS
+from worker.store.sqlitestore import STORED_HEADERS
 
 
 def checks_at_receipt(settings: WebhookSettings) -> dict[str, Any]:

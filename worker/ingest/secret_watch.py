@@ -21,7 +21,7 @@ from worker.logs import get_logger
 from worker.store.actions import queue_alert
 from worker.store.db import Db
 from worker.store.meta import WEBHOOK_AUTH_REFUSED, get_meta, set_meta
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 

@@ -30,8 +30,8 @@ from worker.store.db import Database, Db
 from worker.store.deposits import get_deposit_row
 from worker.store.errors import StoreBusy, StoreUnavailable
 from worker.store.meta import get_meta, set_meta
+from worker.store.sqlitestore import Store
 from worker.store.tx import savepoint
-from worker.store.writer import Store
 from worker.track.facts import fact_from_order
 from worker.track.processor import Reactor, apply_fact
 from worker.track.tracker import Deposit, Fact, Transition

@@ -33,7 +33,7 @@ from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, Page
 from worker.provider.paging import pages
 from worker.store.deposits import blocked_since, detail_candidates, get_deposit_rows
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.facts import fact_from_order
 from worker.track.tracker import Deposit, Fact, State, conflicts, observe
 

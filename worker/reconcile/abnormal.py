@@ -33,7 +33,7 @@ from worker.rules import RuleBook
 from worker.store.abnormal import mark_alerted, upsert_abnormal
 from worker.store.db import Db
 from worker.store.meta import get_meta, set_meta
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 

@@ -17,7 +17,7 @@ from worker.logs import get_logger
 from worker.reconcile.metrics import MoneyMetrics
 from worker.reconcile.reconciler import Reconciler, RunResult
 from worker.store import findings as findings_store
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 

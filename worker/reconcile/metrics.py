@@ -12,7 +12,7 @@ from worker.logs import get_logger
 from worker.reconcile.reconciler import KINDS
 from worker.store import abnormal as abnormal_store
 from worker.store import findings as findings_store
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 

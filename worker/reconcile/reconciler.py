@@ -33,7 +33,7 @@ from worker.store import findings as store
 from worker.store.db import Db
 from worker.store.findings import Finding
 from worker.store.meta import get_meta, set_meta
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 

@@ -13,7 +13,7 @@ from worker.errors import StorageError
 from worker.logs import get_logger
 from worker.rules import RuleBook
 from worker.schedule.jobs import IntervalAndDaily
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 

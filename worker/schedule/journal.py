@@ -26,8 +26,8 @@ from worker.clock import iso_from_ms
 from worker.logs import get_logger
 from worker.schedule.jobs import DAILY_MISFIRE_GRACE_S, logged_run
 from worker.store import verification
+from worker.store.sqlitestore import Store
 from worker.store.verification import CHUNK, Verification
-from worker.store.writer import Store
 
 log = get_logger(__name__)
 

@@ -22,7 +22,7 @@ from worker.errors import StorageError
 from worker.logs import get_logger
 from worker.store.db import Db
 from worker.store.leases import SCHEDULER_LEASE, Lease, acquire, get_lease, release
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 

@@ -30,7 +30,7 @@ from worker.schedule.leader import Leader, lease_time
 from worker.schedule.money import MoneyJobs, money_jobs
 from worker.schedule.polls import Scheduler
 from worker.store.meta import set_meta
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 STOP_GRACE_S = 5.0  # how long a stop waits for the outbox's action or a poll in flight
 

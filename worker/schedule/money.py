@@ -17,7 +17,7 @@ from worker.reconcile.daily import DailyRuns
 from worker.reconcile.metrics import MoneyMetrics
 from worker.reconcile.reconciler import Reconciler
 from worker.schedule.jobs import DAILY_MISFIRE_GRACE_S, IntervalAndDaily
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 
 class MoneyJobs(IntervalAndDaily):

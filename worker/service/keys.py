@@ -11,7 +11,7 @@ from worker.ingest.endpoint import Ingress, ReadyCheck
 from worker.ingest.limits import Limits
 from worker.metrics import Metrics
 from worker.service.supervise import Supervisor
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.processor import Processor
 
 SETTINGS_KEY = web.AppKey("settings", Settings)
@@ -25,7 +25,7 @@ LIMITS_KEY = web.AppKey("limits", Limits)
 # claims and leases recorded there belong to instances that are gone.
 SOLE_KEY = web.AppKey("sole", bool)
 # True when other serve instances held the database as this one started: a schema migration is
-# refused (`worker.store.writer.migrate`); False when alone or not known (tests, commands).
+# refused (`worker.store.sqlitestore.migrate`); False when alone or not known (tests, commands).
 OTHERS_KEY = web.AppKey("others_serving", bool)
 # Checks the systemd watchdog pings depend on besides the event loop (the ingress process).
 LIVENESS_KEY: web.AppKey[list[Callable[[], bool]]] = web.AppKey("liveness")

@@ -20,7 +20,7 @@ from worker.poll.poller import Observe, Poller
 from worker.provider.client import ProviderClient
 from worker.reconcile.reconciler import Reconciler
 from worker.rules import RuleBook
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 
 class ConsoleOperations:

@@ -25,7 +25,7 @@ from worker.store import journal
 from worker.store.db import Db
 from worker.store.leases import acquire, get_lease, release
 from worker.store.retention import cutoff, entries_naming, purge_chunk, record_run
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 

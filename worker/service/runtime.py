@@ -58,7 +58,7 @@ from worker.service.systemd import SystemdNotifier, watchdog_loop
 from worker.service.wallets import wallet_problems
 from worker.store.leases import default_instance_id
 from worker.store.meta import set_meta
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 

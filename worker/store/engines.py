@@ -1,11 +1,11 @@
-"""The store a configuration's `storage` section names: SQLite's (`worker.store.writer`) or
+"""The store a configuration's `storage` section names: SQLite's (`worker.store.sqlitestore`) or
 PostgreSQL's (`worker.store.pgstore`, and psycopg with it, imported only then)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 
 if TYPE_CHECKING:
     from worker.config.settings import StorageSettings

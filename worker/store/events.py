@@ -75,7 +75,7 @@ _INSERT_EVENT = {
 
 
 def insert_events(db: Database, rows: Sequence[Sequence[Any]]) -> list[bool]:
-    """Insert received events (`worker.store.writer.event_row` each) unless their eventId is
+    """Insert received events (`worker.store.sqlitestore.event_row` each) unless their eventId is
     stored; per row, whether it was new (the first of two equal eventIds only)."""
     if is_postgres(db):
         raw = db.conn.raw.cursor()  # type: ignore[attr-defined]

@@ -26,7 +26,7 @@ from worker.store.db import Db
 from worker.store.durability import postgres_durability
 from worker.store.errors import StoreError
 from worker.store.pg import PgConnection, PgDatabase, connect
-from worker.store.writer import (
+from worker.store.sqlitestore import (
     Store,
     _in_savepoint,
     _Insert,

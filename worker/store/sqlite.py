@@ -1,7 +1,7 @@
 """A SQLite connection with depositd's pragmas: the store's own and every command's.
 
-Apart from `worker.store.writer` so that a command that only reads (`depositd status`) opens the
-database without loading the writer and sqlite-utils.
+Apart from `worker.store.sqlitestore` so that a command that only reads (`depositd status`)
+opens the database without loading the writer and sqlite-utils.
 
 Its errors are the store's (`worker.store.errors`), raised by the connection and its cursors
 (`Connection`, passed to `sqlite3.connect` as its factory): callers catch one family on both

@@ -25,7 +25,7 @@ from worker.store.db import Db
 from worker.store.errors import StoreError
 
 if TYPE_CHECKING:
-    from worker.store.writer import Store
+    from worker.store.sqlitestore import Store
 
 # pg_advisory_lock key: one past the serve lock's (`worker.store.pgstore.SERVE_LOCK`).
 WRITE_LOCK = 0x6465706F73697464 + 2

@@ -50,8 +50,8 @@ from worker.store.events import (
     pending_events,
 )
 from worker.store.facts import fact_row, fact_text, insert_fact_rows, poll_fact_repeats
+from worker.store.sqlitestore import Store
 from worker.store.tx import savepoint
-from worker.store.writer import Store
 from worker.track.addresses import apply_address_update
 from worker.track.batch import BatchWrites, Reaction
 from worker.track.conflicts import alert_conflict, record_conflicts

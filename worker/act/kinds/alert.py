@@ -26,7 +26,7 @@ from worker.rules import ActionSpec, Intent, ParamCheck
 from worker.rules.model import CHANNELS, SEVERITIES
 from worker.store import alerts as stored
 from worker.store.db import Db
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.tracker import Deposit
 
 log = get_logger(__name__)

@@ -20,7 +20,7 @@ from worker.notify.channels import Notifier
 from worker.provider.client import ProviderClient
 from worker.rules import ActionSpec, Intent, RuleBook
 from worker.store.db import Database
-from worker.store.writer import Store
+from worker.store.sqlitestore import Store
 from worker.track.batch import Reaction
 from worker.track.tracker import Deposit, Fact
 
