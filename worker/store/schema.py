@@ -1,8 +1,8 @@
 """The schema (docs/design.md) and its forward migrations, on both engines.
 
 `MIGRATIONS[i]` brings a database from version i to version i + 1;
-`worker.store.sqlitestore.migrate` applies them, each in one transaction with its version record. A statement that differs per
-engine is written out for each, `{"sqlite": ..., "postgres": ...}`: PostgreSQL's integer columns
+`worker.store.sqlitestore.migrate` applies them, each in one transaction with its version
+record. A statement that differs per engine is written out for each, `{"sqlite": ..., "postgres": ...}`: PostgreSQL's integer columns
 are BIGINT, a generated key an identity column, BLOB is BYTEA, and `deposits.fact_time` (JSON
 text, under an INTEGER that SQLite does not enforce) is TEXT.
 """
