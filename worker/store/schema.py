@@ -2,9 +2,10 @@
 
 `MIGRATIONS[i]` brings a database from version i to version i + 1;
 `worker.store.sqlitestore.migrate` applies them, each in one transaction with its version
-record. A statement that differs per engine is written out for each, `{"sqlite": ..., "postgres": ...}`: PostgreSQL's integer columns
-are BIGINT, a generated key an identity column, BLOB is BYTEA, and `deposits.fact_time` (JSON
-text, under an INTEGER that SQLite does not enforce) is TEXT.
+record. A statement that differs per engine is written out for each,
+`{"sqlite": ..., "postgres": ...}`: PostgreSQL's integer columns are BIGINT, a generated key an
+identity column, BLOB is BYTEA, and `deposits.fact_time` (JSON text, under an INTEGER that
+SQLite does not enforce) is TEXT.
 """
 
 from __future__ import annotations
