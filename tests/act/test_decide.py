@@ -10,9 +10,18 @@ from typing import Any
 
 import pytest
 
-from worker.act.kinds.book import BOOK, HOLD, REFUSE, WAITING_FOR_TX_HASH, Decision, decide
+from worker.act.kinds.book import (
+    BOOK,
+    HOLD,
+    REFUSE,
+    WAITING_FOR_TX_HASH,
+    Decision,
+    book_held,
+    decide,
+)
+from worker.act.queue import add_action
 from worker.clock import now_ms, utc_now
-from worker.store import ledger
+from worker.store import journal, ledger
 from worker.store.conflicts import insert_conflict, record_decision
 from worker.store.deposits import upsert_deposit_rows
 from worker.track.conflicts import DUPLICATE
@@ -260,3 +269,35 @@ async def test_a_deposit_just_created_is_not_read_for_conflicts(make_store: Any)
     finally:
         await store.close()
     assert decision == Decision(BOOK)
+
+
+async def test_a_held_booking_is_journalled_under_the_rules_that_held_it(make_store: Any) -> None:
+    """`book_held`: the BOOKED entry keeps the rules hash of the HELD entry (the rules that
+    decided the hold), not that of an earlier entry about the deposit under other rules (its
+    submission), nor the rules in force at the release."""
+    store = make_store("d.db")
+    await store.open()
+    deposit = credited()
+
+    def held(db: Any) -> None:
+        journal.append(db, journal.SUBMITTED, deposit.transaction_id, {"rules_hash": "old"})
+        journal.append(db, journal.HELD, deposit.transaction_id, {"rules_hash": "held"})
+        add_action(
+            db,
+            deposit=deposit,
+            action="book",
+            params={},
+            trigger="credited",
+            status="skipped",
+            outcome=WAITING_FOR_TX_HASH,
+        )
+
+    try:
+        await store.write(held)
+        done = await store.write(lambda db: book_held(db, deposit, "(known)", rules_hash="now"))
+        entries = await store.read(lambda db: journal.entries_about(db, deposit.transaction_id))
+    finally:
+        await store.close()
+    assert done == ("done", "booked")
+    [booked] = [e for e in entries if e.kind == journal.BOOKED]
+    assert booked.body["rules_hash"] == "held"
