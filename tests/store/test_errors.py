@@ -209,6 +209,7 @@ async def test_a_stopped_postgresql_server_is_unavailable(pg_cluster: Cluster) -
         ("23505", StoreIntegrityError),  # unique_violation
         ("23503", StoreIntegrityError),  # foreign_key_violation
         ("23514", StoreIntegrityError),  # check_violation
+        ("P0001", StoreIntegrityError),  # raise_exception: the journal's append-only trigger
         ("40001", StoreBusy),  # serialization_failure
         ("40P01", StoreBusy),  # deadlock_detected
         ("55P03", StoreBusy),  # lock_not_available
@@ -230,11 +231,12 @@ def test_each_sqlstate_is_its_member_of_the_family(sqlstate: str, kind: type[Sto
 
 def test_psycopg_errors_without_a_sqlstate() -> None:
     """A connection psycopg finds lost or closed is unavailable; a pipeline aborted by an
-    earlier failure is not (that failure, raised first, says what happened)."""
+    earlier failure is busy: the batch is given back whole, not blamed on the event that met
+    it (the failure that aborted it may be another's, or lost in a savepoint's cleanup)."""
     assert type(from_psycopg(psycopg.OperationalError("consuming input failed"))) is (
         StoreUnavailable
     )
     assert type(from_psycopg(psycopg.InterfaceError("the connection is closed"))) is (
         StoreUnavailable
     )
-    assert type(from_psycopg(psycopg.errors.PipelineAborted("pipeline aborted"))) is StoreError
+    assert type(from_psycopg(psycopg.errors.PipelineAborted("pipeline aborted"))) is StoreBusy

@@ -180,8 +180,8 @@ def alert_queued(db: Db, transaction_id: str | None, condition: str, once_per: s
 
 _ALERT_QUEUED = {
     "sqlite": "SELECT 1 FROM actions WHERE action='alert'"
-    " AND transaction_id IS NOT DISTINCT FROM ? AND json_extract(params, '$.condition')=?"
-    " AND json_extract(params, '$.once_per') IS NOT DISTINCT FROM ? LIMIT 1",
+    " AND transaction_id IS ? AND json_extract(params, '$.condition')=?"
+    " AND json_extract(params, '$.once_per') IS ? LIMIT 1",
     "postgres": "SELECT 1 FROM actions WHERE action='alert'"
     " AND transaction_id IS NOT DISTINCT FROM ? AND (params::jsonb ->> 'condition')=?"
     " AND (params::jsonb ->> 'once_per') IS NOT DISTINCT FROM ? LIMIT 1",
@@ -419,7 +419,7 @@ def failed_alert_actions(db: Db, transaction_id: str, condition: str) -> list[in
 
 _FAILED_ALERTS = {
     "sqlite": "SELECT id FROM actions WHERE action='alert' AND status='failed'"
-    " AND transaction_id IS NOT DISTINCT FROM ? AND json_extract(params, '$.condition')=?",
+    " AND transaction_id IS ? AND json_extract(params, '$.condition')=?",
     "postgres": "SELECT id FROM actions WHERE action='alert' AND status='failed'"
     " AND transaction_id IS NOT DISTINCT FROM ? AND (params::jsonb ->> 'condition')=?",
 }

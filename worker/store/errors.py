@@ -10,17 +10,21 @@ Which failure is which, SQLite by primary result code, PostgreSQL by SQLSTATE (o
 
 - `StoreIntegrityError`: the statement would break a constraint. SQLite CONSTRAINT (unique,
   foreign key, check, not null, a trigger's refusal) and MISMATCH; PostgreSQL class 23 (the same,
-  and exclusion) and 40002.
+  and exclusion), 40002, and P0001 raise_exception (the only `RAISE` is the journal's
+  append-only trigger: a trigger's refusal, as on SQLite).
 - `StoreBusy`: SQLite BUSY, LOCKED and PROTOCOL; PostgreSQL 40001 serialization_failure, 40P01
-  deadlock_detected, 55P03 lock_not_available, 55006 object_in_use, 57014 query_canceled.
+  deadlock_detected, 55P03 lock_not_available, 55006 object_in_use, 57014 query_canceled, and a
+  pipeline aborted by an earlier statement's failure (psycopg's `PipelineAborted`: the failure
+  that caused it may be another event's, or lost when a savepoint's cleanup ran inside the
+  aborted pipeline, so the work is given back whole and tried again rather than blamed on the
+  event that met it).
 - `StoreUnavailable`: SQLite CANTOPEN, IOERR (disk I/O), FULL, READONLY, PERM, CORRUPT, NOTADB,
   NOLFS, AUTH, and a file `connect` cannot open; PostgreSQL class 08 (connection), 53
   (insufficient resources), 58 (system error), 57P01 to 57P05 (shutdown, cannot connect now),
   25006 read_only_sql_transaction, 40003, XX001, XX002, and psycopg's own errors without a
   SQLSTATE for a connection that cannot be made, was lost or is closed.
-- `StoreError` itself: anything else, such as an SQL error (a missing table or column), a value
-  the driver cannot bind, or on PostgreSQL a pipeline aborted by an earlier statement's failure
-  (the knock-on: psycopg raises that earlier failure first).
+- `StoreError` itself: anything else, such as an SQL error (a missing table or column) or a value
+  the driver cannot bind.
 
 Busy means another transaction holds what this one needs, or lost a race with it: the same work
 may succeed when tried again. Unavailable means the database cannot be used as it is now, by any
@@ -105,6 +109,7 @@ def from_sqlite(exc: sqlite3.Error) -> StoreError:
 
 _PG_STATES: dict[str, type[StoreError]] = {
     "40002": StoreIntegrityError,  # transaction_integrity_constraint_violation
+    "P0001": StoreIntegrityError,  # raise_exception: the journal's append-only trigger
     "40001": StoreBusy,  # serialization_failure
     "40P01": StoreBusy,  # deadlock_detected
     "55P03": StoreBusy,  # lock_not_available (lock_timeout, NOWAIT)
@@ -138,7 +143,7 @@ def from_psycopg(exc: psycopg.Error) -> StoreError:
     if state is not None:
         kind = _PG_STATES.get(state) or _PG_CLASSES.get(state[:2], StoreError)
     elif isinstance(exc, psycopg.errors.PipelineAborted):
-        kind = StoreError
+        kind = StoreBusy
     elif isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         kind = StoreUnavailable
     else:

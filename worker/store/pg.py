@@ -8,9 +8,10 @@ store's own (`worker.store.errors`), as SQLite's are, so that every caller keeps
 for both engines.
 
 Each statement is written as its engine runs it: once where both engines take the same text
-(`ON CONFLICT ... DO NOTHING`, `IS NOT DISTINCT FROM`, `RETURNING`), else side by side in the
-module that runs it, `{"sqlite": ..., "postgres": ...}` picked by `dialect(db)`. The one rewrite
-here is of the placeholders (`placeholders`: `?` -> `%s`). A generated key is read from the
+(`ON CONFLICT ... DO NOTHING`, `RETURNING`), else side by side in the module that runs it,
+`{"sqlite": ..., "postgres": ...}` picked by `dialect(db)` (SQLite's `x IS ?` is PostgreSQL's
+`x IS NOT DISTINCT FROM ?`, which SQLite has only from 3.39). The one rewrite here is of the
+placeholders (`placeholders`: `?` -> `%s`). A generated key is read from the
 `RETURNING` row (there is no `lastrowid`). Parameters go to the server untyped (like literals),
 so that an int compared with a TEXT column or a bool stored in an INTEGER one behaves as on SQLite.
 """
