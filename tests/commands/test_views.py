@@ -429,5 +429,10 @@ async def test_events_follow_prints_new_events(config: Path, make_store: StoreMa
         await read_until("e4")
     finally:
         proc.send_signal(signal.SIGINT)
-        code = await asyncio.wait_for(proc.wait(), 15)
+        try:
+            code = await asyncio.wait_for(proc.wait(), 15)
+        except TimeoutError:
+            proc.kill()  # a failing test leaves no process behind
+            await proc.wait()
+            raise
     assert seen == ["e1", "e2", "e3", "e4"] and code == 0
