@@ -4,6 +4,7 @@ waits on a virtual clock (worker.dev.polldriver.VirtualClock): nothing here is t
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
 from tests.support.sandboxes import sandbox_settings
+from tests.support.stacks import NEVER, catchups_done
 from worker.dev.harness import Stack
 from worker.dev.polldriver import Calls, VirtualClock
 from worker.dev.sandbox.app import SANDBOX_KEY, create_app
@@ -27,7 +29,6 @@ from worker.provider.budget import (
     MAX_DEBT_S,
     RequestBudget,
     parse_retry_after,
-    polling,
 )
 from worker.provider.client import ProviderClient
 
@@ -72,18 +73,36 @@ async def test_polls_wait_for_the_budget_and_submissions_go_first(env: Env) -> N
     """At 2 per second, the polls' third read waits half a second; a submission is never held
     and the polls after it wait for the token it used."""
     (tx,) = [env.sandbox.inject_deposit(1001, "USDT", "TRON", "5", "TBudget1")["transactionId"]]
+    polls = env.client.for_polls()
     start = env.clock.ms
-    with polling():
-        for _ in range(3):
-            await env.client.transaction_detail(tx)
+    for _ in range(3):
+        await polls.transaction_detail(tx)
     assert env.clock.ms - start == 500, "two at once (one second's burst), the third 0.5 s later"
     await env.client.submit_payer(tx, ENTITY_PAYER, idempotency_key="k1")
     assert env.clock.ms - start == 500, "the submission was held"
-    with polling():
-        await env.client.transaction_detail(tx)
-    assert env.clock.ms - start == 1500, "the poll waited for the submission's token too"
-    assert [round(s, 3) for _, s in env.waits] == [0.5, 1.0]
+    await env.client.transaction_detail(tx)
+    assert env.clock.ms - start == 500, "an operator's read through the client was held"
+    await polls.transaction_detail(tx)
+    assert env.clock.ms - start == 2000, "the poll waited for the tokens the others used"
+    assert [round(s, 3) for _, s in env.waits] == [0.5, 1.5]
     assert {e for e, _ in env.waits} == {"transaction_detail"}
+
+
+async def test_a_polls_view_shares_the_session_and_leaves_it_open_when_closed(env: Env) -> None:
+    """Closing the polls' view keeps the client working; closing the client closes the one
+    session both used."""
+    (tx,) = [env.sandbox.inject_deposit(1001, "USDT", "TRON", "5", "TBudget6")["transactionId"]]
+    polls = env.client.for_polls()
+    await polls.transaction_detail(tx)
+    await env.client.transaction_detail(tx)
+    assert env.client.polls is False and polls.polls is True
+    assert polls._session_for_use() is env.client._session_for_use(), "two sessions opened"
+    session = env.client._session_for_use()
+    await polls.close()
+    assert not session.closed, "the view closed the client's session"
+    await env.client.transaction_detail(tx)
+    await env.client.close()
+    assert session.closed, "the client left its session open"
 
 
 @pytest.mark.parametrize("status", [429, 503])
@@ -95,8 +114,8 @@ async def test_rate_limit_with_retry_after_backs_off_every_poll_for_that_long(
     (tx,) = [env.sandbox.inject_deposit(1001, "USDT", "TRON", "5", "TBudget2")["transactionId"]]
     env.sandbox.set_fault("history", "rate_limit", count=1, http_status=status, retry_after_s=30)
     start = env.clock.ms
-    with polling():
-        page = await env.client.history(white_list_status="init")  # retried after the back-off
+    polls = env.client.for_polls()
+    page = await polls.history(white_list_status="init")  # retried after the back-off
     assert [o.transactionId for o in page.records] == [tx]
     assert env.calls.seen[("history", "rate_limited")] == 1
     assert env.calls.seen[("history", "ok")] == 1
@@ -108,14 +127,13 @@ async def test_rate_limit_with_retry_after_backs_off_every_poll_for_that_long(
         env.client._origin, PROVIDER_KEY, PROVIDER_SECRET, retries=0, budget=env.client.budget
     )
     async with once:
-        with polling(), pytest.raises(ProviderRateLimited):
+        with pytest.raises(ProviderRateLimited):
             # No retry left (the poll fails and backs off); the back-off stays for the others.
-            await once.history(white_list_status="init")
+            await once.for_polls().history(white_list_status="init")
     held_from = env.clock.ms
     await env.client.submit_payer(tx, ENTITY_PAYER, idempotency_key="k2")
     assert env.clock.ms == held_from, "a submission waited on the polls' back-off"
-    with polling():
-        await env.client.transaction_detail(tx)
+    await polls.transaction_detail(tx)
     assert env.clock.ms - held_from >= 30_000, "a detail read went during the back-off"
 
 
@@ -132,8 +150,7 @@ async def test_a_burst_of_submissions_holds_the_polls_for_the_capped_debt_only(
         budget.spend()  # what each submission's call takes
     await env.client.submit_payer(tx, ENTITY_PAYER, idempotency_key="k5")
     start = env.clock.ms
-    with polling():
-        await env.client.transaction_detail(tx)
+    await env.client.for_polls().transaction_detail(tx)
     assert env.clock.ms - start == (MAX_DEBT_S + 0.5) * 1000
 
 
@@ -163,6 +180,23 @@ def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
     assert parse_retry_after(None, now) is None
 
 
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+async def metric_samples(stack: Stack) -> Samples:
+    """The running serve's /metrics: (name, sorted labels) -> value."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(stack.worker_url + "/metrics") as resp,
+    ):
+        text = await resp.text()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
 async def test_serve_metrics_show_the_rate_limit_the_backoff_and_the_wait(
     start_stack: Callable[..., Awaitable[Stack]],
 ) -> None:
@@ -171,17 +205,8 @@ async def test_serve_metrics_show_the_rate_limit_the_backoff_and_the_wait(
     stack = await start_stack(history_interval_s=0.3, detail_interval_s=0.3)
     stack.sandbox.set_fault("history", "rate_limit", count=1, retry_after_s=2)
 
-    async def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        async with (
-            aiohttp.ClientSession() as http,
-            http.get(stack.worker_url + "/metrics") as resp,
-        ):
-            text = await resp.text()
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        }
+    async def samples() -> Samples:
+        return await metric_samples(stack)
 
     limited = (
         "depositd_provider_calls_total",
@@ -231,7 +256,46 @@ async def test_a_retry_after_of_digits_that_are_no_number_is_no_retry_after(
         str(server.make_url("/")), PROVIDER_KEY, PROVIDER_SECRET, retries=0, budget=budget
     )
     async with client:
-        with polling(), pytest.raises(ProviderRateLimited):
-            await client.history(white_list_status="init")
+        with pytest.raises(ProviderRateLimited):
+            await client.for_polls().history(white_list_status="init")
     assert budget.backoff_remaining() == DEFAULT_BACKOFF_S
     assert parse_retry_after(header) is None
+
+
+async def test_serve_abnormal_poll_waits_out_the_back_off_and_an_operator_read_does_not(
+    start_stack: Callable[..., Awaitable[Stack]],
+) -> None:
+    """The abnormal-fund poll of a running serve is a poll too: after a rate-limit answer with
+    Retry-After: 3 on the history, its run waits the back-off out (queued behind the history's
+    retry, which counts as waiting too); the console's "read detail now" (an operator's read)
+    goes at once."""
+    stack = await start_stack(history_interval_s=0.3, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    (tx,) = [stack.sandbox.inject_deposit(1001, "USDT", "TRON", "5", "TBudget7")["transactionId"]]
+    stack.sandbox.set_fault("history", "rate_limit", count=1, retry_after_s=3)
+    limited = (
+        "depositd_provider_calls_total",
+        (("endpoint", "history"), ("outcome", "rate_limited")),
+    )
+
+    async def rate_limited() -> bool:
+        return (await metric_samples(stack)).get(limited, 0) == 1
+
+    await stack.wait_for(rate_limited, 30, "the rate-limited history call")
+    client = stack.runtime.client
+    assert client is not None and client.budget is not None
+    assert client.budget.backoff_remaining() > 1.5
+    started = time.monotonic()
+    assert await stack.runtime.read_detail(tx)
+    assert time.monotonic() - started < 1.0, "the operator's read waited for the back-off"
+
+    waited = ("depositd_provider_budget_wait_seconds_total", (("endpoint", "abnormal_funds"),))
+
+    async def abnormal_waited() -> bool:
+        money = stack.runtime.money
+        assert money is not None
+        money.fire("abnormal")  # a no-op while its run is in flight
+        seen = await metric_samples(stack)
+        return seen.get(waited, 0) >= 1.0
+
+    await stack.wait_for(abnormal_waited, 30, "the abnormal-fund poll to wait out the back-off")

@@ -29,7 +29,6 @@ from worker.config.profiles import Profiles
 from worker.config.settings import Settings
 from worker.config.yamlkeys import known, suggest
 from worker.errors import ConfigError, ProviderAuthError, ProviderError, ProviderUnavailable
-from worker.provider.budget import polling
 from worker.provider.client import ProviderClient
 from worker.provider.models import AddressStatus, SourceAddress
 from worker.provider.payer import PayerValidationError, validate_payer
@@ -269,6 +268,9 @@ async def register_lines(
     FAILED, or a line not sent after the provider stopped answering)."""
     failed = 0
     stopped: str | None = None
+    # The budget's tokens, as the polls take them: a long file is sent at
+    # `provider.max_requests_per_s` and waits out the provider's rate limit.
+    paced = client.for_polls()
     for verdict in verdicts:
         if verdict.body is None or verdict.registered is not None:
             continue
@@ -277,18 +279,15 @@ async def register_lines(
             failed += 1
             continue
         try:
-            # The budget's tokens, as the polls take them: a long file is sent at
-            # `provider.max_requests_per_s` and waits out the provider's rate limit.
-            with polling():
-                record = await register_prepared(
-                    settings,
-                    client,
-                    store,
-                    verdict.body,
-                    profile=verdict.line.get("profile"),
-                    wait=False,
-                    say=lambda _: None,
-                )
+            record = await register_prepared(
+                settings,
+                paced,
+                store,
+                verdict.body,
+                profile=verdict.line.get("profile"),
+                wait=False,
+                say=lambda _: None,
+            )
         except ProviderError as exc:
             failed += 1
             report(verdict, None, refusal(exc, verdict.body))

@@ -30,7 +30,7 @@ from worker.dev.sandbox.handle import Sandbox
 from worker.dev.sandbox.testing import ENTITY_PAYER
 from worker.poll.catchup import HistoryReader
 from worker.poll.poller import Poller
-from worker.provider.budget import RequestBudget, polling
+from worker.provider.budget import RequestBudget
 from worker.provider.client import ProviderClient
 from worker.reconcile.abnormal import AbnormalPoll
 from worker.rules import RuleBook
@@ -142,13 +142,14 @@ class PollDriver:
         reactor = RuleReactor(lambda: rulebook, Profiles.empty)
         processor = Processor(self.store, reactor=reactor)
         s = self.settings
+        polls = self.client.for_polls()  # every read below waits for the budget, as serve's
         self.poller = Poller(self.client, self.store, processor.observe_fact, s, clock=self.clock)
         reader = HistoryReader(
-            self.client, self.store, lambda: reactor, page_size=s.page_size, max_pages=s.max_pages
+            polls, self.store, lambda: reactor, page_size=s.page_size, max_pages=s.max_pages
         )
         self.catchup = CatchUp(reader, self.store, s, clock=self.clock)
         self.abnormal = AbnormalPoll(
-            self.client,
+            polls,
             self.store,
             lambda: rulebook,
             page_size=s.page_size,
@@ -235,8 +236,7 @@ class PollDriver:
             self.clock.ms = max(self.clock.ms, next_ms)
             for name, interval_s, job in jobs:
                 if due[name] <= self.clock.ms:
-                    with polling():
-                        await job()
+                    await job()
                     due[name] += int(interval_s * 1000)
                     if after_run is not None:
                         await after_run(name, (self.clock.ms - start) / 1000)

@@ -28,7 +28,6 @@ from worker.errors import (
 from worker.logs import get_logger
 from worker.poll.backoff import poll_backoff
 from worker.poll.detailplan import DetailPlan, Listing
-from worker.provider.budget import polling
 from worker.provider.client import ProviderClient
 from worker.provider.models import DepositOrder, Page
 from worker.provider.paging import pages
@@ -96,7 +95,10 @@ class Poller:
         backoff_max_s: float = 600.0,
         clock: Callable[[], int] = now_ms,
     ) -> None:
+        # Operator reads (`read_detail`) through the client; the polls' own reads through its
+        # polls' view, which waits for the request budget (docs/polling.md).
         self._client = client
+        self._polls = client.for_polls()
         self._store = store
         self._observe = observe
         self._settings = settings
@@ -137,7 +139,7 @@ class Poller:
     async def read_detail(self, transaction_id: str) -> bool:
         """Read and apply one deposit's detail now (an operator asked; the hosted page closed);
         False when it could not be read or applied (logged and counted as the poll's)."""
-        return await self._detail_one(transaction_id)
+        return await self._detail_one(transaction_id, self._client)
 
     async def _blocked(self) -> int:
         rows = await self._store.write(blocked_since)
@@ -149,7 +151,7 @@ class Poller:
             if since < horizon:
                 continue  # watched long enough: a release now is found by `backfill` or a webhook
             attempted += 1
-            await self._detail_one(tx)
+            await self._detail_one(tx, self._polls)
         return attempted
 
     async def _history(self) -> int:
@@ -200,7 +202,7 @@ class Poller:
         async def fetch_page(page_num: int) -> Page[DepositOrder]:
             size = min(self._settings.page_size, self._queue_page_cap or self._settings.page_size)
             try:
-                return await self._client.history(
+                return await self._polls.history(
                     white_list_status=status, page_num=page_num, page_size=size
                 )
             except ProviderBusinessError as exc:
@@ -237,15 +239,15 @@ class Poller:
                 break
             self.plan.read(tx, self._clock())
             attempted += 1
-            await self._detail_one(tx)
+            await self._detail_one(tx, self._polls)
         return attempted
 
-    async def _detail_one(self, tx: str) -> bool:
-        """Read and apply one deposit's detail (False: it failed, logged and counted); raises
-        only what ends the whole run."""
+    async def _detail_one(self, tx: str, client: ProviderClient) -> bool:
+        """Read and apply one deposit's detail through `client` (False: it failed, logged and
+        counted); raises only what ends the whole run."""
         sent_at = now_ms()
         try:
-            order = await self._client.transaction_detail(tx)
+            order = await client.transaction_detail(tx)
         except PROVIDER_WIDE:
             raise
         except ProviderBusinessError as exc:
@@ -305,8 +307,7 @@ class Poller:
         if now < self._not_before.get(name, 0.0):
             return 0
         try:
-            with polling():
-                count = await poll()
+            count = await poll()
         except ProviderError as exc:
             kind = "auth" if isinstance(exc, ProviderAuthError) else "error"
             await self._failed(name, kind, str(exc))

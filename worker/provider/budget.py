@@ -12,21 +12,20 @@ A rate-limit answer (`ProviderRateLimited`: 429, or a 5xx naming a rate limit) b
 poll provider-wide: for its Retry-After when it gives one (at most `MAX_BACKOFF_S`), else for
 `DEFAULT_BACKOFF_S`, doubling while such answers follow one another.
 
-Which calls are polls is said by the code that runs them (`with polling(): ...`), so the one
-provider client serves both kinds.
+Which calls are polls is said by the client they are made through: the polls are given the
+provider client's polls' view (`Transport.for_polls()`), which shares the session and this
+budget with the client everything else uses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-__all__ = ["MAX_DEBT_S", "RequestBudget", "is_polling", "parse_retry_after", "polling"]
+__all__ = ["MAX_DEBT_S", "RequestBudget", "parse_retry_after"]
 
 # A Retry-After above this is taken as this (a wrong header must not stop the polls for days).
 MAX_BACKOFF_S = 3600.0
@@ -35,23 +34,6 @@ DEFAULT_BACKOFF_S = 5.0
 # The debt calls that are not held may leave: at most this many seconds of refill. Beyond it a
 # burst of submissions no longer delays the polls (the provider's own 429 still backs them off).
 MAX_DEBT_S = 10.0
-
-_POLLING: ContextVar[bool] = ContextVar("depositd_polling", default=False)
-
-
-@contextmanager
-def polling() -> Iterator[None]:
-    """Provider calls made inside (and in tasks started inside) are a poll's: budgeted."""
-    token = _POLLING.set(True)
-    try:
-        yield
-    finally:
-        _POLLING.reset(token)
-
-
-def is_polling() -> bool:
-    """True inside `polling()`."""
-    return _POLLING.get()
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -107,9 +89,10 @@ class RequestBudget:
         self._tokens = max(-MAX_DEBT_S * self.rate, self._tokens - 1)
 
     async def acquire(self, endpoint: str) -> float:
-        """Wait for a token (and for the back-off to end); returns the seconds waited."""
+        """Wait for a token (and for the back-off to end); returns the seconds waited, the
+        polls ahead of this one in the queue included."""
+        start = self._clock()
         async with self._lock:
-            start = self._clock()
             while True:
                 now = self._clock()
                 self._refill(now)

@@ -17,16 +17,20 @@ Answers are read with exact decimals and turned into typed errors from `worker.e
 The calls themselves, one method per endpoint, are in the modules of the interface's areas
 (`deposit_calls`, `wallet_calls`, `stable_calls`, `partner_calls`), each a `Transport`;
 `worker.provider.client.ProviderClient` is all of them.
+
+Which calls are a poll's, and so wait for the request budget, is said by the client they are made
+through: `for_polls()` gives the polls' view of a client (docs/polling.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
@@ -45,7 +49,7 @@ from worker.errors import (
 from worker.logs import get_logger
 from worker.provider import jsonio
 from worker.provider.answers import Envelope, first_problem, rate_limited, read_answer
-from worker.provider.budget import RequestBudget, is_polling, parse_retry_after
+from worker.provider.budget import RequestBudget, parse_retry_after
 from worker.provider.signing import DEFAULT, Scheme, signed_headers
 from worker.urls import host_port
 
@@ -143,6 +147,15 @@ def model_of(endpoint: str, model: type[M], data: Any) -> M:
         ) from None
 
 
+class _Session:
+    """The HTTP session a client and its polls' view share: opened at first use, closed by the
+    client that opened it."""
+
+    def __init__(self, session: aiohttp.ClientSession | None) -> None:
+        self.session = session
+        self.own = session is None
+
+
 class Transport:
     """Signed, retrying calls to the provider: one session, one request budget."""
 
@@ -175,20 +188,31 @@ class Transport:
         self._retries = max(0, retries)
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
-        self._session = session
-        self._own_session = session is None
+        self._shared = _Session(session)
         self._on_call = on_call
         self._max_answer_bytes = max_answer_bytes
         # Polls' calls wait for it; the others spend from it (worker.provider.budget).
         self.budget = budget
+        # True on the view `for_polls()` returns: every call waits for its token.
+        self.polls = False
         # Named in connection errors: host and port only, never a path or a query.
         self._where = host_port(base_url)
 
+    def for_polls(self) -> Self:
+        """This client as a poll uses it: the same session, budget and hooks, but each call
+        waits for a token of the request budget instead of spending one at once. Closing the
+        view leaves the session open: the client it was made from closes it."""
+        view = copy.copy(self)
+        view.polls = True
+        return view
+
     async def close(self) -> None:
-        """Close the HTTP session if this client opened it."""
-        if self._own_session and self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the HTTP session if this client opened it (a polls' view never does)."""
+        shared = self._shared
+        if self.polls or not shared.own or shared.session is None:
+            return
+        await shared.session.close()
+        shared.session = None
 
     async def _call(
         self,
@@ -211,7 +235,7 @@ class Transport:
         target = self._prefix + build_target(path, query)
         raw = _body_bytes(body) if method != "GET" else b""
         attempts = 1 + (self._retries if retry else 0)
-        held = is_polling()
+        held = self.polls
         for attempt in range(1, attempts + 1):
             if self.budget is not None:
                 if held:
@@ -276,11 +300,12 @@ class Transport:
             log.exception("on_call hook failed", endpoint=endpoint)
 
     def _session_for_use(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
+        shared = self._shared
+        if shared.session is None or shared.session.closed:
             # Opened lazily so the client can be built outside a running event loop.
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-            self._own_session = True
-        return self._session
+            shared.session = aiohttp.ClientSession(timeout=self._timeout)
+            shared.own = True
+        return shared.session
 
     async def _attempt(
         self,

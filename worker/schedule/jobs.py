@@ -13,7 +13,6 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from worker.aio import finish_or_cancel
 from worker.logs import get_logger
-from worker.provider.budget import polling
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -35,12 +34,6 @@ async def logged_run(name: str, run: Coroutine[Any, Any, T]) -> T | None:
         return None
     finally:
         log.debug("job ended", job=name)
-
-
-async def polled(run: Coroutine[Any, Any, T]) -> T:
-    """`run` as a poll: its provider calls share the request budget (worker.provider.budget)."""
-    with polling():
-        return await run
 
 
 class IntervalAndDaily:
@@ -68,7 +61,7 @@ class IntervalAndDaily:
         task = self._running.get(name)
         if task is not None and not task.done():
             return
-        coroutine = logged_run(name, polled(self.coroutine(name)))
+        coroutine = logged_run(name, self.coroutine(name))
         self._running[name] = asyncio.get_running_loop().create_task(coroutine, name=name)
 
     def _job(self, name: str) -> Callable[[], Coroutine[Any, Any, None]]:

@@ -196,7 +196,7 @@ class LeaderJobs:
         self.catchup = self._catchup(store, self._metrics, after_commit)
         self.catchup.start()
         self.money = money_jobs(
-            self.client,
+            self.client.for_polls(),
             store,
             lambda: self.rules,
             settings,
@@ -267,7 +267,7 @@ class LeaderJobs:
                 metrics.transitions.labels(trigger=transition.trigger.value).inc()
 
         reader = HistoryReader(
-            self.client,
+            self.client.for_polls(),
             store,
             lambda: self.reactor,
             page_size=lambda: s.page_size,
