@@ -289,7 +289,7 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
                 2 * INTERVAL_S + 5,
             )
             # The lease is current while its holder renews it in time; on a loaded machine a
-            # renewal can come late and the lease lapse until the next (tests/poll/
+            # renewal can come late and the lease lapse until the next (tests/schedule/
             # test_leader.py): wait for a current read, bounded, rather than take one instant.
             lives = [json.loads(x) for x in a.log.read_text().splitlines() if '"instance"' in x]
 
