@@ -18,6 +18,7 @@ from worker.commands.cli import main
 from worker.config.settings import StorageSettings, load_settings
 from worker.store.actions import insert_action
 from worker.store.ledger import insert_booking
+from worker.store.pg import PgConnection
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
 from worker.store.pgstore import serve_lock as pg_serve_lock
@@ -367,6 +368,27 @@ async def test_a_command_that_writes_during_the_copy_is_refused(
     monkeypatch.setattr(migrate_command, "_progress", lambda: None)
     assert main(["retry-failed", "--config", str(config)]) == 0  # the copy is done: it writes
     assert "queued again: 0 event(s), 1 action(s)" in capsys.readouterr().out
+
+
+async def test_the_commands_after_a_copy_are_not_refused_by_its_closed_sessions(
+    tmp_path: Path, pg_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL frees a closed session's locks once its backend has noticed the close, which
+    can be after the command ended. A copy gives its locks back before it closes: run here with
+    every close held back (as a loaded server can), a second copy of the same database and a
+    command that writes, right after the first copy, are not refused."""
+    left_open: list[PgConnection] = []
+    monkeypatch.setattr(PgConnection, "close", lambda self: left_open.append(self))
+    try:
+        config, to, _raw = await _source("postgres", tmp_path, pg_cluster)
+        assert main(["migrate-store", "--config", str(config), "--to", to]) == 0
+        again = str(tmp_path / "again.db")
+        assert main(["migrate-store", "--config", str(config), "--to", again]) == 0
+        assert main(["retry-failed", "--config", str(config)]) == 0
+        assert main(["migrate-store", "--config", str(config), "--to", str(tmp_path / "3.db")]) == 0
+    finally:
+        for conn in left_open:
+            conn.raw.close()
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])

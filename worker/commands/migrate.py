@@ -140,7 +140,7 @@ def _held_source(storage: StorageSettings) -> Iterator[Any]:
             migrate(PgDatabase(conn))
             yield conn
         finally:
-            conn.close()  # the session's locks go with it
+            conn.close_releasing_locks()
         return
     path = storage.file
     if not path.exists():
@@ -188,7 +188,7 @@ def _target(to: str, to_postgres: bool, password: str | None) -> Iterator[Any]:
                 raise Refused(f"a depositd serve runs on {mask_url(to)}: stop it first")
             yield conn
         finally:
-            conn.close()
+            conn.close_releasing_locks()
         return
     path = Path(to)
     created = not path.exists()

@@ -19,12 +19,12 @@ so that an int compared with a TEXT column or a bool stored in an INTEGER one be
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from decimal import Decimal
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from worker.store.errors import StoreUnavailable, from_psycopg
+from worker.store.errors import StoreError, StoreUnavailable, from_psycopg
 from worker.urls import mask_url
 
 if TYPE_CHECKING:
@@ -292,6 +292,18 @@ class PgConnection:
         """Close the connection."""
         with store_errors():
             self.raw.close()
+
+    def close_releasing_locks(self) -> None:
+        """Give the session's advisory locks back, then close. The server releases a closed
+        session's locks only once its backend has noticed the end, which can come after
+        `close` returns: a command run just after this one (a second `migrate-store`, a command
+        after the copy) would find them still held and be refused."""
+        raw = self.raw
+        if not raw.closed and not raw.broken and not self.in_transaction:
+            # On an error, closing anyway: the server frees them at the session's end.
+            with suppress(StoreError), store_errors():
+                raw.execute("SELECT pg_advisory_unlock_all()")
+        self.close()
 
     def __enter__(self) -> PgConnection:
         """`with conn:` is one transaction, committed at the end or rolled back on an error

@@ -297,7 +297,8 @@ class _LockKeeper(threading.Thread):
         self._stopping.set()
         self.join(_LOCK_STOP_S)
         if not self.is_alive():  # else stuck on an unreachable server: the exit ends it
-            self._close()
+            with contextlib.suppress(StoreError):
+                self.conn.close_releasing_locks()
 
 
 def _lock_connection(storage: StorageSettings) -> PgConnection:

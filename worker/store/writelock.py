@@ -69,7 +69,7 @@ def command_writes(storage: StorageSettings) -> Iterator[None]:
             yield
         finally:
             with contextlib.suppress(StoreError):
-                conn.close()  # the session's locks go with it
+                conn.close_releasing_locks()
         return
     fd = _open(storage.file)
     try:
