@@ -77,6 +77,12 @@ class Metrics:
             ["event_type", "outcome"],
             registry=r,
         )
+        self.batches_replayed = Counter(
+            "depositd_batches_replayed",
+            "Processor batches undone and applied again one event at a time, by reason.",
+            ["reason"],
+            registry=r,
+        )
         self.transitions = Counter(
             "depositd_transitions",
             "Deposit state transitions emitted by the tracker, by trigger.",

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -41,11 +43,15 @@ from worker.rules import RuleBook
 from worker.rules.fingerprint import rules_hash
 from worker.rules.model import ANY_WALLET, Action, Conditions, Rule, RuleSet
 from worker.store import journal
+from worker.store.conflicts import insert_conflict, record_decision
 from worker.store.deposits import lock_deposit
+from worker.store.ledger import insert_booking, lock_tx_hash
 from worker.store.pg import PgDatabase
 from worker.store.pg import connect as pg_connect
 from worker.store.pgstore import PgStore
 from worker.store.sqlitestore import Store, event_row
+from worker.track.batch import Bookings
+from worker.track.conflicts import DUPLICATE
 from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
 from worker.track.tracker import Deposit, Fact, State
@@ -483,6 +489,166 @@ async def test_one_batch_books_each_deposit_once_and_holds_a_likely_duplicate_in
     assert [e["status"] for e in await rows(env.store, "SELECT status FROM events")] == [
         "processed"
     ] * 5
+
+
+async def test_a_batch_of_credited_deposits_is_booked_by_its_one_write_as_credited(
+    env: Env,
+) -> None:
+    """Credited deposits with distinct txHashes applied in one batch are booked by the batch's
+    write at its end (not applied again one at a time: `depositd_batches_replayed_total` stays
+    0), each ledger row holding its own deposit's values, a value not stated included."""
+    credited = {"status": "SUCCESS", "whiteListStatus": None}
+    deposits = [
+        ("TXR0", 1001, "main", "USDT", "TRON", "100.5", "TFrom0", "0xh0"),
+        ("TXR1", 1002, "cold", "ETH", "ETH", "0.000001", "0xFrom1", "0xH1"),
+        ("TXR2", 1003, "side", "USDC", "BSC", "7", None, "0xh2"),  # its source not stated
+    ]
+    for i, (tx, wallet, name, currency, network, amount, source, tx_hash) in enumerate(deposits):
+        values = {"walletId": wallet, "walletName": name, "currency": currency}
+        values |= {"network": network, "amount": amount, "fromAddress": source}
+        fact = webhook(
+            "DEPOSIT_ORDER_NOTIFICATION", tx, NOW + i, transactionHash=tx_hash, **credited
+        )
+        fact["data"].update(values)
+        await deliver(env.store, fact)
+    assert await env.processor.run_until_idle() == 3
+    assert env.processor.replayed == {}, "the batch was applied again one event at a time"
+    ledger = await rows(
+        env.store,
+        "SELECT transaction_id, wallet_id, wallet_name, currency, network, amount,"
+        " from_address, tx_hash, trigger FROM ledger ORDER BY transaction_id",
+    )
+    assert [tuple(str(v) for v in r.values()) for r in ledger] == [
+        (*(str(v) for v in d), "credited") for d in deposits
+    ]
+
+
+async def _deposit_before_the_batch(env: Env, tx: str, tx_hash: str) -> None:
+    """`tx` tracked (PROCESSING, its txHash stated), not booked."""
+    fact = webhook("DEPOSIT_ORDER_NOTIFICATION", tx, NOW - 10, transactionHash=tx_hash)
+    fact["data"].update({"status": "PROCESSING", "whiteListStatus": None, "amount": "3"})
+    await deliver(env.store, fact)
+    assert await env.processor.run_until_idle() == 1
+
+
+@pytest.mark.parametrize("engine", ["postgres"])
+@pytest.mark.parametrize("meanwhile", ["booked_hash", "decided", "booked_without_hash"])
+async def test_a_booking_committed_elsewhere_after_the_batch_decided_makes_it_apply_again(
+    env: Env, make_store: StoreMaker, monkeypatch: pytest.MonkeyPatch, meanwhile: str
+) -> None:
+    """PostgreSQL: the batch decides to book from what it read, and its one write at the end
+    books only what is still free then. Committed by another session between the batch's
+    decision and its write: a booking of the same txHash, a person's decision on the deposit's
+    duplicate question, or an older booking without a txHash whose deposit has it. The batch's
+    row is not written, the batch is applied again one event at a time, and the deposit is
+    held or decided as that path says; never booked twice. (On SQLite nothing can commit
+    between the two: the batch holds the database's one writer.)"""
+    if meanwhile == "booked_without_hash":
+        await _deposit_before_the_batch(env, "TXOLD", "0xrace")
+    original = Bookings.flush
+    url = make_store.url("d.db")
+
+    def flush(self: Bookings, db: Any) -> None:
+        if self.pending:
+            other = PgDatabase(pg_connect(url))  # autocommit: each statement commits
+            try:
+                _commit_meanwhile(other, meanwhile)
+            finally:
+                other.close()
+        original(self, db)
+
+    monkeypatch.setattr(Bookings, "flush", flush)
+    credited = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xrace"}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXB", NOW, **credited))
+    assert await env.processor.run_until_idle() == 1
+    assert env.processor.replayed == {"booking_missed": 1}
+    booked = await rows(env.store, "SELECT transaction_id FROM ledger ORDER BY transaction_id")
+    assert [r["transaction_id"] for r in booked] == ["TXOLD"] * (meanwhile != "decided")
+    (outcome,) = await rows(env.store, "SELECT outcome FROM actions WHERE action='book'")
+    if meanwhile == "decided":
+        assert outcome["outcome"] == "not booked: decided a duplicate (depositd resolve)"
+    else:
+        assert outcome["outcome"].startswith("held: likely duplicate of TXOLD"), outcome
+
+
+@pytest.mark.parametrize("engine", ["postgres"])
+async def test_a_batch_waits_for_a_booking_of_its_txhash_in_flight_elsewhere(
+    env: Env, make_store: StoreMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: another instance is booking the same txHash when the batch writes (its
+    transaction holds the hash, its row not committed yet). The batch waits for it, then
+    finds its row: not written, applied again one event at a time, held as a likely
+    duplicate. One ledger row."""
+    url = make_store.url("d.db")
+    other = PgDatabase(pg_connect(url))
+    original = Bookings.flush
+    committed: list[float] = []
+
+    def commit_later() -> None:
+        time.sleep(0.5)
+        committed.append(time.monotonic())
+        other.execute("COMMIT")
+
+    committer = threading.Thread(target=commit_later)
+
+    def flush(self: Bookings, db: Any) -> None:
+        if self.pending and not committer.is_alive() and not committed:
+            other.execute("BEGIN")
+            lock_tx_hash(other, "0xrace")  # as a booking does, first
+            _commit_meanwhile(other, "booked_hash")
+            committer.start()
+        try:
+            original(self, db)
+        finally:
+            written.append(time.monotonic())
+
+    written: list[float] = []
+    monkeypatch.setattr(Bookings, "flush", flush)
+    credited = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xrace"}
+    await deliver(env.store, webhook("DEPOSIT_ORDER_NOTIFICATION", "TXB", NOW, **credited))
+    try:
+        assert await env.processor.run_until_idle() == 1
+    finally:
+        if committer.is_alive():
+            committer.join(10)
+        other.close()
+    assert committed and written[0] >= committed[0], "the batch wrote before the other's commit"
+    assert env.processor.replayed == {"booking_missed": 1}
+    booked = await rows(env.store, "SELECT transaction_id FROM ledger ORDER BY transaction_id")
+    assert [r["transaction_id"] for r in booked] == ["TXOLD"]
+    (outcome,) = await rows(env.store, "SELECT outcome FROM actions WHERE action='book'")
+    assert outcome["outcome"].startswith("held: likely duplicate of TXOLD"), outcome
+
+
+def _commit_meanwhile(db: Any, meanwhile: str) -> None:
+    """What another session commits for `meanwhile` (see the test above)."""
+    if meanwhile == "decided":
+        when = utc_now()
+        insert_conflict(
+            db,
+            "TXB",
+            DUPLICATE,
+            fixed_value="",
+            seen_value="TXOLD",
+            source="test",
+            event_id=None,
+            observed_at=None,
+            now=when,
+        )
+        record_decision(db, "TXB", DUPLICATE, "yes", by="ops", note=None, now=when)
+        return
+    insert_booking(
+        db,
+        transaction_id="TXOLD",
+        wallet_id=1001,
+        wallet_name="main",
+        currency="USDT",
+        network="TRON",
+        amount="100",
+        from_address=FROM,
+        tx_hash="0xrace" if meanwhile == "booked_hash" else None,
+        trigger="credited",
+    )
 
 
 async def test_a_likely_duplicate_delivered_in_a_later_batch_is_held_and_another_output_booked(

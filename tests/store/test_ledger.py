@@ -103,6 +103,44 @@ async def test_the_same_txhash_under_another_id_is_a_likely_duplicate(store: Sto
     assert await store.read(ask) == ["tx-a", "tx-b", "tx-a", None, None, None, None, "tx-z"]
 
 
+async def test_values_not_known_match_only_values_not_known(store: Store) -> None:
+    """In the likely-duplicate match, an amount or currency not known (NULL, as rows of older
+    versions may hold) is the same only as one not known either; an amount that is no number
+    is compared as written."""
+
+    def seed(db: sqlite_utils.Database) -> None:
+        for tx, hash_, amount, currency in (
+            ("tx-none", "0xnone", None, None),
+            ("tx-text", "0xtext", "n/a", "USDT"),
+        ):
+            db.execute("INSERT INTO deposits (transaction_id, to_address) VALUES (?, 'TTo')", [tx])
+            booking = {**BOOKING, "tx_hash": hash_, "amount": amount, "currency": currency}
+            ledger.insert_booking(db, transaction_id=tx, **booking)
+
+    await store.write(seed)
+
+    def ask(db: sqlite_utils.Database) -> list[str | None]:
+        def other(tx_hash: str, amount: str | None, currency: str | None) -> str | None:
+            return ledger.likely_duplicate_of(
+                db,
+                transaction_id="tx-new",
+                tx_hash=tx_hash,
+                amount=amount,
+                currency=currency,
+                to_address="TTo",
+            )
+
+        return [
+            other("0xnone", None, None),
+            other("0xnone", "12.50", None),
+            other("0xnone", None, "USDT"),
+            other("0xtext", "n/a", "USDT"),
+            other("0xtext", "12.50", "USDT"),
+        ]
+
+    assert await store.read(ask) == ["tx-none", None, None, "tx-text", None]
+
+
 def test_insert_booking_says_whether_it_wrote(db: sqlite_utils.Database, clock: list[str]) -> None:
     """The first booking writes the row; the second returns False and keeps the first."""
     clock[:] = ["2026-11-20T10:00:00.000Z", "2026-11-20T11:00:00.000Z"]

@@ -53,7 +53,7 @@ from worker.store.facts import fact_row, fact_text, insert_fact_rows, poll_fact_
 from worker.store.sqlitestore import Store
 from worker.store.tx import savepoint
 from worker.track.addresses import apply_address_update
-from worker.track.batch import BatchWrites, Reaction
+from worker.track.batch import BatchWrites, BookingMissed, Reaction
 from worker.track.conflicts import alert_conflict, record_conflicts
 from worker.track.facts import cap_time, fact_from_event
 from worker.track.orders import ORDER_KINDS, apply_order_event
@@ -228,6 +228,9 @@ class Processor:
         self._behind = False  # the lag was past lag_target_s at the last busy turn
         self._wake = asyncio.Event()
         self._stopping = False
+        # Batches undone and applied again one event at a time, by why: "booking_missed" (a
+        # booking the batch counted on was not written) or "event_failed" (an event raised).
+        self.replayed: Counter[str] = Counter()
         self._task: asyncio.Task[None] | None = None
         # Run after each commit that applied something, e.g. to wake the outbox runner.
         self.after_commit: list[Callable[[], None]] = []
@@ -386,12 +389,20 @@ class Processor:
                 batch.flush(db)
         except (StoreBusy, StoreUnavailable):
             raise  # the store itself is failing: give the whole batch back
-        except Exception:
+        except Exception as exc:
             if not conn.in_transaction:
                 raise
+            self._count_replay(
+                "booking_missed" if isinstance(exc, BookingMissed) else "event_failed"
+            )
             # The batch's writes are undone: apply the events again, one savepoint each.
             return self._apply_isolated(db, events, reactor, max(floor, tried), deadline)
         return outcomes
+
+    def _count_replay(self, reason: str) -> None:
+        self.replayed[reason] += 1
+        if self.metrics is not None:
+            self.metrics.batches_replayed.labels(reason=reason).inc()
 
     def _apply_isolated(
         self,
