@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from tests.support.configs import make_config, write_config
 from tests.support.fakehistory import FakeHistory
+from tests.support.processes import Processes
 from worker.act.reactor import RuleReactor
 from worker.clock import iso_from_ms, now_ms
 from worker.commands.backfill import ProgressLine, backfill
@@ -145,7 +146,7 @@ async def test_backfill_cut_short_by_an_outage_exits_1_and_a_rerun_completes(
 
 
 async def test_outage_mid_window_keeps_the_mark_at_the_last_complete_window(
-    tmp_path: Path, aiohttp_server: MakeServer
+    tmp_path: Path, aiohttp_server: MakeServer, processes: Processes
 ) -> None:
     """An outage on the second window's second page leaves the mark at the first window's end;
     the next read starts there, skips nothing and books nothing twice."""
@@ -162,10 +163,19 @@ async def test_outage_mid_window_keeps_the_mark_at_the_last_complete_window(
     assert all(start is not None and start >= BASE + 10_000 for start, _, _ in fake.requests)
     booked = db_rows(settings, "SELECT transaction_id FROM ledger")
     assert len(booked) == 300 == len(set(booked))
-    status = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "worker", "status", "--config", str(tmp_path / "depositd.yaml")],
-        stdout=asyncio.subprocess.PIPE,
-        cwd=ROOT,
+    status = processes.own(
+        await asyncio.create_subprocess_exec(
+            *[
+                sys.executable,
+                "-m",
+                "worker",
+                "status",
+                "--config",
+                str(tmp_path / "depositd.yaml"),
+            ],
+            stdout=asyncio.subprocess.PIPE,
+            cwd=ROOT,
+        )
     )
     shown, _ = await status.communicate()
     assert f'"historyCoveredUntil": "{iso_from_ms(BASE + 30_000)}"' in shown.decode()
@@ -243,11 +253,13 @@ def test_backfill_refuses_a_bad_window(tmp_path: Path, capsys: pytest.CaptureFix
     assert not (tmp_path / "depositd.db").exists()
 
 
-def run_on_pty(args: list[str]) -> tuple[int, int, bytes]:
+def run_on_pty(processes: Processes, args: list[str]) -> tuple[int, int, bytes]:
     """Run a command with stdout on a pseudo-terminal: exit status, peak RSS (KiB), output."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        args, stdout=slave, stderr=subprocess.DEVNULL, cwd=ROOT, env={**os.environ}
+    proc = processes.own(
+        subprocess.Popen(
+            args, stdout=slave, stderr=subprocess.DEVNULL, cwd=ROOT, env={**os.environ}
+        )
     )
     os.close(slave)
     chunks = []
@@ -266,7 +278,7 @@ def run_on_pty(args: list[str]) -> tuple[int, int, bytes]:
 
 
 async def test_backfill_of_100k_deposits_streams_in_bounded_memory_with_progress_on_a_terminal(
-    tmp_path: Path, aiohttp_server: MakeServer
+    tmp_path: Path, aiohttp_server: MakeServer, processes: Processes
 ) -> None:
     """100k deposits are backfilled one page at a time: the peak memory is that of a small
     backfill plus little, and a terminal shows one progress line redrawn with carriage returns."""
@@ -280,7 +292,7 @@ async def test_backfill_of_100k_deposits_streams_in_bounded_memory_with_progress
         since, until = iso_from_ms(BASE), iso_from_ms(BASE + count * 10 - 1)
         args = [sys.executable, "-m", "worker", "backfill", "--config", str(config)]
         runs[name] = await asyncio.to_thread(
-            run_on_pty, [*args, "--since", since, "--until", until]
+            run_on_pty, processes, [*args, "--since", since, "--until", until]
         )
     code, small_kib, _ = runs["small"]
     assert code == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.configs import HOOK_SECRET, serve_config, write_config
-from tests.support.processes import ServeProcess, free_port
+from tests.support.processes import Processes, free_port
 from worker.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,14 +84,14 @@ async def test_check_online_fails_for_wallets_the_provider_does_not_list(
 
 
 async def test_serve_warns_at_start_for_wallets_the_provider_does_not_list(
-    tmp_path: Path, provider_url: str
+    tmp_path: Path, provider_url: str, processes: Processes
 ) -> None:
     """`serve` starts (the rules are valid) and logs one warning per rule set or fallback
     naming a wallet the provider does not list."""
     config, rules, _ = _setup(tmp_path, provider_url)
     port = json.loads(config.read_text())["webhook"]["listen"].split(":")[1]
     log = tmp_path / "serve.log"
-    serve = ServeProcess(config, int(port), log)
+    serve = processes.serve(config, int(port), log)
     try:
         await serve.start()
         for _ in range(200):

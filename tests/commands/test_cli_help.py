@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import Processes
 from worker.commands.cli import STATES, build_parser, main
 from worker.track.tracker import State
 
@@ -59,13 +60,16 @@ def test_demo_refuses_a_config(capsys: pytest.CaptureFixture[str], tmp_path: Pat
 def test_sandbox_inject_without_a_sandbox_says_how_to_start_it(tmp_path: Path) -> None:
     """`sandbox inject` with no sandbox running exits 1 and names the command that starts one."""
     run = [sys.executable, "-m", "worker"]
-    subprocess.run([*run, "init", "--sandbox", str(tmp_path / "s")], check=True, cwd=ROOT)
+    subprocess.run(
+        [*run, "init", "--sandbox", str(tmp_path / "s")], check=True, cwd=ROOT, timeout=60
+    )
     config = tmp_path / "s" / "depositd.yaml"
     result = subprocess.run(
         [*run, "sandbox", "inject", "--config", str(config), "--amount", "1"],
         cwd=ROOT,
         capture_output=True,
         text=True,
+        timeout=60,
     )
     assert result.returncode == 1
     assert f"depositd sandbox --config {config}" in result.stderr
@@ -81,27 +85,32 @@ def test_init_refuses_a_folder_that_is_not_empty(
     assert "not an empty folder" in capsys.readouterr().err
 
 
-def test_quiet_sandbox_still_says_where_it_listens(tmp_path: Path) -> None:
+def test_quiet_sandbox_still_says_where_it_listens(tmp_path: Path, processes: Processes) -> None:
     """At `log.level: warning` the sandbox still prints its address at start (and nothing else)."""
     import signal
 
     run = [sys.executable, "-m", "worker"]
-    subprocess.run([*run, "init", "--sandbox", str(tmp_path / "s")], check=True, cwd=ROOT)
+    subprocess.run(
+        [*run, "init", "--sandbox", str(tmp_path / "s")], check=True, cwd=ROOT, timeout=60
+    )
     config = tmp_path / "s" / "depositd.yaml"
     config.write_text(config.read_text().replace("level: info", "level: warning"))
     base_url = next(line for line in config.read_text().splitlines() if "base_url" in line)
     port = base_url.split(":")[-1].split()[0]
-    with subprocess.Popen(
-        [*run, "sandbox", "--config", str(config)], cwd=ROOT, stderr=subprocess.PIPE, text=True
-    ) as proc:
-        assert proc.stderr is not None
-        first = proc.stderr.readline()
-        for _ in range(200):  # until it accepts connections (its signal handlers are set)
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", int(port))) == 0:
-                    break
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        rest = proc.stderr.read()
+    proc = processes.own(
+        subprocess.Popen(
+            [*run, "sandbox", "--config", str(config)], cwd=ROOT, stderr=subprocess.PIPE, text=True
+        )
+    )
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    for _ in range(200):  # until it accepts connections (its signal handlers are set)
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", int(port))) == 0:
+                break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    proc.wait(timeout=30)
     assert first == f"sandbox listening on 127.0.0.1:{port}\n"
     assert proc.returncode == 0 and rest == ""

@@ -75,6 +75,7 @@ def config(tmp_path: Path) -> Path:
         cwd=ROOT,
         check=True,
         capture_output=True,
+        timeout=60,
     )
     db = sqlite_utils.Database(tmp_path / "s" / "depositd.db")
     migrate(db)

@@ -88,7 +88,11 @@ def test_rules_test_shows_no_unset_parameter(
 def _init(argv: list[str], folder: Path, path: str) -> str:
     env = {**os.environ, "PATH": path}
     done = subprocess.run(
-        [*argv, "init", "--sandbox", str(folder)], env=env, capture_output=True, text=True
+        [*argv, "init", "--sandbox", str(folder)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from tests.support.configs import make_config, write_config
 from tests.support.paths import ROOT
-from tests.support.processes import cli
+from tests.support.processes import Processes, cli
 from tests.support.service import Service
 from tests.support.stores import StoreMaker, rows
 from tests.support.waits import until
@@ -63,7 +63,7 @@ NEW_RULE = """
 
 
 async def test_sighup_keeps_old_rules_on_a_bad_file_and_applies_a_good_one(
-    tmp_path: Path, provider_url: str, slack: tuple[str, list[Any]]
+    tmp_path: Path, provider_url: str, slack: tuple[str, list[Any]], processes: Processes
 ) -> None:
     """SIGHUP: a broken rule file alerts reload_failed and keeps the rules; a good one applies."""
     slack_url, slack_posts = slack
@@ -72,11 +72,13 @@ async def test_sighup_keeps_old_rules_on_a_bad_file_and_applies_a_good_one(
     rule_file = rules_dir / "default.yaml"
     original = (ROOT / "rules" / "default.yaml").read_text()
     rule_file.write_text(original)
-    service = Service(
-        tmp_path,
-        provider_url,
-        rules=str(rules_dir),
-        notify={"slack": {"webhook_url": slack_url}},
+    service = processes.own(
+        Service(
+            tmp_path,
+            provider_url,
+            rules=str(rules_dir),
+            notify={"slack": {"webhook_url": slack_url}},
+        )
     )
     await service.start()
     try:
@@ -142,10 +144,10 @@ async def prefill(db: Path, count: int) -> None:
 
 
 async def test_backup_under_write_load_holds_every_acknowledged_event(
-    tmp_path: Path, provider_url: str
+    tmp_path: Path, provider_url: str, processes: Processes
 ) -> None:
     """`backup` taken while webhooks stream in opens clean and holds every event acked before it."""
-    service = Service(tmp_path, provider_url)
+    service = processes.own(Service(tmp_path, provider_url))
     await prefill(service.db, 3000)
     await service.start()
     acked: list[str] = []
@@ -186,12 +188,12 @@ async def test_backup_under_write_load_holds_every_acknowledged_event(
 
 
 async def test_backup_refuses_the_live_database_and_its_files(
-    tmp_path: Path, provider_url: str
+    tmp_path: Path, provider_url: str, processes: Processes
 ) -> None:
     """`backup` onto the running service's database, its -wal/-shm/-journal, or another name of
     the database (relative, symlink, hard link) exits 2 and writes nothing: the database stays
     whole and keeps every event."""
-    service = Service(tmp_path, provider_url)
+    service = processes.own(Service(tmp_path, provider_url))
     await service.start()
     db = service.db
     try:
@@ -233,7 +235,9 @@ async def test_backup_refuses_a_target_whose_temporary_copy_is_the_database(
     assert not (tmp_path / "copy.db").exists()
 
 
-async def test_backup_to_a_folder_or_an_unwritable_place_fails_cleanly(tmp_path: Path) -> None:
+async def test_backup_to_a_folder_or_an_unwritable_place_fails_cleanly(
+    tmp_path: Path, processes: Processes
+) -> None:
     """A folder as the target is refused (exit 2) before anything is written; a target that
     cannot be created, or a write failing midway, exits 1 with a message, no traceback and no
     `.partial` file left behind."""
@@ -259,20 +263,22 @@ async def test_backup_to_a_folder_or_an_unwritable_place_fails_cleanly(tmp_path:
         "import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536));"
         " from worker.commands.cli import main; sys.exit(main(sys.argv[1:]))"
     )
-    proc = await asyncio.create_subprocess_exec(
-        *[
-            sys.executable,
-            "-c",
-            limited,
-            "backup",
-            str(folder / "copy.db"),
-            "--config",
-            str(config),
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    proc = processes.own(
+        await asyncio.create_subprocess_exec(
+            *[
+                sys.executable,
+                "-c",
+                limited,
+                "backup",
+                str(folder / "copy.db"),
+                "--config",
+                str(config),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
     )
     _, raw_err = await asyncio.wait_for(proc.communicate(), 30)
     err = raw_err.decode()
@@ -284,11 +290,11 @@ async def test_backup_to_a_folder_or_an_unwritable_place_fails_cleanly(tmp_path:
 
 
 async def test_replay_reprocesses_an_event_without_acting_twice(
-    tmp_path: Path, provider_url: str, make_store: StoreMaker
+    tmp_path: Path, provider_url: str, make_store: StoreMaker, processes: Processes
 ) -> None:
     """`replay` re-runs a stored event through the running service; it books nothing twice
     (on SQLite and on PostgreSQL)."""
-    service = Service(tmp_path, provider_url, make_store.storage())
+    service = processes.own(Service(tmp_path, provider_url, make_store.storage()))
     await service.start()
     try:
         assert await service.post(envelope("ev-req", "DEPOSIT_WHITELIST_REQUIRED", "tx-r")) == 200
@@ -325,11 +331,11 @@ async def test_replay_reprocesses_an_event_without_acting_twice(
 
 
 async def test_status_then_retry_failed_keeps_idempotency_keys(
-    tmp_path: Path, provider_url: str, make_store: StoreMaker
+    tmp_path: Path, provider_url: str, make_store: StoreMaker, processes: Processes
 ) -> None:
     """`status` counts failures and waiting deposits; `retry-failed` re-runs them, same keys
     (on SQLite and on PostgreSQL)."""
-    service = Service(tmp_path, provider_url, make_store.storage())
+    service = processes.own(Service(tmp_path, provider_url, make_store.storage()))
     await service.start()
     try:
         # Wallet 1002 has a fallback profile, so this is submitted; the sandbox never saw the
@@ -380,11 +386,11 @@ async def test_status_then_retry_failed_keeps_idempotency_keys(
 
 
 async def test_status_is_running_only_while_serve_has_the_database_open(
-    tmp_path: Path, provider_url: str
+    tmp_path: Path, provider_url: str, processes: Processes
 ) -> None:
     """`status` after serve was SIGKILLed (start recorded, no stop) says not running and an
     unclean stop, with no uptime; while serve runs, and after a clean stop, it says so."""
-    service = Service(tmp_path, provider_url)
+    service = processes.own(Service(tmp_path, provider_url))
     try:
         await service.start()
         rc, out, err = await cli(service.config, "status")

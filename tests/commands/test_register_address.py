@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.support.configs import make_config, write_config
+from tests.support.processes import Processes
 from worker.commands.registration import register, register_body, save_address
 from worker.dev.harness import Stack, shipped_profiles
 from worker.dev.sandbox.records import Address
@@ -96,23 +97,25 @@ class Ran:
     err: str
 
 
-async def cli(stack: Stack, *args: str) -> asyncio.subprocess.Process:
+async def cli(processes: Processes, stack: Stack, *args: str) -> asyncio.subprocess.Process:
     """Start `python -m worker ARGS --config <the stack's config>` without waiting for it."""
-    return await cli_with(stack.config_path, *args)
+    return await cli_with(processes, stack.config_path, *args)
 
 
-async def cli_with(config: Path, *args: str) -> asyncio.subprocess.Process:
+async def cli_with(processes: Processes, config: Path, *args: str) -> asyncio.subprocess.Process:
     """Start `python -m worker ARGS --config CONFIG` without waiting for it."""
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "worker",
-        *args,
-        "--config",
-        str(config),
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    return processes.own(
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "worker",
+            *args,
+            "--config",
+            str(config),
+            cwd=REPO,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
     )
 
 
@@ -200,12 +203,12 @@ async def test_unknown_profile_is_a_config_error(stack: Stack) -> None:
 
 
 async def test_failed_alerts_then_replace_failed_registers_anew_and_deposits_skip_whitelist(
-    stack: Stack,
+    stack: Stack, processes: Processes
 ) -> None:
     """FAILED alerts (exit 1); --replace-failed disables it, registers anew; deposits then book."""
     address = "TKnownFailedFirst000000000000001"
     stack.sandbox.set_fault("address_detail", "5xx", count=1)  # a retry that gets logged
-    proc = await cli(stack, *register_args(address))
+    proc = await cli(processes, stack, *register_args(address))
     failed_id = await new_record(stack, set())
     stack.sandbox.reject_address(failed_id, "payer name does not match the exchange's records")
     first = await finished(proc)
@@ -226,7 +229,7 @@ async def test_failed_alerts_then_replace_failed_registers_anew_and_deposits_ski
     assert_no_payer_data(first.out, first.err, json.dumps(slack), mail.as_string())
     assert (await address_rows(stack))[failed_id]["status"] == "FAILED"
 
-    proc = await cli(stack, *register_args(address, "--replace-failed"))
+    proc = await cli(processes, stack, *register_args(address, "--replace-failed"))
     active_id = await new_record(stack, {failed_id})
     stack.sandbox.approve_address(active_id)
     second = await finished(proc)
@@ -295,7 +298,7 @@ async def test_wallet_address_updated_webhooks_update_the_addresses_table(stack:
     ] * 2
 
 
-async def test_addresses_command_lists_active_records(stack: Stack) -> None:
+async def test_addresses_command_lists_active_records(stack: Stack, processes: Processes) -> None:
     """`depositd addresses --json` prints the registered records with their status."""
     address = "TKnownListed0000000000000000001"
     task = asyncio.create_task(register_at(stack, address))
@@ -303,7 +306,7 @@ async def test_addresses_command_lists_active_records(stack: Stack) -> None:
     stack.sandbox.approve_address(record_id)
     await asyncio.wait_for(task, 5)
 
-    ran = await finished(await cli(stack, "addresses", "--json"))
+    ran = await finished(await cli(processes, stack, "addresses", "--json"))
     assert ran.code == 0, ran.err
     [line] = [json.loads(line) for line in ran.out.splitlines() if line.strip()]
     assert {k: line[k] for k in ("id", "walletId", "walletAddress", "network", "status")} == {
@@ -323,7 +326,7 @@ def json_logs(stderr: str) -> list[dict[str, Any]]:
 
 
 async def test_refusal_prints_code_meaning_and_field_names_never_the_message(
-    tmp_path: Path,
+    tmp_path: Path, processes: Processes
 ) -> None:
     """A refused registration prints the code, its meaning and the payer fields named, no values."""
     secret = "Secret Payer VASP Ltd"
@@ -332,7 +335,9 @@ async def test_refusal_prints_code_meaning_and_field_names_never_the_message(
     profiles = tmp_path / "profiles.yaml"
     profiles.write_text(yaml.safe_dump(data), encoding="utf-8")
     async with Stack(tmp_path / "stack", profiles=profiles) as stack:
-        ran = await finished(await cli(stack, *register_args("TKnownRefused0000000000000001")))
+        ran = await finished(
+            await cli(processes, stack, *register_args("TKnownRefused0000000000000001"))
+        )
         assert stack.sandbox.state.addresses == {}
     assert ran.code == 1 and ran.out == ""
     rule = code_rule("10000103")
@@ -344,7 +349,7 @@ async def test_refusal_prints_code_meaning_and_field_names_never_the_message(
 
 
 async def test_printed_record_holds_only_the_declared_address_fields(
-    stack: Stack, monkeypatch: pytest.MonkeyPatch
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, processes: Processes
 ) -> None:
     """An answer that echoes payer details prints the record's own fields only."""
     real = Address.wire
@@ -355,7 +360,7 @@ async def test_printed_record_holds_only_the_declared_address_fields(
 
     monkeypatch.setattr(Address, "wire", echoing)
     ran = await finished(
-        await cli(stack, *register_args("TKnownEchoing0000000000000001", "--no-wait"))
+        await cli(processes, stack, *register_args("TKnownEchoing0000000000000001", "--no-wait"))
     )
     assert ran.code == 0, ran.err
     printed = json.loads(ran.out)
@@ -364,10 +369,12 @@ async def test_printed_record_holds_only_the_declared_address_fields(
     assert_no_payer_data(ran.out, ran.err)
 
 
-async def test_rerun_after_rejection_prints_and_keeps_failed(stack: Stack) -> None:
+async def test_rerun_after_rejection_prints_and_keeps_failed(
+    stack: Stack, processes: Processes
+) -> None:
     """The same --no-wait command re-run after a rejection reports FAILED and keeps it stored."""
     address = "TKnownRerun00000000000000000001"
-    first = await finished(await cli(stack, *register_args(address, "--no-wait")))
+    first = await finished(await cli(processes, stack, *register_args(address, "--no-wait")))
     assert first.code == 0, first.err
     record_id = json.loads(first.out)["id"]
     stack.sandbox.reject_address(record_id, "payer name does not match the exchange's records")
@@ -377,7 +384,7 @@ async def test_rerun_after_rejection_prints_and_keeps_failed(stack: Stack) -> No
 
     await stack.wait_for(stored_failed, 5, "the FAILED webhook")
 
-    again = await finished(await cli(stack, *register_args(address, "--no-wait")))
+    again = await finished(await cli(processes, stack, *register_args(address, "--no-wait")))
     assert again.code == 1, again.err
     printed = json.loads(again.out)
     assert (printed["id"], printed["status"]) == (record_id, "FAILED")
@@ -410,11 +417,13 @@ async def test_save_address_never_moves_a_record_back(stack: Stack) -> None:
     assert row["fail_message"] == "rejected"
 
 
-async def test_failed_without_notify_is_logged_without_payer_data(tmp_path: Path) -> None:
+async def test_failed_without_notify_is_logged_without_payer_data(
+    tmp_path: Path, processes: Processes
+) -> None:
     """With `notify` absent a FAILED address is logged as a warning (alerts logged only)."""
     address = "TKnownQuietFailed00000000000001"
     async with Stack(tmp_path / "stack", notify=False) as stack:
-        proc = await cli(stack, *register_args(address))
+        proc = await cli(processes, stack, *register_args(address))
         record_id = await new_record(stack, set())
         stack.sandbox.reject_address(record_id, "fullName does not match the exchange's records")
         ran = await finished(proc)
@@ -440,7 +449,7 @@ async def test_failed_without_notify_is_logged_without_payer_data(tmp_path: Path
     ],
 )
 async def test_a_refused_profile_creates_no_database(
-    tmp_path: Path, with_profiles: bool, problem: str
+    tmp_path: Path, with_profiles: bool, problem: str, processes: Processes
 ) -> None:
     """An unknown profile (or no profiles file) exits 2 before the database or its folder exist."""
     data_dir = tmp_path / "data"
@@ -449,7 +458,7 @@ async def test_a_refused_profile_creates_no_database(
     args = register_args("TKnownNoProfile000000000000001")
     args[args.index(PROFILE)] = "nope"
 
-    ran = await finished(await cli_with(config_path, *args))
+    ran = await finished(await cli_with(processes, config_path, *args))
     assert ran.code == 2, ran.err
     assert problem in ran.err
     assert "None" not in ran.err

@@ -4,8 +4,6 @@ against a real stack (sandbox, worker), on both engines."""
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.processes import cli as command
 from tests.support.stacks import MakeStack
 from tests.support.stores import stack_rows
 from worker.dev.harness import Stack
@@ -22,7 +21,6 @@ from worker.dev.harness import Stack
 # Every test here runs on SQLite and on PostgreSQL, its stacks too.
 pytestmark = pytest.mark.usefixtures("engine")
 
-REPO = Path(__file__).resolve().parents[2]
 # Personal values of rules/profiles.yaml's demo profiles: never printed.
 PAYER_VALUES = (
     "Demo Trading Ltd",
@@ -67,22 +65,8 @@ class Ran:
 
 
 async def cli(config: Path, *args: str) -> Ran:
-    """`python -m worker ARGS --config CONFIG`, run to its end."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "worker",
-        *args,
-        "--config",
-        str(config),
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(60):
-        out, err = await proc.communicate()
-    assert proc.returncode is not None
-    ran = Ran(proc.returncode, out.decode(), err.decode())
+    """`python -m worker ARGS --config CONFIG`, run to its end (at most 60 s)."""
+    ran = Ran(*await command(config, *args, within=60))
     for value in PAYER_VALUES:
         assert value not in ran.out + ran.err, "payer data printed"
     return ran

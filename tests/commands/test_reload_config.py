@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.support.processes import free_port
+from tests.support.processes import Processes, free_port
 from tests.support.service import Service
 from tests.support.waits import until
 from tests.support.webhooks import envelope
@@ -71,6 +71,7 @@ async def test_sighup_reloads_notify_and_paths_and_names_what_needs_a_restart(
     provider_url: str,
     aiohttp_server: ServerFactory,
     notify_socket: socket.socket,
+    processes: Processes,
 ) -> None:
     """The config file changed: another rules path, another Slack URL, another listen address.
     After SIGHUP the new rules alert on the new Slack URL (the old one hears nothing more);
@@ -78,7 +79,9 @@ async def test_sighup_reloads_notify_and_paths_and_names_what_needs_a_restart(
     address still serves."""
     old_url, old_posts = await _slack(aiohttp_server)
     new_url, new_posts = await _slack(aiohttp_server)
-    service = Service(tmp_path, provider_url, notify={"slack": {"webhook_url": old_url}})
+    service = processes.own(
+        Service(tmp_path, provider_url, notify={"slack": {"webhook_url": old_url}})
+    )
     await service.start()
     try:
         await _until(notify_socket, "READY=1")

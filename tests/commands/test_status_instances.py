@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import cli
+from tests.support.processes import Processes, cli
 from tests.support.service import Service
 from tests.support.stores import StoreMaker
 
 
 async def test_status_says_running_while_another_instance_serves(
-    tmp_path: Path, provider_url: str, make_store: StoreMaker
+    tmp_path: Path, provider_url: str, make_store: StoreMaker, processes: Processes
 ) -> None:
     """Two serve on one database (SQLite: the shared lock on `<db>.lock`; PostgreSQL: the
     shared advisory lock); the first stops cleanly (recording its stop): status still says
@@ -23,8 +23,8 @@ async def test_status_says_running_while_another_instance_serves(
         shared["several_instances"] = True  # SQLite: each instance says it may share
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-    first = Service(tmp_path / "a", provider_url, storage=shared)
-    second = Service(tmp_path / "b", provider_url, storage=shared)
+    first = processes.own(Service(tmp_path / "a", provider_url, storage=shared))
+    second = processes.own(Service(tmp_path / "b", provider_url, storage=shared))
     try:
         await first.start()
         await second.start()

@@ -6,10 +6,7 @@ worker's submission and booking verify, and an edit afterwards is named."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +15,7 @@ import pytest
 
 from tests.support.configs import make_config, write_config
 from tests.support.journalrows import book, by_hand, drop_append_only, purge, submit
+from tests.support.processes import cli as command
 from tests.support.stores import StoreMaker
 from worker.commands.cli import main
 from worker.dev.harness import Stack
@@ -25,7 +23,6 @@ from worker.dev.sandbox.testing import ENTITY_PAYER
 from worker.store import journal
 from worker.store.sqlitestore import Store
 
-ROOT = Path(__file__).resolve().parents[2]
 PAYER = {
     "payerType": "INDIVIDUAL",
     "firstName": "Ada",
@@ -35,17 +32,8 @@ PAYER = {
 
 
 async def cli(config: Path, *args: str) -> tuple[int, str, str]:
-    """`python -m worker ARGS --config CONFIG`: status, stdout, stderr."""
-    proc = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "worker", *args, "--config", str(config)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    """`python -m worker ARGS --config CONFIG` (at most 60 s): status, stdout, stderr."""
+    return await command(config, *args, within=60)
 
 
 class Setup:

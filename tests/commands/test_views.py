@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.configs import make_config, write_config
+from tests.support.processes import Processes
 from tests.support.stores import StoreMaker
 from worker.commands.cli import main
 from worker.commands.read import parse_since
@@ -395,17 +396,22 @@ def test_events_type_since_limit(config: Path, capsys: pytest.CaptureFixture[str
     assert status == 2 and "not an ISO 8601 time" in err
 
 
-async def test_events_follow_prints_new_events(config: Path, make_store: StoreMaker) -> None:
+async def test_events_follow_prints_new_events(
+    config: Path, make_store: StoreMaker, processes: Processes
+) -> None:
     """`events --follow` prints the stored events, then each event stored afterwards, until
     interrupted (exit 0)."""
     import asyncio
     import signal
 
-    proc = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "worker", "events", "--follow", "--json", "--config", str(config)],
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    proc = processes.own(
+        await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "worker", "events", "--follow", "--json"],
+            *["--config", str(config)],
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     )
     assert proc.stdout is not None
     seen: list[str] = []

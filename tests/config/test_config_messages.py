@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
 from tests.support.paths import ROOT
+from tests.support.processes import Processes
 from worker.commands.cli import main
 from worker.config.settings import load_settings
 from worker.errors import ConfigError
@@ -164,7 +165,7 @@ def test_check_warns_when_alerts_go_nowhere(
 
 
 async def test_check_online_lists_offered_providers_closest_first(
-    tmp_path: Path, provider_url: str
+    tmp_path: Path, provider_url: str, processes: Processes
 ) -> None:
     """`check --online` with a provider name the provider does not offer names the profile's
     line and the offered names, the closest first."""
@@ -178,11 +179,13 @@ async def test_check_online_lists_offered_providers_closest_first(
     (folder / "secrets" / "provider_api_secret").write_text(PROVIDER_SECRET)
     profiles = folder / "rules" / "profiles.yaml"
     profiles.write_text(profiles.read_text().replace("provider: Binance", "provider: Krakn"))
-    proc = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "worker", "check", "--online", "--config", str(config)],
-        stderr=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    proc = processes.own(
+        await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "worker", "check", "--online", "--config", str(config)],
+            stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     )
     _, err = await proc.communicate()
     lines = [line for line in err.decode().splitlines() if not line.startswith("warning")]

@@ -10,11 +10,13 @@ from pathlib import Path
 import aiohttp
 
 from tests.support.configs import serve_config, write_config
-from tests.support.processes import ServeProcess, free_port
+from tests.support.processes import Processes, free_port
 from worker.console.pages import deep_link
 
 
-async def test_serve_serves_the_console_until_it_stops(tmp_path: Path, provider_url: str) -> None:
+async def test_serve_serves_the_console_until_it_stops(
+    tmp_path: Path, provider_url: str, processes: Processes
+) -> None:
     """The console's login page answers on console.listen while serve runs; after SIGTERM the
     port is closed and serve exits 0."""
     port, console_port = free_port(), free_port()
@@ -34,7 +36,7 @@ async def test_serve_serves_the_console_until_it_stops(tmp_path: Path, provider_
         },
     )
     config = write_config(tmp_path, cfg)
-    serve = ServeProcess(config, port, tmp_path / "serve.log")
+    serve = processes.serve(config, port, tmp_path / "serve.log")
     async with serve, aiohttp.ClientSession() as session:
         # /healthz answers as soon as the webhook listener serves; the console opens right
         # after it, before serve says READY.

@@ -20,6 +20,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from tests.support.configs import HOOK_KEY, HOOK_SECRET, PROVIDER_KEY, PROVIDER_SECRET
+from tests.support.processes import Processes
 from tests.support.sandboxes import StartSandbox, sandbox_settings
 from worker.clock import now_ms
 from worker.commands.cli import main as cli_main
@@ -441,7 +442,7 @@ async def test_control_api_drives_a_deposit(sbx: Running) -> None:
 
 
 async def test_sandbox_command_serves_and_stops_on_sigterm(
-    tmp_path: Path, unused_tcp_port_factory: Callable[[], int]
+    tmp_path: Path, unused_tcp_port_factory: Callable[[], int], processes: Processes
 ) -> None:
     """`depositd sandbox --config` answers signed calls and exits 0 on SIGTERM."""
     port = unused_tcp_port_factory()
@@ -460,20 +461,22 @@ async def test_sandbox_command_serves_and_stops_on_sigterm(
         "log:\n"
         "  format: json\n"
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "worker",
-        "sandbox",
-        "--config",
-        str(config),
-        "--port",
-        str(port),
-        "--state",
-        str(tmp_path / "sbx.db"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": ROOT},
+    proc = processes.own(
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "worker",
+            "sandbox",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+            "--state",
+            str(tmp_path / "sbx.db"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
     )
     client = ProviderClient(f"http://127.0.0.1:{port}", PROVIDER_KEY, PROVIDER_SECRET, retries=0)
     try:

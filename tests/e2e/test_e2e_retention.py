@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.support.processes import Processes
 from tests.support.stacks import MakeStack
 from worker.clock import now_ms
 from worker.dev.harness import Stack
@@ -90,7 +91,7 @@ def file_bytes(stack: Stack) -> bytes:
 
 
 async def test_a_month_after_completion_the_values_sent_are_gone_and_still_provable(
-    start_stack: MakeStack, tmp_path: Path
+    start_stack: MakeStack, tmp_path: Path, processes: Processes
 ) -> None:
     profiles = tmp_path / "profiles.yaml"
     profiles.write_text(PROFILES)
@@ -142,17 +143,19 @@ async def test_a_month_after_completion_the_values_sent_are_gone_and_still_prova
     journal_text = json.dumps([e.as_json() for e in entries], ensure_ascii=False)
     assert not [v for v in DONE_VALUES + WAITING_VALUES if v in journal_text]
     # And `depositd verify` accepts the purged record beside the running service.
-    status, out, err = await depositd(stack.config_path, "verify")
+    status, out, err = await depositd(processes, stack.config_path, "verify")
     assert status == 0, (out, err)
     assert out.startswith("journal verified:")
 
 
-async def depositd(config: Path, *args: str) -> tuple[int, str, str]:
+async def depositd(processes: Processes, config: Path, *args: str) -> tuple[int, str, str]:
     """`python -m worker ARGS --config CONFIG` in a process of its own: status, stdout, stderr."""
-    proc = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "worker", *args, "--config", str(config)],
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    proc = processes.own(
+        await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "worker", *args, "--config", str(config)],
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None

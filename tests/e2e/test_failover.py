@@ -25,7 +25,7 @@ from pytest_aiohttp import AiohttpServer
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, serve_config, write_config
 from tests.support.pgcluster import ENV_URL, Cluster, replicated_pair
-from tests.support.processes import ServeProcess, free_port
+from tests.support.processes import Processes, free_port
 from tests.support.sandboxes import sandbox_settings
 from worker.commands.ops import status_report
 from worker.config.settings import StorageSettings
@@ -137,7 +137,11 @@ def pg_rows(url: str, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, An
 
 
 async def test_an_outage_reads_as_a_few_lines_and_alerts_once(
-    tmp_path: Path, pg_cluster: Cluster, provider_url: str, aiohttp_server: AiohttpServer
+    tmp_path: Path,
+    pg_cluster: Cluster,
+    provider_url: str,
+    aiohttp_server: AiohttpServer,
+    processes: Processes,
 ) -> None:
     """PostgreSQL stopped for a few seconds under deliveries, then started: each delivery
     meanwhile gets 503 with Retry-After; the log says so in one line, once more when the outage
@@ -164,7 +168,7 @@ async def test_an_outage_reads_as_a_few_lines_and_alerts_once(
         storage,
         notify={"slack": {"webhook_url": str(slack_server.make_url("/slack"))}},
     )
-    serve = ServeProcess(path, port, tmp_path / "serve.log")
+    serve = processes.serve(path, port, tmp_path / "serve.log")
     answers: list[tuple[int, str | None]] = []
     numbers = itertools.count()
     try:
@@ -256,7 +260,7 @@ def instance_of(log: Path) -> str:
 
 
 async def test_a_failover_to_the_synchronous_standby_loses_nothing_acknowledged(
-    tmp_path: Path, aiohttp_server: AiohttpServer
+    tmp_path: Path, aiohttp_server: AiohttpServer, processes: Processes
 ) -> None:
     """A primary with a synchronous standby, two instances on a multi-host URL
     (target_session_attrs=read-write) under a stream of signed deliveries; the primary crashes
@@ -290,7 +294,7 @@ async def test_a_failover_to_the_synchronous_standby_loses_nothing_acknowledged(
         profiles = tmp_path / "profiles.yaml"
         profiles.write_text(PROFILES)
         a, b = (
-            ServeProcess(
+            processes.serve(
                 config(tmp_path / f"{n}.yaml", port, provider, {"url": url}, profiles=profiles),
                 port,
                 tmp_path / f"{n}.log",

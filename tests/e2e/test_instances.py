@@ -29,7 +29,7 @@ from pytest_aiohttp import AiohttpServer
 
 from tests.support.configs import HOOK_PATH, serve_config, write_config
 from tests.support.pgcluster import Cluster
-from tests.support.processes import ServeProcess, free_port
+from tests.support.processes import Processes, free_port
 from tests.support.sandboxes import sandbox_settings
 from worker.commands.ops import status_report
 from worker.config.settings import StorageSettings
@@ -190,6 +190,7 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
     aiohttp_server: AiohttpServer,
     store_config: dict[str, Any],
     recorded: list[dict[str, Any]],
+    processes: Processes,
 ) -> None:
     """Two instances, one killed and restarted mid-stream, the other killed later: every event
     answered 200 is stored and processed once, every deposit submitted and booked once, and the
@@ -223,7 +224,7 @@ async def test_two_instances_behind_a_proxy_act_once_through_kills(
     provider = str(server.make_url("")).rstrip("/")
     db = store_config
     a, b = (
-        ServeProcess(
+        processes.serve(
             instance_config(tmp_path / f"{n}.yaml", port, provider, store_config, profiles),
             port,
             tmp_path / f"{n}.log",

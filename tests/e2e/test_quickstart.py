@@ -6,17 +6,17 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from http.cookiejar import CookieJar
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import Processes
 
 ROOT = Path(__file__).resolve().parents[2]
 README_DIR = "/tmp/depositd-local"
@@ -52,23 +52,7 @@ def wait_until(check: object, what: str, timeout_s: float = 30) -> None:
     pytest.fail(f"timed out waiting for {what}")
 
 
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in reversed(started):
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def test_readme_quickstart_books_a_deposit(
-    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
-) -> None:
+def test_readme_quickstart_books_a_deposit(tmp_path: Path, processes: Processes) -> None:
     """Following the README's quick start on a clean folder, the injected deposit is submitted,
     credited and booked, and neither the sandbox nor serve logs a warning or an error."""
     folder = tmp_path / "local"
@@ -83,21 +67,25 @@ def test_readme_quickstart_books_a_deposit(
     ]
     init, sandbox, serve, inject, deposits, ledger = (depositd(c, folder) for c in commands)
     written = subprocess.run(
-        init, check=True, env=ENV, cwd=tmp_path, capture_output=True, text=True
+        init, check=True, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     logs = {name: tmp_path / f"{name}.log" for name in ("sandbox", "serve")}
     for name, argv in (("sandbox", sandbox), ("serve", serve)):
         with logs[name].open("wb") as log:
-            processes.append(subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=log, stderr=log))
+            processes.own(subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=log, stderr=log))
         marker = "sandbox starting" if name == "sandbox" else "serving"
         wait_until(lambda n=name, m=marker: m in logs[n].read_text(), f"{name} to start")
 
-    injected = subprocess.run(inject, env=ENV, cwd=tmp_path, capture_output=True, text=True)
+    injected = subprocess.run(
+        inject, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert injected.returncode == 0, injected.stderr
     tx = injected.stdout.split()[1].rstrip(":")
 
     def shown(argv: list[str], *words: str) -> bool:
-        out = subprocess.run(argv, env=ENV, cwd=tmp_path, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            argv, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=30
+        ).stdout
         return all(w in out for w in words)
 
     wait_until(lambda: shown(deposits, tx, "completed"), "the deposit to complete")
@@ -107,6 +95,7 @@ def test_readme_quickstart_books_a_deposit(
         env=ENV,
         capture_output=True,
         text=True,
+        timeout=60,
     ).stdout
     assert "DEPOSIT_WHITELIST_REQUIRED" in events and "DEPOSIT_WHITELIST_CREDITED" in events
     for name, path in logs.items():

@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, serve_config, write_config
 from tests.support.pgcluster import Cluster
-from tests.support.processes import ServeProcess, free_port
+from tests.support.processes import Processes, free_port
 from worker.config.settings import StorageSettings
 from worker.provider.signing import signed_headers
 from worker.store.pgstore import command_connection
@@ -103,18 +103,20 @@ async def deliver(port: int, event_id: str) -> int:
         return r.status
 
 
-async def run_next(script: Path, cfg: Path, *command: str) -> tuple[int, str]:
+async def run_next(processes: Processes, script: Path, cfg: Path, *command: str) -> tuple[int, str]:
     """A command of depositd N+1 (`serve` unless given) until it exits: status and stderr."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(script),
-        *(command or ("serve",)),
-        "--config",
-        str(cfg),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    proc = processes.own(
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(script),
+            *(command or ("serve",)),
+            "--config",
+            str(cfg),
+            cwd=ROOT,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     )
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
@@ -122,7 +124,7 @@ async def run_next(script: Path, cfg: Path, *command: str) -> tuple[int, str]:
 
 
 async def test_a_newer_schema_is_not_migrated_under_an_older_instance(
-    tmp_path: Path, storage: dict[str, Any], provider_url: str
+    tmp_path: Path, storage: dict[str, Any], provider_url: str, processes: Processes
 ) -> None:
     """N serves; N+1 (one more migration) started beside it exits 1 saying to stop every
     instance, and changes nothing (nor does one of its commands that opens the store): N goes
@@ -131,13 +133,13 @@ async def test_a_newer_schema_is_not_migrated_under_an_older_instance(
     script = tmp_path / "next_version.py"
     script.write_text(NEXT)
     port_n, port_next = free_port(), free_port()
-    older = ServeProcess(
+    older = processes.serve(
         config(tmp_path / "n.yaml", port_n, provider_url, storage), port_n, tmp_path / "n.log"
     )
     newer_cfg = config(tmp_path / "next.yaml", port_next, provider_url, storage)
     async with older:
         assert await deliver(port_n, "before-upgrade") == 200
-        status, err = await run_next(script, newer_cfg)
+        status, err = await run_next(processes, script, newer_cfg)
         assert status == 1, err
         assert (
             f"database schema version {SCHEMA_VERSION} needs migrating to {SCHEMA_VERSION + 1}"
@@ -146,21 +148,25 @@ async def test_a_newer_schema_is_not_migrated_under_an_older_instance(
         assert "stop every instance, then start this version" in err
         assert schema_version(storage) == SCHEMA_VERSION
         # A command of N+1 that opens the store (`reconcile`) is refused the same way.
-        status, err = await run_next(script, newer_cfg, "reconcile", "--date", "2026-01-01")
+        status, err = await run_next(
+            processes, script, newer_cfg, "reconcile", "--date", "2026-01-01"
+        )
         assert status == 1 and "needs migrating" in err, err
         assert schema_version(storage) == SCHEMA_VERSION
         assert await deliver(port_n, "during-upgrade") == 200
         assert await older.signal(signal.SIGTERM) == 0
-    newer = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(script),
-        "serve",
-        "--config",
-        str(newer_cfg),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    newer = processes.own(
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(script),
+            "serve",
+            "--config",
+            str(newer_cfg),
+            cwd=ROOT,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     )
     try:
         deadline = time.monotonic() + 30
@@ -172,7 +178,7 @@ async def test_a_newer_schema_is_not_migrated_under_an_older_instance(
             await asyncio.sleep(0.1)
         assert schema_version(storage) == SCHEMA_VERSION + 1
         # The older version, started again beside it (or after it): refused.
-        again = ServeProcess(older.config, port_n, tmp_path / "n-again.log")
+        again = processes.serve(older.config, port_n, tmp_path / "n-again.log")
         proc = await again.spawn()
         assert await asyncio.wait_for(proc.wait(), 60) == 1
         assert "newer than this depositd supports" in again.log.read_text()

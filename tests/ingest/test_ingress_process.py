@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH
-from tests.support.processes import children
+from tests.support.processes import Processes, children
 from tests.support.service import Service
 from tests.support.waits import until
 from tests.support.webhooks import envelope
@@ -116,8 +116,10 @@ async def test_the_ingress_process_goes_with_a_killed_serve(
         assert await service.stop() == 0
 
 
-async def test_one_process_serve_when_asked(tmp_path: Path, provider_url: str) -> None:
-    service = Service(tmp_path, provider_url)
+async def test_one_process_serve_when_asked(
+    tmp_path: Path, provider_url: str, processes: Processes
+) -> None:
+    service = processes.own(Service(tmp_path, provider_url))
     one_process(service)
     async with service:
         assert children(service.pid) == []
@@ -127,13 +129,15 @@ async def test_one_process_serve_when_asked(tmp_path: Path, provider_url: str) -
             assert db.execute("SELECT event_id FROM events").fetchall() == [("ip-3",)]
 
 
-async def test_a_second_serve_on_the_same_port_fails(tmp_path: Path, provider_url: str) -> None:
+async def test_a_second_serve_on_the_same_port_fails(
+    tmp_path: Path, provider_url: str, processes: Processes
+) -> None:
     """Two services never share a port (and so the deliveries): the second one exits 2, naming
     the setting and the address."""
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
     async with Service(tmp_path / "a", provider_url) as first:
-        second = Service(tmp_path / "b", provider_url)
+        second = processes.own(Service(tmp_path / "b", provider_url))
         cfg = json.loads(second.config.read_text())
         cfg["webhook"]["listen"] = f"127.0.0.1:{first.port}"
         second.config.write_text(json.dumps(cfg))
@@ -150,7 +154,7 @@ async def test_a_second_serve_on_the_same_port_fails(tmp_path: Path, provider_ur
 
 
 async def test_a_second_serve_on_the_same_database_joins_the_first(
-    tmp_path: Path, provider_url: str
+    tmp_path: Path, provider_url: str, processes: Processes
 ) -> None:
     """Two services may share a database (each claims the actions it runs) when told so
     (`storage.several_instances`): the second one, on another port, starts beside the first,
@@ -158,7 +162,7 @@ async def test_a_second_serve_on_the_same_database_joins_the_first(
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
     async with Service(tmp_path / "a", provider_url) as first:
-        second = Service(tmp_path / "b", provider_url)
+        second = processes.own(Service(tmp_path / "b", provider_url))
         cfg = json.loads(second.config.read_text())
         cfg["storage"]["path"] = str(first.db)
         cfg["storage"]["several_instances"] = True

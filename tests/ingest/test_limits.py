@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH
 from tests.support.paths import ROOT
-from tests.support.processes import cli, free_port
+from tests.support.processes import Processes, cli, free_port
 from tests.support.service import Service
 from tests.support.stores import rows
 from tests.support.waits import until
@@ -59,12 +59,12 @@ async def trickle(conn: Conn) -> None:
 
 @pytest.mark.parametrize("ingress_process", [True, False], ids=["ingress-process", "one-process"])
 async def test_idle_and_trickling_connections_are_closed_while_deliveries_are_answered(
-    tmp_path: Any, provider_url: str, ingress_process: bool
+    tmp_path: Any, provider_url: str, ingress_process: bool, processes: Processes
 ) -> None:
     """60 connections that send nothing or trickle a head, over a cap of 50, do not keep 10
     signed deliveries out; every one of them is closed by the server, and the cap is logged
     once, not per connection."""
-    service = Service(tmp_path, provider_url)
+    service = processes.own(Service(tmp_path, provider_url))
     limited(service, ingress_process, head_timeout_s=1, idle_timeout_s=2, max_connections=50)
     async with service:
         conns: list[Conn] = []
@@ -91,11 +91,11 @@ async def test_idle_and_trickling_connections_are_closed_while_deliveries_are_an
 
 @pytest.mark.parametrize("ingress_process", [True, False], ids=["ingress-process", "one-process"])
 async def test_bodies_without_api_key_are_refused_before_they_are_read(
-    tmp_path: Any, provider_url: str, ingress_process: bool
+    tmp_path: Any, provider_url: str, ingress_process: bool, processes: Processes
 ) -> None:
     """50 connections announcing 1 MB bodies without an API-KEY get 401 naming the missing
     header without sending a byte of their body: it is never waited for or read."""
-    service = Service(tmp_path, provider_url)
+    service = processes.own(Service(tmp_path, provider_url))
     limited(service, ingress_process)
     async with service:
         conns = [await asyncio.open_connection("127.0.0.1", service.port) for _ in range(50)]
@@ -114,12 +114,12 @@ async def test_bodies_without_api_key_are_refused_before_they_are_read(
 
 @pytest.mark.parametrize("ingress_process", [True, False], ids=["ingress-process", "one-process"])
 async def test_metrics_and_readyz_on_their_own_listener(
-    tmp_path: Any, provider_url: str, ingress_process: bool
+    tmp_path: Any, provider_url: str, ingress_process: bool, processes: Processes
 ) -> None:
     """With webhook.ops_listen, /metrics and /readyz answer there and 404 on the webhook port,
     where deliveries are still answered."""
     ops = free_port()
-    service = Service(tmp_path, provider_url)
+    service = processes.own(Service(tmp_path, provider_url))
     limited(service, ingress_process, ops_listen=f"127.0.0.1:{ops}")
     async with service:
         assert await service.post(envelope("ops-1", "DEPOSIT_WHITELIST_REQUIRED", "o1")) == 200
@@ -137,10 +137,12 @@ async def test_metrics_and_readyz_on_their_own_listener(
         assert await service.stop() == 0
 
 
-async def test_status_counts_refusals_by_reason(tmp_path: Any, provider_url: str) -> None:
+async def test_status_counts_refusals_by_reason(
+    tmp_path: Any, provider_url: str, processes: Processes
+) -> None:
     """`status` shows refused deliveries by reason (bad signature, wrong path) and the log says
     which path a refused signature was checked over."""
-    service = Service(tmp_path, provider_url)
+    service = processes.own(Service(tmp_path, provider_url))
     async with service:
         async with aiohttp.ClientSession() as session:
             event = envelope("st-1", "DEPOSIT_WHITELIST_REQUIRED", "s1")

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET
-from tests.support.processes import cli
+from tests.support.processes import Processes, cli
 from tests.support.service import Service
 from tests.support.stores import rows
 from tests.support.webhooks import deposit_event
@@ -101,12 +101,12 @@ async def test_other_refusals_do_not_alert(tmp_path: Path) -> None:
 
 
 async def test_serve_with_its_ingress_process_records_the_streak(
-    tmp_path: Path, provider_url: str
+    tmp_path: Path, provider_url: str, processes: Processes
 ) -> None:
     """`serve` (the webhook listener in a process of its own): deliveries signed with another
     secret, one after another, leave one critical alert and the streak in `status`; a delivery
     signed right ends it."""
-    service = Service(tmp_path, provider_url)
+    service = processes.own(Service(tmp_path, provider_url))
 
     async def post(secret: str) -> int:
         body = dumpb(deposit_event(tx="T-secret-watch"))

@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.processes import Processes
 from tests.support.stacks import (
     ACTIVE_SOURCE,
     NEVER,
@@ -129,14 +130,16 @@ async def test_catchup_follows_when_the_provider_answers_again(start_stack: Make
     await stack.wait_for(booked, 10, "the deposit booked")
 
 
-async def run_backfill(stack: Stack, since_ms: int) -> tuple[int, str]:
+async def run_backfill(processes: Processes, stack: Stack, since_ms: int) -> tuple[int, str]:
     """`depositd backfill --since ...` as a subprocess beside the running worker."""
-    proc = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "worker", "backfill", "--config", str(stack.config_path)],
-        *["--since", iso_from_ms(since_ms)],
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        cwd=ROOT,
+    proc = processes.own(
+        await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "worker", "backfill", "--config", str(stack.config_path)],
+            *["--since", iso_from_ms(since_ms)],
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            cwd=ROOT,
+        )
     )
     out, _ = await proc.communicate()
     assert proc.returncode is not None
@@ -144,7 +147,7 @@ async def run_backfill(stack: Stack, since_ms: int) -> tuple[int, str]:
 
 
 async def test_backfill_beside_a_running_serve_books_a_lost_deposit_once(
-    start_stack: MakeStack,
+    start_stack: MakeStack, processes: Processes
 ) -> None:
     """While serve runs, backfill books a deposit whose webhook was lost, once; run again, and
     serve's own catch-up after it, nothing changes."""
@@ -163,7 +166,7 @@ async def test_backfill_beside_a_running_serve_books_a_lost_deposit_once(
     await stack.sandbox.delivered_idle()
     await stack.settle()
 
-    code, out = await run_backfill(stack, since)
+    code, out = await run_backfill(processes, stack, since)
     assert code == 0, out
     assert "new deposits 1," in out
     await stack.settle()
@@ -171,7 +174,7 @@ async def test_backfill_beside_a_running_serve_books_a_lost_deposit_once(
     assert counts == {seen["transactionId"]: 1, lost["transactionId"]: 1}
     actions = await stack.actions()
 
-    code, out = await run_backfill(stack, since)
+    code, out = await run_backfill(processes, stack, since)
     assert code == 0 and "new deposits 0," in out and "new facts 0," in out, out
     catchup = stack.runtime.catchup
     assert catchup is not None

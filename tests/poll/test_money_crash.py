@@ -121,15 +121,17 @@ async def test_sigkill_mid_abnormal_poll_loses_and_repeats_nothing(
     assert FUND["fromAddress"] not in log
 
 
-async def reconcile(config: Path, day: str) -> asyncio.subprocess.Process:
+async def reconcile(processes: Processes, config: Path, day: str) -> asyncio.subprocess.Process:
     """`depositd reconcile --date DAY --json` started."""
-    return await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "worker", "reconcile", "--date", day, "--json"],
-        "--config",
-        str(config),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    return processes.own(
+        await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "worker", "reconcile", "--date", day, "--json"],
+            "--config",
+            str(config),
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
     )
 
 
@@ -155,7 +157,7 @@ async def test_sigkill_mid_reconciliation_records_nothing_and_the_rerun_complete
             }
         )
     sandbox.set_fault("settlement", "timeout", count=None)  # held until the faults are cleared
-    proc = processes.own(await reconcile(config, day))
+    proc = await reconcile(processes, config, day)
     await until(
         lambda: any("/settlement/" in r["path"] for r in recorded),
         "the report's first page asked for",
@@ -167,7 +169,7 @@ async def test_sigkill_mid_reconciliation_records_nothing_and_the_rerun_complete
     assert db_rows(db, "SELECT * FROM reconcile_runs") == []
 
     sandbox.clear_faults()
-    proc = processes.own(await reconcile(config, day))
+    proc = await reconcile(processes, config, day)
     out, _ = await proc.communicate()
     assert proc.returncode == 3
     assert sorted(json.loads(line)["reportAmount"] for line in out.splitlines()) == [
@@ -175,7 +177,7 @@ async def test_sigkill_mid_reconciliation_records_nothing_and_the_rerun_complete
         "2.5",
         "3.5",
     ]
-    proc = processes.own(await reconcile(config, day))
+    proc = await reconcile(processes, config, day)
     await proc.communicate()
     assert proc.returncode == 3
     findings = db_rows(db, "SELECT * FROM findings")

@@ -37,6 +37,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         check=True,
         capture_output=True,
+        timeout=300,
     )
     return out
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.processes import Processes
 from tests.support.stacks import (
     NEVER,
     UNKNOWN_SOURCE,
@@ -133,24 +134,28 @@ async def test_every_finding_kind_is_found_reported_once_and_resolved_when_fixed
     assert len(finding_alerts(stack)) == 6
 
 
-async def cli(stack: Stack, *argv: str) -> tuple[int, str, str]:
+async def cli(processes: Processes, stack: Stack, *argv: str) -> tuple[int, str, str]:
     """`depositd ARGV --config` of the stack, as a user runs it."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "worker",
-        *argv,
-        "--config",
-        str(stack.config_path),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    proc = processes.own(
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "worker",
+            *argv,
+            "--config",
+            str(stack.config_path),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
     )
     out, err = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 
 
-async def test_reconcile_command_json_exit_status_ack_and_status(start_stack: MakeStack) -> None:
+async def test_reconcile_command_json_exit_status_ack_and_status(
+    start_stack: MakeStack, processes: Processes
+) -> None:
     """`reconcile --json` prints one object per finding and exits 3; 0 on a clean day;
     `--ack` records who and why (a second `--ack` exits 1 and replaces nothing), and `status`
     shows the last run and what is still open."""
@@ -158,12 +163,12 @@ async def test_reconcile_command_json_exit_status_ack_and_status(start_stack: Ma
     await catchups_done(stack)
     day, txs = await booked_day(stack, 1)
     date = day.isoformat()
-    code, out, _ = await cli(stack, "reconcile", "--date", date)
+    code, out, _ = await cli(processes, stack, "reconcile", "--date", date)
     assert code == 0 and "no findings" in out
     stack.sandbox.add_discrepancy(
         {"kind": "amount", "date": date, "transactionId": txs[0], "amount": "1.2500001"}
     )
-    code, out, _ = await cli(stack, "reconcile", "--date", date, "--json")
+    code, out, _ = await cli(processes, stack, "reconcile", "--date", date, "--json")
     assert code == 3
     lines = [json.loads(line) for line in out.splitlines()]
     assert len(lines) == 1
@@ -177,20 +182,20 @@ async def test_reconcile_command_json_exit_status_ack_and_status(start_stack: Ma
     }
     assert (item["ledgerAmount"], item["reportAmount"]) == ("1.25", "1.2500001")
     assert item["txHash"]
-    code, out, _ = await cli(stack, "status")
+    code, out, _ = await cli(processes, stack, "status")
     rec = json.loads(out)["reconciliation"]
     assert rec["lastRun"]["outcome"] == "findings" and rec["openFindings"] == {"amount_differs": 1}
     code, out, err = await cli(
-        stack, "reconcile", "--ack", str(item["id"]), "--by", "ana", "--note", "checked"
+        processes, stack, "reconcile", "--ack", str(item["id"]), "--by", "ana", "--note", "checked"
     )
     assert code == 0, err
-    code, out, _ = await cli(stack, "status")
+    code, out, _ = await cli(processes, stack, "status")
     assert json.loads(out)["reconciliation"]["openFindings"] == {}
     row = await stack.store.read(lambda db: findings_store.get_finding(db, item["id"]))
     assert row is not None and (row["acknowledged_by"], row["note"]) == ("ana", "checked")
     # A second acknowledgement is refused (exit 1) and replaces nothing.
     code, out, err = await cli(
-        stack, "reconcile", "--ack", str(item["id"]), "--by", "bob", "--note", "mine"
+        processes, stack, "reconcile", "--ack", str(item["id"]), "--by", "bob", "--note", "mine"
     )
     assert code == 1 and "acknowledged already by ana" in err
     again = await stack.store.read(lambda db: findings_store.get_finding(db, item["id"]))

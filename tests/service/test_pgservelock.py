@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.configs import serve_config, write_config
 from tests.support.pgcluster import Cluster
-from tests.support.processes import ServeProcess, free_port
+from tests.support.processes import Processes, free_port
 from worker.config.settings import StorageSettings
 from worker.store import pgstore
 from worker.store.pg import connect
@@ -83,40 +83,38 @@ def test_a_lost_lock_session_is_replaced(storage: StorageSettings) -> None:
         admin.close()
 
 
-def test_a_killed_instances_lock_goes_with_its_connection(storage: StorageSettings) -> None:
+def test_a_killed_instances_lock_goes_with_its_connection(
+    storage: StorageSettings, processes: Processes
+) -> None:
     """A process holding the lock killed with SIGKILL: the server ends its session, the lock
     goes, and the next instance is alone."""
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\n"
-            "from worker.config.settings import StorageSettings\n"
-            "from worker.store.pgstore import serve_lock\n"
-            "with serve_lock(StorageSettings(url=sys.argv[1])) as sole:\n"
-            "    print(sole, flush=True)\n"
-            "    time.sleep(60)\n",
-            str(storage.url),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
+    holder = processes.own(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys, time\n"
+                "from worker.config.settings import StorageSettings\n"
+                "from worker.store.pgstore import serve_lock\n"
+                "with serve_lock(StorageSettings(url=sys.argv[1])) as sole:\n"
+                "    print(sole, flush=True)\n"
+                "    time.sleep(60)\n",
+                str(storage.url),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
     )
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "True"
-        with serve_lock(storage) as sole:
-            assert sole is False  # the other process is alive
-        holder.send_signal(signal.SIGKILL)
-        holder.wait(10)
-        assert eventually(lambda: serving(storage) is False)
-        with serve_lock(storage) as sole:
-            assert sole is True
-    finally:
-        holder.kill()
-        holder.wait()
-        if holder.stdout is not None:
-            holder.stdout.close()
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "True"
+    with serve_lock(storage) as sole:
+        assert sole is False  # the other process is alive
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(10)
+    assert eventually(lambda: serving(storage) is False)
+    with serve_lock(storage) as sole:
+        assert sole is True
 
 
 def _config(path: Path, port: int, provider: str, url: str) -> Path:
@@ -139,6 +137,7 @@ def _status(config: Path) -> str:
         capture_output=True,
         text=True,
         check=True,
+        timeout=60,
     ).stdout
 
 
@@ -148,7 +147,7 @@ def _leading(log: Path) -> int:
 
 
 async def test_a_serve_restarted_after_a_kill_leads_at_once(
-    tmp_path: Path, storage: StorageSettings, provider_url: str
+    tmp_path: Path, storage: StorageSettings, provider_url: str, processes: Processes
 ) -> None:
     """A serve killed with SIGKILL while leading, started again: alone on the database, it
     releases the dead one's lease and leads at once, not a lease (60 s) later; `status` says
@@ -156,8 +155,8 @@ async def test_a_serve_restarted_after_a_kill_leads_at_once(
     port = free_port()
     assert storage.url is not None
     config = _config(tmp_path / "d.yaml", port, provider_url, storage.url)
-    first = ServeProcess(config, port, tmp_path / "first.log")
-    again = ServeProcess(config, port, tmp_path / "again.log")
+    first = processes.serve(config, port, tmp_path / "first.log")
+    again = processes.serve(config, port, tmp_path / "again.log")
     try:
         await first.start()
         assert await asyncio.to_thread(eventually, lambda: _leading(first.log) == 1)

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 import yaml
 
+from tests.support.processes import Processes
 from tests.support.service import Service
 from tests.support.webhooks import envelope
 from worker import __version__
@@ -78,12 +79,12 @@ def family(name: str) -> str:
 
 
 async def test_serve_metrics_pass_promtool_and_cover_rules_and_dashboard(
-    tmp_path: Path, provider_url: str, promtool: str
+    tmp_path: Path, provider_url: str, promtool: str, processes: Processes
 ) -> None:
     """A running serve's /metrics passes `promtool check metrics`, has running totals as
     counters, build info and process metrics, every metric the rules and dashboard query,
     and OpenMetrics when the scrape asks for it."""
-    service = Service(tmp_path, provider_url, scheduler={"enabled": True})
+    service = processes.own(Service(tmp_path, provider_url, scheduler={"enabled": True}))
     await service.start()
     try:
         assert await service.post(envelope("pm-1", "DEPOSIT_WHITELIST_REQUIRED", "pm-tx-1")) == 200

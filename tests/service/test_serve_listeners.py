@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.configs import serve_config, write_config
-from tests.support.processes import Processes, ServeProcess, free_port
+from tests.support.processes import Processes, free_port
 
 
 def _config(
@@ -75,7 +75,7 @@ async def test_a_taken_port_stops_serve_before_it_acts(
 
 
 async def test_a_second_instance_on_one_sqlite_file_is_refused(
-    tmp_path: Path, provider_url: str
+    tmp_path: Path, provider_url: str, processes: Processes
 ) -> None:
     """A second serve on the same SQLite file (other ports) exits 2 naming the first one's pid
     and ports; the first keeps serving. One told it may share (storage.several_instances)
@@ -84,14 +84,14 @@ async def test_a_second_instance_on_one_sqlite_file_is_refused(
     first_dir.mkdir(), second_dir.mkdir()
     storage = {"path": str(tmp_path / "depositd.db")}
     port, other = free_port(), free_port()
-    first = ServeProcess(
+    first = processes.serve(
         _config(first_dir, provider_url, port, storage=storage), port, first_dir / "serve.log"
     )
     try:
         await first.start()
         second = _config(second_dir, provider_url, other, storage=storage)
         log = second_dir / "serve.log"
-        proc = await ServeProcess(second, other, log).spawn()
+        proc = await processes.serve(second, other, log).spawn()
         assert await asyncio.wait_for(proc.wait(), 30) == 2
         errors = [line for line in _lines(log) if line.get("level") == "error"]
         assert len(errors) == 1, errors
@@ -104,7 +104,9 @@ async def test_a_second_instance_on_one_sqlite_file_is_refused(
         assert first.proc.returncode is None
 
         shared = {**storage, "several_instances": True}  # told it may share: it joins
-        joined = ServeProcess(_config(second_dir, provider_url, other, storage=shared), other, log)
+        joined = processes.serve(
+            _config(second_dir, provider_url, other, storage=shared), other, log
+        )
         try:
             await joined.start()
             assert await joined.signal(signal.SIGTERM) == 0
@@ -114,14 +116,16 @@ async def test_a_second_instance_on_one_sqlite_file_is_refused(
         await first.kill()
 
 
-async def test_a_clean_stop_logs_no_warning(tmp_path: Path, provider_url: str) -> None:
+async def test_a_clean_stop_logs_no_warning(
+    tmp_path: Path, provider_url: str, processes: Processes
+) -> None:
     """Started (leading the scheduler, console open) and stopped with SIGTERM: exit 0, and no
     line at warning or above in the log."""
     port, console_port = free_port(), free_port()
     console = {"listen": f"127.0.0.1:{console_port}", "token_file": "console_token"}
     config = _config(tmp_path, provider_url, port, console=console)
     log = tmp_path / "serve.log"
-    serve = ServeProcess(config, port, log)
+    serve = processes.serve(config, port, log)
     try:
         await serve.start()
         for _ in range(200):

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.configs import serve_config, write_config
 from tests.support.paths import RULES
-from tests.support.processes import children, free_port
+from tests.support.processes import Processes, children, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,9 @@ def systemd_config(tmp_path: Path, provider_url: str, port: int, rules: Path | N
     return write_config(tmp_path, cfg)
 
 
-async def start_serve(config: Path, notify: socket.socket, log: Path) -> asyncio.subprocess.Process:
+async def start_serve(
+    processes: Processes, config: Path, notify: socket.socket, log: Path
+) -> asyncio.subprocess.Process:
     """`python -m worker serve` with NOTIFY_SOCKET and a two-second watchdog."""
     env = {k: v for k, v in os.environ.items() if k != "WATCHDOG_PID"}
     env.update(
@@ -52,12 +54,14 @@ async def start_serve(config: Path, notify: socket.socket, log: Path) -> asyncio
         PYTHONPATH=str(ROOT),
     )
     with log.open("wb") as err:
-        return await asyncio.create_subprocess_exec(
-            *[sys.executable, "-m", "worker", "serve", "--config", str(config)],
-            cwd=ROOT,
-            env=env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=err,
+        return processes.own(
+            await asyncio.create_subprocess_exec(
+                *[sys.executable, "-m", "worker", "serve", "--config", str(config)],
+                cwd=ROOT,
+                env=env,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=err,
+            )
         )
 
 
@@ -81,12 +85,14 @@ async def messages_for(sock: socket.socket, seconds: float) -> list[str]:
 
 
 async def test_ready_after_port_bound_watchdog_then_stopping(
-    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket, processes: Processes
 ) -> None:
     """READY=1 comes once /healthz answers, WATCHDOG=1 repeats, SIGTERM sends STOPPING=1, exit 0."""
     port = free_port()
     log = tmp_path / "serve.log"
-    proc = await start_serve(systemd_config(tmp_path, provider_url, port), notify_socket, log)
+    proc = await start_serve(
+        processes, systemd_config(tmp_path, provider_url, port), notify_socket, log
+    )
     try:
         before_ready: list[str] = []
         while not (message := await next_message(notify_socket, 15)).startswith("READY=1"):
@@ -119,7 +125,7 @@ async def test_ready_after_port_bound_watchdog_then_stopping(
 
 
 async def test_no_ready_when_the_port_is_taken(
-    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket, processes: Processes
 ) -> None:
     """serve that cannot bind its port never sends READY=1 and exits 2 naming the setting."""
     with socket.socket() as taken:
@@ -127,7 +133,9 @@ async def test_no_ready_when_the_port_is_taken(
         taken.listen()
         port = taken.getsockname()[1]
         log = tmp_path / "serve.log"
-        proc = await start_serve(systemd_config(tmp_path, provider_url, port), notify_socket, log)
+        proc = await start_serve(
+            processes, systemd_config(tmp_path, provider_url, port), notify_socket, log
+        )
         try:
             assert await asyncio.wait_for(proc.wait(), 20) == 2, log.read_text()
             assert "webhook.listen" in log.read_text() and f"127.0.0.1:{port}" in log.read_text()
@@ -143,13 +151,15 @@ async def test_no_ready_when_the_port_is_taken(
 
 
 async def test_watchdog_stops_while_the_ingress_process_does_not_answer(
-    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket, processes: Processes
 ) -> None:
     """A stopped (hung) ingress process makes serve send WATCHDOG=trigger within the watchdog
     interval (two seconds here) and ping no more, so systemd kills and restarts it at once."""
     port = free_port()
     log = tmp_path / "serve.log"
-    proc = await start_serve(systemd_config(tmp_path, provider_url, port), notify_socket, log)
+    proc = await start_serve(
+        processes, systemd_config(tmp_path, provider_url, port), notify_socket, log
+    )
     try:
         while not (await next_message(notify_socket, 15)).startswith("READY=1"):
             pass
@@ -169,7 +179,7 @@ async def test_watchdog_stops_while_the_ingress_process_does_not_answer(
 
 
 async def test_sighup_reloading_then_ready_or_refused_status(
-    tmp_path: Path, provider_url: str, notify_socket: socket.socket
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket, processes: Processes
 ) -> None:
     """SIGHUP sends RELOADING=1 with MONOTONIC_USEC, then READY=1 once the new rules are in
     force; a broken rule file gives READY=1 with a STATUS= saying the old rules are kept."""
@@ -181,7 +191,7 @@ async def test_sighup_reloading_then_ready_or_refused_status(
     port = free_port()
     log = tmp_path / "serve.log"
     proc = await start_serve(
-        systemd_config(tmp_path, provider_url, port, rules), notify_socket, log
+        processes, systemd_config(tmp_path, provider_url, port, rules), notify_socket, log
     )
 
     async def reload() -> tuple[int, int, list[str]]:

@@ -21,7 +21,7 @@ import pytest
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, serve_config, write_config
 from tests.support.paths import ROOT
-from tests.support.processes import free_port
+from tests.support.processes import Processes, free_port
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 
@@ -57,17 +57,21 @@ def held() -> Iterator[socket.socket]:
     sock.close()
 
 
-async def start(config: Path, sock: socket.socket, log: Path) -> asyncio.subprocess.Process:
+async def start(
+    processes: Processes, config: Path, sock: socket.socket, log: Path
+) -> asyncio.subprocess.Process:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LISTEN_FDS": "1", "LISTEN_FDNAMES": "webhook"}
     with log.open("ab") as err:
-        return await asyncio.create_subprocess_exec(
-            *(sys.executable, "-c", AS_SYSTEMD, str(sock.fileno())),
-            *("serve", "--config", str(config)),
-            cwd=ROOT,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=err,
-            env=env,
-            pass_fds=(sock.fileno(),),
+        return processes.own(
+            await asyncio.create_subprocess_exec(
+                *(sys.executable, "-c", AS_SYSTEMD, str(sock.fileno())),
+                *("serve", "--config", str(config)),
+                cwd=ROOT,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+                pass_fds=(sock.fileno(),),
+            )
         )
 
 
@@ -98,7 +102,7 @@ def stored(db: Path) -> set[str]:
 
 
 async def test_deliveries_wait_for_serve_across_a_restart(
-    tmp_path: Path, provider_url: str, held: socket.socket
+    tmp_path: Path, provider_url: str, held: socket.socket, processes: Processes
 ) -> None:
     """Deliveries sent before serve runs, and between its stop and the next start, are all
     answered 200 (none refused) and stored once; serve used the passed socket (it never bound
@@ -107,13 +111,13 @@ async def test_deliveries_wait_for_serve_across_a_restart(
     config = _config(tmp_path, provider_url, port)
     log = tmp_path / "serve.log"
     early = asyncio.gather(*(deliver(port, f"before-{n}") for n in range(5)))
-    proc = await start(config, held, log)
+    proc = await start(processes, config, held, log)
     try:
         assert await asyncio.wait_for(early, 60) == [200] * 5, log.read_text()
         assert await proc_signal(proc, signal.SIGTERM) == 0, log.read_text()
         between = asyncio.gather(*(deliver(port, f"between-{n}") for n in range(5)))
         await asyncio.sleep(0)  # the connections are made while no serve runs
-        proc = await start(config, held, log)
+        proc = await start(processes, config, held, log)
         assert await asyncio.wait_for(between, 60) == [200] * 5, log.read_text()
         assert await proc_signal(proc, signal.SIGTERM) == 0, log.read_text()
     finally:
@@ -131,13 +135,13 @@ async def proc_signal(proc: asyncio.subprocess.Process, sig: int) -> int:
 
 
 async def test_a_socket_elsewhere_than_webhook_listen_stops_serve(
-    tmp_path: Path, provider_url: str, held: socket.socket
+    tmp_path: Path, provider_url: str, held: socket.socket, processes: Processes
 ) -> None:
     """systemd passes a socket on another port than webhook.listen: exit 2, one error naming
     webhook.listen, both addresses and ListenStream=, before the database is opened."""
     config = _config(tmp_path, provider_url, free_port())
     log = tmp_path / "serve.log"
-    proc = await start(config, held, log)
+    proc = await start(processes, config, held, log)
     assert await asyncio.wait_for(proc.wait(), 60) == 2
     errors = [line for line in _lines(log) if line["level"] == "error"]
     assert len(errors) == 1, errors

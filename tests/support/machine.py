@@ -162,8 +162,12 @@ class Machine:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self.leader = self._find_leader(within_s=30)
-        self._wait_for_systemd(within_s=30)
+        try:
+            self.leader = self._find_leader(within_s=30)
+            self._wait_for_systemd(within_s=30)
+        except BaseException:
+            self.close()  # a container that did not boot is not left running
+            raise
 
     def _wait_for_systemd(self, within_s: float) -> None:
         """Until PID 1 is systemd and listens on its private socket, which systemctl needs."""

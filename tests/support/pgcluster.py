@@ -26,6 +26,8 @@ import psycopg
 INSTALL = "apt-get install -y postgresql"
 TEST_USER = "depositd-test"
 ENV_URL = "DEPOSITD_TEST_PG_URL"
+# At most this long for a server command (pg_ctl -w itself gives up waiting after 60 s).
+PG_CTL_S = 180
 
 
 class MissingPostgres(RuntimeError):
@@ -65,6 +67,7 @@ def _as_user() -> list[str]:
             ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER],
             check=False,
             capture_output=True,
+            timeout=60,
         )
         pwd.getpwnam(TEST_USER)  # KeyError here: the user could not be created
     return ["runuser", "-u", TEST_USER, "--"]
@@ -103,23 +106,23 @@ class Cluster:
         """Stop the server (fast: open connections are ended); a test of an outage."""
         if self._stop is None:
             raise RuntimeError(f"{ENV_URL} names a server these tests do not control")
-        subprocess.run(self._stop, check=True, capture_output=True)
+        subprocess.run(self._stop, check=True, capture_output=True, timeout=PG_CTL_S)
 
     def start(self) -> None:
         """Start it again after `stop`."""
         if self._start is None:
             raise RuntimeError(f"{ENV_URL} names a server these tests do not control")
-        subprocess.run(self._start, check=True, capture_output=True)
+        subprocess.run(self._start, check=True, capture_output=True, timeout=PG_CTL_S)
 
     def crash(self) -> None:
         """Stop the server hard (`pg_ctl stop -m immediate`: as if its machine died)."""
         assert self.crash_command is not None
-        subprocess.run(self.crash_command, check=True, capture_output=True)
+        subprocess.run(self.crash_command, check=True, capture_output=True, timeout=PG_CTL_S)
 
     def promote(self) -> None:
         """Promote a standby to primary (`pg_ctl promote`, waiting until it accepts writes)."""
         assert self.promote_command is not None
-        subprocess.run(self.promote_command, check=True, capture_output=True)
+        subprocess.run(self.promote_command, check=True, capture_output=True, timeout=PG_CTL_S)
 
 
 @contextlib.contextmanager
@@ -146,18 +149,9 @@ def _server_folder() -> Iterator[tuple[Path, list[str], Path]]:
         yield bindir, prefix, folder
     finally:
         for data in folder.glob("*/PG_VERSION"):
-            subprocess.run(
-                [
-                    *prefix,
-                    str(bindir / "pg_ctl"),
-                    "-D",
-                    str(data.parent),
-                    "-m",
-                    "immediate",
-                    "stop",
-                ],
-                capture_output=True,
-            )
+            stop = [*prefix, str(bindir / "pg_ctl"), "-D", str(data.parent), "-m", "immediate"]
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                subprocess.run([*stop, "stop"], capture_output=True, timeout=PG_CTL_S)
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -190,6 +184,7 @@ def _start_primary(bindir: Path, prefix: list[str], folder: Path, name: str, ext
         ],
         check=True,
         capture_output=True,
+        timeout=PG_CTL_S,
     )
     return _start_server(bindir, prefix, folder, name, extra)
 
@@ -200,7 +195,7 @@ def _start_server(bindir: Path, prefix: list[str], folder: Path, name: str, extr
     pg_ctl = _pg_ctl(bindir, prefix, folder, name)
     start = [*pg_ctl, "-o", options, "start"]
     stop = [*pg_ctl, "-m", "fast", "stop"]
-    subprocess.run(start, check=True, capture_output=True)
+    subprocess.run(start, check=True, capture_output=True, timeout=PG_CTL_S)
     cluster = Cluster(f"postgresql://postgres@127.0.0.1:{port}/postgres", stop, start)
     cluster.port = port
     cluster.crash_command = [*pg_ctl, "-m", "immediate", "stop"]
@@ -238,6 +233,7 @@ def replicated_pair() -> Iterator[tuple[Cluster, Cluster]]:
             ],
             check=True,
             capture_output=True,
+            timeout=PG_CTL_S,
         )
         standby = _start_server(bindir, prefix, folder, "standby", "")
         _until_synchronous(primary)

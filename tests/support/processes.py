@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import aiohttp
 
@@ -77,14 +77,18 @@ class ServeProcess:
             await self.proc.wait()
 
     async def __aenter__(self) -> Self:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.kill()  # one that never answered is not left running
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.kill()
 
 
-Started = TypeVar("Started", asyncio.subprocess.Process, subprocess.Popen[bytes])
+Owned = TypeVar("Owned", bound=asyncio.subprocess.Process | subprocess.Popen[Any] | ServeProcess)
 
 
 class Processes:
@@ -93,33 +97,37 @@ class Processes:
 
     def __init__(self) -> None:
         self._serves: list[ServeProcess] = []
-        self._started: list[asyncio.subprocess.Process | subprocess.Popen[bytes]] = []
+        self._started: list[asyncio.subprocess.Process | subprocess.Popen[Any]] = []
 
     def serve(self, config: Path, port: int, log: Path) -> ServeProcess:
         """A `ServeProcess` (not started yet) owned by the test."""
-        serve = ServeProcess(config, port, log)
-        self._serves.append(serve)
-        return serve
+        return self.own(ServeProcess(config, port, log))
 
-    def own(self, proc: Started) -> Started:
-        """Own a process started by the test (`asyncio.create_subprocess_exec`, `Popen`)."""
-        self._started.append(proc)
+    def own(self, proc: Owned) -> Owned:
+        """Own a process started by the test (`asyncio.create_subprocess_exec`, `Popen`), or a
+        `ServeProcess` (a `Service`) it made."""
+        if isinstance(proc, ServeProcess):
+            self._serves.append(proc)
+        else:
+            self._started.append(proc)
         return proc
 
     async def kill_all(self) -> None:
-        """Kill and reap every owned process still running."""
+        """Kill and reap every owned process still running; close the pipes of a `Popen`."""
         for serve in self._serves:
             await serve.kill()
         for proc in self._started:
-            if isinstance(proc, subprocess.Popen) and proc.poll() is not None:
-                continue
-            if proc.returncode is not None:
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGKILL)
             if isinstance(proc, subprocess.Popen):
-                await asyncio.get_running_loop().run_in_executor(None, proc.wait)
-            else:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGKILL)
+                    await asyncio.get_running_loop().run_in_executor(None, proc.wait)
+                for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                    if pipe is not None:
+                        pipe.close()
+            elif proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGKILL)
                 await proc.wait()
 
 
@@ -132,7 +140,13 @@ async def cli(config: Path, *args: str, within: float = 30) -> tuple[int, str, s
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), within)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), within)
+    finally:
+        if proc.returncode is None:  # out of time, or the test cancelled: none left running
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, make_config, write_config
-from tests.support.processes import ServeProcess, free_port
+from tests.support.processes import Processes, free_port
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 
@@ -86,11 +86,13 @@ def db_rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
-async def test_sigkill_under_load_loses_and_doubles_nothing(tmp_path: Path) -> None:
+async def test_sigkill_under_load_loses_and_doubles_nothing(
+    tmp_path: Path, processes: Processes
+) -> None:
     """Three SIGKILLs mid-stream: every acknowledged event is stored and applied exactly once."""
     rng = random.Random(7)
     port = free_port()
-    server = ServeProcess(crash_config(tmp_path, port), port, tmp_path / "serve.log")
+    server = processes.serve(crash_config(tmp_path, port), port, tmp_path / "serve.log")
     acked: set[int] = set()
     sent_upto = 0
     for _ in range(3):
