@@ -28,6 +28,7 @@ from worker.rules import RuleBook
 from worker.schedule.money import MoneyJobs, money_jobs
 from worker.store import findings as findings_store
 from worker.store import ledger
+from worker.store.deposits import CREDIT_DAY_TIME
 from worker.store.sqlitestore import Store
 
 DAY = dt.date(2026, 3, 4)
@@ -207,6 +208,44 @@ async def test_a_day_booked_after_its_run_is_compared_again_and_alerted(env: Env
     env.at(DAY + dt.timedelta(days=3))
     await env.jobs.coroutine("reconcile")
     assert [day for day, _ in (await env.runs())[3:]] == [(DAY + dt.timedelta(days=2)).isoformat()]
+
+
+async def test_a_booking_whose_credit_moves_to_another_day_has_its_first_day_compared_again(
+    env: Env,
+) -> None:
+    """A run compared a day with two bookings; the provider's own credit time of one of them,
+    learnt later, puts it on the next day. The day it left no longer holds what its run
+    compared (nothing was booked on it since): the next job compares it again and finds the
+    report listing the booking the ledger now places a day later (settled on another day)."""
+    await env.book("TX1", "1.25", dt.datetime.combine(DAY, dt.time(9), dt.UTC))
+    await env.book("TX2", "7", dt.datetime.combine(DAY, dt.time(10), dt.UTC))
+    env.reports.days[DAY.isoformat()] = [("TX1", "1.25"), ("TX2", "7")]
+    env.at(DAY + dt.timedelta(days=1))
+    await env.jobs.coroutine("reconcile")
+    assert await env.runs() == [(DAY.isoformat(), "clean")]
+
+    nxt = DAY + dt.timedelta(days=1)
+    at_provider = int(dt.datetime.combine(nxt, dt.time(0, 30), dt.UTC).timestamp() * 1000)
+
+    def credit_moves(db: Any) -> None:
+        (times,) = db.execute(
+            "SELECT fact_time FROM deposits WHERE transaction_id='TX2'"
+        ).fetchone()
+        moved = {**json.loads(times), CREDIT_DAY_TIME: at_provider}
+        db.execute(
+            "UPDATE deposits SET fact_time = ? WHERE transaction_id='TX2'", [json.dumps(moved)]
+        )
+
+    await env.store.write(credit_moves)
+    env.at(DAY + dt.timedelta(days=2))
+    await env.jobs.coroutine("reconcile")
+    assert await env.runs() == [
+        (DAY.isoformat(), "clean"),
+        (DAY.isoformat(), "findings"),
+        (nxt.isoformat(), "findings"),
+    ]
+    assert await env.findings(DAY) == [("settled_on_other_day", "TX2", "7")]
+    assert await env.findings(nxt) == [("missing_in_report", "TX2", "7")]
 
 
 async def test_every_day_missed_in_an_outage_is_compared_within_the_bound(env: Env) -> None:
