@@ -4,9 +4,13 @@ two PostgreSQL connections acknowledging at the same moment."""
 from __future__ import annotations
 
 import threading
+from typing import Any
+
+import pytest
 
 from tests.support.pgcluster import Cluster
 from worker.store import findings as findings_store
+from worker.store import journal
 from worker.store.findings import Finding
 from worker.store.pg import PgDatabase, connect
 from worker.store.pgstore import PgStore
@@ -121,3 +125,74 @@ async def test_an_acknowledged_finding_seen_with_other_amounts_is_open_and_new_a
     assert await store.write(
         lambda db: findings_store.acknowledge(db, finding_id, by="bob", note="ok", now="t2")
     )
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "open_again"),
+    [
+        (None, "10", True),
+        ("10", None, True),
+        (None, None, False),
+        ("n/a", "n/b", True),
+        ("n/a", "n/a", False),
+    ],
+)
+async def test_an_amount_stated_or_gone_or_unreadable_is_compared_as_written(
+    store: Store, first: str | None, then: str | None, open_again: bool
+) -> None:
+    """An acknowledged finding whose report amount was not stated and now is (or was and now is
+    not) is another difference, open again; two amounts that are no number are compared as
+    written; not stated twice is the same difference."""
+    day = "2026-11-20"
+
+    def run(report: str | None, now: str) -> Any:
+        def job(db: Any) -> list[int]:
+            found = [
+                Finding(
+                    day=day,
+                    kind="amount_differs",
+                    subject="TX1",
+                    transaction_id="TX1",
+                    ledger_amount="100",
+                    report_amount=report,
+                )
+            ]
+            return findings_store.save_findings(db, day, found, now)
+
+        return job
+
+    [finding_id] = await store.write(run(first, "2026-11-21T00:00:00Z"))
+    assert await store.write(
+        lambda db: findings_store.acknowledge(db, finding_id, by="ana", note="seen", now="t1")
+    )
+    again = await store.write(run(then, "2026-11-21T01:00:00Z"))
+    assert again == ([finding_id] if open_again else [])
+    still_open = await store.read(lambda db: findings_store.open_findings(db))
+    assert [r["id"] for r in still_open] == ([finding_id] if open_again else [])
+
+
+async def test_a_run_is_journalled_with_its_day_outcome_count_and_ledger_mark(store: Store) -> None:
+    """Each run's RECONCILED journal entry names its day and holds what the run recorded, for
+    an auditor reading the journal alone."""
+    mark = findings_store.ledger_mark(["TX1", "TX2"])
+
+    def run(db: Any) -> None:
+        findings_store.record_run(
+            db,
+            "2026-11-20",
+            started_at="2026-11-21T02:30:00.000Z",
+            finished_at="2026-11-21T02:30:01.000Z",
+            outcome="findings",
+            findings=2,
+            ledger_mark=mark,
+        )
+
+    await store.write(run)
+    (entry,) = await store.read(lambda db: journal.entries_about(db, "day:2026-11-20"))
+    assert entry.kind == journal.RECONCILED
+    assert dict(entry.body) == {
+        "day": "2026-11-20",
+        "outcome": "findings",
+        "findings": 2,
+        "ledger_mark": mark,
+    }

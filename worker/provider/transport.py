@@ -211,8 +211,9 @@ class Transport:
         shared = self._shared
         if self.polls or not shared.own or shared.session is None:
             return
-        await shared.session.close()
-        shared.session = None
+        # Taken out before the await: a call meanwhile opens a session of its own, not lost.
+        session, shared.session = shared.session, None
+        await session.close()
 
     async def _call(
         self,

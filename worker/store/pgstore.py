@@ -275,6 +275,10 @@ class _LockKeeper(threading.Thread):
             except StoreError as exc:
                 log.warning("serve lock session lost", error=str(exc))
                 self._take_again()
+        # Given back here, not by `stop`: on a server that no longer answers, `stop`'s bounded
+        # join leaves this thread waiting, and the exit ends it.
+        with contextlib.suppress(StoreError):
+            self.conn.close_releasing_locks()
 
     def _take_again(self) -> None:
         self._close()
@@ -294,11 +298,10 @@ class _LockKeeper(threading.Thread):
             self.conn.close()
 
     def stop(self) -> None:
+        """Stop checking; the thread gives the lock back and closes its session as it ends
+        (waited for `_LOCK_STOP_S` at most)."""
         self._stopping.set()
         self.join(_LOCK_STOP_S)
-        if not self.is_alive():  # else stuck on an unreachable server: the exit ends it
-            with contextlib.suppress(StoreError):
-                self.conn.close_releasing_locks()
 
 
 def _lock_connection(storage: StorageSettings) -> PgConnection:

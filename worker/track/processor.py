@@ -229,8 +229,10 @@ class Processor:
         self._wake = asyncio.Event()
         self._stopping = False
         # Batches undone and applied again one event at a time, by why: "booking_missed" (a
-        # booking the batch counted on was not written) or "event_failed" (an event raised).
+        # booking the batch counted on was not written) or "event_failed" (an event raised);
+        # counted once the batch is committed.
         self.replayed: Counter[str] = Counter()
+        self._replays: list[str] = []  # of the batch in hand
         self._task: asyncio.Task[None] | None = None
         # Run after each commit that applied something, e.g. to wake the outbox runner.
         self.after_commit: list[Callable[[], None]] = []
@@ -307,6 +309,9 @@ class Processor:
         outcomes = await self.store.write_inline(
             lambda db: self._apply_batch(db, reactor), ride_along_s=ride
         )
+        replays, self._replays = self._replays, []
+        for reason in replays:
+            self._count_replay(reason)
         self._report(outcomes)
         if outcomes:
             for hook in list(self.after_commit):
@@ -347,6 +352,7 @@ class Processor:
 
     def _apply_batch(self, db: Database, reactor: Reactor | None) -> list[_Outcome]:
         started = time.perf_counter()
+        self._replays = []  # a batch given back and applied again counts only once committed
         # Deliveries stored since the last batch: the ingestion going on right now.
         arrived, self._arrived = self._arrived, 0
         budget, floor = self._share(db, arrived, started)
@@ -392,7 +398,7 @@ class Processor:
         except Exception as exc:
             if not conn.in_transaction:
                 raise
-            self._count_replay(
+            self._replays.append(
                 "booking_missed" if isinstance(exc, BookingMissed) else "event_failed"
             )
             # The batch's writes are undone: apply the events again, one savepoint each.
