@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -344,9 +345,11 @@ async def test_a_held_booking_waits_until_decided_and_a_new_conflict_waits_anew(
     rules = RuleBook.load(path, specs=SPECS)
     await store.write(lambda db: apply_fact(db, conflicting(0, "10"), None))
     await store.write(lambda db: apply_fact(db, conflicting(1, "11"), None))
+    [first] = (await store.read(lambda db: open_waits_of(db, [TX])))[TX]
     await store.write(lambda db: apply_fact(db, conflicting(2, "12"), None))
     [wait] = (await store.read(lambda db: open_waits_of(db, [TX])))[TX]
     assert (wait.reason, wait.severity) == ("held", "critical")
+    assert (wait.id, wait.started_at) == (first.id, first.started_at), "the wait started again"
 
     assert (await check_deadlines(store, rules, now=wait.started_at + 119 * MINUTE)).alerted == ()
     past = await check_deadlines(store, rules, now=wait.started_at + 121 * MINUTE)
@@ -367,6 +370,19 @@ async def test_a_held_booking_waits_until_decided_and_a_new_conflict_waits_anew(
     assert again.id != wait.id
     assert (await check_deadlines(store, rules, now=again.started_at + 119 * MINUTE)).alerted == ()
     assert len(await store.read(alert_rows)) == 1
+
+
+async def test_a_held_booking_decided_on_one_of_two_fields_still_waits(store: Store) -> None:
+    """Held for its amount and its receiving address: a decision on the amount alone leaves
+    the deposit waiting (on the address); the second decision ends the wait."""
+    await store.write(lambda db: apply_fact(db, conflicting(0, "10"), None))
+    other = replace(conflicting(1, "11"), to_address="TElsewhere")
+    await store.write(lambda db: apply_fact(db, other, None))
+    [wait] = (await store.read(lambda db: open_waits_of(db, [TX])))[TX]
+    await store.write(lambda db: decide(db, TX, {"amount": Decimal("10")}, by="ana", note=None))
+    assert [w.id for w in (await store.read(lambda db: open_waits_of(db, [TX])))[TX]] == [wait.id]
+    await store.write(lambda db: decide(db, TX, {"to_address": "TTo"}, by="ana", note=None))
+    assert (await store.read(lambda db: open_waits_of(db, [TX]))) == {}
 
 
 async def test_deposits_waiting_before_the_upgrade_wait_from_the_upgrade(store: Store) -> None:
