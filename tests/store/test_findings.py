@@ -22,6 +22,26 @@ def _one_finding(db: object) -> int:
     return findings_store.save_findings(db, "2026-11-20", found, "2026-11-21T00:00:00Z")[0]  # type: ignore[arg-type]
 
 
+def differs_run(report: str | None, now: str) -> Any:
+    """A run's job that finds TX1's amounts differ on 2026-11-20: ledger 100, report `report`;
+    it returns the ids of the findings new or open again."""
+
+    def job(db: Any) -> list[int]:
+        found = [
+            Finding(
+                day="2026-11-20",
+                kind="amount_differs",
+                subject="TX1",
+                transaction_id="TX1",
+                ledger_amount="100",
+                report_amount=report,
+            )
+        ]
+        return findings_store.save_findings(db, "2026-11-20", found, now)
+
+    return job
+
+
 async def test_a_second_acknowledgement_changes_nothing(store: Store) -> None:
     """The first acknowledgement's who, when and why stand; the second is refused."""
     finding_id = await store.write(_one_finding)
@@ -93,23 +113,7 @@ async def test_an_acknowledged_finding_seen_with_other_amounts_is_open_and_new_a
     """Acknowledged for ledger 100 against report 90: the next run finding report 10 is another
     difference, open again (and reported as new), the earlier acknowledgement kept in its note;
     the same amounts written otherwise ("90.0") leave the acknowledgement standing."""
-    day = "2026-11-20"
-
-    def run(report: str, now: str) -> list[int]:
-        def job(db: object) -> list[int]:
-            found = [
-                Finding(
-                    day=day,
-                    kind="amount_differs",
-                    subject="TX1",
-                    transaction_id="TX1",
-                    ledger_amount="100",
-                    report_amount=report,
-                )
-            ]
-            return findings_store.save_findings(db, day, found, now)  # type: ignore[arg-type]
-
-        return job  # type: ignore[return-value]
+    run = differs_run
 
     [finding_id] = await store.write(run("90", "2026-11-21T00:00:00Z"))  # type: ignore[arg-type]
     assert await store.write(
@@ -143,24 +147,7 @@ async def test_an_amount_stated_or_gone_or_unreadable_is_compared_as_written(
     """An acknowledged finding whose report amount was not stated and now is (or was and now is
     not) is another difference, open again; two amounts that are no number are compared as
     written; not stated twice is the same difference."""
-    day = "2026-11-20"
-
-    def run(report: str | None, now: str) -> Any:
-        def job(db: Any) -> list[int]:
-            found = [
-                Finding(
-                    day=day,
-                    kind="amount_differs",
-                    subject="TX1",
-                    transaction_id="TX1",
-                    ledger_amount="100",
-                    report_amount=report,
-                )
-            ]
-            return findings_store.save_findings(db, day, found, now)
-
-        return job
-
+    run = differs_run
     [finding_id] = await store.write(run(first, "2026-11-21T00:00:00Z"))
     assert await store.write(
         lambda db: findings_store.acknowledge(db, finding_id, by="ana", note="seen", now="t1")
