@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import aiohttp
-from ingest import API_KEY, PATH, ROOT, SECRET, event, start_depositd, wait_healthy
+from ingest import event
+from realistic import API_KEY, PATH, ROOT, SECRET, start_serve, write_config
 
 from worker.provider.signing import signed_headers
 
@@ -97,11 +98,10 @@ def main() -> None:
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    settings = argparse.Namespace(synchronous="FULL", log_level="warning")
     with tempfile.TemporaryDirectory() as tmp:
-        proc, port, _ = start_depositd(Path(tmp), "flood", settings, ingress_process=True)
+        config, port, _, _ = write_config(Path(tmp), "flood", light=True, log_level="warning")
+        proc = start_serve(config, port, Path(tmp) / "flood.log")
         try:
-            wait_healthy(port, proc)
             pid = ingress_pid(proc.pid)
             before = peak_rss_mb(pid)
             result = asyncio.run(flood(port, args.connections))
