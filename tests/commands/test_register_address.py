@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,20 +35,6 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     """A running sandbox + worker with the shipped rules and demo profiles."""
     async with Stack(tmp_path / "stack", history_interval_s=0.3, detail_interval_s=0.3) as s:
         yield s
-
-
-@pytest.fixture
-def register_bodies(stack: Stack) -> list[dict[str, Any]]:
-    """Every register body the sandbox receives (its real handler still runs)."""
-    bodies: list[dict[str, Any]] = []
-    real = stack.sandbox.register_address
-
-    def spy(body: Mapping[str, Any]) -> dict[str, Any]:
-        bodies.append(dict(body))
-        return real(body)
-
-    stack.sandbox.register_address = spy  # type: ignore[method-assign]
-    return bodies
 
 
 def client_of(stack: Stack) -> ProviderClient:

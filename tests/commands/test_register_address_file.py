@@ -5,7 +5,6 @@ against a real stack (sandbox, worker), on both engines."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,20 +40,6 @@ wallet,address,network,profile,memo,tx_hash
 async def stack(start_stack: MakeStack) -> Stack:
     """Sandbox and worker with the shipped rules and demo profiles; no polls needed."""
     return await start_stack(scheduler=False)
-
-
-@pytest.fixture
-def register_bodies(stack: Stack) -> list[dict[str, Any]]:
-    """Every register body the sandbox receives (its real handler still runs)."""
-    bodies: list[dict[str, Any]] = []
-    real = stack.sandbox.register_address
-
-    def spy(body: Mapping[str, Any]) -> dict[str, Any]:
-        bodies.append(dict(body))
-        return real(body)
-
-    stack.sandbox.register_address = spy  # type: ignore[method-assign]
-    return bodies
 
 
 @dataclass

@@ -11,9 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 import structlog
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.stacks import MakeStack
+from tests.support.stacks import MakeStack, scrape
 from worker.clock import now_ms
 from worker.dev.harness import Stack
 from worker.provider.models import WhiteListStatus
@@ -76,21 +75,6 @@ async def reach(stack: Stack, tx: str, state: str, timeout: float = 10) -> None:
 async def count_actions(stack: Stack, tx: str, action: str) -> int:
     """How many action rows of one kind a deposit has."""
     return sum(1 for a in await stack.actions(tx) if a["action"] == action)
-
-
-async def scrape(stack: Stack) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """GET /metrics from the worker: (sample name, sorted labels) -> value."""
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(stack.worker_url + "/metrics") as resp,
-    ):
-        assert resp.status == 200
-        text = await resp.text()
-    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
 
 
 def polls(samples: dict[Any, float], poll: str, outcome: str) -> float:

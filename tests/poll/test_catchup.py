@@ -8,9 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.support.processes import Processes
 from tests.support.stacks import (
     ACTIVE_SOURCE,
@@ -19,6 +16,7 @@ from tests.support.stacks import (
     MakeStack,
     catchups_done,
     make_active,
+    scrape,
 )
 from worker.clock import iso_from_ms, now_ms
 from worker.dev.harness import Stack
@@ -30,15 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def metric(stack: Stack, name: str) -> float:
     """One sample of the worker's /metrics."""
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(stack.worker_url + "/metrics") as resp,
-    ):
-        text = await resp.text()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name:
-                return float(sample.value)
+    for (sample, _), value in (await scrape(stack)).items():
+        if sample == name:
+            return float(value)
     raise AssertionError(f"{name} not in /metrics")
 
 

@@ -8,14 +8,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.configs import PROVIDER_KEY, PROVIDER_SECRET
 from tests.support.sandboxes import sandbox_settings
-from tests.support.stacks import NEVER, catchups_done
+from tests.support.stacks import NEVER, Samples, catchups_done, scrape
 from worker.dev.harness import Stack
 from worker.dev.polldriver import Calls, VirtualClock
 from worker.dev.sandbox.app import SANDBOX_KEY, create_app
@@ -179,23 +177,6 @@ def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
     assert parse_retry_after(None, now) is None
 
 
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-async def metric_samples(stack: Stack) -> Samples:
-    """The running serve's /metrics: (name, sorted labels) -> value."""
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(stack.worker_url + "/metrics") as resp,
-    ):
-        text = await resp.text()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
 async def test_serve_metrics_show_the_rate_limit_the_backoff_and_the_wait(
     start_stack: Callable[..., Awaitable[Stack]],
 ) -> None:
@@ -205,7 +186,7 @@ async def test_serve_metrics_show_the_rate_limit_the_backoff_and_the_wait(
     stack.sandbox.set_fault("history", "rate_limit", count=1, retry_after_s=2)
 
     async def samples() -> Samples:
-        return await metric_samples(stack)
+        return await scrape(stack)
 
     limited = (
         "depositd_provider_calls_total",
@@ -278,22 +259,22 @@ async def test_serve_abnormal_poll_waits_out_the_back_off_and_an_operator_read_d
     )
 
     async def rate_limited() -> bool:
-        return (await metric_samples(stack)).get(limited, 0) == 1
+        return (await scrape(stack)).get(limited, 0) == 1
 
     await stack.wait_for(rate_limited, 30, "the rate-limited history call")
 
     def waited(endpoint: str) -> tuple[str, tuple[tuple[str, str], ...]]:
         return ("depositd_provider_budget_wait_seconds_total", (("endpoint", endpoint),))
 
-    before = (await metric_samples(stack)).get(waited("transaction_detail"), 0)
+    before = (await scrape(stack)).get(waited("transaction_detail"), 0)
     assert await stack.runtime.read_detail(tx)
-    after = (await metric_samples(stack)).get(waited("transaction_detail"), 0)
+    after = (await scrape(stack)).get(waited("transaction_detail"), 0)
     assert after == before, "the operator's read waited for the budget"
 
     async def abnormal_waited() -> bool:
         money = stack.runtime.money
         assert money is not None
         money.fire("abnormal")  # a no-op while its run is in flight
-        return (await metric_samples(stack)).get(waited("abnormal_funds"), 0) >= 0.5
+        return (await scrape(stack)).get(waited("abnormal_funds"), 0) >= 0.5
 
     await stack.wait_for(abnormal_waited, 30, "the abnormal-fund poll to wait out the back-off")

@@ -1,6 +1,6 @@
 """What the tests do to a running `Stack` (worker/dev/harness.py: sandbox, worker, Slack and
 SMTP on loopback) and read from it: sources made ACTIVE at the sandbox, the catch-up at start
-waited for, a day of booked deposits, the day's open findings."""
+waited for, a day of booked deposits, the day's open findings, its /metrics."""
 
 from __future__ import annotations
 
@@ -8,14 +8,33 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
 from worker.dev.harness import Stack
 from worker.dev.sandbox.testing import ENTITY_PAYER
 from worker.store import findings as findings_store
 
 MakeStack = Callable[..., Awaitable[Stack]]  # the `start_stack` fixture
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]  # one /metrics page
 NEVER = 3600.0  # poll intervals: only the polls at start run, the catch-up does the rest
 ACTIVE_SOURCE = "TActiveSource000000000000000000001"
 UNKNOWN_SOURCE = "TUnknownSource00000000000000000001"
+
+
+async def scrape(stack: Stack) -> Samples:
+    """GET /metrics from the worker: (sample name, sorted labels) -> value."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(stack.worker_url + "/metrics") as resp,
+    ):
+        assert resp.status == 200
+        text = await resp.text()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
 
 
 def make_active(stack: Stack, wallet_id: int) -> None:
