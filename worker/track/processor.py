@@ -309,8 +309,7 @@ class Processor:
         outcomes = await self.store.write_inline(
             lambda db: self._apply_batch(db, reactor), ride_along_s=ride
         )
-        replays, self._replays = self._replays, []
-        for reason in replays:
+        for reason in self._replays:  # this batch's, now committed
             self._count_replay(reason)
         self._report(outcomes)
         if outcomes:
