@@ -132,29 +132,30 @@ def run_module(module: str, tests: list[str], children: int, known: dict[str, st
         _mutmut([*run, *again], place, module)
     total = killed = equivalent = 0
     survivors: list[str] = []
+    common = tomllib.loads((place / "pyproject.toml").read_text())["tool"]["mutmut"]
+    pytest_args = [a for a in common.get("pytest_add_cli_args", []) if a != "-q"]
     for name, status in _results(mutmut, place):
         total += 1
         if status == "killed":
             killed += 1
         elif name in known:
             equivalent += 1
-        elif _killed_by_all(place, name, tests):
+        elif _killed_by_all(place, name, [*pytest_args, *tests]):
             killed += 1
         else:
             survivors.append(f"{name}: {status}")
     return Outcome(module, total, killed, survivors, equivalent)
 
 
-def _killed_by_all(place: Path, name: str, tests: list[str]) -> bool:
-    """Whether the module's whole test list fails with the mutant `name` switched on.
+def _killed_by_all(place: Path, name: str, args: list[str]) -> bool:
+    """Whether pytest with `args` (mutmut's options and the module's whole test list) fails
+    with the mutant `name` switched on.
 
     mutmut runs against a mutant only the tests its map says reach the function, and the map
     misses calls made on other threads (the store's): a survivor is run once more against every
     configured test before it counts as one."""
-    common = tomllib.loads((place / "pyproject.toml").read_text())["tool"]["mutmut"]
-    args = [a for a in common.get("pytest_add_cli_args", []) if a != "-q"]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:randomly", *tests],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", *args],
         cwd=place / "mutants",
         env={**os.environ, "MUTANT_UNDER_TEST": name},
         check=False,
