@@ -88,6 +88,7 @@ class Stack:
         sole: bool = True,
         signature: dict[str, str] | None = None,
         journal_at: str | None = None,
+        reconcile_at: str | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         # False: another stack's worker runs on the same `storage` (its claims and lease live).
@@ -109,6 +110,10 @@ class Stack:
         # The daily journal job's minute (UTC); by default half a day away, so that a test
         # sees its head alert only when it asks for it.
         self.journal_at = journal_at or _half_a_day_away()
+        # The daily reconciliation's minute (UTC), half a day away by default as well: a stack
+        # started within the hour after it would reconcile yesterday at once, beside what the
+        # test itself runs (worker/schedule/money.py, `MoneyJobs.start`).
+        self.reconcile_at = reconcile_at or _half_a_day_away()
         # The sandbox's clock against this machine's (the provider's timestamps come from it).
         self.provider_clock_offset_ms = provider_clock_offset_ms
 
@@ -377,6 +382,7 @@ class Stack:
                 "detail_interval_s": self.detail_interval_s,
                 "blocked_interval_s": self.blocked_interval_s,
                 "journal_at": self.journal_at,
+                "reconcile_at": self.reconcile_at,
             },
             "rules": str(Path(rules).resolve()),
             "profiles": str(self.profiles_path),
