@@ -20,10 +20,11 @@ from tests.support.stacks import (
     catchups_done,
     open_findings,
 )
-from worker.clock import now_ms
+from worker.clock import iso_from_ms, now_ms
 from worker.dev.harness import Stack
 from worker.reconcile.reconciler import Reconciler
 from worker.store import findings as findings_store
+from worker.store.meta import CREATED_AT, set_meta
 
 # Every test here runs on SQLite and on PostgreSQL, its stacks too.
 pytestmark = pytest.mark.usefixtures("engine")
@@ -274,6 +275,36 @@ async def test_a_missed_reconciliation_runs_once_when_the_jobs_start(
     assert days[before:] == [yesterday]
     await money.daily.reconcile_due()  # completed already: not again
     assert await runs() == days
+
+
+async def test_a_start_after_the_minute_reconciles_only_on_a_store_that_was_there(
+    start_stack: MakeStack,
+) -> None:
+    """Jobs starting within the misfire grace after `scheduler.reconcile_at` reconcile the days
+    due at once when the store was there at that minute (the service was down then); a store
+    created after it (a first start) has no run to catch up on and compares nothing."""
+    just_past = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).strftime("%H:%M")
+    stack = await start_stack(
+        history_interval_s=NEVER, detail_interval_s=NEVER, reconcile_at=just_past
+    )
+
+    async def missed_run() -> list[str]:
+        money = stack.runtime.money
+        assert money is not None
+        run = money.in_flight("reconcile-missed")
+        assert run is not None, "the start looked at the minute it passed"
+        await run
+
+        def read(db: Any) -> list[str]:
+            return [r[0] for r in db.execute("SELECT day FROM reconcile_runs ORDER BY id")]
+
+        return await stack.store.read(read)
+
+    assert await missed_run() == []
+    a_day_back = iso_from_ms(now_ms() - 86_400_000)
+    await stack.store.write(lambda db: set_meta(db, CREATED_AT, a_day_back))
+    await stack.restart_worker()
+    assert await missed_run() == [a_day_back[:10]]
 
 
 async def test_a_missed_day_runs_even_when_a_later_day_was_reconciled(

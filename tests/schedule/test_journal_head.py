@@ -23,15 +23,19 @@ from tests.support.journalrows import book, by_hand, submit
 from tests.support.processes import Processes, free_port
 from tests.support.stacks import NEVER, MakeStack
 from tests.support.stores import StoreMaker
+from worker.clock import iso_from_ms, now_ms
 from worker.dev.harness import Stack
 from worker.schedule.journal import JournalJob
 from worker.store import journal
+from worker.store.meta import CREATED_AT, set_meta
 from worker.store.verification import last_verification
 
 # Every test here runs on SQLite and on PostgreSQL, its stacks too.
 pytestmark = pytest.mark.usefixtures("engine")
 
 ProfileFactory = Callable[..., dict[str, Any]]
+# A store's creation time a day back: there at any daily minute a start catches up on.
+YESTERDAY = iso_from_ms(now_ms() - 86_400_000)
 
 
 def slack_of(stack: Stack, condition: str) -> list[str]:
@@ -157,12 +161,22 @@ async def test_a_journal_that_does_not_verify_alerts_critical(start_stack: MakeS
 async def test_the_leader_publishes_at_the_daily_minute_missed_at_start(
     start_stack: MakeStack,
 ) -> None:
-    """A worker starting within the misfire grace after `scheduler.journal_at` publishes the
-    day's head then (it was down at that minute); its restart does not publish it again."""
+    """A worker starting within the misfire grace after `scheduler.journal_at` on a store that
+    was there at that minute publishes the day's head then (it was down at that minute); its
+    restart does not publish it again. A store created after the minute (a first start)
+    publishes nothing at start: no run was missed."""
     just_past = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%H:%M")
     stack = await start_stack(
         history_interval_s=NEVER, detail_interval_s=NEVER, journal_at=just_past
     )
+    started = job_of(stack).in_flight
+    assert started is not None, "the start looked at the minute it passed"
+    assert await started is None  # nothing published
+    await stack.settle()
+    assert slack_of(stack, "journal_head") == []
+    assert await stack.store.read(last_verification) is None
+    await stack.store.write(lambda db: set_meta(db, CREATED_AT, YESTERDAY))
+    await stack.restart_worker()
     await stack.wait_for(lambda: slack_of(stack, "journal_head"), what="the head at start")
     assert "The journal is empty at" in slack_of(stack, "journal_head")[0]
     await stack.restart_worker()
@@ -192,6 +206,7 @@ async def test_serve_logs_and_sends_the_head_once_across_restarts(
     await store.open()
     try:
         await store.write(lambda db: [book(db, f"tx-{n}") for n in (1, 2)])
+        await store.write(lambda db: set_meta(db, CREATED_AT, YESTERDAY))  # there at the minute
         head = await store.read(journal.head)
     finally:
         await store.close()

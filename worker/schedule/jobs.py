@@ -12,13 +12,39 @@ from typing import Any, TypeVar
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from worker.aio import finish_or_cancel
+from worker.clock import iso_from_ms
 from worker.logs import get_logger
+from worker.store.meta import existed_at
+from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 T = TypeVar("T")
 
 # A daily job the service missed (down at that minute) still runs within this much after.
 DAILY_MISFIRE_GRACE_S = int(timedelta(hours=1).total_seconds())
+
+
+def last_slot(at: str, now: datetime) -> datetime:
+    """The last minute `at` (HH:MM UTC) at or before `now`."""
+    hour, minute = (int(x) for x in at.split(":"))
+    today = now.astimezone(UTC).replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return today if today <= now else today - timedelta(days=1)
+
+
+def within_grace(slot: datetime, now: datetime) -> bool:
+    """Whether a daily job's minute `slot` passed less than the misfire grace before `now`."""
+    return timedelta(0) < now - slot <= timedelta(seconds=DAILY_MISFIRE_GRACE_S)
+
+
+async def missed_run(store: Store, job: str, slot: datetime) -> bool:
+    """Whether the store missed the daily job's run at `slot`, so that a start within the grace
+    runs it: not when the store was created after that minute (a first start: no run was due
+    on a store that was not there, and a new install has no day to publish or compare yet)."""
+    moment = iso_from_ms(int(slot.timestamp() * 1000))
+    if await store.read(lambda db: existed_at(db, moment)):
+        return True
+    log.info("daily job not run at start: the store was created after its minute", job=job)
+    return False
 
 
 async def logged_run(name: str, run: Coroutine[Any, Any, T]) -> T | None:
@@ -63,6 +89,10 @@ class IntervalAndDaily:
             return
         coroutine = logged_run(name, self.coroutine(name))
         self._running[name] = asyncio.get_running_loop().create_task(coroutine, name=name)
+
+    def in_flight(self, name: str) -> asyncio.Task[Any] | None:
+        """The last run of the job `name` (done or not), None before the first."""
+        return self._running.get(name)
 
     def _job(self, name: str) -> Callable[[], Coroutine[Any, Any, None]]:
         async def fire() -> None:  # a coroutine: APScheduler runs plain functions in threads

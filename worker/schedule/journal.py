@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -24,7 +24,13 @@ from worker.act.queue import enqueue_alert
 from worker.aio import finish_or_cancel
 from worker.clock import iso_from_ms
 from worker.logs import get_logger
-from worker.schedule.jobs import DAILY_MISFIRE_GRACE_S, logged_run
+from worker.schedule.jobs import (
+    DAILY_MISFIRE_GRACE_S,
+    last_slot,
+    logged_run,
+    missed_run,
+    within_grace,
+)
 from worker.store import verification
 from worker.store.sqlitestore import Store
 from worker.store.verification import CHUNK, Verification
@@ -78,6 +84,7 @@ class JournalJob:
         chunk: int = CHUNK,
     ) -> None:
         self._store = store
+        self._at = at
         self._hour, self._minute = (int(x) for x in at.split(":"))
         self._wake = wake
         self._chunk = chunk
@@ -88,10 +95,7 @@ class JournalJob:
 
     def slot(self, now: datetime) -> datetime:
         """The job's last minute at or before `now`: its day is the day published."""
-        today = now.astimezone(UTC).replace(
-            hour=self._hour, minute=self._minute, second=0, microsecond=0
-        )
-        return today if today <= now else today - timedelta(days=1)
+        return last_slot(self._at, now)
 
     def start(self) -> None:
         """The daily job; and now, when its minute passed less than the misfire grace ago."""
@@ -112,16 +116,30 @@ class JournalJob:
         )
         self._scheduler.start()
         now = self.now()
-        if now - self.slot(now) <= timedelta(seconds=DAILY_MISFIRE_GRACE_S):
-            self.fire()
+        slot = self.slot(now)
+        if within_grace(slot, now):
+            self.fire(missed=slot)
 
-    def fire(self) -> None:
-        """Run the job now unless it runs already (or the job is stopping)."""
+    def fire(self, *, missed: datetime | None = None) -> None:
+        """Run the job now unless it runs already (or the job is stopping); `missed`: the
+        minute a start catches up on, run only if the store missed it."""
         if self._stopping or (self._task is not None and not self._task.done()):
             return
+        run = self.publish() if missed is None else self._catch_up(missed)
         self._task = asyncio.get_running_loop().create_task(
-            logged_run("journal", self.publish()), name="journal"
+            logged_run("journal", run), name="journal"
         )
+
+    @property
+    def in_flight(self) -> asyncio.Task[Any] | None:
+        """The job's last run (done or not), None before the first."""
+        return self._task
+
+    async def _catch_up(self, slot: datetime) -> Verification | None:
+        """The run a start makes for the minute `slot`, if the store was there then."""
+        if not await missed_run(self._store, "journal", slot):
+            return None
+        return await self.publish()
 
     async def publish(self, now: datetime | None = None) -> Verification | None:
         """Verify and publish the head for the day of the job's last minute before `now`;

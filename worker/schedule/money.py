@@ -8,7 +8,7 @@ docs/reconciliation.md, "When a day is final")."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from worker.config.settings import SchedulerSettings
@@ -16,7 +16,7 @@ from worker.reconcile.abnormal import AbnormalPoll, AbnormalWatch
 from worker.reconcile.daily import DailyRuns
 from worker.reconcile.metrics import MoneyMetrics
 from worker.reconcile.reconciler import Reconciler
-from worker.schedule.jobs import DAILY_MISFIRE_GRACE_S, IntervalAndDaily
+from worker.schedule.jobs import IntervalAndDaily, last_slot, missed_run, within_grace
 from worker.store.sqlitestore import Store
 
 
@@ -24,7 +24,11 @@ class MoneyJobs(IntervalAndDaily):
     """APScheduler jobs for the abnormal-fund poll and the daily reconciliation."""
 
     def __init__(
-        self, abnormal: AbnormalWatch, daily: DailyRuns, settings: SchedulerSettings
+        self,
+        abnormal: AbnormalWatch,
+        daily: DailyRuns,
+        settings: SchedulerSettings,
+        store: Store,
     ) -> None:
         super().__init__(
             ("abnormal", settings.abnormal_interval_s), ("reconcile", settings.reconcile_at)
@@ -32,6 +36,8 @@ class MoneyJobs(IntervalAndDaily):
         self.abnormal = abnormal
         self.daily = daily
         self._settings = settings
+        self._store = store
+        self._missed = datetime.now(UTC)
 
     def hint(self) -> None:
         """An ABNORMAL_FUND_NOTIFICATION arrived: poll now (unless backing off or running)."""
@@ -45,7 +51,7 @@ class MoneyJobs(IntervalAndDaily):
         if name == "abnormal":
             return self.abnormal.poll()
         if name == "reconcile-missed":
-            return self.daily.reconcile_due()
+            return self._reconcile_missed()
         return self.daily.reconcile_due(yesterday_again=True)
 
     def start(self) -> None:
@@ -53,11 +59,15 @@ class MoneyJobs(IntervalAndDaily):
         misfire grace ago without a completed run (the service was down then, or the instance
         leading the scheduler died and this one took over)."""
         super().start()
-        hour, minute = (int(x) for x in self._settings.reconcile_at.split(":"))
         now = datetime.now(UTC)
-        since = now - now.replace(hour=hour, minute=minute, second=0, microsecond=0)
-        if timedelta(0) < since <= timedelta(seconds=DAILY_MISFIRE_GRACE_S):
+        self._missed = last_slot(self._settings.reconcile_at, now)
+        if within_grace(self._missed, now):
             self.fire("reconcile-missed")
+
+    async def _reconcile_missed(self) -> None:
+        """The days due, if the store was there at the minute this start catches up on."""
+        if await missed_run(self._store, "reconcile", self._missed):
+            await self.daily.reconcile_due()
 
     def halt(self) -> None:
         """A poll in flight ends after its record, the days due after the day in hand; a
@@ -95,4 +105,5 @@ def money_jobs(
         AbnormalWatch(poll, store, metrics, alert=alert, backoff_s=backoff_s),
         DailyRuns(reconciler, store, metrics),
         settings,
+        store,
     )

@@ -11,6 +11,9 @@ from worker.store.pg import is_postgres
 
 # The long-running tasks of `serve` down, by instance (JSON; `worker.service.supervise`).
 TASKS_DOWN = "tasks_down"
+# When the store's schema was first created (ISO 8601 UTC); absent in stores created before
+# it was recorded. A daily job's start-up catch-up asks it (`worker.schedule.jobs.missed_run`).
+CREATED_AT = "created_at"
 
 
 def get_meta(db: Db, key: str) -> str | None:
@@ -39,6 +42,13 @@ def set_meta_unless_busy(db: Db, key: str, value: str) -> bool:
             return False
     set_meta(db, key, value)
     return True
+
+
+def existed_at(db: Db, moment: str) -> bool:
+    """Whether the store was there at `moment` (ISO 8601 UTC): created before it, or created
+    before its creation time was recorded."""
+    created = get_meta(db, CREATED_AT)
+    return created is None or created <= moment
 
 
 def all_meta(conn: Db) -> dict[str, str]:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import sqlite_utils
 
+from worker.clock import utc_now
 from worker.errors import SchemaTooNew, SchemaUpgradeRefused, StorageError, StorageUnavailable
 from worker.logs import get_logger
 from worker.store import atcommit, journal
@@ -31,7 +32,7 @@ from worker.store.db import Connection, Database, Db
 from worker.store.durability import sqlite_durability
 from worker.store.errors import StoreBusy, StoreError
 from worker.store.events import insert_events
-from worker.store.meta import set_meta, set_meta_unless_busy
+from worker.store.meta import CREATED_AT, set_meta, set_meta_unless_busy
 from worker.store.outage import Outage
 from worker.store.pg import PgConnection, PgDatabase, dialect
 from worker.store.schema import MIGRATIONS, SCHEMA_VERSION
@@ -145,6 +146,8 @@ def migrate(db: Database, *, others_serving: bool | Callable[[], bool] = False) 
     for version in range(current, SCHEMA_VERSION):
         with transaction(db):
             MIGRATIONS[version](db)
+            if version == 0:
+                set_meta(db, CREATED_AT, utc_now())
             set_meta(db, "schema_version", str(version + 1))
         log.info("schema migrated", version=version + 1)
     return SCHEMA_VERSION
