@@ -139,3 +139,48 @@ async def test_a_clean_stop_logs_no_warning(
     assert any(line.get("event") == "stopped" for line in lines)
     loud = [line for line in lines if line.get("level") not in ("debug", "info")]
     assert loud == [], loud
+
+
+async def test_the_start_up_steps_are_logged_at_debug_in_order(
+    tmp_path: Path, provider_url: str, processes: Processes
+) -> None:
+    """With `log.level: debug`, each step of the start is a `start-up step` line, in the order
+    docs/operations.md ("Start-up time") lists them, the last one just before "serving"; at
+    info there is none."""
+    port = free_port()
+    config = _config(tmp_path, provider_url, port, log={"format": "json", "level": "debug"})
+    log = tmp_path / "serve.log"
+    serve = processes.serve(config, port, log)
+    try:
+        await serve.start()
+        assert await serve.signal(signal.SIGTERM) == 0
+    finally:
+        await serve.kill()
+    lines = _lines(log)
+    steps = [line["step"] for line in lines if line.get("event") == "start-up step"]
+    assert steps == [
+        "settings read",
+        "ports and database lock held",
+        "ingress process started",
+        "stages imported",
+        "stages built (rules and profiles read)",
+        "store open and stages started",
+        "ingress process listening",
+    ]
+    events = [line.get("event") for line in lines]
+    last = max(i for i, e in enumerate(events) if e == "start-up step")
+    assert events.index("serving") > last
+    assert events.index("store open") < events.index("serving")
+
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    other = free_port()
+    info = processes.serve(_config(quiet, provider_url, other), other, quiet / "serve.log")
+    try:
+        await info.start()
+        assert await info.signal(signal.SIGTERM) == 0
+    finally:
+        await info.kill()
+    assert not [
+        line for line in _lines(quiet / "serve.log") if line.get("event") == "start-up step"
+    ]

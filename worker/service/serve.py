@@ -50,6 +50,7 @@ class _Started:
 async def serve(settings: Settings, app: web.Application | None = None) -> int:
     """Run until SIGTERM/SIGINT, then stop accepting, finish in-flight work; the exit status."""
     notifier = SystemdNotifier()
+    _step("settings read")
     async with contextlib.AsyncExitStack() as held:
         # Before anything runs: every listening port (webhook, operational endpoints,
         # console), so that a port taken stops serve before it acts (`ListenError`, exit 2),
@@ -69,17 +70,21 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
             from worker.store.pgstore import serve_lock as pg_serve_lock
 
             sole = held.enter_context(pg_serve_lock(settings.storage))
+        _step("ports and database lock held")
         started: _Started | None = None
         if settings.webhook.ingress_process:
             started = await held.enter_async_context(_ingress_started(settings, listeners))
+            _step("ingress process started")
         # The stages, imported while the ingress process imports its own.
         from aiohttp import web
 
         from worker.service.keys import OTHERS_KEY, SOLE_KEY
         from worker.service.setup import build_service
 
+        _step("stages imported")
         if app is None:
             app, _ = build_service(settings)
+            _step("stages built (rules and profiles read)")
         app[SOLE_KEY] = sole
         app[OTHERS_KEY] = not sole
         runner = web.AppRunner(
@@ -90,6 +95,12 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
             keepalive_timeout=settings.webhook.idle_timeout_s,
         )
         return await _serve(settings, app, runner, listeners, notifier, started)
+
+
+def _step(step: str) -> None:
+    """One step of the start-up, at debug: with timestamps, the parts of the start-up time
+    (docs/operations.md, "Start-up time"; `bench/startup.py` reads them)."""
+    log.debug("start-up step", step=step)
 
 
 def _listening(settings: Settings) -> str:
@@ -117,6 +128,7 @@ async def _serve(
 
     listener = listeners.webhook
     await runner.setup()
+    _step("store open and stages started")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -127,6 +139,7 @@ async def _serve(
             ingress: asyncio.subprocess.Process | None = None
             if started is not None:
                 ingress = await stack.enter_async_context(_ingress_process(app, started))
+                _step("ingress process listening")
             else:
                 await GuardedSite(runner, listener, app[LIMITS_KEY]).start()
             if listeners.ops is not None:
