@@ -324,6 +324,25 @@ def test_missing_database_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert not (tmp_path / "depositd.db").exists()
 
 
+def test_a_database_without_tables_is_said_so(
+    tmp_path: Path, make_store: StoreMaker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty database file, or a PostgreSQL database `serve` never started on: the reading
+    commands say it holds no depositd tables (not a missing table's name) and exit 1,
+    creating nothing."""
+    storage = make_store.storage()
+    if "path" in storage:
+        Path(storage["path"]).touch()
+    cfg = write_config(tmp_path, make_config(storage))
+    for command in ("status", "events", "deposits", "ledger"):
+        status, out, err = run(capsys, command, "--config", str(cfg))
+        assert (status, out) == (1, ""), (command, err)
+        assert "holds no depositd tables yet (has `depositd serve` run on it?)" in err, err
+        assert "no such table" not in err and "does not exist" not in err
+    if "path" in storage:
+        assert Path(storage["path"]).stat().st_size == 0
+
+
 def unprivileged(folder: Path) -> list[str]:
     """A command prefix under which the read-only `folder` cannot be written: none for a normal
     user; for root (whom chmod does not stop), setpriv dropping the capabilities that override

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from worker.config.settings import Settings, load_settings
-from worker.store.database import probe_schema
+from worker.store.database import has_table, probe_schema
 from worker.store.db import Connection
 from worker.store.errors import StoreError
 from worker.store.sqlite import connect
+from worker.urls import mask_url
 
 
 class NoDatabase(Exception):
@@ -35,6 +36,7 @@ def open_db(
         settings = load_settings(args.config)
     if readonly:
         with _connection(settings, readonly=True) as conn:
+            _has_schema(conn, settings)
             yield conn
         return
     if settings.storage.url is None and not settings.storage.file.exists():
@@ -42,7 +44,20 @@ def open_db(
     from worker.store.writelock import command_writes
 
     with command_writes(settings.storage), _connection(settings, readonly=False) as conn:
+        _has_schema(conn, settings)
         yield conn
+
+
+def _has_schema(conn: Connection, settings: Settings) -> None:
+    """`NoDatabase` when the database holds no depositd tables (an empty file, or a PostgreSQL
+    database `serve` has not started on yet): said as such, not as a missing table."""
+    if has_table(conn, "meta"):
+        return
+    if settings.storage.url is not None:
+        where = f"the database {mask_url(settings.storage.url)}"
+    else:
+        where = str(settings.storage.file)
+    raise NoDatabase(f"{where} holds no depositd tables yet (has `depositd serve` run on it?)")
 
 
 @contextmanager
