@@ -57,7 +57,7 @@ class MoneyJobs(IntervalAndDaily):
     def start(self) -> None:
         """The jobs; and yesterday's reconciliation now if its minute passed less than the
         misfire grace ago without a completed run (the service was down then, or the instance
-        leading the scheduler died and this one took over)."""
+        leading the scheduler died and this one took over), on a store that was there then."""
         super().start()
         now = datetime.now(UTC)
         self._missed = last_slot(self._settings.reconcile_at, now)
