@@ -1,9 +1,13 @@
 """The request budget every poll shares, and the provider-wide back-off after a rate-limit
 answer (docs/polling.md), against the sandbox answering 429 / 503 with Retry-After. The budget
-waits on a virtual clock (worker.dev.polldriver.VirtualClock): nothing here is timed."""
+waits on a virtual clock (worker.dev.polldriver.VirtualClock): nothing here is timed but one stop,
+whose bound is the stop's grace."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +32,7 @@ from worker.provider.budget import (
     parse_retry_after,
 )
 from worker.provider.client import ProviderClient
+from worker.schedule.leaderjobs import STOP_GRACE_S
 
 
 @dataclass
@@ -149,6 +154,75 @@ async def test_a_burst_of_submissions_holds_the_polls_for_the_capped_debt_only(
     start = env.clock.ms
     await env.client.for_polls().transaction_detail(tx)
     assert env.clock.ms - start == (MAX_DEBT_S + 0.5) * 1000
+
+
+async def test_a_stop_cancels_the_polls_waiting_for_a_token_and_lets_submissions_go(
+    env: Env,
+) -> None:
+    """When the service stops, a poll waiting for the budget (behind the submissions' debt)
+    is cancelled at once instead of holding the stop, a poll asking afterwards is cancelled
+    before it sends anything, and a submission still goes."""
+    (tx,) = [env.sandbox.inject_deposit(1001, "USDT", "TRON", "5", "TBudget8")["transactionId"]]
+    never = asyncio.Event()
+
+    async def forever(seconds: float) -> None:  # a budget wait that only a stop ends
+        await never.wait()
+
+    budget = RequestBudget(2, clock=env.clock.monotonic, sleep=forever)
+    calls = Calls()
+    client = ProviderClient(
+        env.client._origin, PROVIDER_KEY, PROVIDER_SECRET, retries=1, on_call=calls, budget=budget
+    )
+    async with client:
+        for _ in range(20):
+            budget.spend()  # what twenty submissions' calls took
+        waiting = asyncio.create_task(client.for_polls().transaction_detail(tx))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not waiting.done(), "the poll did not wait for a token"
+        budget.stop_polls()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(waiting, 5)
+        later = asyncio.create_task(client.for_polls().history(white_list_status="init"))
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(later, 5)
+        assert calls.seen == Counter(), "a poll was sent"
+        await client.submit_payer(tx, ENTITY_PAYER, idempotency_key="k8")
+        assert calls.by_endpoint() == {"submit_payer": 1}
+
+
+async def test_a_stop_does_not_wait_for_a_poll_held_by_a_back_off(
+    start_stack: Callable[..., Awaitable[Stack]],
+) -> None:
+    """A running worker whose history poll waits out a rate limit's Retry-After: 60 stops at
+    once (SIGTERM's path): the poll, which has sent nothing since, is cancelled instead of
+    holding the stop for its grace; the worker started again polls at once."""
+    stack = await start_stack(history_interval_s=0.3, detail_interval_s=NEVER)
+    await catchups_done(stack)
+    stack.sandbox.set_fault("history", "rate_limit", count=1, retry_after_s=60)
+    limited = (
+        "depositd_provider_calls_total",
+        (("endpoint", "history"), ("outcome", "rate_limited")),
+    )
+
+    async def rate_limited() -> bool:
+        return (await scrape(stack)).get(limited, 0) == 1
+
+    await stack.wait_for(rate_limited, 30, "the rate-limited history call")
+    scheduler = stack.runtime.scheduler
+    assert scheduler is not None
+    assert stack.runtime.client is not None and stack.runtime.client.budget is not None
+    assert stack.runtime.client.budget.backoff_remaining() > 30
+    started = time.monotonic()
+    await stack.stop_worker()
+    assert time.monotonic() - started < STOP_GRACE_S, "the stop waited for the poll's grace"
+    await stack.start_worker()
+    ok = ("depositd_provider_calls_total", (("endpoint", "history"), ("outcome", "ok")))
+
+    async def polled() -> bool:
+        return (await scrape(stack)).get(ok, 0) >= 1
+
+    await stack.wait_for(polled, 30, "a history poll after the restart")
 
 
 def test_backoff_without_retry_after_doubles_and_is_capped() -> None:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 __all__ = ["MAX_DEBT_S", "RequestBudget", "parse_retry_after"]
 
@@ -77,6 +78,8 @@ class RequestBudget:
         self._limited = 0  # rate-limit answers without Retry-After in a row
         self._lock = asyncio.Lock()
         self.waited_s = 0.0
+        self._waiting: set[asyncio.Task[Any]] = set()  # the polls in `acquire`
+        self._stopped = False
 
     def _refill(self, now: float) -> None:
         self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
@@ -88,22 +91,40 @@ class RequestBudget:
         self._refill(self._clock())
         self._tokens = max(-MAX_DEBT_S * self.rate, self._tokens - 1)
 
+    def stop_polls(self) -> None:
+        """The service stops: each poll waiting here is cancelled at once, and so is a poll
+        that asks for a token from now on. Nothing of theirs is in flight (they wait before
+        sending), and a poll cancelled is read again after the restart; a stop no longer
+        waits for the debt the submissions left (up to `MAX_DEBT_S`) or for a back-off."""
+        self._stopped = True
+        for task in list(self._waiting):
+            task.cancel()
+
     async def acquire(self, endpoint: str) -> float:
         """Wait for a token (and for the back-off to end); returns the seconds waited, the
-        polls ahead of this one in the queue included."""
+        polls ahead of this one in the queue included. Cancelled once `stop_polls` is called."""
+        task = asyncio.current_task()
+        if self._stopped and task is not None:
+            task.cancel()
+            await asyncio.sleep(0)  # raises CancelledError here
         start = self._clock()
-        async with self._lock:
-            while True:
-                now = self._clock()
-                self._refill(now)
-                wait = self._until - now
-                if wait <= 0:
-                    if self._tokens >= 1:
-                        self._tokens -= 1
-                        break
-                    wait = (1 - self._tokens) / self.rate
-                await self._sleep(wait)
-            waited = self._clock() - start
+        if task is not None:
+            self._waiting.add(task)
+        try:
+            async with self._lock:
+                while True:
+                    now = self._clock()
+                    self._refill(now)
+                    wait = self._until - now
+                    if wait <= 0:
+                        if self._tokens >= 1:
+                            self._tokens -= 1
+                            break
+                        wait = (1 - self._tokens) / self.rate
+                    await self._sleep(wait)
+                waited = self._clock() - start
+        finally:
+            self._waiting.discard(task)
         if waited > 0:
             self.waited_s += waited
             if self._on_wait is not None:

@@ -420,6 +420,10 @@ class Runtime(LeaderJobs, ConsoleOperations):
         for task in self._tasks:
             if task.get_name() == "watchdog":
                 task.cancel()
+        if self.client is not None and self.client.budget is not None:
+            # A poll waiting for the request budget (behind the submissions' debt, or a
+            # back-off) sends nothing until it gets a token: cancelled now, not after the grace.
+            self.client.budget.stop_polls()
         await self._stop_jobs()
         left = max(0.0, deadline - loop.time())
         ended = await finish_or_cancel([*self._tasks, *self._side_writes], left)
