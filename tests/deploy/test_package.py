@@ -6,7 +6,8 @@ release is the same script's package of PREVIOUS, a commit whose database schema
 (taken out of this repository with `git archive` into the test's scratch space), versioned
 below this one. One test walks the package's life in order: install the previous release
 without credentials (nothing starts), configure and start it, upgrade to this release under
-steady signed load (the schema migrated, nothing lost), remove, purge.
+steady signed load (the schema migrated, nothing lost), remove, purge, then install this
+release afresh (its own first install: nothing starts without credentials).
 """
 
 from __future__ import annotations
@@ -102,6 +103,21 @@ def stored_schema(machine: Machine) -> int:
     return int(machine.run("python3 -", stdin=STORED_SCHEMA).stdout)
 
 
+def assert_installed_not_started(machine: Machine, out: str) -> None:
+    """A first install without credentials (apt-get's output `out`): the host is set up (the
+    group, the modes of /etc/depositd, the programs at their final paths), nothing is started
+    or enabled, and the output says why."""
+    assert "not started: it needs its credentials first" in out, out
+    for unit in ("depositd.service", "depositd.socket"):
+        state = machine.show(unit, "ActiveState", "UnitFileState")
+        assert state == {"ActiveState": "inactive", "UnitFileState": "disabled"}, (unit, state)
+    modes = machine.run("stat -c '%a %U:%G' /etc/depositd /etc/depositd/credentials").stdout
+    assert modes.split("\n")[:2] == ["750 root:depositd-config", "700 root:root"], modes
+    assert machine.run("head -1 /opt/depositd/venv/bin/depositd").stdout.startswith(
+        "#!/opt/depositd/venv/bin/python"
+    )
+
+
 def test_package_install_upgrade_remove_purge(machine: Machine) -> None:
     figures: dict[str, object] = {}
     started = time.monotonic()
@@ -122,18 +138,8 @@ def test_package_install_upgrade_remove_purge(machine: Machine) -> None:
     old = old.splitlines()[-1]
 
     # Install, offline, without credentials: the host is set up, nothing is started or enabled.
-    started = time.monotonic()
     out = machine.run(f"{APT} install {old}", timeout=300).stdout
-    figures["apt-get install, s"] = round(time.monotonic() - started, 1)
-    assert "not started: it needs its credentials first" in out, out
-    for unit in ("depositd.service", "depositd.socket"):
-        state = machine.show(unit, "ActiveState", "UnitFileState")
-        assert state == {"ActiveState": "inactive", "UnitFileState": "disabled"}, (unit, state)
-    modes = machine.run("stat -c '%a %U:%G' /etc/depositd /etc/depositd/credentials").stdout
-    assert modes.split("\n")[:2] == ["750 root:depositd-config", "700 root:root"], modes
-    assert machine.run("head -1 /opt/depositd/venv/bin/depositd").stdout.startswith(
-        "#!/opt/depositd/venv/bin/python"
-    )
+    assert_installed_not_started(machine, out)
     old_schema = int(machine.run(SCHEMA).stdout)
 
     # Credentials and configuration in place: it starts (the socket holding the port).
@@ -181,4 +187,10 @@ def test_package_install_upgrade_remove_purge(machine: Machine) -> None:
     assert not machine.path("/etc/depositd").exists()
     assert machine.path(f"{STATE}/depositd.db").exists()
     assert re.search(r"database and its backups stay in /var/lib/private/depositd", out), out
+
+    # This release's own first install (its maintainer scripts, not the previous release's).
+    started = time.monotonic()
+    out = machine.run(f"{APT} install {deb}", timeout=300).stdout
+    figures["apt-get install, s"] = round(time.monotonic() - started, 1)
+    assert_installed_not_started(machine, out)
     print(f"\npackage figures: {json.dumps(figures)}")
