@@ -1,19 +1,22 @@
 """Steady signed load on depositd's webhook, run inside the test container (not a test).
 
-Sends `--rate` deliveries a second for `--seconds` (or until 3 s after `--stop-file` appears,
-whichever comes first), each on a connection of its own (as a
-provider delivers), open loop: a slow answer does not slow the sending. Each delivery is an
-event stored and nothing more (STABLE_ORDER_UPDATED with a unique eventId). Writes `--started`
-once the first delivery is out, and prints a JSON summary when every delivery has its outcome:
+Sends `--rate` deliveries a second for `--seconds`, each on a connection of its own (as a
+provider delivers), open loop: a slow answer does not slow the sending. With `--stop-file`, the
+load goes on past `--seconds` until TAIL_S after that file appears (an action that outlasts the
+window still ends under load), at most MAX_S. Each delivery is an event stored and nothing more
+(STABLE_ORDER_UPDATED with a unique eventId). Writes `--started` once the first delivery is
+out (its CLOCK_MONOTONIC time, which the container shares with the test), and prints a JSON
+summary when every delivery has its outcome:
 
-    {"sent": n, "answered": {"200": n, ...}, "refused": n, "reset": n, "timeout": n,
-     "errors": {...}, "longestGapS": s, "ok": [eventId, ...]}
+    {"sent": n, "loadS": s, "answered": {"200": n, ...}, "refused": n, "reset": n,
+     "timeout": n, "errors": {...}, "longestGapS": s, "ok": [eventId, ...]}
 
-longestGapS is the longest time without an HTTP answer, from the first delivery sent to the last
-answer. Run with depositd's own interpreter (it signs with worker.provider.signing):
+loadS is the time from the first delivery sent to the last; longestGapS the longest time
+without an HTTP answer, from the first delivery sent to the last answer. Run with depositd's own
+interpreter (it signs with worker.provider.signing):
 
     /opt/depositd/venv/bin/python steadyload.py --url http://127.0.0.1:8080/webhooks/provider \
-        --key KEY --secret-file FILE --prefix restart --rate 50 --seconds 12 --started FILE
+        --key KEY --secret-file FILE --prefix restart --rate 50 --seconds 20 --started FILE
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from worker.provider.signing import signed_headers
 
 ANSWER_S = 60.0
 TAIL_S = 3.0  # steady load after --stop-file appears
+MAX_S = 300.0  # a stop file that never comes
 
 
 async def deliver(host: str, port: int, path: str, key: str, secret: str, event_id: str) -> str:
@@ -83,7 +87,7 @@ async def main() -> None:
     url = urlsplit(args.url)
     host, port, path = url.hostname or "127.0.0.1", url.port or 80, url.path
     secret = args.secret_file.read_text().strip()
-    count = int(args.rate * args.seconds)
+    count = int(args.rate * args.seconds)  # at least these; more until the stop file's tail
     answers: list[float] = []
     outcomes: dict[str, str] = {}
 
@@ -95,26 +99,32 @@ async def main() -> None:
             answers.append(time.monotonic())
 
     loop = asyncio.get_running_loop()
-    start = loop.time()
+    start = loop.time()  # loop.time() is time.monotonic()
     tasks = []
-    end: float | None = None
-    for n in range(count):
+    end: float | None = None  # TAIL_S after the stop file appeared
+    last = start
+    for n in itertools.count():
         await asyncio.sleep(max(0.0, start + n / args.rate - loop.time()))
+        now = loop.time()
         if end is None and args.stop_file is not None and args.stop_file.exists():
-            end = loop.time() + TAIL_S
-        if end is not None and loop.time() > end:
+            end = now + TAIL_S
+        if n >= count and (
+            args.stop_file is None or (end is not None and now > end) or now - start > MAX_S
+        ):
             break
+        last = now
         tasks.append(asyncio.create_task(one(n)))
         if n == 0:
-            args.started.write_text("started\n")
+            args.started.write_text(f"{start}\n")
     await asyncio.gather(*tasks)
-    times = [start, *sorted(answers)]  # loop.time() is time.monotonic()
+    times = [start, *sorted(answers)]
     counted: dict[str, int] = {}
     for outcome in outcomes.values():
         counted[outcome] = counted.get(outcome, 0) + 1
     answered = {k: v for k, v in counted.items() if k.isdigit()}
     summary = {
         "sent": len(tasks),
+        "loadS": round(last - start, 3),
         "answered": answered,
         "refused": counted.get("refused", 0),
         "reset": counted.get("reset", 0),
