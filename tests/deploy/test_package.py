@@ -31,6 +31,7 @@ from tests.support.installed import (
     under_load,
 )
 from tests.support.machine import REPO, Machine, MachineError, missing_requirements, rootfs, wheels
+from worker.schedule.leaderjobs import STOP_GRACE_S
 
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.xdist_group("systemd")]
 
@@ -173,6 +174,31 @@ def test_package_install_upgrade_remove_purge(machine: Machine) -> None:
     assert stored_schema(machine) == new_schema
     figures["schema_version"] = f"{old_schema} -> {new_schema}"
     assert_booked_once(host, [upgrade])
+
+    # The next upgrade, from this release (this tree's package with its version bumped): the
+    # previous release's stop could wait its 5 s grace for a poll; this one's does not, so the
+    # longest time without an answer is this release's stop and start.
+    bumped = f"{version}+1"
+    newer = f"{DIST}/depositd_{bumped}_amd64.deb"
+    machine.run(
+        f"dpkg-deb -R {deb} /root/next && sed -i 's/^Version: .*/Version: {bumped}/'"
+        f" /root/next/DEBIAN/control && dpkg-deb --root-owner-group -Zgzip -b /root/next {newer}"
+        " >/dev/null && rm -rf /root/next",
+        timeout=300,
+    )
+    again = under_load(
+        host,
+        "upgrade-again",
+        f"{APT} {KEEP_CONFFILES} install {newer}",
+        ("52.10", "52.20", "52.30"),
+    )
+    figures["upgrade from this release under 50/s"] = {k: again[k] for k in FIGURES if k in again}
+    print(f"\nupgrade from this release under load: {json.dumps(again)}")
+    assert_nothing_lost(again)
+    assert machine.run("dpkg-query -W -f '${Version}' depositd").stdout == bumped
+    assert again["stopS"] < STOP_GRACE_S, again
+    assert again["longestGapS"] < 5, again
+    assert_booked_once(host, [upgrade, again])
 
     # remove: stopped, the program gone, configuration, credentials and data kept.
     machine.run(f"{APT} remove depositd", timeout=300)
