@@ -69,7 +69,7 @@ _INSERT_EVENT = {
     " ON CONFLICT (event_id) DO NOTHING",
     # Sent for all rows at once (one round trip): a row is new when it returns its key.
     "postgres": "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
-    " headers, received_at, status, processed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    " headers, received_at, status, processed_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
     " ON CONFLICT (event_id) DO NOTHING RETURNING seq",
 }
 

@@ -11,15 +11,17 @@ Each statement is written as its engine runs it: once where both engines take th
 (`ON CONFLICT ... DO NOTHING`, `RETURNING`), else side by side in the module that runs it,
 `{"sqlite": ..., "postgres": ...}` picked by `dialect(db)` (SQLite's `x IS ?` is PostgreSQL's
 `x IS NOT DISTINCT FROM ?`, which SQLite has only from 3.39). The one rewrite here is of the
-placeholders (`placeholders`: `?` -> `%s`). A generated key is read from the
+placeholders (`placeholders`: the n-th `?` -> `$n`). A generated key is read from the
 `RETURNING` row (there is no `lastrowid`). Parameters go to the server untyped (like literals),
 so that an int compared with a TEXT column or a bool stored in an INTEGER one behaves as on SQLite.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -91,11 +93,13 @@ def _row_factory(cursor: Any) -> Any:
 
 @lru_cache(maxsize=1024)
 def placeholders(sql: str) -> str:
-    """The statement with psycopg's placeholders: `?` outside quotes becomes `%s`, and every
-    `%` is doubled (psycopg's own syntax). The one rewrite of a statement's text: every
-    statement is otherwise written as its engine runs it (`dialect`)."""
+    """The statement with PostgreSQL's numbered placeholders: the n-th `?` outside quotes
+    becomes `$n`. The one rewrite of a statement's text: every statement is otherwise written
+    as its engine runs it (`dialect`), and sent as it is (psycopg's raw cursors, which parse no
+    placeholders of their own)."""
     out: list[str] = []
     quote: str | None = None
+    count = 0
     for char in sql:
         if quote is not None:
             if char == quote:
@@ -103,10 +107,116 @@ def placeholders(sql: str) -> str:
         elif char in "'\"":
             quote = char
         elif char == "?":
-            out.append("%s")
+            count += 1
+            out.append(f"${count}")
             continue
-        out.append("%%" if char == "%" else char)
+        out.append(char)
     return "".join(out)
+
+
+# --- many rows in one statement -----------------------------------------------------------
+
+# An INSERT of one row of values (placeholders and constants, no expression), with no
+# RETURNING: `executemany` sends it as statements of many rows each (`_Rows`).
+_ONE_ROW = re.compile(
+    r"INSERT INTO (?P<table>\w+) \((?P<columns>[\w, ]+)\) VALUES \((?P<values>[^()'\"$]+)\)"
+    r"(?P<tail>[^?'\"$]*)",
+    re.DOTALL,
+)
+_DO_NOTHING = re.compile(r" ON CONFLICT(?: \([\w, ]+\))? DO NOTHING")
+# DO UPDATE with the new row's values only (`excluded.column`): each row of a statement of many
+# updates its own row, as it would alone, as long as no two rows have the same key.
+_DO_UPDATE = re.compile(
+    r" ON CONFLICT \((?P<key>[\w, ]+)\) DO UPDATE SET \w+ = excluded\.\w+"
+    r"(?:, \w+ = excluded\.\w+)*"
+)
+# Rows per statement: powers of two (each size one statement text, prepared once it repeats),
+# at most this many, and never more than the protocol's 65,535 parameters.
+_MOST_ROWS = 256
+_MOST_PARAMS = 65535
+
+
+class _Rows:
+    """How an INSERT of one row (`_ONE_ROW`) is sent for many rows: statements of `2**k` rows.
+
+    Sent so, the rows do what the same INSERT run once per row, in order, does: a plain INSERT
+    and ON CONFLICT DO NOTHING (a row whose key an earlier row of the same statement took is
+    passed over, as it would be a statement later), DO UPDATE only when no two rows share the
+    conflict key (`distinct`). `held`: a plain INSERT, whose rows may wait to be sent together
+    (`PgConnection.hold`)."""
+
+    __slots__ = ("_head", "_row", "_sql", "_tail", "held", "key", "most", "width")
+
+    def __init__(self, head: str, row: list[str], tail: str, key: tuple[int, ...] | None) -> None:
+        self._head, self._row, self._tail = head, row, tail
+        self.width = len(row) - 1  # parameters per row
+        self.key = key  # DO UPDATE: the conflict key's parameters in a row
+        self.held = not tail.strip()
+        self.most = _MOST_ROWS
+        while self.most > 1 and self.most * self.width > _MOST_PARAMS:
+            self.most //= 2
+        self._sql: dict[int, bytes] = {}
+
+    def sql(self, rows: int) -> bytes:
+        """The statement for `rows` rows (a power of two)."""
+        text = self._sql.get(rows)
+        if text is None:
+            parts = [self._head]
+            n = 0
+            for i in range(rows):
+                parts.append(", (" if i else "(")
+                parts.append(self._row[0])
+                for piece in self._row[1:]:
+                    n += 1
+                    parts.append(f"${n}{piece}")
+                parts.append(")")
+            parts.append(self._tail)
+            text = self._sql[rows] = "".join(parts).encode()
+        return text
+
+    def parts(self, count: int) -> list[int]:
+        """The rows of each statement for `count` rows, largest first."""
+        sizes = []
+        while count:
+            size = min(self.most, 1 << (count.bit_length() - 1))
+            sizes.append(size)
+            count -= size
+        return sizes
+
+    def distinct(self, rows: Sequence[Sequence[Any]]) -> bool:
+        """Whether the rows can share statements (DO UPDATE: no two with one key)."""
+        key = self.key
+        if key is None:
+            return True
+        return len({tuple(row[i] for i in key) for row in rows}) == len(rows)
+
+
+@lru_cache(maxsize=256)
+def many_rows(sql: str) -> _Rows | None:
+    """How the statement `sql` (with `?` placeholders) is sent for many rows, or None: sent
+    once per row (anything but an INSERT of one row of values with no RETURNING)."""
+    match = _ONE_ROW.fullmatch(sql.strip())
+    if match is None or "RETURNING" in match["tail"].upper():
+        return None
+    values = [v.strip() for v in match["values"].split(",")]
+    columns = [c.strip() for c in match["columns"].split(",")]
+    if len(values) != len(columns) or any(v.count("?") > 1 for v in values):
+        return None
+    tail = match["tail"]
+    key: tuple[int, ...] | None = None
+    if tail.strip() and not _DO_NOTHING.fullmatch(tail):
+        update = _DO_UPDATE.fullmatch(tail)
+        if update is None:
+            return None
+        positions = []
+        for name in (k.strip() for k in update["key"].split(",")):
+            if name not in columns or "?" not in values[columns.index(name)]:
+                return None
+            positions.append(sum("?" in v for v in values[: columns.index(name)]))
+        key = tuple(positions)
+    # The row's text cut at its placeholders: a constant or a cast before or after each.
+    row = ", ".join(values).split("?")
+    return _Rows(f"INSERT INTO {match['table']} ({match['columns']}) VALUES ", row, tail, key)
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -131,7 +241,9 @@ class Cursor:
 
     In pipeline mode (`PgConnection.pipeline`) a statement is sent without waiting for its
     result: `rowcount` and the rows are fetched when first asked for, so the statements nobody
-    reads the result of share one round trip with the next that is read.
+    reads the result of share one round trip with the next that is read. An `executemany` of
+    an INSERT is sent as statements of many rows each (`many_rows`); in pipeline mode the rows
+    of one plain INSERT run one after another wait to be sent together (`PgConnection.hold`).
     """
 
     def __init__(self, cursor: psycopg.Cursor[Any], conn: PgConnection) -> None:
@@ -139,34 +251,74 @@ class Cursor:
         self._conn = conn
         self._rowcount = -1
         self._pending = False
+        # The statements sent for this one (an INSERT of many rows: several), whose row counts
+        # add up; `_one`: a row of a held INSERT (`PgConnection.hold`), which inserted one row.
+        self._sent: list[psycopg.Cursor[Any]] = [cursor]
+        self._one = False
+        self._held = False
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
         """Run one statement (PostgreSQL's SQL with `?` placeholders)."""
+        conn = self._conn
+        query = placeholders(sql)
+        values = tuple(params or ())
+        if self._held:
+            conn.send_held()
+        self._sent, self._one = [self._cursor], False
         with store_errors():
-            self._cursor.execute(placeholders(sql), tuple(params or ()))
+            if conn.pipelining is not None:
+                rows = many_rows(sql)
+                if rows is not None and rows.held and len(values) == rows.width:
+                    conn.hold(self, rows, values)
+                    self._pending = True
+                    return self
+            conn.send_held()
+            self._cursor.execute(query, values)
             self._pending = True
-            if self._conn.pipelining is None:
+            if conn.pipelining is None:
                 self._settle()
+            else:
+                conn.sent()
         return self
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> Cursor:
-        """Run one statement once per parameter set."""
+        """Run one statement once per parameter set (an INSERT: in statements of many rows)."""
+        conn = self._conn
+        query = placeholders(sql)
+        rows = [tuple(p) for p in seq]
+        if self._held:
+            conn.send_held()
+        self._sent, self._one = [self._cursor], False
         with store_errors():
-            self._cursor.executemany(placeholders(sql), [tuple(p) for p in seq])
+            conn.send_held()
+            shape = many_rows(sql) if len(rows) > 1 else None
+            if (
+                shape is not None
+                and all(len(r) == shape.width for r in rows)
+                and shape.distinct(rows)
+            ):
+                self._sent = conn.send_rows(shape, rows)
+            else:
+                self._cursor.executemany(query, rows)
             self._pending = True
-            if self._conn.pipelining is None:
+            if conn.pipelining is None:
                 self._settle()
+            else:
+                conn.sent()
         return self
 
     def _settle(self) -> None:
         """The statement's outcome, waited for now if it was only sent."""
         if not self._pending:
             return
+        conn = self._conn
+        if self._held:
+            conn.send_held()
         self._pending = False
-        pipeline = self._conn.pipelining
-        if pipeline is not None and not self._cursor.pgresult:
-            pipeline.sync()
-        self._rowcount = self._cursor.rowcount
+        pipeline = conn.pipelining
+        if pipeline is not None and not all(c.pgresult for c in self._sent):
+            conn.sync()
+        self._rowcount = 1 if self._one else sum(c.rowcount for c in self._sent)
 
     @property
     def rowcount(self) -> int:
@@ -216,6 +368,15 @@ class Cursor:
         self._cursor.close()
 
 
+@dataclass
+class _Held:
+    """Rows of one plain INSERT run one after another in pipeline mode, not sent yet."""
+
+    shape: _Rows
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    cursors: list[Cursor] = field(default_factory=list)
+
+
 class PgConnection:
     """A psycopg connection (autocommit: transactions are the statements BEGIN and COMMIT)
     answering like a `sqlite3.Connection`."""
@@ -223,6 +384,8 @@ class PgConnection:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.raw = conn
         self.pipelining: psycopg.Pipeline | None = None
+        self._held: _Held | None = None
+        self._unsynced = False  # a statement was sent in pipeline mode since the last sync
 
     @contextmanager
     def pipeline(self) -> Iterator[None]:
@@ -238,8 +401,67 @@ class PgConnection:
             self.pipelining = pipeline
             try:
                 yield
+                self.send_held()
             finally:
+                self._held = None
                 self.pipelining = None
+                self._unsynced = False
+
+    def hold(self, cursor: Cursor, shape: _Rows, values: tuple[Any, ...]) -> None:
+        """Keep the row of a plain INSERT (pipeline mode) to be sent with the rows of the same
+        INSERT run right after it, in one statement (`send_held`). Whatever else the connection
+        is asked first (another statement, a result, a sync) sends them: the server runs the
+        same statements in the same order, one INSERT of many rows in place of many of one."""
+        held = self._held
+        if held is not None and held.shape is not shape:
+            self.send_held()
+            held = None
+        if held is None:
+            held = self._held = _Held(shape)
+        held.rows.append(values)
+        held.cursors.append(cursor)
+        cursor._held = True
+
+    def send_held(self) -> None:
+        """Send the rows `hold` kept, as statements of many rows."""
+        held = self._held
+        if held is None:
+            return
+        self._held = None
+        sent: list[psycopg.Cursor[Any]] = []
+        for cursor in held.cursors:
+            cursor._held, cursor._sent, cursor._one = False, sent, True
+        sent += self.send_rows(held.shape, held.rows)
+
+    def send_rows(self, shape: _Rows, rows: list[tuple[Any, ...]]) -> list[psycopg.Cursor[Any]]:
+        """Send the rows of an INSERT (`many_rows`) as statements of many rows each; their
+        cursors (in pipeline mode the results are not waited for; outside, they are read in one
+        round trip)."""
+        if self.pipelining is None and len(shape.parts(len(rows))) > 1:
+            with self.pipeline():
+                return self.send_rows(shape, rows)
+        sent = []
+        start = 0
+        for size in shape.parts(len(rows)):
+            cursor = self.raw.cursor()
+            part = rows[start : start + size]
+            start += size
+            values = part[0] if size == 1 else tuple(v for row in part for v in row)
+            cursor.execute(shape.sql(size), values)
+            sent.append(cursor)
+        self.sent()
+        return sent
+
+    def sent(self) -> None:
+        """A statement was sent: in pipeline mode, the next RELEASE waits for it."""
+        self._unsynced = self.pipelining is not None
+
+    def sync(self) -> None:
+        """Wait for the statements sent in pipeline mode (their errors are raised here)."""
+        assert self.pipelining is not None
+        self.send_held()
+        self._unsynced = False
+        self.pipelining.sync()
 
     @property
     def in_transaction(self) -> bool:
@@ -269,9 +491,9 @@ class PgConnection:
     def release(self, name: str) -> None:
         """RELEASE the savepoint `name`; in pipeline mode once the statements sent before it
         are done, so that a failure of the savepoint's block is raised inside that block."""
-        if self.pipelining is not None:
+        if self.pipelining is not None and (self._unsynced or self._held is not None):
             with store_errors():
-                self.pipelining.sync()
+                self.sync()
         self.execute(f"RELEASE {name}")
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> Cursor:
@@ -374,6 +596,8 @@ def connect(
         raw = psycopg.connect(
             url,
             autocommit=True,
+            # Statements go as written (`placeholders`): psycopg parses no `%s` of its own.
+            cursor_factory=psycopg.RawCursor,
             connect_timeout=CONNECT_TIMEOUT_S,
             application_name=application_name,
             # A server that vanished from the network (no RST) is noticed within ~10 s, so
