@@ -166,10 +166,32 @@ def mark_events(db: Database, marks: Sequence[tuple[int, str, str | None]]) -> N
         if status not in EVENT_STATUSES or status == "pending":
             raise ValueError(f"cannot mark an event {status!r}")
     now = utc_now()
+    if is_postgres(db):
+        # One statement for all (its arrays each a parameter); an event marked twice takes its
+        # last mark, as it would marked one statement at a time.
+        last = {seq: (status, error) for seq, status, error in marks}
+        if last:
+            db.conn.execute(
+                _MARK_ALL,
+                [
+                    now,
+                    [str(seq) for seq in last],
+                    [m[0] for m in last.values()],
+                    [m[1] for m in last.values()],
+                ],
+            )
+        return
     db.conn.executemany(
         "UPDATE events SET status = ?, error = ?, processed_at = ? WHERE seq = ?",
         [(status, error, now, seq) for seq, status, error in marks],
     )
+
+
+_MARK_ALL = (
+    "UPDATE events SET status = m.status, error = m.error, processed_at = ?::text"
+    " FROM unnest(?::text[], ?::text[], ?::text[]) AS m(seq, status, error)"
+    " WHERE events.seq = m.seq::bigint"
+)
 
 
 def delete_done_before(db: Db, cutoff: str) -> int:

@@ -163,34 +163,57 @@ def book_once(
 # whether every row was written; when one was not, the batch is applied again one event at a
 # time, where `likely_duplicate_of` tells a likely duplicate (held) from another output of the
 # same transaction (booked).
-_LIKELY_DUPLICATE = {
-    "sqlite": " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ? AND field = ?"
-    " AND decided_at IS NOT NULL)"
-    " AND NOT EXISTS (SELECT 1 FROM ledger WHERE lower(tx_hash) = lower(?)"
-    " AND transaction_id <> ?)"
-    " AND NOT EXISTS (SELECT 1 FROM ledger l JOIN deposits d ON d.transaction_id = l.transaction_id"
-    " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?) AND l.transaction_id <> ?)",
-    "postgres": " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ?::text"
-    " AND field = ?::text AND decided_at IS NOT NULL)"
-    " AND NOT EXISTS (SELECT 1 FROM ledger WHERE lower(tx_hash) = lower(?::text)"
-    " AND transaction_id <> ?::text)"
-    " AND NOT EXISTS (SELECT 1 FROM ledger l JOIN deposits d ON d.transaction_id = l.transaction_id"
-    " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?::text)"
-    " AND l.transaction_id <> ?::text)",
-}
+#
+# On SQLite one statement per booking. On PostgreSQL one for all of a batch's bookings (its
+# arrays, a column's values each, one parameter each: `_all_values`): a statement does not see
+# the rows it inserts itself, so a row is also passed over when an earlier one of the same
+# statement has its txHash under another transactionId, written or not. It then writes no row
+# that the statement run once per booking, in order, would not, and when it writes them all,
+# they are the same rows; when it writes fewer, the batch is applied again as above.
 # (SQLite takes `ON CONFLICT` after an `INSERT ... SELECT` only when the SELECT has a WHERE,
 # as here: without one it reads the ON as a join's.)
 _BOOK_UNLESS_DUPLICATE = {
     "sqlite": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
     " network, amount, from_address, tx_hash, booked_at, trigger)"
     " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
-    + _LIKELY_DUPLICATE["sqlite"]
-    + " ON CONFLICT DO NOTHING",
-    "postgres": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ? AND field = ?"
+    " AND decided_at IS NOT NULL)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger WHERE lower(tx_hash) = lower(?)"
+    " AND transaction_id <> ?)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger l JOIN deposits d ON d.transaction_id = l.transaction_id"
+    " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?) AND l.transaction_id <> ?)"
+    " ON CONFLICT DO NOTHING",
+    "postgres": "WITH v AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::text[],"
+    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[]) WITH ORDINALITY"
+    " AS v(transaction_id, wallet_id, wallet_name, currency, network, amount, from_address,"
+    " tx_hash, trigger, n))"
+    " INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
     " network, amount, from_address, tx_hash, booked_at, trigger)"
-    " SELECT ?::text, ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text,"
-    " ?::text, ?::text" + _LIKELY_DUPLICATE["postgres"] + " ON CONFLICT DO NOTHING",
+    " SELECT v.transaction_id, v.wallet_id::bigint, v.wallet_name, v.currency, v.network,"
+    " v.amount, v.from_address, v.tx_hash, ?::text, v.trigger FROM v"
+    " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = v.transaction_id"
+    " AND field = ?::text AND decided_at IS NOT NULL)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger WHERE lower(tx_hash) = lower(v.tx_hash)"
+    " AND transaction_id <> v.transaction_id)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger l JOIN deposits d ON d.transaction_id = l.transaction_id"
+    " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(v.tx_hash)"
+    " AND l.transaction_id <> v.transaction_id)"
+    " AND NOT EXISTS (SELECT 1 FROM v AS e WHERE e.n < v.n AND lower(e.tx_hash) = lower(v.tx_hash)"
+    " AND e.transaction_id <> v.transaction_id)"
+    " ORDER BY v.n ON CONFLICT DO NOTHING",
 }
+# `_all_values`' arrays, in the order of the statement's.
+_ALL_COLUMNS = (
+    "transaction_id",
+    "wallet_id",
+    "wallet_name",
+    "currency",
+    "network",
+    "amount",
+    "from_address",
+    "tx_hash",
+    "trigger",
+)
 
 
 # The txHashes of a batch's bookings held at once, in one order for every instance (two
@@ -214,15 +237,28 @@ def book_all_unless_duplicate(
     Their txHashes are locked first (`lock_tx_hash`), all in one statement. Nothing is waited
     for: returns what says whether every row was written (when not, the caller finds out why
     the slow way)."""
+    now = booked_at or utc_now()
     if is_postgres(db):
         # Not waited for: the server runs the statements of a pipeline in order.
         conn_of(db).execute(_LOCK_TX_HASHES, [[b["tx_hash"] for b in bookings]])
-    sql = _BOOK_UNLESS_DUPLICATE[dialect(db)]
-    now = booked_at or utc_now()
-    cursor = conn_of(db).executemany(
-        sql, [_unless_values(b, now, decision_field) for b in bookings]
-    )
+        cursor = conn_of(db).execute(
+            _BOOK_UNLESS_DUPLICATE["postgres"], _all_values(bookings, now, decision_field)
+        )
+    else:
+        cursor = conn_of(db).executemany(
+            _BOOK_UNLESS_DUPLICATE["sqlite"],
+            [_unless_values(b, now, decision_field) for b in bookings],
+        )
     return lambda: cursor.rowcount == len(bookings)
+
+
+def _all_values(bookings: list[dict[str, Any]], now: str, decision_field: str) -> list[Any]:
+    """The parameters of `_BOOK_UNLESS_DUPLICATE["postgres"]`: a column's values each (as
+    text), the time, the decision's field."""
+    columns: list[Any] = [
+        [None if b[c] is None else str(b[c]) for b in bookings] for c in _ALL_COLUMNS
+    ]
+    return [*columns, now, decision_field]
 
 
 def _unless_values(booking: dict[str, Any], now: str, decision_field: str) -> list[Any]:
