@@ -96,6 +96,35 @@ class Statements:
                 print(f"    {n / events:7.3f}  {text}")
 
 
+def server_cpu_s(port: int) -> float:
+    """CPU seconds the PostgreSQL server listening on `port` has used so far: its postmaster
+    and the processes it started (those alive, and the ended ones it has reaped)."""
+    stats: dict[str, tuple[str, list[str]]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            cmdline = (stat.parent / "cmdline").read_text().split("\0")
+        except OSError:
+            continue
+        name, _, rest = text.partition("(")[2].rpartition(")")
+        if name == "postgres":
+            stats[stat.parent.name] = (" ".join(cmdline), rest.split())
+    main = [pid for pid, (cmd, _) in stats.items() if f"-p {port} " in f"{cmd} "]
+    ticks = sum(
+        sum(int(f) for f in fields[11:15])
+        for pid, (_, fields) in stats.items()
+        if pid in main or fields[1] in main
+    )
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(url: str | None) -> float:
+    """`server_cpu_s` of the server of `url` (0 for SQLite)."""
+    if url is None:
+        return 0.0
+    return server_cpu_s(int(url.rpartition(":")[2].partition("/")[0]))
+
+
 def _short(sql: str) -> str:
     return re.sub(r"\s+", " ", sql.strip())[:100]
 
@@ -124,7 +153,7 @@ async def one_round(
         for i in range(0, len(rows), 500):
             await asyncio.gather(*(store.queue_event(r) for r in rows[i : i + 500]))
         processor = Processor(store, reactor=RuleReactor(lambda: book, lambda: profiles))
-        cpu, wall = time.process_time(), time.perf_counter()
+        cpu, wall, server = time.process_time(), time.perf_counter(), server_cpu(url)
         if profile is not None:
             profile.enable()
         if statements is not None:
@@ -135,11 +164,14 @@ async def one_round(
         if profile is not None:
             profile.disable()
         took, wall = time.process_time() - cpu, time.perf_counter() - wall
+        server = server_cpu(url) - server
         assert done == count, (done, count)
         wal = tmp / "bench.db-wal"
         if url is None:
             print(f"  WAL {wal.stat().st_size / 1e6:.0f} MB" if wal.exists() else "  no WAL")
         print(f"  {count / wall:.0f} events/s")
+        if url is not None:
+            print(f"  PostgreSQL server: {server / count * 1e6:.0f} us CPU per event")
         if statements is not None:
             statements.show(count)
             statements.sent.clear()

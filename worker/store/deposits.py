@@ -41,12 +41,17 @@ def deposit_rows_sent(
     conn = conn_of(db)
     ids = list(dict.fromkeys(transaction_ids))
     cursors = []
-    for start in range(0, len(ids), _IN_CHUNK):
-        chunk = ids[start : start + _IN_CHUNK]
-        marks = ",".join("?" * len(chunk))
-        cursors.append(
-            conn.execute(f"SELECT * FROM deposits WHERE transaction_id IN ({marks})", chunk)
-        )
+    if is_postgres(db):
+        # One statement whatever the number (prepared once: an IN list's text changes with it).
+        if ids:
+            cursors.append(conn.execute(_ROWS_AMONG, [ids]))
+    else:
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[start : start + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            cursors.append(
+                conn.execute(f"SELECT * FROM deposits WHERE transaction_id IN ({marks})", chunk)
+            )
 
     def rows() -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
@@ -59,6 +64,7 @@ def deposit_rows_sent(
 
 
 _IN_CHUNK = 500  # ids per IN list (well under SQLite's limit on bound values)
+_ROWS_AMONG = "SELECT * FROM deposits WHERE transaction_id = ANY(?::text[])"  # PostgreSQL
 
 
 def upsert_deposit_row(db: Database, row: Mapping[str, Any]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from worker.clock import utc_now
 from worker.store.db import Database, Db
-from worker.store.pg import is_postgres, store_errors
+from worker.store.pg import PgConnection, is_postgres
 
 EVENT_STATUSES = ("pending", "processed", "ignored", "failed")
 
@@ -67,10 +67,10 @@ _INSERT_EVENT = {
     "sqlite": "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
     " headers, received_at, status, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (event_id) DO NOTHING",
-    # Sent for all rows at once (one round trip): a row is new when it returns its key.
+    # Sent for all rows at once (one round trip): a row is new when it returns its eventId.
     "postgres": "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
-    " headers, received_at, status, processed_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-    " ON CONFLICT (event_id) DO NOTHING RETURNING seq",
+    " headers, received_at, status, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
 }
 
 
@@ -78,14 +78,16 @@ def insert_events(db: Database, rows: Sequence[Sequence[Any]]) -> list[bool]:
     """Insert received events (`worker.store.sqlitestore.event_row` each) unless their eventId is
     stored; per row, whether it was new (the first of two equal eventIds only)."""
     if is_postgres(db):
-        raw = db.conn.raw.cursor()  # type: ignore[attr-defined]
+        # All rows in statements of many rows: inserted in their order, so of two rows with one
+        # eventId the first is the one inserted, as when each row is a statement of its own.
+        conn = db.conn
+        assert isinstance(conn, PgConnection)
+        inserted = {r[0] for r in conn.insert_returning(_INSERT_EVENT["postgres"], rows)}
         new = []
-        with store_errors():
-            raw.executemany(_INSERT_EVENT["postgres"], rows, returning=True)
-            while True:
-                new.append(raw.fetchone() is not None)
-                if not raw.nextset():
-                    break
+        for row in rows:
+            event_id = row[0]
+            new.append(event_id in inserted)
+            inserted.discard(event_id)
         return new
     cursor = db.conn.cursor()
     results = []
@@ -120,7 +122,9 @@ def pending_events(db: Database, *, limit: int = 100) -> list[StoredEvent]:
 # One statement, one round trip: the pending rows locked (`FOR UPDATE SKIP LOCKED`), an advisory
 # lock tried once per deposit among them (`won`), and for each deposit won the first pending
 # event up to the last row locked that this statement did not lock (`cut`: another instance
-# holds it). CTEs with a locking clause or a volatile function are evaluated once, in full.
+# holds it; `skipped`: the pending rows up to the last one locked that this statement did not
+# lock, read in one pass, not once per deposit). CTEs with a locking clause or a volatile
+# function, and a MATERIALIZED one, are evaluated once, in full.
 _CLAIM = (
     "WITH claimed AS (SELECT seq, event_id, event_type, reference_id, transaction_id, body,"
     " received_at, status, error, headers FROM events WHERE status = 'pending' ORDER BY seq LIMIT ?"
@@ -129,10 +133,10 @@ _CLAIM = (
     " WHERE transaction_id IS NOT NULL GROUP BY transaction_id),"
     " won AS MATERIALIZED (SELECT transaction_id FROM (SELECT transaction_id FROM ids"
     " ORDER BY first) AS o WHERE pg_try_advisory_xact_lock(hashtext(transaction_id))),"
-    " cut AS (SELECT e.transaction_id, MIN(e.seq) AS seq FROM events e"
-    " JOIN won w ON w.transaction_id = e.transaction_id WHERE e.status = 'pending'"
-    " AND e.seq <= (SELECT MAX(seq) FROM claimed)"
-    " AND e.seq NOT IN (SELECT seq FROM claimed) GROUP BY e.transaction_id)"
+    " skipped AS MATERIALIZED (SELECT transaction_id, seq FROM events WHERE status = 'pending'"
+    " AND seq <= (SELECT MAX(seq) FROM claimed) AND seq NOT IN (SELECT seq FROM claimed)),"
+    " cut AS (SELECT s.transaction_id, MIN(s.seq) AS seq FROM skipped s"
+    " JOIN won w ON w.transaction_id = s.transaction_id GROUP BY s.transaction_id)"
     " SELECT c.seq, c.event_id, c.event_type, c.reference_id, c.transaction_id, c.body,"
     " c.received_at, c.status, c.error, c.headers FROM claimed c LEFT JOIN cut"
     " ON cut.transaction_id = c.transaction_id WHERE c.transaction_id IS NULL"

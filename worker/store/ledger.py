@@ -169,7 +169,11 @@ def book_once(
 # the rows it inserts itself, so a row is also passed over when an earlier one of the same
 # statement has its txHash under another transactionId, written or not. It then writes no row
 # that the statement run once per booking, in order, would not, and when it writes them all,
-# they are the same rows; when it writes fewer, the batch is applied again as above.
+# they are the same rows; when it writes fewer, the batch is applied again as above. Each
+# `OFFSET 0` keeps its NOT EXISTS a lookup per booking by the indexes, as in the statement for
+# one booking (made a join, the plan kept for the prepared statement, made while the tables
+# were small, read the whole ledger per batch once it had grown), and a deposit is read by its
+# key.
 # (SQLite takes `ON CONFLICT` after an `INSERT ... SELECT` only when the SELECT has a WHERE,
 # as here: without one it reads the ON as a join's.)
 _BOOK_UNLESS_DUPLICATE = {
@@ -183,23 +187,28 @@ _BOOK_UNLESS_DUPLICATE = {
     " AND NOT EXISTS (SELECT 1 FROM ledger l JOIN deposits d ON d.transaction_id = l.transaction_id"
     " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?) AND l.transaction_id <> ?)"
     " ON CONFLICT DO NOTHING",
-    "postgres": "WITH v AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::text[],"
+    "postgres": "WITH u AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::text[],"
     " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[]) WITH ORDINALITY"
-    " AS v(transaction_id, wallet_id, wallet_name, currency, network, amount, from_address,"
-    " tx_hash, trigger, n))"
+    " AS u(transaction_id, wallet_id, wallet_name, currency, network, amount, from_address,"
+    " tx_hash, trigger, n)),"
+    # The transactionIds of the earlier bookings of the statement with the same txHash.
+    " v AS (SELECT u.*, min(u.transaction_id) OVER earlier AS first_tx,"
+    " max(u.transaction_id) OVER earlier AS last_tx FROM u WINDOW earlier AS"
+    " (PARTITION BY lower(u.tx_hash) ORDER BY u.n"
+    " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))"
     " INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
     " network, amount, from_address, tx_hash, booked_at, trigger)"
     " SELECT v.transaction_id, v.wallet_id::bigint, v.wallet_name, v.currency, v.network,"
     " v.amount, v.from_address, v.tx_hash, ?::text, v.trigger FROM v"
-    " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = v.transaction_id"
-    " AND field = ?::text AND decided_at IS NOT NULL)"
+    " WHERE (v.first_tx IS NULL"
+    " OR (v.first_tx = v.transaction_id AND v.last_tx = v.transaction_id))"
+    " AND NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = v.transaction_id"
+    " AND field = ?::text AND decided_at IS NOT NULL OFFSET 0)"
     " AND NOT EXISTS (SELECT 1 FROM ledger WHERE lower(tx_hash) = lower(v.tx_hash)"
-    " AND transaction_id <> v.transaction_id)"
-    " AND NOT EXISTS (SELECT 1 FROM ledger l JOIN deposits d ON d.transaction_id = l.transaction_id"
-    " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(v.tx_hash)"
-    " AND l.transaction_id <> v.transaction_id)"
-    " AND NOT EXISTS (SELECT 1 FROM v AS e WHERE e.n < v.n AND lower(e.tx_hash) = lower(v.tx_hash)"
-    " AND e.transaction_id <> v.transaction_id)"
+    " AND transaction_id <> v.transaction_id OFFSET 0)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger l WHERE l.tx_hash IS NULL"
+    " AND l.transaction_id <> v.transaction_id AND lower((SELECT d.tx_hash FROM deposits d"
+    " WHERE d.transaction_id = l.transaction_id)) = lower(v.tx_hash) OFFSET 0)"
     " ORDER BY v.n ON CONFLICT DO NOTHING",
 }
 # `_all_values`' arrays, in the order of the statement's.
@@ -278,6 +287,16 @@ def booked_among_sent(db: Db, transaction_ids: list[str]) -> Callable[[], set[st
     """`booked_among`, its statements sent now and read when the returned function is called
     (on PostgreSQL in pipeline mode, statements sent meanwhile share the round trip)."""
     cursors = []
+    if is_postgres(db):
+        # One statement whatever the number (prepared once: an IN list's text changes with it).
+        if transaction_ids:
+            cursors.append(
+                conn_of(db).execute(
+                    "SELECT transaction_id FROM ledger WHERE transaction_id = ANY(?::text[])",
+                    [list(transaction_ids)],
+                )
+            )
+        return lambda: {str(r[0]) for cursor in cursors for r in cursor.fetchall()}
     for start in range(0, len(transaction_ids), 500):
         part = transaction_ids[start : start + 500]
         marks = ", ".join("?" for _ in part)

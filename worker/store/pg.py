@@ -192,20 +192,24 @@ class _Rows:
 
 
 @lru_cache(maxsize=256)
-def many_rows(sql: str) -> _Rows | None:
+def many_rows(sql: str, *, returning: bool = False) -> _Rows | None:
     """How the statement `sql` (with `?` placeholders) is sent for many rows, or None: sent
-    once per row (anything but an INSERT of one row of values with no RETURNING)."""
+    once per row (anything but an INSERT of one row of values with no RETURNING; with
+    `returning`, a RETURNING clause may end it: `PgConnection.insert_returning`)."""
     match = _ONE_ROW.fullmatch(sql.strip())
-    if match is None or "RETURNING" in match["tail"].upper():
+    if match is None:
+        return None
+    tail = match["tail"]
+    conflict, _, returned = tail.partition(" RETURNING ")
+    if "RETURNING" in conflict.upper() or (returned and not returning):
         return None
     values = [v.strip() for v in match["values"].split(",")]
     columns = [c.strip() for c in match["columns"].split(",")]
     if len(values) != len(columns) or any(v.count("?") > 1 for v in values):
         return None
-    tail = match["tail"]
     key: tuple[int, ...] | None = None
-    if tail.strip() and not _DO_NOTHING.fullmatch(tail):
-        update = _DO_UPDATE.fullmatch(tail)
+    if conflict.strip() and not _DO_NOTHING.fullmatch(conflict):
+        update = _DO_UPDATE.fullmatch(conflict)
         if update is None:
             return None
         positions = []
@@ -455,6 +459,20 @@ class PgConnection:
     def sent(self) -> None:
         """A statement was sent: in pipeline mode, the next RELEASE waits for it."""
         self._unsynced = self.pipelining is not None
+
+    def insert_returning(self, sql: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
+        """An INSERT of one row of values ending in RETURNING (`many_rows`), run for each of
+        `rows` in statements of many rows each: the rows it returned, in the order inserted
+        (a row DO NOTHING passed over returns none)."""
+        shape = many_rows(sql, returning=True)
+        if shape is None:
+            raise ValueError(f"not an INSERT of one row of values: {sql}")
+        with store_errors():
+            self.send_held()
+            parts = self.send_rows(shape, [tuple(row) for row in rows])
+            if self.pipelining is not None:
+                self.sync()
+            return [row for part in parts for row in part.fetchall()]
 
     def sync(self) -> None:
         """Wait for the statements sent in pipeline mode (their errors are raised here)."""
