@@ -640,6 +640,17 @@ def connect(
         raw.adapters.register_dumper(kind, dumper)
     # The Decimal strings of money columns stay exact; a Decimal sent is sent as its text.
     raw.adapters.register_dumper(Decimal, dumper)
+    # A statement psycopg prepared (after its fifth run) is planned at each run, for the tables
+    # as they are then: a plan kept from when the tables were small (a fresh database) read
+    # whole tables where an index finds the rows once they have grown. And no JIT compiling: a
+    # batch's statements run for milliseconds, and compiling one (where the server's estimate
+    # of its cost passes `jit_above_cost`) took as long again.
+    try:
+        raw.execute("SET plan_cache_mode = force_custom_plan")
+        raw.execute("SET jit = off")
+    except psycopg.Error as exc:
+        raw.close()
+        raise from_psycopg(exc) from exc
     return PgConnection(raw)
 
 
