@@ -10,9 +10,11 @@ for both engines.
 Each statement is written as its engine runs it: once where both engines take the same text
 (`ON CONFLICT ... DO NOTHING`, `RETURNING`), else side by side in the module that runs it,
 `{"sqlite": ..., "postgres": ...}` picked by `dialect(db)` (SQLite's `x IS ?` is PostgreSQL's
-`x IS NOT DISTINCT FROM ?`, which SQLite has only from 3.39). The one rewrite here is of the
-placeholders (`placeholders`: the n-th `?` -> `$n`). A generated key is read from the
-`RETURNING` row (there is no `lastrowid`). Parameters go to the server untyped (like literals),
+`x IS NOT DISTINCT FROM ?`, which SQLite has only from 3.39). The rewrites here: the
+placeholders (`placeholders`: the n-th `?` -> `$n`), and an INSERT of one row run for many
+rows, sent as statements of many rows each (`many_rows`: the same rows written as one statement
+per row would write). A generated key is read from the `RETURNING` row (there is no
+`lastrowid`). Parameters go to the server untyped (like literals),
 so that an int compared with a TEXT column or a bool stored in an INTEGER one behaves as on SQLite.
 """
 
@@ -94,9 +96,8 @@ def _row_factory(cursor: Any) -> Any:
 @lru_cache(maxsize=1024)
 def placeholders(sql: str) -> str:
     """The statement with PostgreSQL's numbered placeholders: the n-th `?` outside quotes
-    becomes `$n`. The one rewrite of a statement's text: every statement is otherwise written
-    as its engine runs it (`dialect`), and sent as it is (psycopg's raw cursors, which parse no
-    placeholders of their own)."""
+    becomes `$n`. Every statement is otherwise written as its engine runs it (`dialect`), and
+    sent as it is (psycopg's raw cursors, which parse no placeholders of their own)."""
     out: list[str] = []
     quote: str | None = None
     count = 0
