@@ -9,7 +9,7 @@ from typing import Any
 
 from worker.clock import utc_now
 from worker.store.db import Database, Db
-from worker.store.pg import PgConnection, is_postgres
+from worker.store.pg import InsertRows, PgConnection, is_postgres
 
 EVENT_STATUSES = ("pending", "processed", "ignored", "failed")
 
@@ -63,36 +63,38 @@ class StoredEvent:
 
 # --- receiving ---------------------------------------------------------------------------
 
-_INSERT_EVENT = {
-    "sqlite": "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
+# SQLite: one statement per row, new when it inserted one.
+_INSERT_EVENT = (
+    "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
     " headers, received_at, status, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (event_id) DO NOTHING",
-    # Sent for all rows at once (one round trip): a row is new when it returns its eventId.
-    "postgres": "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
-    " headers, received_at, status, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (event_id) DO NOTHING"
+)
+# PostgreSQL: all rows at once (one round trip), a row new when it returns its eventId.
+_INSERT_EVENTS = InsertRows(
+    "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
+    " headers, received_at, status, processed_at) VALUES ",
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
     " ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
-}
+)
 
 
 def insert_events(db: Database, rows: Sequence[Sequence[Any]]) -> list[bool]:
     """Insert received events (`worker.store.sqlitestore.event_row` each) unless their eventId is
     stored; per row, whether it was new (the first of two equal eventIds only)."""
-    if is_postgres(db):
-        # All rows in statements of many rows: inserted in their order, so of two rows with one
-        # eventId the first is the one inserted, as when each row is a statement of its own.
-        conn = db.conn
-        assert isinstance(conn, PgConnection)
-        inserted = {r[0] for r in conn.insert_returning(_INSERT_EVENT["postgres"], rows)}
+    conn = db.conn
+    if isinstance(conn, PgConnection):
+        # In statements of many rows, inserted in their order: of two rows with one eventId the
+        # first is the one inserted, as when each row is a statement of its own.
+        inserted = {r[0] for r in conn.insert_returning(_INSERT_EVENTS, rows)}
         new = []
         for row in rows:
-            event_id = row[0]
-            new.append(event_id in inserted)
-            inserted.discard(event_id)
+            new.append(row[0] in inserted)
+            inserted.discard(row[0])
         return new
-    cursor = db.conn.cursor()
+    cursor = conn.cursor()
     results = []
     for row in rows:
-        cursor.execute(_INSERT_EVENT["sqlite"], row)
+        cursor.execute(_INSERT_EVENT, row)
         results.append(cursor.rowcount == 1)
     return results
 

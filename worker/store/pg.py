@@ -10,20 +10,18 @@ for both engines.
 Each statement is written as its engine runs it: once where both engines take the same text
 (`ON CONFLICT ... DO NOTHING`, `RETURNING`), else side by side in the module that runs it,
 `{"sqlite": ..., "postgres": ...}` picked by `dialect(db)` (SQLite's `x IS ?` is PostgreSQL's
-`x IS NOT DISTINCT FROM ?`, which SQLite has only from 3.39). The rewrites here: the
-placeholders (`placeholders`: the n-th `?` -> `$n`), and an INSERT of one row run for many
-rows, sent as statements of many rows each (`many_rows`: the same rows written as one statement
-per row would write). A generated key is read from the `RETURNING` row (there is no
-`lastrowid`). Parameters go to the server untyped (like literals),
-so that an int compared with a TEXT column or a bool stored in an INTEGER one behaves as on SQLite.
+`x IS NOT DISTINCT FROM ?`, which SQLite has only from 3.39). The one rewrite here is of the
+placeholders (`placeholders`: the n-th `?` -> `$n`). An INSERT a module runs for many rows is
+written as its parts (`InsertRows`): on PostgreSQL the rows run as statements of many rows each.
+A generated key is read from the `RETURNING` row (there is no `lastrowid`). Parameters go to the
+server untyped (like literals), so that an int compared with a TEXT column or a bool stored in
+an INTEGER one behaves as on SQLite.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -117,61 +115,50 @@ def placeholders(sql: str) -> str:
 
 # --- many rows in one statement -----------------------------------------------------------
 
-# An INSERT of one row of values (placeholders and constants, no expression), with no
-# RETURNING: `executemany` sends it as statements of many rows each (`_Rows`).
-_ONE_ROW = re.compile(
-    r"INSERT INTO (?P<table>\w+) \((?P<columns>[\w, ]+)\) VALUES \((?P<values>[^()'\"$]+)\)"
-    r"(?P<tail>[^?'\"$]*)",
-    re.DOTALL,
-)
-_DO_NOTHING = re.compile(r" ON CONFLICT(?: \([\w, ]+\))? DO NOTHING")
-# DO UPDATE with the new row's values only (`excluded.column`): each row of a statement of many
-# updates its own row, as it would alone, as long as no two rows have the same key.
-_DO_UPDATE = re.compile(
-    r" ON CONFLICT \((?P<key>[\w, ]+)\) DO UPDATE SET \w+ = excluded\.\w+"
-    r"(?:, \w+ = excluded\.\w+)*"
-)
-# Rows per statement: powers of two (each size one statement text, prepared once it repeats),
-# at most this many, and never more than the protocol's 65,535 parameters.
+# Rows per statement of `InsertRows` on PostgreSQL: powers of two (each size one statement
+# text, prepared once it repeats), at most this many, never more than the protocol's 65,535
+# parameters.
 _MOST_ROWS = 256
 _MOST_PARAMS = 65535
 
 
-class _Rows:
-    """How an INSERT of one row (`_ONE_ROW`) is sent for many rows: statements of `2**k` rows.
+class InsertRows:
+    """An INSERT written as its parts: `head` (up to VALUES), one row of values `row` (with `?`
+    placeholders) and `tail` (an ON CONFLICT clause, a RETURNING one). `sql` is the statement of
+    one row, which both engines run; on PostgreSQL the rows of many run as statements of many
+    rows each (`PgConnection.insert_rows`), which write what one statement per row, in order,
+    writes: the rows are independent values, a row whose key an earlier row of the same
+    statement took is passed over by DO NOTHING (as it would be a statement later), and DO
+    UPDATE, which would refuse to update a row twice in one statement, names its conflict key
+    (`key`, the positions of its values in a row): rows in which a key comes twice are sent one
+    statement per row."""
 
-    Sent so, the rows do what the same INSERT run once per row, in order, does: a plain INSERT
-    and ON CONFLICT DO NOTHING (a row whose key an earlier row of the same statement took is
-    passed over, as it would be a statement later), DO UPDATE only when no two rows share the
-    conflict key (`distinct`). `held`: a plain INSERT, whose rows may wait to be sent together
-    (`PgConnection.hold`)."""
+    __slots__ = ("_pieces", "_sql", "head", "key", "most", "row", "sql", "tail", "width")
 
-    __slots__ = ("_head", "_row", "_sql", "_tail", "held", "key", "most", "width")
-
-    def __init__(self, head: str, row: list[str], tail: str, key: tuple[int, ...] | None) -> None:
-        self._head, self._row, self._tail = head, row, tail
-        self.width = len(row) - 1  # parameters per row
-        self.key = key  # DO UPDATE: the conflict key's parameters in a row
-        self.held = not tail.strip()
+    def __init__(
+        self, head: str, row: str, tail: str = "", *, key: tuple[int, ...] | None = None
+    ) -> None:
+        self.head, self.row, self.tail, self.key = head, row, tail, key
+        self.sql = head + row + tail
+        self._pieces = row.split("?")  # the row's text around its placeholders
+        self.width = len(self._pieces) - 1
         self.most = _MOST_ROWS
         while self.most > 1 and self.most * self.width > _MOST_PARAMS:
             self.most //= 2
         self._sql: dict[int, bytes] = {}
 
-    def sql(self, rows: int) -> bytes:
-        """The statement for `rows` rows (a power of two)."""
+    def statement(self, rows: int) -> bytes:
+        """The PostgreSQL statement of `rows` rows (a power of two), its placeholders numbered."""
         text = self._sql.get(rows)
         if text is None:
-            parts = [self._head]
+            parts = [self.head]
             n = 0
             for i in range(rows):
-                parts.append(", (" if i else "(")
-                parts.append(self._row[0])
-                for piece in self._row[1:]:
+                parts.append(", " + self._pieces[0] if i else self._pieces[0])
+                for piece in self._pieces[1:]:
                     n += 1
                     parts.append(f"${n}{piece}")
-                parts.append(")")
-            parts.append(self._tail)
+            parts.append(self.tail)
             text = self._sql[rows] = "".join(parts).encode()
         return text
 
@@ -185,43 +172,11 @@ class _Rows:
         return sizes
 
     def distinct(self, rows: Sequence[Sequence[Any]]) -> bool:
-        """Whether the rows can share statements (DO UPDATE: no two with one key)."""
+        """Whether the rows can share statements (DO UPDATE: no key twice)."""
         key = self.key
         if key is None:
             return True
         return len({tuple(row[i] for i in key) for row in rows}) == len(rows)
-
-
-@lru_cache(maxsize=256)
-def many_rows(sql: str, *, returning: bool = False) -> _Rows | None:
-    """How the statement `sql` (with `?` placeholders) is sent for many rows, or None: sent
-    once per row (anything but an INSERT of one row of values with no RETURNING; with
-    `returning`, a RETURNING clause may end it: `PgConnection.insert_returning`)."""
-    match = _ONE_ROW.fullmatch(sql.strip())
-    if match is None:
-        return None
-    tail = match["tail"]
-    conflict, _, returned = tail.partition(" RETURNING ")
-    if "RETURNING" in conflict.upper() or (returned and not returning):
-        return None
-    values = [v.strip() for v in match["values"].split(",")]
-    columns = [c.strip() for c in match["columns"].split(",")]
-    if len(values) != len(columns) or any(v.count("?") > 1 for v in values):
-        return None
-    key: tuple[int, ...] | None = None
-    if conflict.strip() and not _DO_NOTHING.fullmatch(conflict):
-        update = _DO_UPDATE.fullmatch(conflict)
-        if update is None:
-            return None
-        positions = []
-        for name in (k.strip() for k in update["key"].split(",")):
-            if name not in columns or "?" not in values[columns.index(name)]:
-                return None
-            positions.append(sum("?" in v for v in values[: columns.index(name)]))
-        key = tuple(positions)
-    # The row's text cut at its placeholders: a constant or a cast before or after each.
-    row = ", ".join(values).split("?")
-    return _Rows(f"INSERT INTO {match['table']} ({match['columns']}) VALUES ", row, tail, key)
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -246,9 +201,7 @@ class Cursor:
 
     In pipeline mode (`PgConnection.pipeline`) a statement is sent without waiting for its
     result: `rowcount` and the rows are fetched when first asked for, so the statements nobody
-    reads the result of share one round trip with the next that is read. An `executemany` of
-    an INSERT is sent as statements of many rows each (`many_rows`); in pipeline mode the rows
-    of one plain INSERT run one after another wait to be sent together (`PgConnection.hold`).
+    reads the result of share one round trip with the next that is read.
     """
 
     def __init__(self, cursor: psycopg.Cursor[Any], conn: PgConnection) -> None:
@@ -256,29 +209,13 @@ class Cursor:
         self._conn = conn
         self._rowcount = -1
         self._pending = False
-        # The statements sent for this one (an INSERT of many rows: several), whose row counts
-        # add up; `_one`: a row of a held INSERT (`PgConnection.hold`), which inserted one row.
-        self._sent: list[psycopg.Cursor[Any]] = [cursor]
-        self._one = False
-        self._held = False
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
         """Run one statement (PostgreSQL's SQL with `?` placeholders)."""
         conn = self._conn
-        query = placeholders(sql)
-        values = tuple(params or ())
-        if self._held:
+        with conn.errors():
             conn.send_held()
-        self._sent, self._one = [self._cursor], False
-        with store_errors():
-            if conn.pipelining is not None:
-                rows = many_rows(sql)
-                if rows is not None and rows.held and len(values) == rows.width:
-                    conn.hold(self, rows, values)
-                    self._pending = True
-                    return self
-            conn.send_held()
-            self._cursor.execute(query, values)
+            self._cursor.execute(placeholders(sql), tuple(params or ()))
             self._pending = True
             if conn.pipelining is None:
                 self._settle()
@@ -287,24 +224,11 @@ class Cursor:
         return self
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> Cursor:
-        """Run one statement once per parameter set (an INSERT: in statements of many rows)."""
+        """Run one statement once per parameter set."""
         conn = self._conn
-        query = placeholders(sql)
-        rows = [tuple(p) for p in seq]
-        if self._held:
+        with conn.errors():
             conn.send_held()
-        self._sent, self._one = [self._cursor], False
-        with store_errors():
-            conn.send_held()
-            shape = many_rows(sql) if len(rows) > 1 else None
-            if (
-                shape is not None
-                and all(len(r) == shape.width for r in rows)
-                and shape.distinct(rows)
-            ):
-                self._sent = conn.send_rows(shape, rows)
-            else:
-                self._cursor.executemany(query, rows)
+            self._cursor.executemany(placeholders(sql), [tuple(p) for p in seq])
             self._pending = True
             if conn.pipelining is None:
                 self._settle()
@@ -316,31 +240,27 @@ class Cursor:
         """The statement's outcome, waited for now if it was only sent."""
         if not self._pending:
             return
-        conn = self._conn
-        if self._held:
-            conn.send_held()
         self._pending = False
-        pipeline = conn.pipelining
-        if pipeline is not None and not all(c.pgresult for c in self._sent):
-            conn.sync()
-        self._rowcount = 1 if self._one else sum(c.rowcount for c in self._sent)
+        if self._conn.pipelining is not None and not self._cursor.pgresult:
+            self._conn.sync()
+        self._rowcount = self._cursor.rowcount
 
     @property
     def rowcount(self) -> int:
         """Rows the last statement changed."""
-        with store_errors():
+        with self._conn.errors():
             self._settle()
         return self._rowcount
 
     @property
     def description(self) -> Any:
         """The columns of the result."""
-        with store_errors():
+        with self._conn.errors():
             self._settle()
         return self._cursor.description
 
     def _rows(self) -> bool:
-        with store_errors():
+        with self._conn.errors():
             self._settle()
         return self._cursor.description is not None
 
@@ -373,15 +293,6 @@ class Cursor:
         self._cursor.close()
 
 
-@dataclass
-class _Held:
-    """Rows of one plain INSERT run one after another in pipeline mode, not sent yet."""
-
-    shape: _Rows
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-    cursors: list[Cursor] = field(default_factory=list)
-
-
 class PgConnection:
     """A psycopg connection (autocommit: transactions are the statements BEGIN and COMMIT)
     answering like a `sqlite3.Connection`."""
@@ -389,7 +300,9 @@ class PgConnection:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.raw = conn
         self.pipelining: psycopg.Pipeline | None = None
-        self._held: _Held | None = None
+        # The rows `add_row` keeps (in pipeline mode), of one INSERT, not sent yet.
+        self._held: InsertRows | None = None
+        self._held_rows: list[tuple[Any, ...]] = []
         self._unsynced = False  # a statement was sent in pipeline mode since the last sync
 
     @contextmanager
@@ -408,51 +321,87 @@ class PgConnection:
                 yield
                 self.send_held()
             finally:
-                self._held = None
+                self._held, self._held_rows = None, []
                 self.pipelining = None
                 self._unsynced = False
 
-    def hold(self, cursor: Cursor, shape: _Rows, values: tuple[Any, ...]) -> None:
-        """Keep the row of a plain INSERT (pipeline mode) to be sent with the rows of the same
-        INSERT run right after it, in one statement (`send_held`). Whatever else the connection
-        is asked first (another statement, a result, a sync) sends them: the server runs the
-        same statements in the same order, one INSERT of many rows in place of many of one."""
-        held = self._held
-        if held is not None and held.shape is not shape:
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """`store_errors` for the block; in pipeline mode, a failure raised while sending (the
+        result of a statement sent earlier, read meanwhile) leaves the pipeline synced, so that
+        the statements after it (a ROLLBACK TO) run rather than fail as aborted."""
+        import psycopg
+
+        try:
+            yield
+        except psycopg.Error as exc:
+            pipeline = self.pipelining
+            if pipeline is not None and not self.broken:
+                with suppress(psycopg.Error):
+                    pipeline.sync()
+                self._unsynced = False
+            raise from_psycopg(exc) from exc
+
+    def add_row(self, insert: InsertRows, values: Sequence[Any]) -> None:
+        """Insert one row (`insert.sql`), its outcome not read. In pipeline mode the row waits
+        to be sent with the rows of the same INSERT added right after it, as statements of many
+        rows (`insert_rows`); whatever else the connection is asked first (another statement,
+        a result, a RELEASE) sends them before it, so that the server runs the same statements
+        in the same order, one INSERT of many rows in place of many of one."""
+        if self.pipelining is None:
+            self.execute(insert.sql, values)
+            return
+        if self._held is not insert:
             self.send_held()
-            held = None
-        if held is None:
-            held = self._held = _Held(shape)
-        held.rows.append(values)
-        held.cursors.append(cursor)
-        cursor._held = True
+            self._held = insert
+        self._held_rows.append(tuple(values))
 
     def send_held(self) -> None:
-        """Send the rows `hold` kept, as statements of many rows."""
-        held = self._held
-        if held is None:
+        """Send the rows `add_row` kept."""
+        insert, rows = self._held, self._held_rows
+        if insert is None:
             return
-        self._held = None
-        sent: list[psycopg.Cursor[Any]] = []
-        for cursor in held.cursors:
-            cursor._held, cursor._sent, cursor._one = False, sent, True
-        sent += self.send_rows(held.shape, held.rows)
+        self._held, self._held_rows = None, []
+        self.insert_rows(insert, rows)
 
-    def send_rows(self, shape: _Rows, rows: list[tuple[Any, ...]]) -> list[psycopg.Cursor[Any]]:
-        """Send the rows of an INSERT (`many_rows`) as statements of many rows each; their
-        cursors (in pipeline mode the results are not waited for; outside, they are read in one
+    def insert_rows(self, insert: InsertRows, rows: Sequence[Sequence[Any]]) -> int | None:
+        """Insert the rows, in statements of many rows each (one per row where `insert` cannot
+        take them together); how many were written, or None in pipeline mode (not waited
+        for)."""
+        with self.errors():
+            self.send_held()
+            cursors = self._send_rows(insert, [tuple(row) for row in rows])
+            if self.pipelining is not None:
+                return None
+            return sum(cursor.rowcount for cursor in cursors)
+
+    def insert_returning(self, insert: InsertRows, rows: Sequence[Sequence[Any]]) -> list[Any]:
+        """`insert_rows` of an INSERT ending in RETURNING: the rows it returned, in the order
+        inserted (a row DO NOTHING passed over returns none)."""
+        with self.errors():
+            self.send_held()
+            cursors = self._send_rows(insert, [tuple(row) for row in rows])
+            if self.pipelining is not None:
+                self.sync()
+            return [row for cursor in cursors for row in cursor.fetchall()]
+
+    def _send_rows(
+        self, insert: InsertRows, rows: list[tuple[Any, ...]]
+    ) -> list[psycopg.Cursor[Any]]:
+        """Send the rows; their statements' cursors (outside pipeline mode, waited for, in one
         round trip)."""
-        if self.pipelining is None and len(shape.parts(len(rows))) > 1:
+        sizes = insert.parts(len(rows)) if insert.distinct(rows) else [1] * len(rows)
+        if self.pipelining is None and len(sizes) > 1:
             with self.pipeline():
-                return self.send_rows(shape, rows)
+                return self._send_rows(insert, rows)
         sent = []
         start = 0
-        for size in shape.parts(len(rows)):
+        for size in sizes:
             cursor = self.raw.cursor()
             part = rows[start : start + size]
             start += size
             values = part[0] if size == 1 else tuple(v for row in part for v in row)
-            cursor.execute(shape.sql(size), values)
+            cursor.execute(insert.statement(size), values)
             sent.append(cursor)
         self.sent()
         return sent
@@ -460,20 +409,6 @@ class PgConnection:
     def sent(self) -> None:
         """A statement was sent: in pipeline mode, the next RELEASE waits for it."""
         self._unsynced = self.pipelining is not None
-
-    def insert_returning(self, sql: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
-        """An INSERT of one row of values ending in RETURNING (`many_rows`), run for each of
-        `rows` in statements of many rows each: the rows it returned, in the order inserted
-        (a row DO NOTHING passed over returns none)."""
-        shape = many_rows(sql, returning=True)
-        if shape is None:
-            raise ValueError(f"not an INSERT of one row of values: {sql}")
-        with store_errors():
-            self.send_held()
-            parts = self.send_rows(shape, [tuple(row) for row in rows])
-            if self.pipelining is not None:
-                self.sync()
-            return [row for part in parts for row in part.fetchall()]
 
     def sync(self) -> None:
         """Wait for the statements sent in pipeline mode (their errors are raised here)."""
@@ -509,9 +444,10 @@ class PgConnection:
 
     def release(self, name: str) -> None:
         """RELEASE the savepoint `name`; in pipeline mode once the statements sent before it
-        are done, so that a failure of the savepoint's block is raised inside that block."""
+        are done (unless none was sent since the last wait), so that a failure of the
+        savepoint's block is raised inside that block."""
         if self.pipelining is not None and (self._unsynced or self._held is not None):
-            with store_errors():
+            with self.errors():
                 self.sync()
         self.execute(f"RELEASE {name}")
 
