@@ -48,52 +48,57 @@ from worker.track.processor import Processor
 
 class Statements:
     """What the PostgreSQL connections send: statements by text (an `executemany` counts once
-    per parameter set) and the round trips waited for (a statement run outside pipeline mode,
-    a pipeline's sync)."""
+    per parameter set; a statement of many rows once, its rows in brackets) and the round trips
+    waited for (a statement run outside pipeline mode, a pipeline's sync)."""
 
     def __init__(self) -> None:
         self.sent: Counter[str] = Counter()
+        self.rows: Counter[str] = Counter()
         self.waits: Counter[str] = Counter()
         self.on = False
 
     def install(self) -> None:
-        from psycopg import Pipeline
+        import psycopg
 
-        from worker.store import pg
-
-        execute, executemany, sync = pg.Cursor.execute, pg.Cursor.executemany, Pipeline.sync
+        execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
+        sync = psycopg.Pipeline.sync
         stats = self
 
-        def counted_execute(cursor: pg.Cursor, sql: str, params: Any = None) -> pg.Cursor:
+        def counted_execute(cursor: Any, query: Any, params: Any = None, **kw: Any) -> Any:
             if stats.on:
-                stats.sent[_short(sql)] += 1
-                if cursor._conn.pipelining is None:
-                    stats.waits[_short(sql)] += 1
-            return execute(cursor, sql, params)
+                text = _short(query)
+                stats.sent[text] += 1
+                stats.rows[text] += text.count("), (") + 1
+                if cursor.connection._pipeline is None:
+                    stats.waits[text] += 1
+            return execute(cursor, query, params, **kw)
 
-        def counted_executemany(cursor: pg.Cursor, sql: str, seq: Any) -> pg.Cursor:
+        def counted_executemany(cursor: Any, query: Any, seq: Any, **kw: Any) -> Any:
             seq = list(seq)
             if stats.on:
-                stats.sent[_short(sql)] += len(seq)
-                if cursor._conn.pipelining is None:
-                    stats.waits[_short(sql)] += 1
-            return executemany(cursor, sql, seq)
+                text = _short(query)
+                stats.sent[text] += len(seq)
+                stats.rows[text] += len(seq)
+                if cursor.connection._pipeline is None:
+                    stats.waits[text] += 1
+            return executemany(cursor, query, seq, **kw)
 
-        def counted_sync(pipeline: Pipeline) -> None:
+        def counted_sync(pipeline: Any) -> None:
             if stats.on:
                 caller = sys._getframe(1)
                 stats.waits[f"(pipeline sync) {caller.f_code.co_name}"] += 1
             sync(pipeline)
 
-        pg.Cursor.execute = counted_execute  # type: ignore[method-assign]
-        pg.Cursor.executemany = counted_executemany  # type: ignore[method-assign]
-        Pipeline.sync = counted_sync  # type: ignore[method-assign]
+        psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign]
+        psycopg.Cursor.executemany = counted_executemany  # type: ignore[method-assign]
+        psycopg.Pipeline.sync = counted_sync  # type: ignore[method-assign]
 
     def show(self, events: int) -> None:
         for title, counts in (("sent", self.sent), ("waited for", self.waits)):
             print(f"  statements {title} per event: {sum(counts.values()) / events:.2f}")
             for text, n in counts.most_common(25):
-                print(f"    {n / events:7.3f}  {text}")
+                rows = f" [{self.rows[text] / n:.0f} rows]" if self.rows[text] > n else ""
+                print(f"    {n / events:7.3f}  {text[:90]}{rows}")
 
 
 def server_cpu_s(port: int) -> float:
@@ -125,8 +130,9 @@ def server_cpu(url: str | None) -> float:
     return server_cpu_s(int(url.rpartition(":")[2].partition("/")[0]))
 
 
-def _short(sql: str) -> str:
-    return re.sub(r"\s+", " ", sql.strip())[:100]
+def _short(sql: Any) -> str:
+    text = sql.decode() if isinstance(sql, bytes) else str(sql)
+    return re.sub(r"\s+", " ", text.strip())
 
 
 async def one_round(
@@ -175,6 +181,7 @@ async def one_round(
         if statements is not None:
             statements.show(count)
             statements.sent.clear()
+            statements.rows.clear()
             statements.waits.clear()
         return took / count * 1e6
     finally:
