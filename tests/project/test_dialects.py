@@ -1,5 +1,5 @@
 """Each statement is written in the SQL of the engine that runs it: nothing in the store rewrites
-SQL text at run time but the placeholders (`worker.store.pg.placeholders`, `?` -> `%s`)."""
+SQL text at run time but the placeholders (`worker.store.pg.placeholders`, `?` -> `$n`)."""
 
 from __future__ import annotations
 

@@ -157,12 +157,12 @@ def test_the_password_is_never_in_an_error() -> None:
 
 
 def test_only_the_placeholders_of_a_statement_are_rewritten() -> None:
-    """A statement runs on PostgreSQL as written, its `?` placeholders in psycopg's form (a `?`
-    or a `%` inside quotes kept as it is, `%` doubled)."""
+    """A statement runs on PostgreSQL as written, its `?` placeholders numbered (a `?` inside
+    quotes kept as it is, and a `%` anywhere)."""
     sql = placeholders("INSERT INTO t (a) VALUES (?) ON CONFLICT DO NOTHING RETURNING a, 'a%', '?'")
-    assert sql == "INSERT INTO t (a) VALUES (%s) ON CONFLICT DO NOTHING RETURNING a, 'a%%', '?'"
+    assert sql == "INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING RETURNING a, 'a%', '?'"
     sql = placeholders("SELECT 1 FROM t WHERE x IS NOT DISTINCT FROM ? AND y LIKE 'a%' AND z = ?")
-    assert sql == "SELECT 1 FROM t WHERE x IS NOT DISTINCT FROM %s AND y LIKE 'a%%' AND z = %s"
+    assert sql == "SELECT 1 FROM t WHERE x IS NOT DISTINCT FROM $1 AND y LIKE 'a%' AND z = $2"
 
 
 def test_missing_server_binaries_fail_naming_the_install_command(

@@ -11,8 +11,8 @@ from typing import Any
 
 from worker.clock import utc_now
 from worker.store.db import Database, Db
-from worker.store.pg import dialect
-from worker.store.tx import conn_of
+from worker.store.pg import InsertRows, dialect
+from worker.store.tx import add_row, conn_of
 
 
 def insert_action(
@@ -34,32 +34,35 @@ def insert_action(
     """Insert one action row (`params` as JSON text), due now; returns its id (0 unless `want_id`:
     on PostgreSQL in pipeline mode the insert is then not waited for, see `worker.store.pg`)."""
     now = utc_now()
-    cur = conn_of(db).execute(
-        _INSERT_ACTION + (" RETURNING id" if want_id else ""),
-        [
-            transaction_id,
-            event_id,
-            trigger,
-            rule_set,
-            rule_set_version,
-            rule,
-            action,
-            params,
-            idempotency_key,
-            status,
-            now,
-            outcome,
-            now,
-            now,
-        ],
-    )
-    return int(cur.fetchone()[0]) if want_id else 0
+    values = [
+        transaction_id,
+        event_id,
+        trigger,
+        rule_set,
+        rule_set_version,
+        rule,
+        action,
+        params,
+        idempotency_key,
+        status,
+        now,
+        outcome,
+        now,
+        now,
+    ]
+    if not want_id:
+        # On PostgreSQL sent with the action rows added right after it (a batch's).
+        add_row(db, _INSERT_ACTION, values)
+        return 0
+    cur = conn_of(db).execute(_INSERT_ACTION.sql + " RETURNING id", values)
+    return int(cur.fetchone()[0])
 
 
-_INSERT_ACTION = (
+_INSERT_ACTION = InsertRows(
     "INSERT INTO actions (transaction_id, event_id, trigger, rule_set, rule_set_version, rule,"
     " action, params, idempotency_key, status, attempts, next_attempt_at, outcome,"
-    " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)"
+    " created_at, updated_at) VALUES ",
+    "(?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)",
 )
 
 

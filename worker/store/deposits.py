@@ -10,8 +10,8 @@ from typing import Any
 
 from worker.clock import ms_from_iso
 from worker.store.db import Database, Db
-from worker.store.pg import Row, is_postgres
-from worker.store.tx import conn_of
+from worker.store.pg import InsertRows, Row, is_postgres
+from worker.store.tx import conn_of, insert_rows
 
 # The key of the `fact_time` column that holds the provider's time of the credit (its clock,
 # the one its daily settlement report is cut by): the UTC day the ledger row belongs to.
@@ -41,12 +41,17 @@ def deposit_rows_sent(
     conn = conn_of(db)
     ids = list(dict.fromkeys(transaction_ids))
     cursors = []
-    for start in range(0, len(ids), _IN_CHUNK):
-        chunk = ids[start : start + _IN_CHUNK]
-        marks = ",".join("?" * len(chunk))
-        cursors.append(
-            conn.execute(f"SELECT * FROM deposits WHERE transaction_id IN ({marks})", chunk)
-        )
+    if is_postgres(db):
+        # One statement whatever the number (prepared once: an IN list's text changes with it).
+        if ids:
+            cursors.append(conn.execute(_ROWS_AMONG, [ids]))
+    else:
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[start : start + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            cursors.append(
+                conn.execute(f"SELECT * FROM deposits WHERE transaction_id IN ({marks})", chunk)
+            )
 
     def rows() -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
@@ -59,12 +64,13 @@ def deposit_rows_sent(
 
 
 _IN_CHUNK = 500  # ids per IN list (well under SQLite's limit on bound values)
+_ROWS_AMONG = "SELECT * FROM deposits WHERE transaction_id = ANY(?::text[])"  # PostgreSQL
 
 
 def upsert_deposit_row(db: Database, row: Mapping[str, Any]) -> None:
     """Insert or update a `deposits` row (keyed by transaction_id)."""
     columns = tuple(row)
-    db.conn.execute(_upsert_deposit_sql(columns), [row[c] for c in columns])
+    db.conn.execute(_upsert_deposit(columns).sql, [row[c] for c in columns])
 
 
 def upsert_deposit_rows(db: Db, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -73,18 +79,18 @@ def upsert_deposit_rows(db: Db, rows: Sequence[Mapping[str, Any]]) -> None:
     for row in rows:
         columns = tuple(row)
         by_columns.setdefault(columns, []).append([row[c] for c in columns])
-    conn = conn_of(db)
     for columns, values in by_columns.items():
-        conn.executemany(_upsert_deposit_sql(columns), values)
+        insert_rows(db, _upsert_deposit(columns), values)
 
 
 @functools.lru_cache(maxsize=16)
-def _upsert_deposit_sql(columns: tuple[str, ...]) -> str:
+def _upsert_deposit(columns: tuple[str, ...]) -> InsertRows:
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != "transaction_id")
-    return (
-        f"INSERT INTO deposits ({', '.join(columns)})"
-        f" VALUES ({', '.join('?' for _ in columns)})"
-        f" ON CONFLICT (transaction_id) DO UPDATE SET {updates}"
+    return InsertRows(
+        f"INSERT INTO deposits ({', '.join(columns)}) VALUES ",
+        f"({', '.join('?' for _ in columns)})",
+        f" ON CONFLICT (transaction_id) DO UPDATE SET {updates}",
+        key=(columns.index("transaction_id"),),
     )
 
 

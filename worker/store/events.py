@@ -9,7 +9,7 @@ from typing import Any
 
 from worker.clock import utc_now
 from worker.store.db import Database, Db
-from worker.store.pg import is_postgres, store_errors
+from worker.store.pg import InsertRows, PgConnection, is_postgres
 
 EVENT_STATUSES = ("pending", "processed", "ignored", "failed")
 
@@ -63,34 +63,38 @@ class StoredEvent:
 
 # --- receiving ---------------------------------------------------------------------------
 
-_INSERT_EVENT = {
-    "sqlite": "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
+# SQLite: one statement per row, new when it inserted one.
+_INSERT_EVENT = (
+    "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
     " headers, received_at, status, processed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (event_id) DO NOTHING",
-    # Sent for all rows at once (one round trip): a row is new when it returns its key.
-    "postgres": "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
-    " headers, received_at, status, processed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-    " ON CONFLICT (event_id) DO NOTHING RETURNING seq",
-}
+    " ON CONFLICT (event_id) DO NOTHING"
+)
+# PostgreSQL: all rows at once (one round trip), a row new when it returns its eventId.
+_INSERT_EVENTS = InsertRows(
+    "INSERT INTO events (event_id, event_type, reference_id, transaction_id, body,"
+    " headers, received_at, status, processed_at) VALUES ",
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    " ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
+)
 
 
 def insert_events(db: Database, rows: Sequence[Sequence[Any]]) -> list[bool]:
     """Insert received events (`worker.store.sqlitestore.event_row` each) unless their eventId is
     stored; per row, whether it was new (the first of two equal eventIds only)."""
-    if is_postgres(db):
-        raw = db.conn.raw.cursor()  # type: ignore[attr-defined]
+    conn = db.conn
+    if isinstance(conn, PgConnection):
+        # In statements of many rows, inserted in their order: of two rows with one eventId the
+        # first is the one inserted, as when each row is a statement of its own.
+        inserted = {r[0] for r in conn.insert_returning(_INSERT_EVENTS, rows)}
         new = []
-        with store_errors():
-            raw.executemany(_INSERT_EVENT["postgres"], rows, returning=True)
-            while True:
-                new.append(raw.fetchone() is not None)
-                if not raw.nextset():
-                    break
+        for row in rows:
+            new.append(row[0] in inserted)
+            inserted.discard(row[0])
         return new
-    cursor = db.conn.cursor()
+    cursor = conn.cursor()
     results = []
     for row in rows:
-        cursor.execute(_INSERT_EVENT["sqlite"], row)
+        cursor.execute(_INSERT_EVENT, row)
         results.append(cursor.rowcount == 1)
     return results
 
@@ -120,7 +124,9 @@ def pending_events(db: Database, *, limit: int = 100) -> list[StoredEvent]:
 # One statement, one round trip: the pending rows locked (`FOR UPDATE SKIP LOCKED`), an advisory
 # lock tried once per deposit among them (`won`), and for each deposit won the first pending
 # event up to the last row locked that this statement did not lock (`cut`: another instance
-# holds it). CTEs with a locking clause or a volatile function are evaluated once, in full.
+# holds it; `skipped`: the pending rows up to the last one locked that this statement did not
+# lock, read in one pass, not once per deposit). CTEs with a locking clause or a volatile
+# function, and a MATERIALIZED one, are evaluated once, in full.
 _CLAIM = (
     "WITH claimed AS (SELECT seq, event_id, event_type, reference_id, transaction_id, body,"
     " received_at, status, error, headers FROM events WHERE status = 'pending' ORDER BY seq LIMIT ?"
@@ -129,10 +135,10 @@ _CLAIM = (
     " WHERE transaction_id IS NOT NULL GROUP BY transaction_id),"
     " won AS MATERIALIZED (SELECT transaction_id FROM (SELECT transaction_id FROM ids"
     " ORDER BY first) AS o WHERE pg_try_advisory_xact_lock(hashtext(transaction_id))),"
-    " cut AS (SELECT e.transaction_id, MIN(e.seq) AS seq FROM events e"
-    " JOIN won w ON w.transaction_id = e.transaction_id WHERE e.status = 'pending'"
-    " AND e.seq <= (SELECT MAX(seq) FROM claimed)"
-    " AND e.seq NOT IN (SELECT seq FROM claimed) GROUP BY e.transaction_id)"
+    " skipped AS MATERIALIZED (SELECT transaction_id, seq FROM events WHERE status = 'pending'"
+    " AND seq <= (SELECT MAX(seq) FROM claimed) AND seq NOT IN (SELECT seq FROM claimed)),"
+    " cut AS (SELECT s.transaction_id, MIN(s.seq) AS seq FROM skipped s"
+    " JOIN won w ON w.transaction_id = s.transaction_id GROUP BY s.transaction_id)"
     " SELECT c.seq, c.event_id, c.event_type, c.reference_id, c.transaction_id, c.body,"
     " c.received_at, c.status, c.error, c.headers FROM claimed c LEFT JOIN cut"
     " ON cut.transaction_id = c.transaction_id WHERE c.transaction_id IS NULL"
@@ -150,8 +156,17 @@ def _claim_pending(db: Database, limit: int) -> list[Any]:
     deposit is left for later when another instance holds its lock, and its events from the
     first one another instance holds on: its events are applied in receive order by one
     instance at a time. One statement (`_CLAIM`).
+
+    The pending rows are read in the order of their index (`events_pending`), up to `limit`:
+    bitmap scans are off for the claim. Where the server's statistics said few events were
+    pending (taken while the inbox was empty, or none yet in a new database), it read all the
+    pending rows of a backlog, bodies and all, and sorted them, for every batch.
     """
-    return list(db.conn.execute(_CLAIM, (limit,)).fetchall())
+    conn = db.conn
+    conn.execute("SET LOCAL enable_bitmapscan = off")  # sent with the claim: no round trip
+    cursor = conn.execute(_CLAIM, (limit,))
+    conn.execute("SET LOCAL enable_bitmapscan TO DEFAULT")
+    return list(cursor.fetchall())
 
 
 def event_status(db: Db, seq: int) -> str | None:
@@ -166,10 +181,32 @@ def mark_events(db: Database, marks: Sequence[tuple[int, str, str | None]]) -> N
         if status not in EVENT_STATUSES or status == "pending":
             raise ValueError(f"cannot mark an event {status!r}")
     now = utc_now()
+    if is_postgres(db):
+        # One statement for all (its arrays each a parameter); an event marked twice takes its
+        # last mark, as it would marked one statement at a time.
+        last = {seq: (status, error) for seq, status, error in marks}
+        if last:
+            db.conn.execute(
+                _MARK_ALL,
+                [
+                    now,
+                    [str(seq) for seq in last],
+                    [m[0] for m in last.values()],
+                    [m[1] for m in last.values()],
+                ],
+            )
+        return
     db.conn.executemany(
         "UPDATE events SET status = ?, error = ?, processed_at = ? WHERE seq = ?",
         [(status, error, now, seq) for seq, status, error in marks],
     )
+
+
+_MARK_ALL = (
+    "UPDATE events SET status = m.status, error = m.error, processed_at = ?::text"
+    " FROM unnest(?::text[], ?::text[], ?::text[]) AS m(seq, status, error)"
+    " WHERE events.seq = m.seq::bigint"
+)
 
 
 def delete_done_before(db: Db, cutoff: str) -> int:

@@ -8,11 +8,13 @@ from typing import Any
 
 from worker.clock import utc_now
 from worker.store.db import Database, Db
-from worker.store.tx import conn_of
+from worker.store.pg import InsertRows
+from worker.store.tx import insert_rows
 
-_INSERT_FACT = (
+_INSERT_FACT = InsertRows(
     "INSERT INTO facts (transaction_id, source, event_id, observed_at, fact, changed,"
-    " recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    " recorded_at) VALUES ",
+    "(?, ?, ?, ?, ?, ?, ?)",
 )
 
 # One facts row as `_INSERT_FACT` takes it; built by `fact_row`.
@@ -34,8 +36,8 @@ def fact_row(
 
 
 def insert_fact_rows(db: Db, rows: Sequence[FactRow]) -> None:
-    """Record many facts with one statement (`fact_row` rows), in the order given."""
-    conn_of(db).executemany(_INSERT_FACT, rows)
+    """Record many facts (`fact_row` rows), in the order given."""
+    insert_rows(db, _INSERT_FACT, rows)
 
 
 # json.dumps(..., sort_keys=True) builds a new encoder at every call: this one is built once.

@@ -26,8 +26,8 @@ from typing import Any
 from worker.clock import utc_now
 from worker.store import atcommit
 from worker.store.db import Db
-from worker.store.pg import is_postgres
-from worker.store.tx import conn_of
+from worker.store.pg import InsertRows, is_postgres
+from worker.store.tx import conn_of, insert_rows
 
 GENESIS = "0" * 64  # the hash before the first entry
 
@@ -138,7 +138,7 @@ class Head:
 
 
 _COLUMNS = "seq, at, kind, subject, body, digest, prev_hash, hash"
-_INSERT = f"INSERT INTO journal ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT = InsertRows(f"INSERT INTO journal ({_COLUMNS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?)")
 _HEAD = "SELECT seq, hash FROM journal ORDER BY seq DESC LIMIT 1"
 
 
@@ -181,7 +181,7 @@ def _append(db: Db, items: Iterable[tuple[str, str, Mapping[str, Any]]]) -> list
         hash_ = chain(prev, digest)
         rows.append((seq, at, kind, subject, text.decode(), digest, prev, hash_))
         prev = hash_
-    conn_of(db).executemany(_INSERT, rows)
+    insert_rows(db, _INSERT, rows)
     return rows
 
 

@@ -163,34 +163,66 @@ def book_once(
 # whether every row was written; when one was not, the batch is applied again one event at a
 # time, where `likely_duplicate_of` tells a likely duplicate (held) from another output of the
 # same transaction (booked).
-_LIKELY_DUPLICATE = {
-    "sqlite": " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ? AND field = ?"
-    " AND decided_at IS NOT NULL)"
-    " AND NOT EXISTS (SELECT 1 FROM ledger WHERE lower(tx_hash) = lower(?)"
-    " AND transaction_id <> ?)"
-    " AND NOT EXISTS (SELECT 1 FROM ledger l JOIN deposits d ON d.transaction_id = l.transaction_id"
-    " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?) AND l.transaction_id <> ?)",
-    "postgres": " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ?::text"
-    " AND field = ?::text AND decided_at IS NOT NULL)"
-    " AND NOT EXISTS (SELECT 1 FROM ledger WHERE lower(tx_hash) = lower(?::text)"
-    " AND transaction_id <> ?::text)"
-    " AND NOT EXISTS (SELECT 1 FROM ledger l JOIN deposits d ON d.transaction_id = l.transaction_id"
-    " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?::text)"
-    " AND l.transaction_id <> ?::text)",
-}
+#
+# On SQLite one statement per booking. On PostgreSQL one for all of a batch's bookings (its
+# arrays, a column's values each, one parameter each: `_all_values`): a statement does not see
+# the rows it inserts itself, so a row is also passed over when an earlier one of the same
+# statement has its txHash under another transactionId, written or not. It then writes no row
+# that the statement run once per booking, in order, would not, and when it writes them all,
+# they are the same rows; when it writes fewer, the batch is applied again as above. Each
+# `OFFSET 0` keeps its NOT EXISTS a lookup per booking by the indexes, as in the statement for
+# one booking (made a join, the plan kept for the prepared statement, made while the tables
+# were small, read the whole ledger per batch once it had grown), and a deposit is read by its
+# key.
 # (SQLite takes `ON CONFLICT` after an `INSERT ... SELECT` only when the SELECT has a WHERE,
 # as here: without one it reads the ON as a join's.)
 _BOOK_UNLESS_DUPLICATE = {
     "sqlite": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
     " network, amount, from_address, tx_hash, booked_at, trigger)"
     " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
-    + _LIKELY_DUPLICATE["sqlite"]
-    + " ON CONFLICT DO NOTHING",
-    "postgres": "INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
+    " WHERE NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = ? AND field = ?"
+    " AND decided_at IS NOT NULL)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger WHERE lower(tx_hash) = lower(?)"
+    " AND transaction_id <> ?)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger l JOIN deposits d ON d.transaction_id = l.transaction_id"
+    " WHERE l.tx_hash IS NULL AND lower(d.tx_hash) = lower(?) AND l.transaction_id <> ?)"
+    " ON CONFLICT DO NOTHING",
+    "postgres": "WITH u AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::text[],"
+    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[]) WITH ORDINALITY"
+    " AS u(transaction_id, wallet_id, wallet_name, currency, network, amount, from_address,"
+    " tx_hash, trigger, n)),"
+    # The transactionIds of the earlier bookings of the statement with the same txHash.
+    " v AS (SELECT u.*, min(u.transaction_id) OVER earlier AS first_tx,"
+    " max(u.transaction_id) OVER earlier AS last_tx FROM u WINDOW earlier AS"
+    " (PARTITION BY lower(u.tx_hash) ORDER BY u.n"
+    " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))"
+    " INSERT INTO ledger (transaction_id, wallet_id, wallet_name, currency,"
     " network, amount, from_address, tx_hash, booked_at, trigger)"
-    " SELECT ?::text, ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text,"
-    " ?::text, ?::text" + _LIKELY_DUPLICATE["postgres"] + " ON CONFLICT DO NOTHING",
+    " SELECT v.transaction_id, v.wallet_id::bigint, v.wallet_name, v.currency, v.network,"
+    " v.amount, v.from_address, v.tx_hash, ?::text, v.trigger FROM v"
+    " WHERE (v.first_tx IS NULL"
+    " OR (v.first_tx = v.transaction_id AND v.last_tx = v.transaction_id))"
+    " AND NOT EXISTS (SELECT 1 FROM conflicts WHERE transaction_id = v.transaction_id"
+    " AND field = ?::text AND decided_at IS NOT NULL OFFSET 0)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger WHERE lower(tx_hash) = lower(v.tx_hash)"
+    " AND transaction_id <> v.transaction_id OFFSET 0)"
+    " AND NOT EXISTS (SELECT 1 FROM ledger l WHERE l.tx_hash IS NULL"
+    " AND l.transaction_id <> v.transaction_id AND lower((SELECT d.tx_hash FROM deposits d"
+    " WHERE d.transaction_id = l.transaction_id)) = lower(v.tx_hash) OFFSET 0)"
+    " ORDER BY v.n ON CONFLICT DO NOTHING",
 }
+# `_all_values`' arrays, in the order of the statement's.
+_ALL_COLUMNS = (
+    "transaction_id",
+    "wallet_id",
+    "wallet_name",
+    "currency",
+    "network",
+    "amount",
+    "from_address",
+    "tx_hash",
+    "trigger",
+)
 
 
 # The txHashes of a batch's bookings held at once, in one order for every instance (two
@@ -214,15 +246,28 @@ def book_all_unless_duplicate(
     Their txHashes are locked first (`lock_tx_hash`), all in one statement. Nothing is waited
     for: returns what says whether every row was written (when not, the caller finds out why
     the slow way)."""
+    now = booked_at or utc_now()
     if is_postgres(db):
         # Not waited for: the server runs the statements of a pipeline in order.
         conn_of(db).execute(_LOCK_TX_HASHES, [[b["tx_hash"] for b in bookings]])
-    sql = _BOOK_UNLESS_DUPLICATE[dialect(db)]
-    now = booked_at or utc_now()
-    cursor = conn_of(db).executemany(
-        sql, [_unless_values(b, now, decision_field) for b in bookings]
-    )
+        cursor = conn_of(db).execute(
+            _BOOK_UNLESS_DUPLICATE["postgres"], _all_values(bookings, now, decision_field)
+        )
+    else:
+        cursor = conn_of(db).executemany(
+            _BOOK_UNLESS_DUPLICATE["sqlite"],
+            [_unless_values(b, now, decision_field) for b in bookings],
+        )
     return lambda: cursor.rowcount == len(bookings)
+
+
+def _all_values(bookings: list[dict[str, Any]], now: str, decision_field: str) -> list[Any]:
+    """The parameters of `_BOOK_UNLESS_DUPLICATE["postgres"]`: a column's values each (as
+    text), the time, the decision's field."""
+    columns: list[Any] = [
+        [None if b[c] is None else str(b[c]) for b in bookings] for c in _ALL_COLUMNS
+    ]
+    return [*columns, now, decision_field]
 
 
 def _unless_values(booking: dict[str, Any], now: str, decision_field: str) -> list[Any]:
@@ -242,6 +287,16 @@ def booked_among_sent(db: Db, transaction_ids: list[str]) -> Callable[[], set[st
     """`booked_among`, its statements sent now and read when the returned function is called
     (on PostgreSQL in pipeline mode, statements sent meanwhile share the round trip)."""
     cursors = []
+    if is_postgres(db):
+        # One statement whatever the number (prepared once: an IN list's text changes with it).
+        if transaction_ids:
+            cursors.append(
+                conn_of(db).execute(
+                    "SELECT transaction_id FROM ledger WHERE transaction_id = ANY(?::text[])",
+                    [list(transaction_ids)],
+                )
+            )
+        return lambda: {str(r[0]) for cursor in cursors for r in cursor.fetchall()}
     for start in range(0, len(transaction_ids), 500):
         part = transaction_ids[start : start + 500]
         marks = ", ".join("?" for _ in part)

@@ -11,9 +11,11 @@ Each statement is written as its engine runs it: once where both engines take th
 (`ON CONFLICT ... DO NOTHING`, `RETURNING`), else side by side in the module that runs it,
 `{"sqlite": ..., "postgres": ...}` picked by `dialect(db)` (SQLite's `x IS ?` is PostgreSQL's
 `x IS NOT DISTINCT FROM ?`, which SQLite has only from 3.39). The one rewrite here is of the
-placeholders (`placeholders`: `?` -> `%s`). A generated key is read from the
-`RETURNING` row (there is no `lastrowid`). Parameters go to the server untyped (like literals),
-so that an int compared with a TEXT column or a bool stored in an INTEGER one behaves as on SQLite.
+placeholders (`placeholders`: the n-th `?` -> `$n`). An INSERT a module runs for many rows is
+written as its parts (`InsertRows`): on PostgreSQL the rows run as statements of many rows each.
+A generated key is read from the `RETURNING` row (there is no `lastrowid`). Parameters go to the
+server untyped (like literals), so that an int compared with a TEXT column or a bool stored in
+an INTEGER one behaves as on SQLite.
 """
 
 from __future__ import annotations
@@ -91,11 +93,12 @@ def _row_factory(cursor: Any) -> Any:
 
 @lru_cache(maxsize=1024)
 def placeholders(sql: str) -> str:
-    """The statement with psycopg's placeholders: `?` outside quotes becomes `%s`, and every
-    `%` is doubled (psycopg's own syntax). The one rewrite of a statement's text: every
-    statement is otherwise written as its engine runs it (`dialect`)."""
+    """The statement with PostgreSQL's numbered placeholders: the n-th `?` outside quotes
+    becomes `$n`. Every statement is otherwise written as its engine runs it (`dialect`), and
+    sent as it is (psycopg's raw cursors, which parse no placeholders of their own)."""
     out: list[str] = []
     quote: str | None = None
+    count = 0
     for char in sql:
         if quote is not None:
             if char == quote:
@@ -103,10 +106,77 @@ def placeholders(sql: str) -> str:
         elif char in "'\"":
             quote = char
         elif char == "?":
-            out.append("%s")
+            count += 1
+            out.append(f"${count}")
             continue
-        out.append("%%" if char == "%" else char)
+        out.append(char)
     return "".join(out)
+
+
+# --- many rows in one statement -----------------------------------------------------------
+
+# Rows per statement of `InsertRows` on PostgreSQL: powers of two (each size one statement
+# text, prepared once it repeats), at most this many, never more than the protocol's 65,535
+# parameters.
+_MOST_ROWS = 256
+_MOST_PARAMS = 65535
+
+
+class InsertRows:
+    """An INSERT written as its parts: `head` (up to VALUES), one row of values `row` (with `?`
+    placeholders) and `tail` (an ON CONFLICT clause, a RETURNING one). `sql` is the statement of
+    one row, which both engines run; on PostgreSQL the rows of many run as statements of many
+    rows each (`PgConnection.insert_rows`), which write what one statement per row, in order,
+    writes: the rows are independent values, a row whose key an earlier row of the same
+    statement took is passed over by DO NOTHING (as it would be a statement later), and DO
+    UPDATE, which would refuse to update a row twice in one statement, names its conflict key
+    (`key`, the positions of its values in a row): rows in which a key comes twice are sent one
+    statement per row."""
+
+    __slots__ = ("_pieces", "_sql", "head", "key", "most", "row", "sql", "tail", "width")
+
+    def __init__(
+        self, head: str, row: str, tail: str = "", *, key: tuple[int, ...] | None = None
+    ) -> None:
+        self.head, self.row, self.tail, self.key = head, row, tail, key
+        self.sql = head + row + tail
+        self._pieces = row.split("?")  # the row's text around its placeholders
+        self.width = len(self._pieces) - 1
+        self.most = _MOST_ROWS
+        while self.most > 1 and self.most * self.width > _MOST_PARAMS:
+            self.most //= 2
+        self._sql: dict[int, bytes] = {}
+
+    def statement(self, rows: int) -> bytes:
+        """The PostgreSQL statement of `rows` rows (a power of two), its placeholders numbered."""
+        text = self._sql.get(rows)
+        if text is None:
+            parts = [self.head]
+            n = 0
+            for i in range(rows):
+                parts.append(", " + self._pieces[0] if i else self._pieces[0])
+                for piece in self._pieces[1:]:
+                    n += 1
+                    parts.append(f"${n}{piece}")
+            parts.append(self.tail)
+            text = self._sql[rows] = "".join(parts).encode()
+        return text
+
+    def parts(self, count: int) -> list[int]:
+        """The rows of each statement for `count` rows, largest first."""
+        sizes = []
+        while count:
+            size = min(self.most, 1 << (count.bit_length() - 1))
+            sizes.append(size)
+            count -= size
+        return sizes
+
+    def distinct(self, rows: Sequence[Sequence[Any]]) -> bool:
+        """Whether the rows can share statements (DO UPDATE: no key twice)."""
+        key = self.key
+        if key is None:
+            return True
+        return len({tuple(row[i] for i in key) for row in rows}) == len(rows)
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -142,20 +212,28 @@ class Cursor:
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
         """Run one statement (PostgreSQL's SQL with `?` placeholders)."""
-        with store_errors():
+        conn = self._conn
+        with conn.errors():
+            conn.send_held()
             self._cursor.execute(placeholders(sql), tuple(params or ()))
             self._pending = True
-            if self._conn.pipelining is None:
+            if conn.pipelining is None:
                 self._settle()
+            else:
+                conn.sent()
         return self
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> Cursor:
         """Run one statement once per parameter set."""
-        with store_errors():
+        conn = self._conn
+        with conn.errors():
+            conn.send_held()
             self._cursor.executemany(placeholders(sql), [tuple(p) for p in seq])
             self._pending = True
-            if self._conn.pipelining is None:
+            if conn.pipelining is None:
                 self._settle()
+            else:
+                conn.sent()
         return self
 
     def _settle(self) -> None:
@@ -163,27 +241,26 @@ class Cursor:
         if not self._pending:
             return
         self._pending = False
-        pipeline = self._conn.pipelining
-        if pipeline is not None and not self._cursor.pgresult:
-            pipeline.sync()
+        if self._conn.pipelining is not None and not self._cursor.pgresult:
+            self._conn.sync()
         self._rowcount = self._cursor.rowcount
 
     @property
     def rowcount(self) -> int:
         """Rows the last statement changed."""
-        with store_errors():
+        with self._conn.errors():
             self._settle()
         return self._rowcount
 
     @property
     def description(self) -> Any:
         """The columns of the result."""
-        with store_errors():
+        with self._conn.errors():
             self._settle()
         return self._cursor.description
 
     def _rows(self) -> bool:
-        with store_errors():
+        with self._conn.errors():
             self._settle()
         return self._cursor.description is not None
 
@@ -223,6 +300,10 @@ class PgConnection:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.raw = conn
         self.pipelining: psycopg.Pipeline | None = None
+        # The rows `add_row` keeps (in pipeline mode), of one INSERT, not sent yet.
+        self._held: InsertRows | None = None
+        self._held_rows: list[tuple[Any, ...]] = []
+        self._unsynced = False  # a statement was sent in pipeline mode since the last sync
 
     @contextmanager
     def pipeline(self) -> Iterator[None]:
@@ -238,8 +319,103 @@ class PgConnection:
             self.pipelining = pipeline
             try:
                 yield
+                self.send_held()
             finally:
+                self._held, self._held_rows = None, []
                 self.pipelining = None
+                self._unsynced = False
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """`store_errors` for the block; in pipeline mode, a failure raised while sending (the
+        result of a statement sent earlier, read meanwhile) leaves the pipeline synced, so that
+        the statements after it (a ROLLBACK TO) run rather than fail as aborted."""
+        import psycopg
+
+        try:
+            yield
+        except psycopg.Error as exc:
+            pipeline = self.pipelining
+            if pipeline is not None and not self.broken:
+                with suppress(psycopg.Error):
+                    pipeline.sync()
+                self._unsynced = False
+            raise from_psycopg(exc) from exc
+
+    def add_row(self, insert: InsertRows, values: Sequence[Any]) -> None:
+        """Insert one row (`insert.sql`), its outcome not read. In pipeline mode the row waits
+        to be sent with the rows of the same INSERT added right after it, as statements of many
+        rows (`insert_rows`); whatever else the connection is asked first (another statement,
+        a result, a RELEASE) sends them before it, so that the server runs the same statements
+        in the same order, one INSERT of many rows in place of many of one."""
+        if self.pipelining is None:
+            self.execute(insert.sql, values)
+            return
+        if self._held is not insert:
+            self.send_held()
+            self._held = insert
+        self._held_rows.append(tuple(values))
+
+    def send_held(self) -> None:
+        """Send the rows `add_row` kept."""
+        insert, rows = self._held, self._held_rows
+        if insert is None:
+            return
+        self._held, self._held_rows = None, []
+        self.insert_rows(insert, rows)
+
+    def insert_rows(self, insert: InsertRows, rows: Sequence[Sequence[Any]]) -> int | None:
+        """Insert the rows, in statements of many rows each (one per row where `insert` cannot
+        take them together); how many were written, or None in pipeline mode (not waited
+        for)."""
+        with self.errors():
+            self.send_held()
+            cursors = self._send_rows(insert, [tuple(row) for row in rows])
+            if self.pipelining is not None:
+                return None
+            return sum(cursor.rowcount for cursor in cursors)
+
+    def insert_returning(self, insert: InsertRows, rows: Sequence[Sequence[Any]]) -> list[Any]:
+        """`insert_rows` of an INSERT ending in RETURNING: the rows it returned, in the order
+        inserted (a row DO NOTHING passed over returns none)."""
+        with self.errors():
+            self.send_held()
+            cursors = self._send_rows(insert, [tuple(row) for row in rows])
+            if self.pipelining is not None:
+                self.sync()
+            return [row for cursor in cursors for row in cursor.fetchall()]
+
+    def _send_rows(
+        self, insert: InsertRows, rows: list[tuple[Any, ...]]
+    ) -> list[psycopg.Cursor[Any]]:
+        """Send the rows; their statements' cursors (outside pipeline mode, waited for, in one
+        round trip)."""
+        sizes = insert.parts(len(rows)) if insert.distinct(rows) else [1] * len(rows)
+        if self.pipelining is None and len(sizes) > 1:
+            with self.pipeline():
+                return self._send_rows(insert, rows)
+        sent = []
+        start = 0
+        for size in sizes:
+            cursor = self.raw.cursor()
+            part = rows[start : start + size]
+            start += size
+            values = part[0] if size == 1 else tuple(v for row in part for v in row)
+            cursor.execute(insert.statement(size), values)
+            sent.append(cursor)
+        self.sent()
+        return sent
+
+    def sent(self) -> None:
+        """A statement was sent: in pipeline mode, the next RELEASE waits for it."""
+        self._unsynced = self.pipelining is not None
+
+    def sync(self) -> None:
+        """Wait for the statements sent in pipeline mode (their errors are raised here)."""
+        assert self.pipelining is not None
+        self.send_held()
+        self._unsynced = False
+        self.pipelining.sync()
 
     @property
     def in_transaction(self) -> bool:
@@ -268,10 +444,11 @@ class PgConnection:
 
     def release(self, name: str) -> None:
         """RELEASE the savepoint `name`; in pipeline mode once the statements sent before it
-        are done, so that a failure of the savepoint's block is raised inside that block."""
-        if self.pipelining is not None:
-            with store_errors():
-                self.pipelining.sync()
+        are done (unless none was sent since the last wait), so that a failure of the
+        savepoint's block is raised inside that block."""
+        if self.pipelining is not None and (self._unsynced or self._held is not None):
+            with self.errors():
+                self.sync()
         self.execute(f"RELEASE {name}")
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> Cursor:
@@ -374,6 +551,8 @@ def connect(
         raw = psycopg.connect(
             url,
             autocommit=True,
+            # Statements go as written (`placeholders`): psycopg parses no `%s` of its own.
+            cursor_factory=psycopg.RawCursor,
             connect_timeout=CONNECT_TIMEOUT_S,
             application_name=application_name,
             # A server that vanished from the network (no RST) is noticed within ~10 s, so
@@ -398,6 +577,17 @@ def connect(
         raw.adapters.register_dumper(kind, dumper)
     # The Decimal strings of money columns stay exact; a Decimal sent is sent as its text.
     raw.adapters.register_dumper(Decimal, dumper)
+    # A statement psycopg prepared (after its fifth run) is planned at each run, for the tables
+    # as they are then: a plan kept from when the tables were small (a fresh database) read
+    # whole tables where an index finds the rows once they have grown. And no JIT compiling: a
+    # batch's statements run for milliseconds, and compiling one (where the server's estimate
+    # of its cost passes `jit_above_cost`) took as long again.
+    try:
+        raw.execute("SET plan_cache_mode = force_custom_plan")
+        raw.execute("SET jit = off")
+    except psycopg.Error as exc:
+        raw.close()
+        raise from_psycopg(exc) from exc
     return PgConnection(raw)
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import cast
+from typing import Any, cast
 
 from worker.store import atcommit
 from worker.store.db import Connection, Database, Db
 from worker.store.errors import StoreBusy, StoreUnavailable
-from worker.store.pg import PgConnection
+from worker.store.pg import InsertRows, PgConnection
 
 
 def conn_of(db: Db) -> Connection:
@@ -21,6 +21,27 @@ def conn_of(db: Db) -> Connection:
     if isinstance(db, sqlite3.Connection | PgConnection):
         return db
     return cast("Database", db).conn
+
+
+def insert_rows(db: Db, insert: InsertRows, rows: Sequence[Sequence[Any]]) -> None:
+    """Insert the rows (`insert.sql` each), in order: on PostgreSQL in statements of many rows
+    each (`PgConnection.insert_rows`), on SQLite one statement per row."""
+    conn = conn_of(db)
+    if isinstance(conn, PgConnection):
+        conn.insert_rows(insert, rows)
+    else:
+        conn.executemany(insert.sql, rows)
+
+
+def add_row(db: Db, insert: InsertRows, values: Sequence[Any]) -> None:
+    """Insert one row (`insert.sql`), its outcome not read: on PostgreSQL in pipeline mode it
+    waits to be sent with the rows of the same INSERT added right after it
+    (`PgConnection.add_row`)."""
+    conn = conn_of(db)
+    if isinstance(conn, PgConnection):
+        conn.add_row(insert, values)
+    else:
+        conn.execute(insert.sql, values)
 
 
 def release(conn: Connection, name: str) -> None:
