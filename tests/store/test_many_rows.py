@@ -146,6 +146,41 @@ async def test_a_refusal_read_while_later_statements_are_sent_is_undone_with_its
     assert await _meta(store, "f-") == [("f-before", "1"), ("f-later", "4")]
 
 
+async def test_a_block_that_raises_after_an_unread_refusal_is_undone_and_the_next_goes_on(
+    store: Store,
+) -> None:
+    """Three blocks under one savepoint name, as the processor applies three events: the second
+    sends a row the database refuses (not waited for) and then raises an error of its own. It
+    fails and is undone; the third is applied and committed as if the second
+    had never run (on PostgreSQL its ROLLBACK TO was skipped as aborted, the savepoint left
+    open, and the third failed with "current transaction is aborted")."""
+    insert = InsertRows("INSERT INTO meta (key, value) VALUES ", "(?, ?)")
+
+    def write(db: Database) -> list[str]:
+        conn = conn_of(db)
+        add_row(db, insert, ["e-dup", "0"])
+        outcomes = []
+        for n in range(3):
+            try:
+                with savepoint(conn, "event"):
+                    add_row(db, insert, [f"e-{n}", "ok"])
+                    if n == 1:
+                        conn.execute("INSERT INTO meta (key, value) VALUES ('e-dup', 'again')")
+                        raise ValueError("the event's own failure")
+            except Exception as exc:  # its own error, the refusal, or the transaction aborted
+                outcomes.append(type(exc).__name__)
+            else:
+                outcomes.append("applied")
+        return outcomes
+
+    first, second, third = await store.write_inline(write)
+    # SQLite refuses the row at once; PostgreSQL reads the refusal later, the block's own error
+    # first.
+    assert second in ("StoreIntegrityError", "ValueError")
+    assert (first, third) == ("applied", "applied")
+    assert await _meta(store, "e-") == [("e-0", "ok"), ("e-2", "ok"), ("e-dup", "0")]
+
+
 @pytest.mark.parametrize("second_hash", ["0xABC", "0xabc"])
 async def test_two_bookings_of_one_txhash_in_one_statement_write_only_the_first(
     store: Store, second_hash: str

@@ -442,6 +442,16 @@ class PgConnection:
         """Run one statement on a new cursor."""
         return self.cursor().execute(sql, params)
 
+    def settle(self) -> None:
+        """In pipeline mode, wait for the statements sent (the rows held sent first), their
+        errors dropped: a block that raised is about to be rolled back to its savepoint, and a
+        ROLLBACK TO sent while an earlier statement of the block failed unread would be skipped
+        as aborted, leaving the savepoint open for the next block's failure to land on."""
+        if self.pipelining is None or not (self._unsynced or self._held is not None):
+            return
+        with suppress(StoreError), self.errors():
+            self.sync()
+
     def release(self, name: str) -> None:
         """RELEASE the savepoint `name`; in pipeline mode once the statements sent before it
         are done (unless none was sent since the last wait), so that a failure of the

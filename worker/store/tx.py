@@ -67,6 +67,8 @@ def savepoint(conn: Connection, name: str) -> Iterator[None]:
         raise
     except BaseException:
         atcommit.drop_after(conn, queued)
+        if isinstance(conn, PgConnection):
+            conn.settle()  # what the block sent, waited for: the ROLLBACK TO then runs
         if conn.in_transaction:
             conn.execute(f"ROLLBACK TO {name}")
             release(conn, name)
