@@ -240,9 +240,10 @@ def book_all_unless_duplicate(
     decision_field: str,
     booked_at: str | None = None,
 ) -> Callable[[], bool]:
-    """Each booking's row (`book_once`'s values; each with a txHash; all booked at
-    `booked_at`, now when None) unless the deposit is booked, has a decision on its
-    `decision_field` conflict, or another booked deposit has its txHash (`_LIKELY_DUPLICATE`).
+    """Each booking's row (`book_once`'s values; each with a txHash, which PostgreSQL's one
+    statement relies on to see the bookings before it; all booked at `booked_at`, now when
+    None) unless the deposit is booked, has a decision on its `decision_field` conflict, or
+    another booked deposit has its txHash (`_BOOK_UNLESS_DUPLICATE`'s checks).
     Their txHashes are locked first (`lock_tx_hash`), all in one statement. Nothing is waited
     for: returns what says whether every row was written (when not, the caller finds out why
     the slow way)."""
