@@ -156,6 +156,21 @@ async def test_a_burst_of_submissions_holds_the_polls_for_the_capped_debt_only(
     assert env.clock.ms - start == (MAX_DEBT_S + 0.5) * 1000
 
 
+async def rate_limited_history(stack: Stack, retry_after_s: float) -> None:
+    """The sandbox answers the worker's next history read with a rate limit and Retry-After:
+    back once the worker has had that answer."""
+    stack.sandbox.set_fault("history", "rate_limit", count=1, retry_after_s=retry_after_s)
+    limited = (
+        "depositd_provider_calls_total",
+        (("endpoint", "history"), ("outcome", "rate_limited")),
+    )
+
+    async def rate_limited() -> bool:
+        return (await scrape(stack)).get(limited, 0) == 1
+
+    await stack.wait_for(rate_limited, 30, "the rate-limited history call")
+
+
 async def test_a_stop_cancels_the_polls_waiting_for_a_token_and_lets_submissions_go(
     env: Env,
 ) -> None:
@@ -199,18 +214,7 @@ async def test_a_stop_does_not_wait_for_a_poll_held_by_a_back_off(
     holding the stop for its grace; the worker started again polls at once."""
     stack = await start_stack(history_interval_s=0.3, detail_interval_s=NEVER)
     await catchups_done(stack)
-    stack.sandbox.set_fault("history", "rate_limit", count=1, retry_after_s=60)
-    limited = (
-        "depositd_provider_calls_total",
-        (("endpoint", "history"), ("outcome", "rate_limited")),
-    )
-
-    async def rate_limited() -> bool:
-        return (await scrape(stack)).get(limited, 0) == 1
-
-    await stack.wait_for(rate_limited, 30, "the rate-limited history call")
-    scheduler = stack.runtime.scheduler
-    assert scheduler is not None
+    await rate_limited_history(stack, retry_after_s=60)
     assert stack.runtime.client is not None and stack.runtime.client.budget is not None
     assert stack.runtime.client.budget.backoff_remaining() > 30
     started = time.monotonic()
@@ -326,16 +330,7 @@ async def test_serve_abnormal_poll_waits_out_the_back_off_and_an_operator_read_d
     stack = await start_stack(history_interval_s=0.3, detail_interval_s=NEVER)
     await catchups_done(stack)
     (tx,) = [stack.sandbox.inject_deposit(1001, "USDT", "TRON", "5", "TBudget7")["transactionId"]]
-    stack.sandbox.set_fault("history", "rate_limit", count=1, retry_after_s=6)
-    limited = (
-        "depositd_provider_calls_total",
-        (("endpoint", "history"), ("outcome", "rate_limited")),
-    )
-
-    async def rate_limited() -> bool:
-        return (await scrape(stack)).get(limited, 0) == 1
-
-    await stack.wait_for(rate_limited, 30, "the rate-limited history call")
+    await rate_limited_history(stack, retry_after_s=6)
 
     def waited(endpoint: str) -> tuple[str, tuple[tuple[str, str], ...]]:
         return ("depositd_provider_budget_wait_seconds_total", (("endpoint", endpoint),))
