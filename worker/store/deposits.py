@@ -11,7 +11,7 @@ from typing import Any
 from worker.clock import ms_from_iso
 from worker.store.db import Database, Db
 from worker.store.pg import InsertRows, Row, is_postgres
-from worker.store.tx import conn_of, insert_rows
+from worker.store.tx import conn_of, insert_rows, select_among
 
 # The key of the `fact_time` column that holds the provider's time of the credit (its clock,
 # the one its daily settlement report is cut by): the UTC day the ledger row belongs to.
@@ -38,20 +38,8 @@ def deposit_rows_sent(
     """`get_deposit_rows`, its statements sent now and their rows read when the returned
     function is called (on PostgreSQL in pipeline mode, statements sent meanwhile share the
     round trip)."""
-    conn = conn_of(db)
     ids = list(dict.fromkeys(transaction_ids))
-    cursors = []
-    if is_postgres(db):
-        # One statement whatever the number (prepared once: an IN list's text changes with it).
-        if ids:
-            cursors.append(conn.execute(_ROWS_AMONG, [ids]))
-    else:
-        for start in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[start : start + _IN_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            cursors.append(
-                conn.execute(f"SELECT * FROM deposits WHERE transaction_id IN ({marks})", chunk)
-            )
+    cursors = select_among(db, "SELECT * FROM deposits WHERE transaction_id", ids)
 
     def rows() -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
@@ -61,10 +49,6 @@ def deposit_rows_sent(
         return found
 
     return rows
-
-
-_IN_CHUNK = 500  # ids per IN list (well under SQLite's limit on bound values)
-_ROWS_AMONG = "SELECT * FROM deposits WHERE transaction_id = ANY(?::text[])"  # PostgreSQL
 
 
 def upsert_deposit_row(db: Database, row: Mapping[str, Any]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from worker.clock import utc_now
 from worker.store.db import Db
 from worker.store.pg import dialect, is_postgres
-from worker.store.tx import conn_of
+from worker.store.tx import conn_of, select_among
 
 
 def is_booked(db: Db, transaction_id: str) -> bool:
@@ -287,25 +287,9 @@ def booked_among(db: Db, transaction_ids: list[str]) -> set[str]:
 def booked_among_sent(db: Db, transaction_ids: list[str]) -> Callable[[], set[str]]:
     """`booked_among`, its statements sent now and read when the returned function is called
     (on PostgreSQL in pipeline mode, statements sent meanwhile share the round trip)."""
-    cursors = []
-    if is_postgres(db):
-        # One statement whatever the number (prepared once: an IN list's text changes with it).
-        if transaction_ids:
-            cursors.append(
-                conn_of(db).execute(
-                    "SELECT transaction_id FROM ledger WHERE transaction_id = ANY(?::text[])",
-                    [list(transaction_ids)],
-                )
-            )
-        return lambda: {str(r[0]) for cursor in cursors for r in cursor.fetchall()}
-    for start in range(0, len(transaction_ids), 500):
-        part = transaction_ids[start : start + 500]
-        marks = ", ".join("?" for _ in part)
-        cursors.append(
-            conn_of(db).execute(
-                f"SELECT transaction_id FROM ledger WHERE transaction_id IN ({marks})", part
-            )
-        )
+    cursors = select_among(
+        db, "SELECT transaction_id FROM ledger WHERE transaction_id", transaction_ids
+    )
     return lambda: {str(r[0]) for cursor in cursors for r in cursor.fetchall()}
 
 

@@ -33,6 +33,26 @@ def insert_rows(db: Db, insert: InsertRows, rows: Sequence[Sequence[Any]]) -> No
         conn.executemany(insert.sql, rows)
 
 
+# Ids per IN list on SQLite (well under its limit on bound values).
+_IN_CHUNK = 500
+
+
+def select_among(db: Db, head: str, ids: Sequence[str]) -> list[Any]:
+    """The cursors of `head` (a SELECT up to the column tested, `... WHERE transaction_id`)
+    for the rows whose column is one of `ids`, sent now and read by the caller (on PostgreSQL
+    in pipeline mode, statements sent meanwhile share the round trip): on PostgreSQL one
+    statement whatever the number (`= ANY` of an array, prepared once, where an IN list's text
+    changes with its length), on SQLite one per `_IN_CHUNK` ids."""
+    conn = conn_of(db)
+    if isinstance(conn, PgConnection):
+        return [conn.execute(f"{head} = ANY(?::text[])", [list(ids)])] if ids else []
+    cursors = []
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[start : start + _IN_CHUNK]
+        cursors.append(conn.execute(f"{head} IN ({','.join('?' * len(chunk))})", chunk))
+    return cursors
+
+
 def add_row(db: Db, insert: InsertRows, values: Sequence[Any]) -> None:
     """Insert one row (`insert.sql`), its outcome not read: on PostgreSQL in pipeline mode it
     waits to be sent with the rows of the same INSERT added right after it
