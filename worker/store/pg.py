@@ -410,6 +410,11 @@ class PgConnection:
         """A statement was sent: in pipeline mode, the next RELEASE waits for it."""
         self._unsynced = self.pipelining is not None
 
+    @property
+    def _unsettled(self) -> bool:
+        """In pipeline mode, whether something was sent (or is held) since the last wait."""
+        return self.pipelining is not None and (self._unsynced or self._held is not None)
+
     def sync(self) -> None:
         """Wait for the statements sent in pipeline mode (their errors are raised here)."""
         assert self.pipelining is not None
@@ -447,16 +452,15 @@ class PgConnection:
         errors dropped: a block that raised is about to be rolled back to its savepoint, and a
         ROLLBACK TO sent while an earlier statement of the block failed unread would be skipped
         as aborted, leaving the savepoint open for the next block's failure to land on."""
-        if self.pipelining is None or not (self._unsynced or self._held is not None):
-            return
-        with suppress(StoreError), self.errors():
-            self.sync()
+        if self._unsettled:
+            with suppress(StoreError), self.errors():
+                self.sync()
 
     def release(self, name: str) -> None:
         """RELEASE the savepoint `name`; in pipeline mode once the statements sent before it
         are done (unless none was sent since the last wait), so that a failure of the
         savepoint's block is raised inside that block."""
-        if self.pipelining is not None and (self._unsynced or self._held is not None):
+        if self._unsettled:
             with self.errors():
                 self.sync()
         self.execute(f"RELEASE {name}")
