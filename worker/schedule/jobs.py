@@ -31,9 +31,11 @@ def last_slot(at: str, now: datetime) -> datetime:
     return today if today <= now else today - timedelta(days=1)
 
 
-def within_grace(slot: datetime, now: datetime) -> bool:
-    """Whether a daily job's minute `slot` passed less than the misfire grace before `now`."""
-    return timedelta(0) < now - slot <= timedelta(seconds=DAILY_MISFIRE_GRACE_S)
+def missed_slot(at: str, now: datetime) -> datetime | None:
+    """The minute of the daily job at `at` that a start at `now` catches up on: its last one,
+    when that passed less than the misfire grace ago; None otherwise."""
+    slot = last_slot(at, now)
+    return slot if timedelta(0) < now - slot <= timedelta(seconds=DAILY_MISFIRE_GRACE_S) else None
 
 
 async def missed_run(store: Store, job: str, slot: datetime) -> bool:

@@ -29,7 +29,7 @@ from worker.schedule.jobs import (
     last_slot,
     logged_run,
     missed_run,
-    within_grace,
+    missed_slot,
 )
 from worker.store import verification
 from worker.store.sqlitestore import Store
@@ -85,7 +85,6 @@ class JournalJob:
     ) -> None:
         self._store = store
         self._at = at
-        self._hour, self._minute = (int(x) for x in at.split(":"))
         self._wake = wake
         self._chunk = chunk
         self._scheduler = AsyncIOScheduler(timezone="UTC")
@@ -100,6 +99,7 @@ class JournalJob:
     def start(self) -> None:
         """The daily job; and now, when its minute passed less than the misfire grace ago."""
         self._stopping = False
+        hour, minute = (int(x) for x in self._at.split(":"))
 
         async def fire() -> None:  # a coroutine: APScheduler runs plain functions in threads
             self.fire()
@@ -107,17 +107,16 @@ class JournalJob:
         self._scheduler.add_job(
             fire,
             "cron",
-            hour=self._hour,
-            minute=self._minute,
+            hour=hour,
+            minute=minute,
             max_instances=1,
             coalesce=True,
             misfire_grace_time=DAILY_MISFIRE_GRACE_S,
             id="journal",
         )
         self._scheduler.start()
-        now = self.now()
-        slot = self.slot(now)
-        if within_grace(slot, now):
+        slot = missed_slot(self._at, self.now())
+        if slot is not None:
             self.fire(missed=slot)
 
     def fire(self, *, missed: datetime | None = None) -> None:

@@ -16,7 +16,7 @@ from worker.reconcile.abnormal import AbnormalPoll, AbnormalWatch
 from worker.reconcile.daily import DailyRuns
 from worker.reconcile.metrics import MoneyMetrics
 from worker.reconcile.reconciler import Reconciler
-from worker.schedule.jobs import IntervalAndDaily, last_slot, missed_run, within_grace
+from worker.schedule.jobs import IntervalAndDaily, missed_run, missed_slot
 from worker.store.sqlitestore import Store
 
 
@@ -37,7 +37,7 @@ class MoneyJobs(IntervalAndDaily):
         self.daily = daily
         self._settings = settings
         self._store = store
-        self._missed = datetime.now(UTC)
+        self._missed: datetime | None = None  # the minute `start` catches up on
 
     def hint(self) -> None:
         """An ABNORMAL_FUND_NOTIFICATION arrived: poll now (unless backing off or running)."""
@@ -59,13 +59,13 @@ class MoneyJobs(IntervalAndDaily):
         misfire grace ago without a completed run (the service was down then, or the instance
         leading the scheduler died and this one took over), on a store that was there then."""
         super().start()
-        now = datetime.now(UTC)
-        self._missed = last_slot(self._settings.reconcile_at, now)
-        if within_grace(self._missed, now):
+        self._missed = missed_slot(self._settings.reconcile_at, datetime.now(UTC))
+        if self._missed is not None:
             self.fire("reconcile-missed")
 
     async def _reconcile_missed(self) -> None:
         """The days due, if the store was there at the minute this start catches up on."""
+        assert self._missed is not None  # fired by `start` only when there is one
         if await missed_run(self._store, "reconcile", self._missed):
             await self.daily.reconcile_due()
 
