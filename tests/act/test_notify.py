@@ -23,7 +23,7 @@ from aiohttp import web
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from tests.support.processes import free_port
+from tests.support.ports import free_port
 from worker.act.outbox import Outbox
 from worker.act.queue import enqueue_alert
 from worker.config.profiles import Profiles

@@ -14,7 +14,8 @@ from aiohttp.typedefs import Handler
 from pytest_aiohttp import AiohttpServer
 
 from tests.support.configs import HOOK_PATH, serve_config, write_config
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 from tests.support.sandboxes import sandbox_settings
 from tests.support.waits import until
 from worker.dev.sandbox import SANDBOX_KEY, create_app

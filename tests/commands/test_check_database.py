@@ -13,7 +13,7 @@ import pytest
 from tests.support.configs import make_config, write_config
 from tests.support.paths import RULES
 from tests.support.pgcluster import Cluster
-from tests.support.processes import free_port
+from tests.support.ports import free_port
 from worker.commands.cli import main
 from worker.store.durability import MACHINE_CRASH, PROCESS_CRASH, SERVER_CRASH
 from worker.store.pgstore import PgStore

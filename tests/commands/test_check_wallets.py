@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.configs import HOOK_SECRET, serve_config, write_config
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 from worker.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,8 @@ from pathlib import Path
 import aiohttp
 
 from tests.support.configs import serve_config, write_config
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 from worker.console.pages import deep_link
 
 

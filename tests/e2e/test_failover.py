@@ -25,7 +25,8 @@ from pytest_aiohttp import AiohttpServer
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, serve_config, write_config
 from tests.support.pgcluster import ENV_URL, Cluster, replicated_pair
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 from tests.support.sandboxes import sandbox_settings
 from worker.commands.ops import status_report
 from worker.config.settings import StorageSettings

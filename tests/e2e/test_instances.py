@@ -29,7 +29,8 @@ from pytest_aiohttp import AiohttpServer
 
 from tests.support.configs import HOOK_PATH, serve_config, write_config
 from tests.support.pgcluster import Cluster
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 from tests.support.sandboxes import sandbox_settings
 from worker.commands.ops import status_report
 from worker.config.settings import StorageSettings

@@ -22,7 +22,8 @@ import pytest
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, serve_config, write_config
 from tests.support.pgcluster import Cluster
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 from worker.config.settings import StorageSettings
 from worker.provider.signing import signed_headers
 from worker.store.pgstore import command_connection

@@ -13,7 +13,8 @@ import pytest
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH
 from tests.support.paths import ROOT
-from tests.support.processes import Processes, cli, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes, cli
 from tests.support.service import Service
 from tests.support.stores import rows
 from tests.support.waits import until

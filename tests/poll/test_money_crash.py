@@ -15,7 +15,8 @@ from typing import Any
 from pytest_aiohttp import AiohttpServer
 
 from tests.support.configs import HOOK_PATH, serve_config, write_config
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 from tests.support.sandboxes import sandbox_settings
 from tests.support.waits import until
 from worker.dev.sandbox import SANDBOX_KEY, Sandbox, create_app

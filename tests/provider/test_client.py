@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
+from tests.support.ports import free_port
 from worker.errors import (
     ProviderAuthError,
     ProviderBusinessError,
@@ -373,9 +373,7 @@ async def test_retries_run_out(
 
 async def test_connection_error_is_unavailable(make_client: ClientFactory, calls: Calls) -> None:
     """A refused connection is retried, then raises ProviderUnavailable."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens there
     client = make_client(base_url=f"http://127.0.0.1:{port}", retries=1)
     with pytest.raises(ProviderUnavailable, match="connection"):
         await client.options()

@@ -20,7 +20,8 @@ from aiohttp.test_utils import TestServer
 
 from tests.support.configs import JSON_LOGS, make_config, write_config
 from tests.support.journalrows import book, by_hand, submit
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 from tests.support.stacks import NEVER, MakeStack
 from tests.support.stores import StoreMaker
 from worker.clock import iso_from_ms, now_ms

@@ -17,7 +17,8 @@ import pytest
 
 from tests.support.configs import serve_config, write_config
 from tests.support.pgcluster import Cluster
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 from worker.config.settings import StorageSettings
 from worker.store import pgstore
 from worker.store.pg import connect

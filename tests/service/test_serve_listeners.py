@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.support.configs import serve_config, write_config
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 
 
 def _config(

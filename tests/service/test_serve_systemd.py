@@ -16,7 +16,8 @@ import pytest
 
 from tests.support.configs import serve_config, write_config
 from tests.support.paths import RULES
-from tests.support.processes import Processes, children, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes, children
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,8 @@ import pytest
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, serve_config, write_config
 from tests.support.paths import ROOT
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 

@@ -21,7 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.support.configs import serve_config, write_config
-from tests.support.processes import free_port
+from tests.support.ports import free_port
 from tests.support.stores import StoreMaker
 from tests.support.waits import until, until_async
 from worker.act.outbox import Outbox

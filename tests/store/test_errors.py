@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import psycopg
 import pytest
 
 from tests.support.pgcluster import ENV_URL, Cluster
+from tests.support.ports import free_port
 from tests.support.stores import StoreMaker
 from worker.errors import StorageError
 from worker.store.db import Connection
@@ -149,9 +149,7 @@ def test_a_sqlite_file_that_cannot_be_used_is_unavailable(tmp_path: Path) -> Non
 
 def test_an_unreachable_postgresql_server_is_unavailable() -> None:
     """Nothing listening where the URL points: `StoreUnavailable`, naming the server."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # nothing listens there
     with pytest.raises(StoreUnavailable) as caught:
         pg_connect(f"postgresql://depositd@127.0.0.1:{port}/depositd")
     _no_sqlite3(caught.value)

@@ -13,7 +13,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+
+from tests.support.ports import free_port
 
 INSTALL = "apt-get install -y postgresql"
 TEST_USER = "depositd-test"
@@ -46,12 +47,6 @@ def server_bin() -> Path:
         if (Path(folder) / "initdb").exists():
             return Path(folder)
     raise MissingPostgres(f"PostgreSQL server binaries (initdb, pg_ctl) not found: {INSTALL}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _as_user() -> list[str]:
@@ -190,7 +185,7 @@ def _start_primary(bindir: Path, prefix: list[str], folder: Path, name: str, ext
 
 
 def _start_server(bindir: Path, prefix: list[str], folder: Path, name: str, extra: str) -> Cluster:
-    port = _free_port()
+    port = free_port()
     options = f"-h 127.0.0.1 -p {port} -k {folder} -c max_connections=200 {extra}".strip()
     pg_ctl = _pg_ctl(bindir, prefix, folder, name)
     start = [*pg_ctl, "-o", options, "start"]

@@ -10,7 +10,8 @@ from typing import Any
 import aiohttp
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, serve_config, write_config
-from tests.support.processes import ServeProcess, free_port
+from tests.support.ports import free_port
+from tests.support.processes import ServeProcess
 from tests.support.stores import rows
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers

@@ -13,7 +13,8 @@ from typing import Any
 import aiohttp
 
 from tests.support.configs import HOOK_KEY, HOOK_PATH, HOOK_SECRET, make_config, write_config
-from tests.support.processes import Processes, free_port
+from tests.support.ports import free_port
+from tests.support.processes import Processes
 from worker.provider.jsonio import dumpb
 from worker.provider.signing import signed_headers
 
