@@ -25,7 +25,12 @@ def test_two_processes_at_once_are_given_different_ports_below_the_kernels_range
     mine = [ports.free_port() for _ in range(2 * ports.BLOCK + 10)]
     theirs = json.loads(
         subprocess.run(
-            [sys.executable, "-c", TAKE], cwd=ROOT, capture_output=True, text=True, check=True
+            [sys.executable, "-c", TAKE],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
         ).stdout
     )
     assert len(set(mine)) == len(mine) and len(set(theirs)) == len(theirs)
