@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft7Validator
 
-from worker.act.kinds import alert, forward, submit
+from worker.act import specs
 from worker.commands.cli import main
 from worker.commands.init import write_sandbox_setup
 from worker.commands.schema import KINDS, schema_of, text_of
@@ -129,9 +129,9 @@ def test_the_schemas_know_the_keys_the_loaders_know() -> None:
 def test_action_parameters_in_the_schema_are_those_the_checks_take() -> None:
     """Each action kind's parameter schema names exactly the keys its check accepts."""
     for params, keys in (
-        (alert.PARAMS, alert.ALERT_KEYS),
-        (forward.PARAMS, forward.FORWARD_KEYS),
-        (submit.PARAMS, submit.SUBMIT_KEYS),
+        (specs.ALERT_PARAMS, specs.ALERT_KEYS),
+        (specs.FORWARD_PARAMS, specs.FORWARD_KEYS),
+        (specs.SUBMIT_PARAMS, specs.SUBMIT_KEYS),
     ):
         properties: dict[str, Any] = params["properties"]  # type: ignore[assignment]
         assert sorted(properties) == sorted(keys)

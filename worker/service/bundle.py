@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from worker.act.kinds import KINDS, SPECS, Kind
+from worker.act.specs import NAMED_CHANNELS, SPECS, URLS
 from worker.config.profiles import Profiles
 from worker.config.settings import Settings, read_secret_file
 from worker.errors import ConfigError
@@ -93,7 +94,7 @@ def load_bundle(settings: Settings) -> Bundle:
 def plain_http(settings: Settings, rules: RuleBook) -> tuple[list[str], list[str]]:
     """(warnings, problems) of plain http:// for the provider and forward URLs: a warning to
     loopback or where allowed, else a problem (`check` and `serve` both refuse it). The action
-    kinds that post somewhere say where (`Kind.url`)."""
+    kinds that post somewhere say where (`worker.act.specs.URLS`)."""
     warnings: list[str] = []
     problems: list[str] = []
     found = [
@@ -106,12 +107,10 @@ def plain_http(settings: Settings, rules: RuleBook) -> tuple[list[str], list[str
             ),
         )
     ]
-    for kind in KINDS.values():
-        if kind.url is None:
-            continue
-        for ruleset, rule, action in rules.actions(kind.name):
-            where = f"{ruleset.path}:{rule.line}: rule {rule.name!r}: {kind.name}"
-            url, allowed = kind.url(action.params)
+    for name, url_of in URLS.items():
+        for ruleset, rule, action in rules.actions(name):
+            where = f"{ruleset.path}:{rule.line}: rule {rule.name!r}: {name}"
+            url, allowed = url_of(action.params)
             found.append(
                 (where, plain_http_problem(url, allowed=allowed, key="allow_insecure_http"))
             )
@@ -163,8 +162,8 @@ def _unconfigured_channels(settings: Settings, rules: RuleBook) -> list[str]:
     go to the log only."""
     configured = {name for name in ("slack", "email") if getattr(settings.notify, name)}
     warnings = []
-    for kind, ruleset, rule, action in naming_channels(rules):
-        missing = sorted(set(kind.channels(action.params) if kind.channels else ()) - configured)
+    for channels_of, ruleset, rule, action in naming_channels(rules):
+        missing = sorted(set(channels_of(action.params)) - configured)
         if missing:
             warnings.append(
                 f"{ruleset.path}:{rule.line}: rule {rule.name!r} alerts on"
@@ -181,9 +180,11 @@ def _unconfigured_channels(settings: Settings, rules: RuleBook) -> list[str]:
     return warnings
 
 
-def naming_channels(rules: RuleBook) -> Iterator[tuple[Kind, RuleSet, Rule, Action]]:
-    """Every action of a kind that names alert channels (`Kind.channels`), in kind order."""
-    for kind in KINDS.values():
-        if kind.channels is not None:
-            for ruleset, rule, action in rules.actions(kind.name):
-                yield kind, ruleset, rule, action
+def naming_channels(
+    rules: RuleBook,
+) -> Iterator[tuple[Callable[[Mapping[str, Any]], Sequence[str]], RuleSet, Rule, Action]]:
+    """Every action of a kind that names alert channels (`worker.act.specs.NAMED_CHANNELS`,
+    each with how to read them), in kind order."""
+    for name, channels_of in NAMED_CHANNELS.items():
+        for ruleset, rule, action in rules.actions(name):
+            yield channels_of, ruleset, rule, action

@@ -14,16 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker import clock
+from worker.act import specs
 from worker.act.kinds.base import Kind, Recording, RunnerDeps
 from worker.act.queue import ActionRows, backoff, enqueue_alert
-from worker.config.yamlkeys import known
-from worker.config.yamlsrc import Loc
 from worker.errors import NotifyError
 from worker.logs import get_logger
 from worker.notify.channels import Notifier, send_once
 from worker.notify.message import Alert, build_alert
-from worker.rules import ActionSpec, Intent, ParamCheck
-from worker.rules.model import CHANNELS, SEVERITIES
+from worker.rules import Intent
 from worker.store import alerts as stored
 from worker.store.db import Db
 from worker.store.sqlitestore import Store
@@ -31,57 +29,10 @@ from worker.track.tracker import Deposit
 
 log = get_logger(__name__)
 
-ALERT_KEYS = ("severity", "channels", "message")
-_CHANNEL = {"enum": list(CHANNELS)}
-# The parameters `check_params` accepts, as JSON Schema (`depositd schema rules`).
-PARAMS = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "severity": {"enum": list(SEVERITIES), "default": "warning"},
-        "channels": {"anyOf": [_CHANNEL, {"type": "array", "minItems": 1, "items": _CHANNEL}]},
-        "message": {"type": "string"},
-    },
-}
 # An alert row is sent once per pass: up to MAX_ALERT_ROUNDS x notify_retry["attempts"] (5)
 # sends while its channels fail in a retryable way, MAX_ALERT_ROUNDS when they refuse it.
 MAX_ALERT_ROUNDS = 3
 MAX_RETRY_AFTER_S = 3600.0  # a channel's Retry-After is honoured up to this
-
-
-def check_params(file: ParamCheck, params: dict[str, Any], loc: Loc) -> dict[str, Any] | None:
-    """severity (default warning), channels (default: every configured one), message."""
-    before = file.problem_count()
-    file.unknown_keys(params, loc, ALERT_KEYS)
-    severity = params.get("severity", "warning")
-    if severity not in SEVERITIES:
-        file.bad((*loc, "severity"), f"unknown severity {severity!r} {known(SEVERITIES)}")
-    channels: list[str] | None = None
-    if "channels" in params:
-        raw = params["channels"]
-        items = [raw] if isinstance(raw, str) else raw
-        if not isinstance(items, list) or not items:
-            file.bad((*loc, "channels"), f"must be a non-empty list {known(CHANNELS)}")
-        else:
-            channels = []
-            for index, channel in enumerate(items):
-                if channel not in CHANNELS:
-                    file.bad(
-                        (*loc, "channels", index),
-                        f"unknown channel {channel!r} {known(CHANNELS)}",
-                        label=(*loc, "channels"),
-                    )
-                elif channel not in channels:
-                    channels.append(channel)
-    message = params.get("message")
-    if message is not None and not isinstance(message, str):
-        file.bad((*loc, "message"), "must be a string")
-    if file.problem_count() > before:
-        return None
-    out: dict[str, Any] = {"severity": severity, "channels": channels}
-    if message is not None:
-        out["message"] = message
-    return out
 
 
 def _alert_detail(intent: Intent, deposit: Deposit, trigger: str) -> str | None:
@@ -310,13 +261,4 @@ class AlertSender:
         )
 
 
-def _channels(params: Mapping[str, Any]) -> Sequence[str]:
-    return list(params.get("channels") or ())
-
-
-KIND = Kind(
-    ActionSpec("alert", check=check_params, params=PARAMS),
-    record,
-    runner=AlertSender.build,
-    channels=_channels,
-)
+KIND = Kind(specs.ALERT, record, runner=AlertSender.build)

@@ -4,12 +4,12 @@ Each kind is one module in `worker.act.kinds` building a `Kind`, registered in
 `worker.act.kinds.KINDS`. The rule loader reads `Kind.spec` (as data: the rules package does not
 import this one), `worker.act.reactor` calls `record` inside the processor's transaction,
 `worker.act.outbox` calls the runner built by `runner` after the commit, and
-`worker.commands.check` reads `url`, `secret_problem` and `channels`.
+`worker.commands.check` reads `secret_problem`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -98,17 +98,15 @@ class Kind:
 
     `record`: what the reactor records for a rule's intent, inside the transaction.
     `runner`: builds what the outbox runs after the commit (None: nothing runs after it).
-    `url`: (url, plain http allowed) of an action's params, for the plain-http check.
     `secret_problem`: why an action's secret is not usable now, for `check`.
-    `channels`: the alert channels an action names, for `check`.
+    Where an action posts and the alert channels it names are read from its params without the
+    kind (`worker.act.specs.URLS`, `NAMED_CHANNELS`): the rules are checked before it is imported.
     """
 
     spec: ActionSpec
     record: Callable[[Recording], None]
     runner: Callable[[RunnerDeps], Runner] | None = None
-    url: Callable[[Mapping[str, Any]], tuple[str, bool]] | None = None
     secret_problem: Callable[[Mapping[str, Any]], str | None] | None = None
-    channels: Callable[[Mapping[str, Any]], Sequence[str]] | None = None
 
     @property
     def name(self) -> str:

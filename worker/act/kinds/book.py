@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from worker.act import specs
 from worker.act.kinds.base import Kind, Recording
 from worker.act.queue import add_action, enqueue_alert
 from worker.clock import utc_now
 from worker.provider.jsonio import decimal_str
-from worker.rules import ActionSpec
 from worker.store import journal, ledger
 from worker.store.actions import held_booking, set_rule
 from worker.store.conflicts import decided_value_of
@@ -26,10 +26,6 @@ _ALONE = Reaction()
 # The states in which the deposit is credited at this moment: credited, or completed (an order
 # at SUCCESS is credited, whitelisted or not). Booking happens in no other.
 CREDITED_STATES = frozenset({State.CREDITED, State.COMPLETED})
-# The triggers on which the deposit is credited: credited, completed (an order at SUCCESS is
-# credited, whitelisted or not) and released (a blocked deposit credited after all). Raw
-# eventTypes and the other triggers do not imply it.
-BOOK_TRIGGERS = frozenset({"credited", "completed", "released"})
 
 
 @dataclass(frozen=True)
@@ -309,12 +305,4 @@ def record(rec: Recording) -> None:
         rec.lines.append(("book " + status, {**fields, "outcome": outcome}))
 
 
-KIND = Kind(
-    ActionSpec(
-        "book",
-        only_on=BOOK_TRIGGERS,
-        only_on_meaning="that means the deposit is credited",
-        only_on_example="credited",
-    ),
-    record,
-)
+KIND = Kind(specs.BOOK, record)

@@ -9,7 +9,6 @@ forward rule's signing secret (also used by `depositd check`, which reports one 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,65 +16,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from worker.act import specs
 from worker.act.kinds.base import Kind, Recording, RunnerDeps
 from worker.act.queue import ActionRows, alert_once
 from worker.config.settings import read_secret_file
-from worker.config.yamlsrc import Loc
 from worker.provider import jsonio, signing
-from worker.rules import ActionSpec, ParamCheck
 from worker.track.tracker import Deposit
 from worker.urls import host_port
-
-FORWARD_KEYS = ("url", "secret_env", "secret_file", "allow_insecure_http")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# The parameters `check_params` accepts, as JSON Schema (`depositd schema rules`).
-PARAMS = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["url"],
-    "oneOf": [{"required": ["secret_env"]}, {"required": ["secret_file"]}],
-    "properties": {
-        "url": {"type": "string", "pattern": "^https?://"},
-        "secret_env": {"type": "string", "pattern": f"^{_ENV_NAME.pattern}$"},
-        "secret_file": {"type": "string", "minLength": 1},
-        "allow_insecure_http": {"type": "boolean"},
-    },
-}
-
-
-def check_params(file: ParamCheck, params: dict[str, Any], loc: Loc) -> dict[str, Any] | None:
-    """url (http or https), secret_env or secret_file (the POST is signed), allow_insecure_http."""
-    before = file.problem_count()
-    file.unknown_keys(params, loc, FORWARD_KEYS)
-    url = params.get("url")
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        file.bad((*loc, "url") if "url" in params else loc, "forward needs url: http(s)://...")
-    out: dict[str, Any] = {"url": url}
-    if "secret_env" in params and "secret_file" in params:
-        file.bad((*loc, "secret_file"), "give either secret_env or secret_file, not both")
-    elif "secret_env" not in params and "secret_file" not in params:
-        # docs/rules.md: forward posts the deposit signed; never unsigned by omission.
-        file.bad(loc, "forward needs secret_env or secret_file (the POST is signed)")
-    env = params.get("secret_env")
-    if "secret_env" in params:
-        if not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
-            file.bad((*loc, "secret_env"), "must be an environment variable name")
-        out["secret_env"] = env
-    if "secret_file" in params:
-        secret_file = params["secret_file"]
-        if not isinstance(secret_file, str) or not secret_file:
-            file.bad((*loc, "secret_file"), "must be a file path")
-        else:
-            path = Path(secret_file)
-            # Like every path in the config: relative to the file that names it.
-            out["secret_file"] = str(path if path.is_absolute() else file.folder / path)
-    if "allow_insecure_http" in params:
-        if not isinstance(params["allow_insecure_http"], bool):
-            file.bad((*loc, "allow_insecure_http"), "must be true or false")
-        out["allow_insecure_http"] = params["allow_insecure_http"]
-    if file.problem_count() > before:
-        return None
-    return out
 
 
 def record(rec: Recording) -> None:
@@ -232,18 +179,13 @@ def forward_secret(params: Mapping[str, Any]) -> tuple[str, str | None]:
     return "", "no secret_env or secret_file"
 
 
-def _url(params: Mapping[str, Any]) -> tuple[str, bool]:
-    return str(params.get("url", "")), bool(params.get("allow_insecure_http"))
-
-
 def _secret_problem(params: Mapping[str, Any]) -> str | None:
     return forward_secret(params)[1]
 
 
 KIND = Kind(
-    ActionSpec("forward", check=check_params, params=PARAMS),
+    specs.FORWARD,
     record,
     runner=Forwarder.build,
-    url=_url,
     secret_problem=_secret_problem,
 )

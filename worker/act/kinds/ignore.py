@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from worker.act import specs
 from worker.act.kinds.base import Kind, Recording
-from worker.rules import ActionSpec
 
 
 def record(rec: Recording) -> None:
@@ -11,4 +11,4 @@ def record(rec: Recording) -> None:
     rec.add(params={}, status="done", outcome="ignored by rule")
 
 
-KIND = Kind(ActionSpec("ignore", final=True), record)
+KIND = Kind(specs.IGNORE, record)

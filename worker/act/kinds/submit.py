@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any, Literal
 
 from worker import clock
+from worker.act import specs
 from worker.act.kinds.base import Kind, Observe, Recording, RunnerDeps
 from worker.act.notfound import Reread, find_in_queues
 from worker.act.queue import (
@@ -27,8 +28,6 @@ from worker.act.queue import (
     submit_params,
 )
 from worker.config.profiles import Profiles
-from worker.config.yamlkeys import known, suggest
-from worker.config.yamlsrc import Loc
 from worker.errors import (
     ProviderAnswerMismatch,
     ProviderAuthError,
@@ -45,7 +44,7 @@ from worker.provider.client import ProviderClient
 from worker.provider.codes import RetryCategory, categorize, code_rule, may_retry_same_key
 from worker.provider.models import DepositOrder, WhiteListStatus
 from worker.provider.payer import fields_named
-from worker.rules import ActionSpec, ParamCheck, RuleBook
+from worker.rules import RuleBook
 from worker.rules.fingerprint import rules_hash
 from worker.store import journal, submissions, waits
 from worker.store.db import Database, Db
@@ -54,7 +53,6 @@ from worker.track.tracker import Deposit, Fact, State
 
 log = get_logger(__name__)
 
-SUBMIT_KEYS = ("profile",)
 # A submission whose outcome is unknown (an unreadable answer, a system error, "processing") is
 # retried with the same key without end; a human is told once it has lasted this many attempts.
 UNKNOWN_ALERT_AFTER = 3
@@ -87,27 +85,6 @@ CODE_OUTCOMES: dict[str, CodeOutcome] = {
     "10000107": CodeOutcome("failed"),  # the wallet
 }
 OTHER_CODE = CodeOutcome("failed")  # codes the interface omits
-
-
-def check_params(file: ParamCheck, params: dict[str, Any], loc: Loc) -> dict[str, Any] | None:
-    """An optional `profile` (a stored profile's name); without it, the one that applies."""
-    before = file.problem_count()
-    file.unknown_keys(params, loc, SUBMIT_KEYS)
-    if "profile" not in params:
-        return {} if file.problem_count() == before else None
-    profile = params["profile"]
-    if not isinstance(profile, str) or not profile:
-        file.bad((*loc, "profile"), "must be a profile name")
-    elif file.profiles is not None and profile not in file.profiles:
-        names = sorted(file.profiles)
-        hint = suggest(profile, names)
-        file.bad(
-            (*loc, "profile"),
-            f"unknown profile {profile!r} {known(names or ['none'])}{hint}",
-        )
-    if file.problem_count() > before:
-        return None
-    return {"profile": profile}
 
 
 def record(rec: Recording) -> None:
@@ -558,12 +535,4 @@ class Submitter:
         await self._rows.finish(sub.action_id, "failed", detail, key=sub.key, also=also)
 
 
-# The parameters `check_params` accepts, as JSON Schema (`depositd schema rules`).
-PARAMS = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {"profile": {"type": "string", "minLength": 1}},
-}
-KIND = Kind(
-    ActionSpec("submit_profile", check=check_params, params=PARAMS), record, runner=Submitter.build
-)
+KIND = Kind(specs.SUBMIT, record, runner=Submitter.build)
