@@ -6,12 +6,13 @@ Against the local sandbox (`depositd init --sandbox`), `--runs` times each:
 - the imports of `serve`'s stages (`import worker.service.setup`: `serve` imports them after
   starting the ingress process) and of the ingress process (`import worker.ingest.process`),
   each in a fresh interpreter;
-- exec -> READY (the "serving" log line, written just before READY=1) and exec -> /healthz
+- exec -> READY (the start-up step "rules, profiles and store checked: READY", logged as READY=1
+  is sent), exec -> "serving" (the webhook answered from then on) and exec -> /healthz
   answered, with the parts seen in serve's log (its start-up steps, logged at debug): exec ->
   settings read (the interpreter, the imports of the command line and the settings), -> the
-  ports and the database's lock held, -> the ingress process started, -> the stages imported,
-  -> built (rules and profiles read), -> "store open", -> the stages started, -> the ingress
-  process listening, -> "serving" (READY).
+  ports and the database's lock held, -> the ingress process started, -> the rules, profiles
+  and store checked (READY), -> the stages imported, -> built, -> "store open", -> the stages
+  started, -> the ingress process listening, -> "serving".
 
 Prints medians as JSON. docs/operations.md ("Start-up time") holds the figures.
 
@@ -37,6 +38,7 @@ import yaml
 PY = sys.executable
 # serve's log lines kept besides its start-up steps (logged at debug).
 MILESTONES = ("store open", "leading", "serving", "shutting down", "stopped")
+READY_STEP = "rules, profiles and store checked: READY"
 LAST_LOG: dict[str, float] = {}
 
 
@@ -93,8 +95,9 @@ def serve_once(config: Path, port: int, log: Path) -> dict[str, float]:
     return {
         "exec -> settings read": at["settings read"],
         "exec -> stages imported": at["stages imported"],
+        "exec -> READY": at[READY_STEP],
         "exec -> store open": at["store open"],
-        "exec -> READY (serving)": at["serving"],
+        "exec -> serving": at["serving"],
         "exec -> /healthz": healthz,
     }
 
@@ -140,7 +143,7 @@ def main() -> None:
             sandbox.wait(30)
     medians = {name: round(statistics.median(v), 3) for name, v in figures.items()}
     medians["READY / import aiohttp, pydantic"] = round(
-        medians["exec -> READY (serving)"] / medians["import aiohttp, pydantic"], 2
+        medians["exec -> READY"] / medians["import aiohttp, pydantic"], 2
     )
     print(json.dumps(medians, indent=1))
     print("the last start, seconds from exec to each step:")

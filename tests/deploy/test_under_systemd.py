@@ -105,9 +105,10 @@ def test_first_start_sets_up_the_host(host: Host) -> None:
 
 
 def test_start_reaches_ready_with_a_status_line(host: Host) -> None:
-    """`systemctl enable --now` returns once READY=1: the unit is active (running) with two
+    """`systemctl enable --now` returns once READY=1 (the rules, profiles and store checked,
+    the socket holding deliveries until it serves): the unit is active (running) with two
     processes (serve and the ingress process), credentials loaded, and a STATUS= line from the
-    first start on (item 7)."""
+    first start on (item 7), saying it serves once it does."""
     state = host.ensure_running()
     assert state["SubState"] == "running"
     assert state["StatusText"] == f"serving on {host.webhook}", state

@@ -163,8 +163,9 @@ async def test_the_start_up_steps_are_logged_at_debug_in_order(
         "settings read",
         "ports and database lock held",
         "ingress process started",
+        "rules, profiles and store checked: READY",
         "stages imported",
-        "stages built (rules and profiles read)",
+        "stages built",
         "store open and stages started",
         "ingress process listening",
     ]

@@ -73,6 +73,15 @@ async def next_message(sock: socket.socket, within: float) -> str:
     return data.decode()
 
 
+async def messages_until(sock: socket.socket, prefix: str, within: float = 15) -> list[str]:
+    """The datagrams up to the first that starts with `prefix` (included)."""
+    got: list[str] = []
+    deadline = time.monotonic() + within
+    while not (got and got[-1].startswith(prefix)):
+        got.append(await next_message(sock, max(0.01, deadline - time.monotonic())))
+    return got
+
+
 async def messages_for(sock: socket.socket, seconds: float) -> list[str]:
     """Every datagram that arrives within `seconds`."""
     got: list[str] = []
@@ -88,7 +97,9 @@ async def messages_for(sock: socket.socket, seconds: float) -> list[str]:
 async def test_ready_after_port_bound_watchdog_then_stopping(
     tmp_path: Path, provider_url: str, notify_socket: socket.socket, processes: Processes
 ) -> None:
-    """READY=1 comes once /healthz answers, WATCHDOG=1 repeats, SIGTERM sends STOPPING=1, exit 0."""
+    """READY=1 comes once the rules, profiles and store are checked, before the stages start:
+    a request sent then is answered (the socket holds it meanwhile), STATUS= says when it
+    serves, WATCHDOG=1 repeats, SIGTERM sends STOPPING=1, exit 0."""
     port = free_port()
     log = tmp_path / "serve.log"
     proc = await start_serve(
@@ -98,15 +109,18 @@ async def test_ready_after_port_bound_watchdog_then_stopping(
         before_ready: list[str] = []
         while not (message := await next_message(notify_socket, 15)).startswith("READY=1"):
             before_ready.append(message)
-        # The first start already says what runs (`systemctl status` shows it).
-        assert message == f"READY=1\nSTATUS=serving on 127.0.0.1:{port}", message
-        assert set(before_ready) <= {"WATCHDOG=1"}, before_ready
-        # No retry: by the time systemd hears READY=1 the port must already answer.
+        # The first start already says where it is (`systemctl status` shows it).
+        assert message == "READY=1\nSTATUS=starting: deliveries queue until serving", message
+        assert before_ready == [], before_ready
+        # No retry: by the time systemd hears READY=1 a request must be answered.
         async with (
             aiohttp.ClientSession() as session,
             session.get(f"http://127.0.0.1:{port}/healthz") as resp,
         ):
             assert resp.status == 200
+        until_serving = await messages_until(notify_socket, "STATUS=serving")
+        assert until_serving[-1] == f"STATUS=serving on 127.0.0.1:{port}", until_serving
+        assert set(until_serving[:-1]) <= {"WATCHDOG=1"}, until_serving
 
         after_ready = await messages_for(notify_socket, 1.6)
         # WATCHDOG_USEC=2s: a ping every half second, so about three in 1.6 s.
@@ -122,7 +136,36 @@ async def test_ready_after_port_bound_watchdog_then_stopping(
             proc.kill()
             await proc.wait()
     # sent exactly once
-    assert not [m for m in before_ready + after_ready if m.startswith("READY=1")]
+    assert not [m for m in before_ready + until_serving + after_ready if m.startswith("READY=1")]
+
+
+async def test_a_stop_or_a_reload_asked_during_the_start_is_made_once_serving(
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket, processes: Processes
+) -> None:
+    """SIGHUP then SIGTERM as soon as READY=1 comes (the stages not started yet): neither
+    ends the process before it serves (a SIGHUP's default would kill it); the reload is made
+    once the rules can be reloaded, then the stop is a clean one (STOPPING=1, exit 0)."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = await start_serve(
+        processes, systemd_config(tmp_path, provider_url, port), notify_socket, log
+    )
+    try:
+        while not (await next_message(notify_socket, 15)).startswith("READY=1"):
+            pass
+        proc.send_signal(signal.SIGHUP)
+        await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        got = await messages_until(notify_socket, "STOPPING=1")
+        assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert f"STATUS=serving on 127.0.0.1:{port}" in got, got
+    assert any(m.startswith("RELOADING=1") for m in got), got
+    events = log.read_text()
+    assert '"stopped"' in events and "rules and profiles reloaded" in events, events
 
 
 async def test_no_ready_when_the_port_is_taken(
@@ -162,8 +205,7 @@ async def test_watchdog_stops_while_the_ingress_process_does_not_answer(
         processes, systemd_config(tmp_path, provider_url, port), notify_socket, log
     )
     try:
-        while not (await next_message(notify_socket, 15)).startswith("READY=1"):
-            pass
+        await messages_until(notify_socket, "STATUS=serving")
         (ingress,) = children(proc.pid)
         os.kill(ingress, signal.SIGSTOP)
         got = await messages_for(notify_socket, 2.5)
@@ -211,8 +253,7 @@ async def test_sighup_reloading_then_ready_or_refused_status(
         return before, usec, done.split("\n")
 
     try:
-        while not (await next_message(notify_socket, 15)).startswith("READY=1"):
-            pass
+        await messages_until(notify_socket, "STATUS=serving")
         _, _, done = await reload()
         assert done == ["READY=1", "STATUS=rules and profiles reloaded"]
 

@@ -50,9 +50,13 @@ class Host:
 
     def ensure_running(self) -> dict[str, str]:
         """Start the service (and the socket holding its port) if a test left it stopped; its
-        state once active."""
+        state once serving (READY=1 comes before: once its rules, profiles and store are
+        checked, the socket holding what arrives until it serves)."""
         self.run("systemctl start depositd.socket depositd", timeout=60)
-        return self.wait_for("depositd active", lambda s: s["ActiveState"] == "active")
+        return self.wait_for(
+            "depositd serving",
+            lambda s: s["ActiveState"] == "active" and not s["StatusText"].startswith("starting"),
+        )
 
     def wait_for(
         self, what: str, ok: Callable[[dict[str, str]], bool], within_s: float = 60

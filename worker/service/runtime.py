@@ -77,11 +77,13 @@ class Runtime(LeaderJobs, ConsoleOperations):
         notify_retry: Mapping[str, Any] | None = None,
         client_retries: int = 3,
         poll_backoff_s: float = 1.0,
+        bundle: Bundle | None = None,
     ) -> None:
         self.settings = settings
         # This serve among the instances sharing the database (claims, the scheduler's lease).
         self.instance = default_instance_id()
-        self.bundle: Bundle = load_bundle(settings)  # ConfigError: serve refuses to start
+        # Loaded here unless `serve` has checked it already (ConfigError: serve refuses to start).
+        self.bundle: Bundle = bundle if bundle is not None else load_bundle(settings)
         for warning in self.bundle.warnings:
             log.warning("config", warning=warning)
         # Built from `notify` (and rebuilt by a reload) unless given (tests, the demo).

@@ -5,9 +5,10 @@ listening socket, the webhook listener (in this process or an ingress process of
 operational endpoints, systemd notifications and the graceful stop.
 
 The ingress process is started as soon as the ports and the database's lock are held, before
-this process imports its stages: the two import side by side
-(docs/operations.md, "Start-up time"). So the stages are imported in `serve`, not at the top
-of this module.
+this process imports its stages: the two import side by side. READY comes once the rules,
+profiles and store are checked, before the stages are imported: the webhook's socket listens
+from the start and queues what arrives until it is answered (docs/operations.md, "Start-up
+time"). So the stages are imported in `serve`, not at the top of this module.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shlex
 import signal
 import socket
@@ -34,7 +36,9 @@ from worker.store.servelock import serve_lock
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from worker.service.bundle import Bundle
     from worker.service.supervise import Supervisor
+    from worker.store.sqlitestore import Store
 
 log = get_logger(__name__)
 
@@ -51,6 +55,34 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
     """Run until SIGTERM/SIGINT, then stop accepting, finish in-flight work; the exit status."""
     notifier = SystemdNotifier()
     _step("settings read")
+    # From the start on: SIGTERM/SIGINT ask for a stop, made once serving (a stop asked during
+    # the start is a clean one); a SIGHUP (reload) is kept and delivered again once the rules
+    # can be reloaded (`Runtime.listen_for_reload` replaces this handler). READY comes before
+    # the stages start, so `systemctl stop` or `reload` may come at any point of the start.
+    loop = asyncio.get_running_loop()
+    asked = _Asked(asyncio.Event(), asyncio.Event())
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, asked.stop.set)
+    loop.add_signal_handler(signal.SIGHUP, asked.reload.set)
+    try:
+        return await _serve_held(settings, app, notifier, asked)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+
+
+@dataclass
+class _Asked:
+    """What the signals received asked for."""
+
+    stop: asyncio.Event
+    reload: asyncio.Event
+
+
+async def _serve_held(
+    settings: Settings, app: web.Application | None, notifier: SystemdNotifier, asked: _Asked
+) -> int:
+    """`serve` from the ports and the database's lock on."""
     async with contextlib.AsyncExitStack() as held:
         # Before anything runs: every listening port (webhook, operational endpoints,
         # console), so that a port taken stops serve before it acts (`ListenError`, exit 2),
@@ -75,16 +107,27 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
         if settings.webhook.ingress_process:
             started = await held.enter_async_context(_ingress_started(settings, listeners))
             _step("ingress process started")
+        bundle = store = None
+        if app is None:
+            # What can refuse the start, checked before READY while the ingress process
+            # imports: the rules and profiles, and the store (opened, migrated). The webhook's
+            # socket queues deliveries until they are answered, so READY need not wait for
+            # the stages (docs/operations.md, "Start-up time").
+            bundle, store = await _checked(settings, sole)
+            held.push_async_callback(_close, store)  # unless the app's cleanup closed it
+            _step("rules, profiles and store checked: READY")
+            notifier.ready("starting: deliveries queue until serving")
         # The stages, imported while the ingress process imports its own.
         from aiohttp import web
 
         from worker.service.keys import OTHERS_KEY, SOLE_KEY
+        from worker.service.runtime import Runtime
         from worker.service.setup import build_service
 
         _step("stages imported")
         if app is None:
-            app, _ = build_service(settings)
-            _step("stages built (rules and profiles read)")
+            app, _ = build_service(settings, Runtime(settings, bundle=bundle), store=store)
+            _step("stages built")
         app[SOLE_KEY] = sole
         app[OTHERS_KEY] = not sole
         runner = web.AppRunner(
@@ -94,7 +137,25 @@ async def serve(settings: Settings, app: web.Application | None = None) -> int:
             shutdown_timeout=20.0,
             keepalive_timeout=settings.webhook.idle_timeout_s,
         )
-        return await _serve(settings, app, runner, listeners, notifier, started)
+        ready = store is not None
+        return await _serve(settings, app, runner, listeners, notifier, started, ready, asked)
+
+
+async def _checked(settings: Settings, sole: bool) -> tuple[Bundle, Store]:
+    """The rules and profiles (`ConfigError` lists their problems) and the store, opened and
+    migrated (`StorageError`, or a schema refused beside instances already serving)."""
+    from worker.service.bundle import load_bundle
+    from worker.store.engines import store_for
+
+    bundle = load_bundle(settings)
+    store = store_for(settings.storage)
+    await store.open(others_serving=not sole)
+    return bundle, store
+
+
+async def _close(store: Store) -> None:
+    if store.is_open:
+        await store.close()
 
 
 def _step(step: str) -> None:
@@ -120,8 +181,10 @@ async def _serve(
     listeners: Listeners,
     notifier: SystemdNotifier,
     started: _Started | None,
+    ready_sent: bool,
+    asked: _Asked,
 ) -> int:
-    """`serve` once the ports and the database are held."""
+    """`serve` once the ports and the database are held (and READY sent, if `ready_sent`)."""
     from worker.console.app import run_console
     from worker.ingest.limits import GuardedSite
     from worker.service.keys import CONSOLE_APP_KEY, LIMITS_KEY, SUPERVISOR_KEY
@@ -129,10 +192,9 @@ async def _serve(
     listener = listeners.webhook
     await runner.setup()
     _step("store open and stages started")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    if asked.reload.is_set():  # a reload asked during the start: to the runtime's handler now
+        os.kill(os.getpid(), signal.SIGHUP)
+    stop = asked.stop
     status = 0
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -154,7 +216,10 @@ async def _serve(
                     )
                 )
             log.info("serving", listen=settings.webhook.listen, path=settings.webhook.path)
-            notifier.ready(f"serving on {settings.webhook.listen}")
+            if ready_sent:
+                notifier.status(f"serving on {settings.webhook.listen}")
+            else:  # an app given (tests): READY once it answers
+                notifier.ready(f"serving on {settings.webhook.listen}")
             # Until a signal, the exit of the ingress process, or a task given up
             # (`worker.service.supervise`): serving on without it would answer 200 while
             # nothing acts on what is stored.
@@ -172,8 +237,6 @@ async def _serve(
         # contexts: processor (current batch), the acting stages, store (commit in
         # flight). A second SIGTERM meanwhile changes nothing.
         await runner.cleanup()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
     log.info("stopped")
     return status
 

@@ -46,6 +46,7 @@ from worker.store import actions, alerts, leases
 from worker.store.db import Db
 from worker.store.engines import store_for
 from worker.store.meta import set_meta
+from worker.store.sqlitestore import Store
 from worker.track.processor import Processor, Reactor
 from worker.track.tracker import State
 
@@ -55,15 +56,21 @@ CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 
 
 def build_service(
-    settings: Settings, runtime: Runtime | None = None, *, sweep_interval_s: float = 1.0
+    settings: Settings,
+    runtime: Runtime | None = None,
+    *,
+    sweep_interval_s: float = 1.0,
+    store: Store | None = None,
 ) -> tuple[web.Application, Runtime]:
     """Every stage, in order: the app `serve` runs, and the runtime of what acts in it.
 
     `Runtime(settings)` raises `ConfigError` on bad rules or profiles: serve refuses to start.
+    `store`: one `serve` has opened already (else the app opens its own).
     """
     runtime = runtime or Runtime(settings)
     app = build_app(
         settings,
+        store=store,
         reactor=runtime.reactor,
         extra_cleanup_ctx=[_acting_ctx(runtime)],
         ready_checks=[runtime.scheduler_running],
@@ -84,6 +91,7 @@ def build_service(
 def build_app(
     settings: Settings,
     *,
+    store: Store | None = None,
     reactor: Reactor | None = None,
     extra_cleanup_ctx: Sequence[CleanupCtx] = (),
     ready_checks: Sequence[ReadyCheck] = (),
@@ -97,7 +105,7 @@ def build_app(
     limits = Limits(settings.webhook.max_connections, settings.webhook.head_timeout_s)
     app = web.Application(middlewares=[track_requests(limits)])
     metrics = Metrics(states=[state.value for state in State])
-    store = store_for(settings.storage)
+    store = store if store is not None else store_for(settings.storage)
     processor = Processor(
         store,
         reactor=reactor,
@@ -158,8 +166,10 @@ def _acting_ctx(runtime: Runtime) -> CleanupCtx:
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     store = app[STORE_KEY]
     # Beside instances already serving, a schema migration is refused: a rolling upgrade
-    # across a schema change would run them on a schema they do not know.
-    await store.open(others_serving=app[OTHERS_KEY])
+    # across a schema change would run them on a schema they do not know. (`serve` opens it
+    # before READY, `worker.service.serve`.)
+    if not store.is_open:
+        await store.open(others_serving=app[OTHERS_KEY])
     await store.write(lambda db: set_meta(db, "started_at", utc_now()))
     if app[SOLE_KEY]:
         released = await store.write(_forget_claims)
