@@ -147,6 +147,28 @@ async def test_an_outage_fails_writes_and_reads_then_the_store_recovers(
         await store.close()
 
 
+async def test_a_connection_left_in_pipeline_mode_is_opened_again(pg_url: str) -> None:
+    """The server going away while a pipeline is busy can leave the writer's connection open
+    but in pipeline mode outside any pipeline block ("cannot exit pipeline mode while busy"),
+    where every later statement is refused ("PQsendQuery not allowed in pipeline mode"): the
+    store counts it as lost and connects again, instead of answering 503 until a restart."""
+    store = PgStore(pg_url)
+    await store.open()
+    try:
+        assert await store.queue_event(_row("before")) is True  # type: ignore[arg-type]
+        wedged = store._wlink.db
+        assert wedged is not None
+        wedged.conn.raw.pgconn.enter_pipeline_mode()
+        assert await store.queue_event(_row("after")) is True  # type: ignore[arg-type]
+        assert store._wlink.db is not wedged
+        ids = await store.read(
+            lambda db: [r[0] for r in db.execute("SELECT event_id FROM events ORDER BY seq")]
+        )
+        assert ids == ["before", "after"]
+    finally:
+        await store.close()
+
+
 def test_the_password_is_never_in_an_error() -> None:
     """A refused connection's error names the server with the URL's password masked."""
     url = "postgresql://depositd:s3cret-pw@127.0.0.1:1/depositd"

@@ -7,8 +7,9 @@ operational endpoints, systemd notifications and the graceful stop.
 The ingress process is started as soon as the ports and the database's lock are held, before
 this process imports its stages: the two import side by side. READY comes once the rules,
 profiles and store are checked, before the stages are imported: the webhook's socket listens
-from the start and queues what arrives until it is answered (docs/operations.md, "Start-up
-time"). So the stages are imported in `serve`, not at the top of this module.
+from the start and queues what arrives until it is answered
+(docs/operations.md, "Start-up time"). So the stages are imported in `serve`, not at the top
+of this module.
 """
 
 from __future__ import annotations

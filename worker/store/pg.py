@@ -435,8 +435,15 @@ class PgConnection:
 
     @property
     def broken(self) -> bool:
-        """Whether the connection to the server is lost."""
-        return self.raw.closed or self.raw.broken
+        """Whether the connection is lost, or cannot be used again: left in pipeline mode
+        outside a pipeline block (the server going away while a pipeline was busy can leave it
+        so: "cannot exit pipeline mode while busy"), where every statement would be refused."""
+        from psycopg import pq
+
+        raw = self.raw
+        if raw.closed or raw.broken:
+            return True
+        return self.pipelining is None and raw.pgconn.pipeline_status != pq.PipelineStatus.OFF
 
     def cursor(self) -> Cursor:
         """A new cursor."""
