@@ -194,6 +194,33 @@ async def test_no_ready_when_the_port_is_taken(
     assert not [m for m in messages if m.startswith("READY=1")]
 
 
+async def test_a_stop_at_ready_sent_to_both_processes_is_a_clean_one(
+    tmp_path: Path, provider_url: str, notify_socket: socket.socket, processes: Processes
+) -> None:
+    """systemd's stop signals every process of the unit: SIGTERM to serve and its ingress
+    process as soon as READY=1 comes (the ingress process may end before it listens) stops
+    serve with 0, STOPPING=1 and no error, not exit 1 "ingress process did not start"."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = await start_serve(
+        processes, systemd_config(tmp_path, provider_url, port), notify_socket, log
+    )
+    try:
+        while not (await next_message(notify_socket, 15)).startswith("READY=1"):
+            pass
+        (ingress,) = children(proc.pid)
+        os.kill(ingress, signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
+        await messages_until(notify_socket, "STOPPING=1")
+        assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    text = log.read_text()
+    assert "cannot serve" not in text and '"level": "error"' not in text, text
+
+
 async def test_watchdog_stops_while_the_ingress_process_does_not_answer(
     tmp_path: Path, provider_url: str, notify_socket: socket.socket, processes: Processes
 ) -> None:

@@ -410,7 +410,8 @@ class Runtime(LeaderJobs, ConsoleOperations):
         """Stop everything the steps started, within one grace period; close the client."""
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGHUP)
+            # Not removed: SIGHUP's default action would end the process in mid-stop.
+            loop.add_signal_handler(signal.SIGHUP, _reload_ignored)
         # Within the unit's TimeoutStopSec (30 s, the ingress process's drain included): work
         # still waiting on the provider after the grace is cancelled. That is a crash at that
         # point, which the design survives: a running action is resumed after the restart with
@@ -434,3 +435,7 @@ class Runtime(LeaderJobs, ConsoleOperations):
                 log.error("task ended with an error", error=f"{type(result).__name__}: {result}")
         if self.client is not None:
             await self.client.close()
+
+
+def _reload_ignored() -> None:
+    log.info("reload ignored: stopping")

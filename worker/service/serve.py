@@ -201,7 +201,9 @@ async def _serve(
         async with contextlib.AsyncExitStack() as stack:
             ingress: asyncio.subprocess.Process | None = None
             if started is not None:
-                ingress = await stack.enter_async_context(_ingress_process(app, started))
+                ingress = await stack.enter_async_context(
+                    _ingress_process(app, started, asked.stop)
+                )
                 _step("ingress process listening")
             else:
                 await GuardedSite(runner, listener, app[LIMITS_KEY]).start()
@@ -335,7 +337,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 
 @contextlib.asynccontextmanager
 async def _ingress_process(
-    app: web.Application, started: _Started
+    app: web.Application, started: _Started, stop: asyncio.Event
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """The webhook listener in a process of its own (`worker.ingest.process`), linked to this store.
 
@@ -353,9 +355,11 @@ async def _ingress_process(
     )
     pinger: asyncio.Future[None] | None = None
     try:
-        await first_done(up.wait(), proc.wait(), at_most_s=_INGRESS_START_S)
-        if not up.is_set():
+        await first_done(up.wait(), proc.wait(), stop.wait(), at_most_s=_INGRESS_START_S)
+        if not up.is_set() and not stop.is_set():
             raise OSError(f"the ingress process did not start (exit status {proc.returncode})")
+        # A stop asked meanwhile (systemd signals both processes: the ingress process may have
+        # ended before it listened) is a clean one: made at once, nothing was answered yet.
         # The watchdog (if systemd runs one) acts when the ingress process stops answering:
         # pinged every quarter of the interval, it is hung once silent for half of it, which the
         # watchdog loop (checking every quarter) reports within the interval. Once stopping, the
