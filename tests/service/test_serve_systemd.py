@@ -66,6 +66,18 @@ async def start_serve(
         )
 
 
+async def serve_at_ready(
+    tmp_path: Path, provider_url: str, notify: socket.socket, processes: Processes
+) -> tuple[asyncio.subprocess.Process, int, Path]:
+    """`start_serve` on a free port, returned once READY=1 comes: the process, port and log."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = await start_serve(processes, systemd_config(tmp_path, provider_url, port), notify, log)
+    while not (await next_message(notify, 15)).startswith("READY=1"):
+        pass
+    return proc, port, log
+
+
 async def next_message(sock: socket.socket, within: float) -> str:
     """The next datagram on the notify socket."""
     loop = asyncio.get_running_loop()
@@ -145,14 +157,8 @@ async def test_a_stop_or_a_reload_asked_during_the_start_is_made_once_serving(
     """SIGHUP then SIGTERM as soon as READY=1 comes (the stages not started yet): neither
     ends the process before it serves (a SIGHUP's default would kill it); the reload is made
     once the rules can be reloaded, then the stop is a clean one (STOPPING=1, exit 0)."""
-    port = free_port()
-    log = tmp_path / "serve.log"
-    proc = await start_serve(
-        processes, systemd_config(tmp_path, provider_url, port), notify_socket, log
-    )
+    proc, port, log = await serve_at_ready(tmp_path, provider_url, notify_socket, processes)
     try:
-        while not (await next_message(notify_socket, 15)).startswith("READY=1"):
-            pass
         proc.send_signal(signal.SIGHUP)
         await asyncio.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
@@ -200,14 +206,8 @@ async def test_a_stop_at_ready_sent_to_both_processes_is_a_clean_one(
     """systemd's stop signals every process of the unit: SIGTERM to serve and its ingress
     process as soon as READY=1 comes (the ingress process may end before it listens) stops
     serve with 0, STOPPING=1 and no error, not exit 1 "ingress process did not start"."""
-    port = free_port()
-    log = tmp_path / "serve.log"
-    proc = await start_serve(
-        processes, systemd_config(tmp_path, provider_url, port), notify_socket, log
-    )
+    proc, _, log = await serve_at_ready(tmp_path, provider_url, notify_socket, processes)
     try:
-        while not (await next_message(notify_socket, 15)).startswith("READY=1"):
-            pass
         (ingress,) = children(proc.pid)
         os.kill(ingress, signal.SIGTERM)
         proc.send_signal(signal.SIGTERM)
