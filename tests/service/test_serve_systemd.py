@@ -73,8 +73,7 @@ async def serve_at_ready(
     port = free_port()
     log = tmp_path / "serve.log"
     proc = await start_serve(processes, systemd_config(tmp_path, provider_url, port), notify, log)
-    while not (await next_message(notify, 15)).startswith("READY=1"):
-        pass
+    await messages_until(notify, "READY=1")
     return proc, port, log
 
 

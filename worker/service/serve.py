@@ -115,7 +115,7 @@ async def _serve_held(
             # socket queues deliveries until they are answered, so READY need not wait for
             # the stages (docs/operations.md, "Start-up time").
             bundle, store = await _checked(settings, sole)
-            held.push_async_callback(_close, store)  # unless the app's cleanup closed it
+            held.push_async_callback(store.close)  # a no-op once the app's cleanup closed it
             _step("rules, profiles and store checked: READY")
             notifier.ready("starting: deliveries queue until serving")
         # The stages, imported while the ingress process imports its own.
@@ -152,11 +152,6 @@ async def _checked(settings: Settings, sole: bool) -> tuple[Bundle, Store]:
     store = store_for(settings.storage)
     await store.open(others_serving=not sole)
     return bundle, store
-
-
-async def _close(store: Store) -> None:
-    if store.is_open:
-        await store.close()
 
 
 def _step(step: str) -> None:
