@@ -41,6 +41,8 @@ RECONCILED = "reconciled"  # one day's reconciliation result
 PURGED = "purged"  # payer values removed from stored submissions (retention)
 EXPORTED = "exported"  # an evidence bundle with personal data written
 ADOPTED = "adopted"  # a row that existed before the journal did (its first migration)
+REVERSED = "reversed"  # a booking reversed by a person's correction (`worker.store.corrections`)
+REBOOKED = "rebooked"  # the booking that replaces it, with the decided amount and asset
 
 
 def canonical(value: Any) -> bytes:
