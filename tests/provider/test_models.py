@@ -148,11 +148,22 @@ def test_deposit_order_enums() -> None:
     assert parsed.to_json_dict()["whiteListStatus"] == "rejected"
 
 
-def test_white_list_status_lowercase_only() -> None:
-    """whiteListStatus is lowercase on the wire; INIT is not a value."""
+def test_statuses_read_in_any_case_and_padding() -> None:
+    """whiteListStatus is lowercase on the wire and the order statuses upper-case; another case
+    or blanks around read as the same status, blank text says nothing (as an absent key),
+    and a word that is no status is refused."""
     assert [s.value for s in WhiteListStatus] == ["init", "pending", "approved", "rejected"]
+    parsed = DepositOrder.model_validate(
+        order(whiteListStatus=" INIT ", creditStatus="credited", status=" success")
+    )
+    assert parsed.whiteListStatus is WhiteListStatus.INIT
+    assert parsed.creditStatus is CreditStatus.CREDITED
+    assert parsed.status is OrderStatus.SUCCESS
+    blank = DepositOrder.model_validate(order(whiteListStatus="  ", creditStatus=""))
+    assert "whiteListStatus" not in blank.model_fields_set
+    assert blank.creditStatus is None
     with pytest.raises(ValidationError):
-        DepositOrder.model_validate(order(whiteListStatus="INIT"))
+        DepositOrder.model_validate(order(whiteListStatus="initial"))
 
 
 def test_white_list_status_null_for_ordinary_deposits() -> None:

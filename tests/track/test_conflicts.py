@@ -222,7 +222,7 @@ def test_a_decided_value_is_read_as_its_field(name: str, text: str, value: Any) 
     ("name", "text", "message"),
     [
         ("amount", "0", "a deposit amount must be above zero"),
-        ("amount", "1e3", "amount is not a plain decimal"),
+        ("amount", "1,000", "amount is not a decimal number"),
         ("duplicate", "maybe", "duplicate must be yes (never booked) or no (its own deposit)"),
         ("wallet_id", "12a", "walletId must be a number, not '12a'"),
         ("wallet_id", "\uff11\uff12", "walletId must be a number, not '\uff11\uff12'"),

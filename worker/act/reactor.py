@@ -43,7 +43,7 @@ class RuleReactor:
     ) -> list[LogLine]:
         """Record the actions that the rules pick for each transition (and raw eventType),
         and the booking that waited for the txHash this fact states first
-        (`Reaction.learnt_tx_hash`); the lines to log once committed."""
+        (`Reaction.learnt_for_booking`); the lines to log once committed."""
         rulebook = self._rules()
         profiles = self._profiles()
         lines: list[LogLine] = []
@@ -86,9 +86,9 @@ class RuleReactor:
             ran |= running
             if trigger in WAIT_TRIGGERS:
                 begin_wait(db, deposit, trigger, intents, match)
-        if reaction.learnt_tx_hash and deposit.state in CREDITED_STATES:
+        if reaction.learnt_for_booking and deposit.state in CREDITED_STATES:
             done = book_held(
-                db, deposit, "(the txHash is known now)", reaction, rules_hash=decided_under
+                db, deposit, "(what it waited for is known now)", reaction, rules_hash=decided_under
             )
             if done is not None:
                 lines.append((done[1], {"transactionId": deposit.transaction_id}))

@@ -22,6 +22,7 @@ from worker.config.yamlkeys import known as known_list
 from worker.config.yamlsrc import YamlSource, yaml_error
 from worker.config.yamlsrc import loads as parse_yaml
 from worker.errors import ConfigError
+from worker.provider import canonical
 from worker.provider.payer import (
     PayerDetails,
     PayerValidationError,
@@ -122,6 +123,13 @@ class _Reader:
             if section == "wallets" and (isinstance(key, bool) or not isinstance(key, int)):
                 self.bad(loc, section, "a key must be a walletId number")
                 continue
+            if section == "addresses":
+                # In the form deposits hold it (`worker.provider.canonical`): trimmed, its case
+                # kept; a key that is blanks only names no address.
+                key = canonical.address(key)
+                if key is None:
+                    self.bad(loc, section, "an address must not be empty")
+                    continue
             label = f"{section}.{key}" if section == "wallets" else section
             if not isinstance(name, str) or name not in names:
                 self.bad(

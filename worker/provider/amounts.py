@@ -1,11 +1,12 @@
 """Amounts as the provider may send them, read once, here, for every path.
 
-An amount is plain ASCII decimal digits with at most one '.', at most `MAX_INTEGER_DIGITS`
-digits before it and `MAX_FRACTION_DIGITS` after it (a deposit amount is also above zero). A
-JSON number is accepted when its value fits those bounds (`1e3` is 1000); an exponent that does
-not fit is refused from its digits and exponent alone, so no huge string is ever built.
-Refused: strings with an exponent, `5_000`, digits of other scripts, signs on deposit amounts,
-NaN and Infinity, booleans and floats.
+An amount is a JSON number or a numeric string in any of the spellings a provider writes
+(`"100"`, `"0100.00"`, `"1e2"`, `"1.5E-3"`, `".5"`, eighteen decimals, blanks around), whose
+value has at most `MAX_INTEGER_DIGITS` digits before the point and `MAX_FRACTION_DIGITS` after
+it (a deposit amount is also above zero). An exponent is read from its digits alone, so no
+huge string is ever built. Refused, with an error that does not echo the text: `5_000`,
+`1,000`, digits of other scripts, a `+`, signs on deposit amounts, NaN and Infinity, booleans
+and floats.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ MAX_INTEGER_DIGITS = 30
 MAX_FRACTION_DIGITS = 30
 # The longest text that can be a bounded amount: sign, digits, point.
 _MAX_TEXT = MAX_INTEGER_DIGITS + MAX_FRACTION_DIGITS + 2
-_PLAIN = re.compile(
-    rf"(-?)[0-9]{{1,{MAX_INTEGER_DIGITS}}}(?:\.[0-9]{{1,{MAX_FRACTION_DIGITS}}})?", re.ASCII
-)
+# Digits with an optional point and exponent; the value's bounds are checked on the Decimal.
+_NUMERIC = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,6})?", re.ASCII)
+# The longest text read: leading zeros and trailing zeros of a bounded value, an exponent.
+_MAX_SPELLING = 4 * _MAX_TEXT
 _BOUNDS = f"at most {MAX_INTEGER_DIGITS} digits before the point and {MAX_FRACTION_DIGITS} after"
 
 
@@ -46,13 +48,13 @@ def parse_amount(value: Any, *, positive: bool = False) -> Decimal:
         raise AmountError("an amount is a decimal string or number, not true or false")
     if isinstance(value, str):
         # The input is not echoed: an error may be logged or stored, and the text is anyone's.
-        text = value.strip(" \t\r\n")
-        if len(text) > _MAX_TEXT or not _PLAIN.fullmatch(text):
+        text = value.strip()
+        if len(text) > _MAX_SPELLING or not _NUMERIC.fullmatch(text):
             raise AmountError(
-                f"amount is not a plain decimal (ASCII digits, one optional '.', {_BOUNDS};"
-                " no exponent, sign or separator)"
+                "amount is not a decimal number (ASCII digits, one optional '.', an optional"
+                " exponent; no '+', separator or other script)"
             )
-        number = Decimal(text)
+        return parse_amount(Decimal(text), positive=positive)
     elif isinstance(value, int):
         if not -(10**MAX_INTEGER_DIGITS) < value < 10**MAX_INTEGER_DIGITS:
             raise AmountError(f"amount has more than {MAX_INTEGER_DIGITS} digits")

@@ -26,9 +26,12 @@ docs/design.md, and they live here so that one edit adapts to the real provider:
 - Auth failure: HTTP 401 with the wallet envelope (status 401, msg naming signature, unauthorized
   or timestamp).
 
-Amounts are exact `Decimal`s, accepted from JSON strings or numbers (parse bodies with
-`worker.provider.jsonio.loads` so numbers never pass through float) within the bounds of
-`worker.provider.amounts`, and written back as strings; a deposit's amount is above zero.
+Every value is made canonical here, as it enters (`worker.provider.canonical`): unknown in any
+form (absent, null, "", blanks) is None, a txHash trimmed and hex lower-cased, an address
+trimmed, a currency or network trimmed and upper-cased. Amounts are exact `Decimal`s, accepted
+from JSON strings or numbers (parse bodies with `worker.provider.jsonio.loads` so numbers never
+pass through float) within the bounds of `worker.provider.amounts`, and written back as
+strings; a deposit's amount is above zero.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ from decimal import Decimal
 from enum import Enum
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
+from worker.provider import canonical
 from worker.provider.amounts import parse_amount
 from worker.provider.jsonio import decimal_str
 
@@ -63,6 +67,30 @@ DepositAmount = Annotated[
     BeforeValidator(_deposit_amount),
     PlainSerializer(decimal_str, return_type=str, when_used="json"),
 ]
+
+
+def _maybe_decimal_str(value: Decimal | None) -> str | None:
+    return None if value is None else decimal_str(value)
+
+
+# The canonical forms of `worker.provider.canonical`, one per kind of value. "Maybe" types read
+# every unknown form as None; the others refuse it (a required identifier).
+MaybeAmount = Annotated[
+    Decimal | None,
+    BeforeValidator(canonical.amount),
+    PlainSerializer(_maybe_decimal_str, return_type=str | None, when_used="json"),
+]
+MaybeDepositAmount = Annotated[
+    Decimal | None,
+    BeforeValidator(canonical.deposit_amount),
+    PlainSerializer(_maybe_decimal_str, return_type=str | None, when_used="json"),
+]
+Id = Annotated[str, BeforeValidator(canonical.text), Field(min_length=1)]
+MaybeText = Annotated[str | None, BeforeValidator(canonical.text)]
+MaybeTxHash = Annotated[str | None, BeforeValidator(canonical.tx_hash)]
+MaybeAddress = Annotated[str | None, BeforeValidator(canonical.address)]
+Code = Annotated[str, BeforeValidator(canonical.code), Field(min_length=1)]
+MaybeCode = Annotated[str | None, BeforeValidator(canonical.code)]
 
 
 class Model(BaseModel):
@@ -135,6 +163,40 @@ DEPOSIT_EVENT_TYPES = frozenset(
 KNOWN_EVENT_TYPES = frozenset(e.value for e in EventType)
 
 
+def _upper(value: Any) -> Any:
+    trimmed = canonical.text(value)
+    return trimmed.upper() if isinstance(trimmed, str) else trimmed
+
+
+def _lower(value: Any) -> Any:
+    trimmed = canonical.text(value)
+    return trimmed.lower() if isinstance(trimmed, str) else trimmed
+
+
+# Statuses trimmed and in the case the interface writes them in.
+Status = Annotated[OrderStatus, BeforeValidator(_upper)]
+MaybeWhiteList = Annotated[WhiteListStatus | None, BeforeValidator(_lower)]
+MaybeCredit = Annotated[CreditStatus | None, BeforeValidator(_upper)]
+
+
+class _SaysNothingWhenBlank(Model):
+    """A deposit record: a status key whose value is blank text says nothing, as an absent key
+    does (`null` stays a real null: not behind the whitelist)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_statuses(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            blank = [
+                key
+                for key in ("whiteListStatus", "creditStatus")
+                if isinstance(data.get(key), str) and canonical.text(data[key]) is None
+            ]
+            if blank:
+                data = {k: v for k, v in data.items() if k not in blank}
+        return data
+
+
 # --- envelopes -------------------------------------------------------------------------------
 
 
@@ -171,7 +233,7 @@ class WebhookEnvelope(Model):
 
     eventId: str = Field(min_length=1)
     eventType: str = Field(min_length=1)
-    referenceId: str | None = None
+    referenceId: MaybeText = None
     status: str | None = None
     timestamp: int | None = None
     data: dict[str, Any] = Field(default_factory=dict)
@@ -195,71 +257,71 @@ class Page(Model, Generic[T]):
 # --- deposits --------------------------------------------------------------------------------
 
 
-class DepositOrder(Model):
+class DepositOrder(_SaysNothingWhenBlank):
     """A deposit order as read from history and transaction detail (docs/design.md)."""
 
-    transactionId: str
-    transactionHash: str | None = None
+    transactionId: Id
+    transactionHash: MaybeTxHash = None
     transactionType: str = "DEPOSIT"
     walletId: int
-    walletName: str | None = None
-    currency: str
-    network: str
-    amount: DepositAmount
-    fromAddress: str | None = None
-    toAddress: str | None = None
-    status: OrderStatus
-    whiteListStatus: WhiteListStatus | None = None
-    creditStatus: CreditStatus | None = None
-    failMessage: str | None = None
+    walletName: MaybeText = None
+    currency: MaybeCode = None
+    network: MaybeCode = None
+    amount: MaybeDepositAmount = None
+    fromAddress: MaybeAddress = None
+    toAddress: MaybeAddress = None
+    status: Status
+    whiteListStatus: MaybeWhiteList = None
+    creditStatus: MaybeCredit = None
+    failMessage: MaybeText = None
     createTime: int | None = None
     updateTime: int | None = None
 
 
-class DepositNotificationData(Model):
+class DepositNotificationData(_SaysNothingWhenBlank):
     """DEPOSIT_ORDER_NOTIFICATION data."""
 
-    transactionId: str
-    transactionHash: str | None = None
+    transactionId: Id
+    transactionHash: MaybeTxHash = None
     transactionType: str = "DEPOSIT"
-    amount: DepositAmount
-    currency: str
-    network: str
-    fromAddress: str | None = None
+    amount: MaybeDepositAmount = None
+    currency: MaybeCode = None
+    network: MaybeCode = None
+    fromAddress: MaybeAddress = None
     walletId: int
-    walletName: str | None = None
-    status: OrderStatus
+    walletName: MaybeText = None
+    status: Status
     timestamp: int | None = None
-    whiteListStatus: WhiteListStatus | None = None
+    whiteListStatus: MaybeWhiteList = None
 
 
 class DepositEventData(DepositNotificationData):
     """DEPOSIT_WHITELIST_* data: the notification shape plus failMessage or creditTime."""
 
-    failMessage: str | None = None
+    failMessage: MaybeText = None
     creditTime: int | None = None
 
 
 class AddressUpdatedData(Model):
     """WALLET_ADDRESS_UPDATED data (docs/design.md)."""
 
-    id: str
-    walletAddress: str
-    network: str
+    id: Id
+    walletAddress: Annotated[str, BeforeValidator(canonical.address), Field(min_length=1)]
+    network: Code
     status: AddressStatus
-    failMessage: str | None = None
+    failMessage: MaybeText = None
 
 
 class SourceAddress(Model):
     """Deposit whitelist source address record."""
 
-    id: str
+    id: Id
     walletId: int
-    walletAddress: str
-    network: str
-    memo: str | None = None
+    walletAddress: Annotated[str, BeforeValidator(canonical.address), Field(min_length=1)]
+    network: Code
+    memo: MaybeText = None
     status: AddressStatus
-    failMessage: str | None = None
+    failMessage: MaybeText = None
     createTime: int | None = None
     updateTime: int | None = None
 
@@ -267,7 +329,7 @@ class SourceAddress(Model):
 class SubmitResult(Model):
     """Answer of the submit endpoint."""
 
-    transactionId: str
+    transactionId: Id
     whiteListStatus: WhiteListStatus
 
 
@@ -291,7 +353,7 @@ class AssetBalance(Model):
     """One row of the asset-balance answer."""
 
     walletId: int
-    currency: str
+    currency: Code
     available: Amount
     unavailable: Amount
 
@@ -300,10 +362,10 @@ class DepositAddress(Model):
     """Deposit address of a wallet (payload not shown by the interface; assumed)."""
 
     walletId: int
-    currency: str | None = None
-    network: str | None = None
-    address: str
-    memo: str | None = None
+    currency: MaybeCode = None
+    network: MaybeCode = None
+    address: Annotated[str, BeforeValidator(canonical.address), Field(min_length=1)]
+    memo: MaybeText = None
 
 
 class TravelRuleLink(Model):

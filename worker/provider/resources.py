@@ -18,7 +18,19 @@ from typing import Annotated
 import pycountry
 from pydantic import AfterValidator, Field, PlainSerializer
 
-from worker.provider.models import Amount, DepositAddress, Model, Page
+from worker.provider.models import (
+    Amount,
+    Code,
+    DepositAddress,
+    Id,
+    MaybeAddress,
+    MaybeAmount,
+    MaybeCode,
+    MaybeText,
+    MaybeTxHash,
+    Model,
+    Page,
+)
 
 __all__ = [
     "AbnormalFund",
@@ -110,7 +122,7 @@ Base64Text = Annotated[str, AfterValidator(_base64)]
 class WalletBalance(Model):
     """One item of a wallet group's wallets: a currency and its balances."""
 
-    currency: str
+    currency: Code
     available: Amount
     unavailable: Amount
 
@@ -135,14 +147,14 @@ class AbnormalFund(Model):
     accountId: str | None = None
     userId: str | None = None
     amount: Amount
-    currency: str
-    network: str | None = None
-    fromAddress: str | None = None
-    toAddress: str | None = None
-    txHash: str | None = None
+    currency: Code
+    network: MaybeCode = None
+    fromAddress: MaybeAddress = None
+    toAddress: MaybeAddress = None
+    txHash: MaybeTxHash = None
     txTime: int | None = None
     expiresTime: int | None = None
-    status: str
+    status: Code
     orderId: str | None = None
     addressRiskStatus: str | None = None
     addressRiskRemark: str | None = None
@@ -170,16 +182,16 @@ class AbnormalFundListRequest(Model):
 class StableOrderDetail(Model):
     """Data of GET /v1/stable/order/query-detail."""
 
-    merchantOrderId: str | None = None
-    orderId: str
+    merchantOrderId: MaybeText = None
+    orderId: Id
     orderStatus: str
     businessType: str | None = None
     paymentMethod: str | None = None
-    sourceCurrency: str | None = None
-    targetCurrency: str | None = None
-    sourceAmount: Amount | None = None
-    targetAmount: Amount | None = None
-    price: Amount | None = None
+    sourceCurrency: MaybeCode = None
+    targetCurrency: MaybeCode = None
+    sourceAmount: MaybeAmount = None
+    targetAmount: MaybeAmount = None
+    price: MaybeAmount = None
 
 
 # --- settlement ------------------------------------------------------------------------------
@@ -204,24 +216,24 @@ class SettlementSummary(Model):
 class SettlementRecord(Model):
     """One records[] item of a daily settlement report."""
 
-    settlement_record_id: str
+    settlement_record_id: Id
     settlement_date: dt.date
-    record_type: str | None = None
-    business_type: str | None = None
-    platform_order_id: str | None = None
-    exchange_order_id: str | None = None
-    rd_order_id: str | None = None
-    asset: str | None = None
-    network: str | None = None
+    record_type: MaybeCode = None
+    business_type: MaybeCode = None
+    platform_order_id: MaybeText = None
+    exchange_order_id: MaybeText = None
+    rd_order_id: MaybeText = None
+    asset: MaybeCode = None
+    network: MaybeCode = None
     amount: Amount
-    fee_amount: Amount | None = None
-    fee_asset: str | None = None
-    from_address: str | None = None
-    to_address: str | None = None
-    tx_hash: str | None = None
+    fee_amount: MaybeAmount = None
+    fee_asset: MaybeCode = None
+    from_address: MaybeAddress = None
+    to_address: MaybeAddress = None
+    tx_hash: MaybeTxHash = None
     confirmations: int | None = None
-    order_status: str | None = None
-    reconciliation_status: str | None = None
+    order_status: MaybeCode = None
+    reconciliation_status: MaybeCode = None
     occurred_at: UtcTimestamp | None = None
     settled_at: UtcTimestamp | None = None
     remark: str | None = None
@@ -231,9 +243,9 @@ class SettlementDaily(Model):
     """Data of GET /api/v1/settlement/daily-records."""
 
     settlement_date: dt.date
-    timezone: str = "UTC"
-    asset: str | None = None
-    network: str | None = None
+    timezone: Code = "UTC"
+    asset: MaybeCode = None
+    network: MaybeCode = None
     business_type: str | None = None
     summary: SettlementSummary
     records: list[SettlementRecord] = Field(default_factory=list)

@@ -93,7 +93,7 @@ def apply_fund(db: Db, fund: AbnormalFund, rules: RuleBook, now: int) -> int:
             db, rules, "abnormal_fund", _fields(fund), subject=subject, detail=describe(fund)
         )
     expiring = (
-        fund.status.upper() == UNMATCHED
+        fund.status == UNMATCHED
         and fund.expiresTime is not None
         and fund.expiresTime - now <= EXPIRING_WITHIN_MS
     )

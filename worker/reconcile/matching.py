@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from worker.provider import canonical
 from worker.provider.jsonio import decimal_str
 from worker.provider.resources import SettlementRecord
 from worker.store.findings import Finding
@@ -34,19 +35,21 @@ class Booked:
 
 
 def hash_key(tx_hash: str | None) -> str | None:
-    """A txHash as compared: case-blind (`0xABC` and `0xabc` are one hash), blank is none."""
-    text = (tx_hash or "").strip().lower()
-    return text or None
+    """A txHash as compared: in its canonical form (`worker.provider.canonical`: hex is
+    case-blind, `0xABC` and `0xabc` are one hash; blank is none). A ledger row booked before
+    values were made canonical where they enter may hold another spelling."""
+    key: str | None = canonical.tx_hash(tx_hash)
+    return key
 
 
 def _same(a: str | None, b: str | None) -> bool:
-    return (a or "").strip().upper() == (b or "").strip().upper()
+    return bool(canonical.code(a) == canonical.code(b))
 
 
 def _status_kind(status: str | None) -> str | None:
-    if status is None or status.upper() == "MATCHED":
+    if status is None or status == "MATCHED":
         return None
-    return "provider_review" if status.upper() == "MANUAL_REVIEW" else "provider_mismatch"
+    return "provider_review" if status == "MANUAL_REVIEW" else "provider_mismatch"
 
 
 class DayMatch:

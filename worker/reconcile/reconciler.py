@@ -266,7 +266,7 @@ class Reconciler:
                 page=page,
                 page_size=self._page_size,
             )
-            if daily.timezone.strip().upper() not in UTC_NAMES:
+            if daily.timezone not in UTC_NAMES:
                 # The ledger's days are UTC days: a report of another zone's day compares
                 # other hours and would find (or hide) differences that are not there.
                 raise ReportUnreadable(
@@ -277,7 +277,7 @@ class Reconciler:
             elif (daily.total, daily.summary) != (first.total, first.summary):
                 raise ReportUnreadable("the report changed while it was read; read again next run")
             for rec in daily.records:
-                if (rec.record_type or "IN").upper() == "IN":
+                if (rec.record_type or "IN") == "IN":
                     cmp.record(rec)
             seen += len(daily.records)
             # Records not booked that day are looked up page by page: memory stays one page.
@@ -310,7 +310,7 @@ class Reconciler:
         def read(db: Db) -> tuple[list[int], dict[str, Decimal], str | None]:
             sums: dict[str, Decimal] = defaultdict(Decimal)
             for wallet, currency, amount in store.held_amounts(db, HELD_STATES):
-                sums[f"{wallet}:{str(currency).upper()}"] += Decimal(str(amount))
+                sums[f"{wallet}:{currency}"] += Decimal(str(amount))
             return store.tracked_wallets(db), sums, get_meta(db, _DRIFT_META)
 
         wallets, sums, before = await self._store.read(read)
@@ -321,7 +321,7 @@ class Reconciler:
         found: list[Finding] = []
         for wallet in wallets:
             for bal in await self._client.asset_balance(wallet):
-                key = f"{wallet}:{bal.currency.upper()}"
+                key = f"{wallet}:{bal.currency}"
                 held = sums.get(key, Decimal(0))
                 if bal.unavailable == held:
                     continue

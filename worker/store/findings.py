@@ -105,8 +105,8 @@ def ledger_row_by_tx_hash(db: Db, tx_hash: str) -> tuple[Any, ...] | None:
     """A booked deposit with this txHash (case-blind), as `ledger_rows_for_day` gives it."""
     row = db.execute(
         _LEDGER_SELECT.format(day=_credit_day(db))
-        + " WHERE lower(l.tx_hash) = ? ORDER BY l.transaction_id LIMIT 1",
-        [tx_hash.strip().lower()],
+        + " WHERE lower(l.tx_hash) = lower(?) ORDER BY l.transaction_id LIMIT 1",
+        [tx_hash],
     ).fetchone()
     return None if row is None else tuple(row)
 

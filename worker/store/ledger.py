@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from worker.clock import utc_now
+from worker.provider import canonical
 from worker.store.db import Db
 from worker.store.pg import dialect, is_postgres
 from worker.store.tx import conn_of, select_among
@@ -79,13 +80,18 @@ def _same_amount(a: object, b: object) -> bool:
 
 
 def _same_text(a: object, b: object) -> bool:
-    return str(a or "").strip().casefold() == str(b or "").strip().casefold()
+    # Currencies and addresses in their canonical forms (`worker.provider.canonical`), the
+    # ledger's as well as the deposit's; a row booked before values were made canonical where
+    # they enter is read into that form.
+    return bool(canonical.code(a) == canonical.code(b))
 
 
 def _same_address(a: object, b: object) -> bool:
     # A deposit known from its webhook alone has no toAddress (the webhook does not carry it):
     # an address not known tells the two deposits apart no more than an equal one does.
-    if not str(a or "").strip() or not str(b or "").strip():
+    # Compared case-blind, although a base58 address is case-sensitive: two addresses that
+    # differ in case alone hold the booking for a person rather than book the money twice.
+    if canonical.address(a) is None or canonical.address(b) is None:
         return True
     return _same_text(a, b)
 

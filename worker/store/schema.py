@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from worker.clock import now_ms
+from worker.provider import canonical
 from worker.store.db import Db
 from worker.store.journal import adopt_ledger
 from worker.store.pg import dialect, is_postgres
@@ -523,6 +524,46 @@ def _migrate_ledger_corrections(db: Db) -> None:
     )
 
 
+# The deposits' columns read from the provider, and the canonical form of each
+# (`worker.provider.canonical`).
+_CANONICAL_COLUMNS = {
+    "tx_hash": canonical.tx_hash,
+    "currency": canonical.code,
+    "network": canonical.code,
+    "from_address": canonical.address,
+    "to_address": canonical.address,
+    "wallet_name": canonical.text,
+}
+
+
+def _migrate_canonical_deposits(db: Db) -> None:
+    # Values stored as the provider sent them (`""` for a txHash not known yet, blanks around a
+    # currency) in the forms read from now on (docs/design.md, "Provider values at the
+    # boundary"): a deposit whose txHash was `""` is read again by the detail poll, and booked
+    # once a fact states its hash. Only rows with a value not in its form are read: blanks at
+    # either end, an empty text, a code not in capitals, a hash not in lower case.
+    names = list(_CANONICAL_COLUMNS)
+    patterns = [p for blank in ("\t", "\n", "\r") for p in (f"{blank}%", f"%{blank}")]
+    odd = " OR ".join(
+        f"{n} = '' OR {n} <> trim({n}) OR " + " OR ".join(f"{n} LIKE ?" for _ in patterns)
+        for n in names
+    )
+    rows = db.execute(
+        f"SELECT transaction_id, {', '.join(names)} FROM deposits WHERE {odd}"
+        " OR currency <> upper(currency) OR network <> upper(network)"
+        " OR tx_hash <> lower(tx_hash)",
+        patterns * len(names),
+    ).fetchall()
+    for row in rows:
+        values = {n: form(row[i + 1]) for i, (n, form) in enumerate(_CANONICAL_COLUMNS.items())}
+        if all(values[n] == row[i + 1] for i, n in enumerate(names)):
+            continue
+        db.execute(
+            f"UPDATE deposits SET {', '.join(f'{n} = ?' for n in names)} WHERE transaction_id = ?",
+            [*values.values(), row[0]],
+        )
+
+
 # Append only.
 MIGRATIONS: list[Callable[[Db], None]] = [
     _migrate_v1,
@@ -539,5 +580,6 @@ MIGRATIONS: list[Callable[[Db], None]] = [
     _migrate_waits,
     _migrate_submissions_unpurged,
     _migrate_ledger_corrections,
+    _migrate_canonical_deposits,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

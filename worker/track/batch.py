@@ -81,8 +81,9 @@ class Reaction:
     bookings: Bookings | None = None
     # The fact created the deposit: no conflict can be recorded against it yet.
     created: bool = False
-    # The fact stated the deposit's txHash for the first time: a booking may wait for it.
-    learnt_tx_hash: bool = False
+    # The fact stated for the first time what a booking needs (its txHash, amount or currency,
+    # `worker.act.kinds.book.NEEDED`): a booking may wait for it.
+    learnt_for_booking: bool = False
 
 
 @dataclass

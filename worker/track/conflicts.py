@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from worker.clock import now_ms, utc_now
+from worker.provider import canonical
 from worker.provider.amounts import AmountError, parse_amount
 from worker.store.actions import queue_alert
 from worker.store.conflicts import (
@@ -114,10 +115,12 @@ def decided_value(name: str, text: str) -> Any:
         if not text.isascii() or not text.isdigit():
             raise ValueError(f"walletId must be a number, not {text!r}")
         return int(text)
-    if not text.strip():
+    # In the form the facts hold it in (`worker.provider.canonical`): a value pasted with a
+    # space around it, or a currency typed in lower case, is the one the facts state.
+    value = canonical.code(text) if name in ("currency", "network") else canonical.address(text)
+    if value is None:
         raise ValueError(f"{WIRE_NAMES[name]} must not be empty")
-    # A value pasted with a space around it: no fact ever states the space.
-    return text.strip()
+    return value
 
 
 def decide(

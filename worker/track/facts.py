@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from worker.provider import canonical
 from worker.provider.models import (
     DEPOSIT_EVENT_TYPES,
     CreditStatus,
@@ -46,7 +47,7 @@ def fact_from_event(
     if env.eventType not in DEPOSIT_EVENT_TYPES:
         return None
     raw = dict(env.data)
-    if not raw.get("transactionId") and env.referenceId:
+    if canonical.text(raw.get("transactionId")) is None and env.referenceId:
         raw["transactionId"] = env.referenceId
     if "status" not in raw and env.status in OrderStatus.__members__:
         raw["status"] = env.status

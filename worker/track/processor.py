@@ -57,7 +57,7 @@ from worker.track.batch import BatchWrites, BookingMissed, Reaction
 from worker.track.conflicts import alert_conflict, record_conflicts
 from worker.track.facts import cap_time, fact_from_event
 from worker.track.orders import ORDER_KINDS, apply_order_event
-from worker.track.tracker import Deposit, Fact, Transition, observe
+from worker.track.tracker import BOOKING_NEEDS, Deposit, Fact, Transition, observe
 
 log = get_logger(__name__)
 
@@ -170,7 +170,11 @@ def apply_fact(
         reaction = Reaction(
             bookings=batch.bookings if batch is not None else None,
             created=before is None,
-            learnt_tx_hash=before is not None and before.tx_hash is None and bool(after.tx_hash),
+            learnt_for_booking=before is not None
+            and any(
+                getattr(before, name) is None and getattr(after, name) is not None
+                for name in BOOKING_NEEDS
+            ),
         )
         lines = reactor.react(db, after, transitions, fact, reaction)
     return after, transitions, lines or []

@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from worker.clock import iso_from_ms, ms_from_iso
+from worker.provider import canonical
 from worker.provider.jsonio import decimal_str
 from worker.provider.models import (
     CreditStatus,
@@ -88,6 +89,9 @@ _ATTRIBUTES = (
 # human to decide (`worker.track.conflicts`), never applied and never ignored in silence.
 FIXED_FIELDS = ("wallet_id", "currency", "network", "amount", "from_address", "to_address")
 _STATUSES = ("status", "white_list_status", "credit_status", "whitelisted")
+# What a ledger row cannot be written without: a credited deposit missing one of them waits
+# (`worker.act.kinds.book.decide`), and is booked once a fact states it.
+BOOKING_NEEDS = ("tx_hash", "amount", "currency")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _E = TypeVar("_E", OrderStatus, CreditStatus)
@@ -154,11 +158,25 @@ class Fact:
             kwargs["white_list_status"] = WhiteListStatus(kwargs["white_list_status"])
         if "credit_status" in kwargs:
             kwargs["credit_status"] = CreditStatus(kwargs["credit_status"])
+        # A fact stored before values were made canonical where they enter is read into the
+        # same forms (`worker.provider.canonical`).
+        for name, form in _CANONICAL.items():
+            if name in kwargs:
+                kwargs[name] = form(kwargs[name])
         if kwargs.get("amount") is not None:
             kwargs["amount"] = Decimal(str(kwargs["amount"]))
         return cls(**kwargs)
 
 
+_CANONICAL = {
+    "wallet_name": canonical.text,
+    "currency": canonical.code,
+    "network": canonical.code,
+    "from_address": canonical.address,
+    "to_address": canonical.address,
+    "tx_hash": canonical.tx_hash,
+    "fail_message": canonical.text,
+}
 _FACT_NAMES = tuple(f.name for f in fields(Fact))
 _FACT_FIELDS = frozenset(_FACT_NAMES)
 

@@ -19,7 +19,7 @@ from worker.store.conflicts import decided_value_of
 from worker.store.db import Db
 from worker.track.batch import Bookings, Reaction
 from worker.track.conflicts import DUPLICATE, WIRE_NAMES, held_by, hold_likely_duplicate
-from worker.track.tracker import Deposit, State
+from worker.track.tracker import BOOKING_NEEDS, Deposit, State
 
 # Booking outside a processor batch (`depositd resolve`): nothing deferred, nothing created.
 _ALONE = Reaction()
@@ -90,11 +90,20 @@ def _amount(deposit: Deposit) -> str | None:
 HELD_PREFIX = "held:"
 
 
-# The outcome of a booking held until the deposit's txHash is known (docs/reconciliation.md).
-WAITING_FOR_TX_HASH = (
-    f"{HELD_PREFIX} waiting for the txHash; booked once a webhook or a poll states it"
-    " (the detail poll reads credited deposits)"
-)
+def waiting_for(names: list[str]) -> str:
+    """The outcome of a booking held until the deposit's `names` (txHash, amount, currency:
+    what a ledger row needs) are known (docs/reconciliation.md)."""
+    return (
+        f"{HELD_PREFIX} waiting for the {' and '.join(names)}; booked once a webhook or a poll"
+        f" state{'s' * (len(names) == 1)} {'it' if len(names) == 1 else 'them'}"
+        " (the detail poll reads credited deposits)"
+    )
+
+
+# The outcome of a booking held until the deposit's txHash is known.
+WAITING_FOR_TX_HASH = waiting_for(["txHash"])
+# What a ledger row cannot be written without (`BOOKING_NEEDS`), as the outcome names each.
+_NEEDED_NAMES = {"tx_hash": "txHash", "amount": "amount", "currency": "currency"}
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,9 @@ def decide(db: Db, deposit: Deposit, *, created: bool, deferred: bool) -> Decisi
     - refused while the deposit is not credited (credited, or completed);
     - held while a fixed field is in conflict (`worker.track.conflicts`), waiting for
       `depositd resolve`;
-    - held while its txHash is not known: whether it is a likely duplicate cannot be told yet;
+    - held while its txHash, amount or currency is not known (the provider writes "not known
+      yet" in several ways, all None here: `worker.provider.canonical`): whether it is a
+      likely duplicate cannot be told yet, and a ledger row needs them;
     - in a deferring batch (`deferred`), booked: the batch's one statement writes nothing for a
       likely duplicate (`Bookings.flush`), and the batch is then applied again one event at a
       time, where the cases below tell it apart;
@@ -138,8 +149,10 @@ def decide(db: Db, deposit: Deposit, *, created: bool, deferred: bool) -> Decisi
         return Decision(
             HOLD, f"{HELD_PREFIX} {names} in conflict; waiting for a decision (depositd resolve)"
         )
-    if not deposit.tx_hash:
-        return Decision(HOLD, WAITING_FOR_TX_HASH)
+    missing = [_NEEDED_NAMES[n] for n in BOOKING_NEEDS if getattr(deposit, n) is None]
+    if missing:
+        return Decision(HOLD, waiting_for(missing))
+    assert deposit.tx_hash is not None
     if deferred:
         return Decision(BOOK)
     decided = decided_value_of(db, tx, DUPLICATE)
