@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from worker.act.kinds import KINDS
 from worker.act.kinds.base import Recording
-from worker.act.kinds.book import CREDITED_STATES, book_held
+from worker.act.kinds.book import CREDITED_STATES, book_held, known_now
 from worker.act.waits import WAIT_TRIGGERS
 from worker.act.waits import begin as begin_wait
 from worker.config.profiles import Profiles
@@ -88,7 +88,11 @@ class RuleReactor:
                 begin_wait(db, deposit, trigger, intents, match)
         if reaction.learnt_for_booking and deposit.state in CREDITED_STATES:
             done = book_held(
-                db, deposit, "(what it waited for is known now)", reaction, rules_hash=decided_under
+                db,
+                deposit,
+                known_now(reaction.learnt_for_booking),
+                reaction,
+                rules_hash=decided_under,
             )
             if done is not None:
                 lines.append((done[1], {"transactionId": deposit.transaction_id}))

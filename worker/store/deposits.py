@@ -101,7 +101,7 @@ def detail_candidates(
     db: Db, states: Sequence[str], *, without_tx_hash: Sequence[str] = ()
 ) -> list[tuple[str, str, int]]:
     """(transactionId, state, last change in epoch ms) of the deposits in `states`, and of
-    those in `without_tx_hash` whose txHash, amount or currency is not known yet (a booking
+    those in `without_tx_hash` whose txHash, amount, currency or network is not known yet (a booking
     waits for them), least recently updated first:
     what the detail poll chooses from (docs/polling.md)."""
     marks = ",".join("?" for _ in states)
@@ -111,7 +111,7 @@ def detail_candidates(
         for tx, state, updated_at in db.execute(
             f"SELECT transaction_id, state, updated_at FROM deposits WHERE state IN ({marks})"
             f" OR (state IN ({hashless})"
-            " AND (tx_hash IS NULL OR amount IS NULL OR currency IS NULL))"
+            " AND (tx_hash IS NULL OR amount IS NULL OR currency IS NULL OR network IS NULL))"
             " ORDER BY updated_at, transaction_id",
             [*states, *without_tx_hash],
         ).fetchall()

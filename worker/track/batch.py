@@ -81,9 +81,9 @@ class Reaction:
     bookings: Bookings | None = None
     # The fact created the deposit: no conflict can be recorded against it yet.
     created: bool = False
-    # The fact stated for the first time what a booking needs (its txHash, amount or currency,
-    # `worker.act.kinds.book.NEEDED`): a booking may wait for it.
-    learnt_for_booking: bool = False
+    # What a booking needs (`BOOKING_NEEDS`: txHash, amount, currency, network) that the fact stated
+    # for the first time, by the deposit's field names: a booking may wait for it.
+    learnt_for_booking: tuple[str, ...] = ()
 
 
 @dataclass

@@ -170,10 +170,12 @@ def apply_fact(
         reaction = Reaction(
             bookings=batch.bookings if batch is not None else None,
             created=before is None,
-            learnt_for_booking=before is not None
-            and any(
-                getattr(before, name) is None and getattr(after, name) is not None
+            learnt_for_booking=()
+            if before is None
+            else tuple(
+                name
                 for name in BOOKING_NEEDS
+                if getattr(before, name) is None and getattr(after, name) is not None
             ),
         )
         lines = reactor.react(db, after, transitions, fact, reaction)

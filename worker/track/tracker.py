@@ -91,7 +91,7 @@ FIXED_FIELDS = ("wallet_id", "currency", "network", "amount", "from_address", "t
 _STATUSES = ("status", "white_list_status", "credit_status", "whitelisted")
 # What a ledger row cannot be written without: a credited deposit missing one of them waits
 # (`worker.act.kinds.book.decide`), and is booked once a fact states it.
-BOOKING_NEEDS = ("tx_hash", "amount", "currency")
+BOOKING_NEEDS = ("tx_hash", "amount", "currency", "network")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _E = TypeVar("_E", OrderStatus, CreditStatus)

@@ -91,8 +91,8 @@ HELD_PREFIX = "held:"
 
 
 def waiting_for(names: list[str]) -> str:
-    """The outcome of a booking held until the deposit's `names` (txHash, amount, currency:
-    what a ledger row needs) are known (docs/reconciliation.md)."""
+    """The outcome of a booking held until the deposit's `names` (txHash, amount, currency,
+    network: what a ledger row needs) are known (docs/reconciliation.md)."""
     return (
         f"{HELD_PREFIX} waiting for the {' and '.join(names)}; booked once a webhook or a poll"
         f" state{'s' * (len(names) == 1)} {'it' if len(names) == 1 else 'them'}"
@@ -100,10 +100,21 @@ def waiting_for(names: list[str]) -> str:
     )
 
 
+def known_now(fields: tuple[str, ...]) -> str:
+    """What ends the outcome of a booking made once the deposit's `fields` are known."""
+    names = [_NEEDED_NAMES[f] for f in fields]
+    return f"(the {' and '.join(names)} {'is' if len(names) == 1 else 'are'} known now)"
+
+
 # The outcome of a booking held until the deposit's txHash is known.
 WAITING_FOR_TX_HASH = waiting_for(["txHash"])
 # What a ledger row cannot be written without (`BOOKING_NEEDS`), as the outcome names each.
-_NEEDED_NAMES = {"tx_hash": "txHash", "amount": "amount", "currency": "currency"}
+_NEEDED_NAMES = {
+    "tx_hash": "txHash",
+    "amount": "amount",
+    "currency": "currency",
+    "network": "network",
+}
 
 
 @dataclass(frozen=True)
@@ -128,9 +139,9 @@ def decide(db: Db, deposit: Deposit, *, created: bool, deferred: bool) -> Decisi
     - refused while the deposit is not credited (credited, or completed);
     - held while a fixed field is in conflict (`worker.track.conflicts`), waiting for
       `depositd resolve`;
-    - held while its txHash, amount or currency is not known (the provider writes "not known
-      yet" in several ways, all None here: `worker.provider.canonical`): whether it is a
-      likely duplicate cannot be told yet, and a ledger row needs them;
+    - held while its txHash, amount, currency or network is not known (the provider writes
+      "not known yet" in several ways, all None here: `worker.provider.canonical`): whether
+      it is a likely duplicate cannot be told yet, and a ledger row needs them;
     - in a deferring batch (`deferred`), booked: the batch's one statement writes nothing for a
       likely duplicate (`Bookings.flush`), and the batch is then applied again one event at a
       time, where the cases below tell it apart;
