@@ -267,12 +267,12 @@ async def test_a_likely_duplicate_is_held_alerted_once_and_resolve_decides(
     )
     assert alert["trigger"] == "credited"  # the trigger of the booking held
     assert jsonio.loads(alert["params"])["detail"] == (
-        "txHash 0xsame is booked for TXA with the same amount, toAddress and currency; TXB is"
+        "txHash 0xSAME is booked for TXA with the same amount, toAddress and currency; TXB is"
         " held as a likely duplicate: depositd resolve TXB --set duplicate=yes|no --by NAME"
     )
     cfg = str(write_config(tmp_path, make_config(make_store.storage("d.db"))))
     assert main(["resolve", "--config", cfg, "TXB"]) == 0
-    assert "duplicate: txHash 0xsame is booked for TXA" in capsys.readouterr().out
+    assert "duplicate: txHash 0xSAME is booked for TXA" in capsys.readouterr().out
     assert main(["resolve", "--config", cfg, "TXB", "--set", "duplicate=no", "--by", "ann"]) == 0
     assert "booked" in capsys.readouterr().out
     ledger = await rows(env.store, "SELECT transaction_id FROM ledger ORDER BY transaction_id")

@@ -296,7 +296,7 @@ def test_a_record_the_provider_does_not_call_matched_is_a_provider_finding() -> 
         rec(3, reconciliation_status=None),
     ]
     assert run(ledger, records, summary=(1, 1)) == [
-        Finding(kind="provider_review", detail="reconciliation_status manual_review", **common(1)),
+        Finding(kind="provider_review", detail="reconciliation_status MANUAL_REVIEW", **common(1)),
         Finding(kind="provider_mismatch", detail="reconciliation_status MISMATCHED", **common(2)),
     ]
 

@@ -16,8 +16,9 @@ import datetime as dt
 from typing import Annotated
 
 import pycountry
-from pydantic import AfterValidator, Field, PlainSerializer
+from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer
 
+from worker.provider import canonical
 from worker.provider.models import (
     Amount,
     Code,
@@ -243,7 +244,7 @@ class SettlementDaily(Model):
     """Data of GET /api/v1/settlement/daily-records."""
 
     settlement_date: dt.date
-    timezone: Code = "UTC"
+    timezone: Annotated[str, BeforeValidator(canonical.text)] = "UTC"
     asset: MaybeCode = None
     network: MaybeCode = None
     business_type: str | None = None

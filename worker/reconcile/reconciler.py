@@ -24,6 +24,7 @@ from worker.act.recordreactor import fire_record
 from worker.clock import now_ms, utc_now
 from worker.errors import ProviderError
 from worker.logs import get_logger
+from worker.provider import canonical
 from worker.provider.client import ProviderClient
 from worker.provider.jsonio import decimal_str
 from worker.provider.resources import SettlementDaily, SettlementRecord
@@ -266,7 +267,7 @@ class Reconciler:
                 page=page,
                 page_size=self._page_size,
             )
-            if daily.timezone not in UTC_NAMES:
+            if canonical.code(daily.timezone) not in UTC_NAMES:
                 # The ledger's days are UTC days: a report of another zone's day compares
                 # other hours and would find (or hide) differences that are not there.
                 raise ReportUnreadable(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from worker.provider import canonical
 from worker.store import journal
 from worker.store.database import has_table
 from worker.store.db import Db
@@ -106,7 +107,7 @@ def ledger_row_by_tx_hash(db: Db, tx_hash: str) -> tuple[Any, ...] | None:
     row = db.execute(
         _LEDGER_SELECT.format(day=_credit_day(db))
         + " WHERE lower(l.tx_hash) = lower(?) ORDER BY l.transaction_id LIMIT 1",
-        [tx_hash],
+        [canonical.tx_hash(tx_hash)],
     ).fetchone()
     return None if row is None else tuple(row)
 

@@ -160,7 +160,7 @@ def decide(db: Db, deposit: Deposit, *, created: bool, deferred: bool) -> Decisi
         return Decision(
             HOLD, f"{HELD_PREFIX} {names} in conflict; waiting for a decision (depositd resolve)"
         )
-    missing = [_NEEDED_NAMES[n] for n in BOOKING_NEEDS if getattr(deposit, n) is None]
+    missing = [_NEEDED_NAMES[n] for n in BOOKING_NEEDS if getattr(deposit, n) in (None, "")]
     if missing:
         return Decision(HOLD, waiting_for(missing))
     assert deposit.tx_hash is not None
