@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -413,7 +414,7 @@ async def test_one_failing_deposit_does_not_stop_the_detail_poll(env: Env, failu
     if failure == "business_code":
         env.sandbox.set_fault(one_deposit(bad), "code", count=None, code="10000107")
     elif failure == "bad_record":
-        env.sandbox.state.orders[bad].network = None  # type: ignore[assignment]
+        env.sandbox.state.orders[bad].amount = Decimal("-1")
 
     async def observe(fact: Fact) -> object:
         # Only this variant fakes a fault: a tracker that fails on one deposit's fact.
@@ -441,7 +442,7 @@ async def test_one_failing_deposit_does_not_stop_the_detail_poll(env: Env, failu
     assert line["transactionId"] == bad
     expected = {
         "business_code": "10000107",
-        "bad_record": "network",
+        "bad_record": "amount",
         "apply_error": "cannot apply this fact",
     }[failure]
     assert expected in line["error"]

@@ -820,7 +820,7 @@ def test_rules_test_stored_event_touches_nothing(config: Path) -> None:
         ("[1, 2]", "an event must be a JSON object"),
         (
             '{"eventId": "e", "eventType": "DEPOSIT_WHITELIST_REQUIRED", "data": {}}',
-            "currency: Field required",
+            "transactionId: Field required",
         ),
     ],
 )
