@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.act.test_booking import env
+from tests.support.booking import env
 from tests.support.stores import StoreMaker
 
-__all__ = ["env"]  # the booking suite's stack, for the suites beside it
+__all__ = ["env"]  # the booking stack, for every suite here
 
 
 @pytest.fixture

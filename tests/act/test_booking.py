@@ -9,18 +9,28 @@ import asyncio
 import io
 import threading
 import time
-import uuid
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
+from tests.support.booking import (
+    BOOK_ON_CREDITED,
+    FROM,
+    NOW,
+    Env,
+    alerts,
+    deliver,
+    fact_of,
+    ok,
+    order,
+    page_body,
+    rows,
+    webhook,
+)
 from tests.support.configs import make_config, write_config
 from tests.support.stores import StoreMaker
 from worker.act.kinds import SPECS
@@ -28,17 +38,14 @@ from worker.act.kinds.book import WAITING_FOR_TX_HASH, book_checked
 from worker.act.kinds.submit import Submitter
 from worker.act.queue import ActionRows
 from worker.act.reactor import RuleReactor
-from worker.clock import iso_from_ms, ms_from_iso, now_ms, utc_now
+from worker.clock import iso_from_ms, now_ms, utc_now
 from worker.commands.cli import main
 from worker.commands.ops import status_report
 from worker.commands.resolve import _resolve
 from worker.config.profiles import Profiles
-from worker.config.settings import SchedulerSettings
 from worker.errors import ConfigError, ProviderAnswerMismatch, StorageError
-from worker.poll.poller import Poller
 from worker.provider import jsonio
-from worker.provider.client import ProviderClient
-from worker.provider.models import DepositOrder, WhiteListStatus
+from worker.provider.models import WhiteListStatus
 from worker.rules import RuleBook
 from worker.rules.fingerprint import rules_hash
 from worker.rules.model import ANY_WALLET, Action, Conditions, Rule, RuleSet
@@ -52,152 +59,9 @@ from worker.store.pgstore import PgStore
 from worker.store.sqlitestore import Store, event_row
 from worker.track.batch import Bookings
 from worker.track.conflicts import DUPLICATE
-from worker.track.facts import fact_from_order
 from worker.track.processor import Processor
 from worker.track.tracker import Deposit, Fact, State
 
-FROM = "TQ5aXj8Tq6u2pG2Lw6xXw9zC3vGmZ5a1bB"
-BOOK_ON_CREDITED = (
-    "wallet: '*'\nrules:\n  - {name: book it, on: [credited, completed], then: [book]}\n"
-)
-
-
-@dataclass
-class FakeProvider:
-    """Answers history and transaction detail with whatever a test sets (raw JSON bytes)."""
-
-    details: dict[str, bytes] = field(default_factory=dict)
-    history: dict[str, bytes] = field(default_factory=dict)
-
-    def app(self) -> web.Application:
-        """The aiohttp app of this fake."""
-        app = web.Application()
-        app.router.add_get("/v1/wallet/transactions/{tx}", self._detail)
-        app.router.add_get("/v1/wallet/history", self._history)
-        return app
-
-    async def _detail(self, request: web.Request) -> web.Response:
-        body = self.details[request.match_info["tx"]]
-        return web.Response(body=body, content_type="application/json")
-
-    async def _history(self, request: web.Request) -> web.Response:
-        empty = page_body([])
-        body = self.history.get(request.query.get("whiteListStatus", ""), empty)
-        return web.Response(body=body, content_type="application/json")
-
-
-def order(tx: str, **changes: Any) -> dict[str, Any]:
-    """A deposit order record as the provider sends it."""
-    base: dict[str, Any] = {
-        "transactionId": tx,
-        "transactionHash": "0xhash-" + tx.lower(),
-        "walletId": 1001,
-        "walletName": "main",
-        "currency": "USDT",
-        "network": "TRON",
-        "amount": "100",
-        "fromAddress": FROM,
-        "toAddress": "TMerchant",
-        "status": "PROCESSING",
-        "whiteListStatus": "init",
-        "createTime": 1_700_000_000_000,
-        "updateTime": 1_700_000_000_000,
-    }
-    base.update(changes)
-    return base
-
-
-def ok(data: Any) -> bytes:
-    """A wallet envelope holding `data`."""
-    return jsonio.dumpb({"status": 200, "msg": "OK", "success": True, "data": data})
-
-
-def page_body(records: list[Any], raw: bytes | None = None) -> bytes:
-    """A history page of `records` (or of the raw JSON array `raw`)."""
-    head = b'{"status":200,"msg":"OK","data":{"pageNumber":1,"pageSize":50,"totalPage":1,'
-    array = raw if raw is not None else jsonio.dumpb(records)
-    return head + b'"totalRow":%d,"records":' % len(records) + array + b"}}"
-
-
-@dataclass
-class Env:
-    """A fake provider, a client of it, a store, a processor with rules, a poller."""
-
-    provider: FakeProvider
-    client: ProviderClient
-    store: Store
-    processor: Processor
-    poller: Poller
-    rules_path: Path
-
-
-@pytest.fixture
-async def env(aiohttp_server: Any, tmp_path: Path, make_store: StoreMaker) -> AsyncIterator[Env]:
-    """Everything on loopback, rules booking on credited and completed; on both stores."""
-    provider = FakeProvider()
-    server: TestServer = await aiohttp_server(provider.app())
-    client = ProviderClient(str(server.make_url("/")), "k", "s", retries=0, timeout_s=5)
-    store = make_store("d.db")
-    await store.open()
-    rules_path = tmp_path / "rules.yaml"
-    rules_path.write_text(BOOK_ON_CREDITED)
-    rulebook = RuleBook.load(rules_path, specs=SPECS)
-    reactor = RuleReactor(lambda: rulebook, Profiles.empty)
-    processor = Processor(store, reactor=reactor)
-    settings = SchedulerSettings.model_validate({"history_interval_s": 60})
-    poller = Poller(client, store, processor.observe_fact, settings)
-    try:
-        yield Env(provider, client, store, processor, poller, rules_path)
-    finally:
-        await client.close()
-        await store.close()
-
-
-async def rows(store: Store, sql: str, *args: Any) -> list[dict[str, Any]]:
-    """Rows of a query, as dicts."""
-    return await store.read(lambda db: [dict(r) for r in db.execute(sql, args).fetchall()])
-
-
-async def alerts(store: Store) -> list[tuple[str, str, str]]:
-    """Queued alert actions: (transactionId, condition, severity)."""
-    found = await rows(store, "SELECT transaction_id, params FROM actions WHERE action='alert'")
-    out = []
-    for r in found:
-        params = jsonio.loads(r["params"])
-        out.append((r["transaction_id"], params["condition"], params["severity"]))
-    return out
-
-
-def webhook(event_type: str, tx: str, ts: int, **data: Any) -> dict[str, Any]:
-    """A deposit webhook envelope at `ts` (ms)."""
-    body = {k: v for k, v in order(tx).items() if k not in ("toAddress", "createTime")}
-    body.pop("updateTime")
-    body.update(data)
-    return {
-        "eventId": uuid.uuid4().hex,
-        "eventType": event_type,
-        "referenceId": tx,
-        "timestamp": ts,
-        "data": body,
-    }
-
-
-async def deliver(store: Store, ev: dict[str, Any], raw: bytes | None = None) -> None:
-    """Store a delivery as ingress does (received now)."""
-    await store.queue_event(
-        event_row(
-            ev["eventId"],
-            ev["eventType"],
-            ev["referenceId"],
-            ev["data"]["transactionId"],
-            raw if raw is not None else jsonio.dumpb(ev),
-            {},
-            utc_now(),
-        )
-    )
-
-
-NOW = ms_from_iso(utc_now())
 FAILED = "failed, not credited"
 
 
@@ -207,7 +71,7 @@ FAILED = "failed, not credited"
 async def test_detail_about_another_transaction_id_records_nothing_and_alerts(env: Env) -> None:
     """A detail answer labelled `txa` for `TXA` is not tracked or booked; a critical alert."""
     # Submitted and under review: a deposit in motion, which the detail poll reads.
-    await env.processor.observe_fact(_fact_of(order("TXA", whiteListStatus="pending")))
+    await env.processor.observe_fact(fact_of(order("TXA", whiteListStatus="pending")))
     credited = order("txa", transactionHash="0xhash-txa", status="SUCCESS", creditStatus="CREDITED")
     env.provider.details["TXA"] = ok(credited)
     await env.poller.poll_detail()
@@ -224,7 +88,7 @@ async def test_submission_detail_read_about_another_id_records_nothing_and_alert
 ) -> None:
     """The detail a submission reads (10000101/10000105/in-flight) labelled `txa` for `TXA`
     records nothing and alerts (critical); the submission treats it as not read."""
-    await env.processor.observe_fact(_fact_of(order("TXA")))
+    await env.processor.observe_fact(fact_of(order("TXA")))
     env.provider.details["TXA"] = ok(order("txa", status="SUCCESS", creditStatus="CREDITED"))
     rows_ = ActionRows(env.store, backoff_s=1, backoff_max_s=10)
     submitter = Submitter(
@@ -244,11 +108,9 @@ async def test_a_likely_duplicate_is_held_alerted_once_and_resolve_decides(
     currency of a booked deposit is held with one critical alert; `resolve --set duplicate=no`
     books it once under its own id."""
     done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
-    await env.processor.observe_fact(_fact_of(order("TXA", **done)))
-    await env.processor.observe_fact(
-        _fact_of(order("TXB", **{**done, "transactionHash": "0xSAME"}))
-    )
-    await env.processor.observe_fact(_fact_of(order("TXB", **done, updateTime=1_700_000_000_001)))
+    await env.processor.observe_fact(fact_of(order("TXA", **done)))
+    await env.processor.observe_fact(fact_of(order("TXB", **{**done, "transactionHash": "0xSAME"})))
+    await env.processor.observe_fact(fact_of(order("TXB", **done, updateTime=1_700_000_000_001)))
     ledger = await rows(env.store, "SELECT transaction_id FROM ledger")
     assert ledger == [{"transaction_id": "TXA"}]
     [held, *_] = await rows(
@@ -284,11 +146,11 @@ async def test_a_likely_duplicate_decided_a_duplicate_is_never_booked(
 ) -> None:
     """`resolve --set duplicate=yes`: the second id is never booked, whatever comes later."""
     done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
-    await env.processor.observe_fact(_fact_of(order("TXA", **done)))
-    await env.processor.observe_fact(_fact_of(order("TXB", **done)))
+    await env.processor.observe_fact(fact_of(order("TXA", **done)))
+    await env.processor.observe_fact(fact_of(order("TXB", **done)))
     cfg = str(write_config(tmp_path, make_config(make_store.storage("d.db"))))
     assert main(["resolve", "--config", cfg, "TXB", "--set", "duplicate=yes", "--by", "ann"]) == 0
-    await env.processor.observe_fact(_fact_of(order("TXB", **done, updateTime=1_700_000_000_009)))
+    await env.processor.observe_fact(fact_of(order("TXB", **done, updateTime=1_700_000_000_009)))
     ledger = await rows(env.store, "SELECT transaction_id FROM ledger")
     assert ledger == [{"transaction_id": "TXA"}]
     [*_, last] = await rows(
@@ -317,8 +179,8 @@ async def test_a_likely_duplicate_written_differently_is_held_not_booked_twice(
     known (nothing tells the two apart): still a likely duplicate, held; the ledger holds the
     money once."""
     done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
-    await env.processor.observe_fact(_fact_of(order("TXA", **done)))
-    await env.processor.observe_fact(_fact_of(order("TXB", **done, **changes)))
+    await env.processor.observe_fact(fact_of(order("TXA", **done)))
+    await env.processor.observe_fact(fact_of(order("TXB", **done, **changes)))
     ledger = await rows(env.store, "SELECT transaction_id FROM ledger")
     assert ledger == [{"transaction_id": "TXA"}], label
     assert ("TXB", "duplicate_tx_hash", "critical") in await alerts(env.store)
@@ -329,13 +191,13 @@ async def test_a_credited_deposit_is_booked_once_its_txhash_is_known(env: Env) -
     booked, once, when a later fact states the hash; a second transactionId with that hash,
     amount, address and currency is then held as a likely duplicate."""
     done = {"status": "SUCCESS", "whiteListStatus": None}
-    await env.processor.observe_fact(_fact_of(order("TXA", **done, transactionHash=None)))
+    await env.processor.observe_fact(fact_of(order("TXA", **done, transactionHash=None)))
     assert await rows(env.store, "SELECT transaction_id FROM ledger") == []
     assert await alerts(env.store) == []
     later = {**done, "transactionHash": "0xlate", "updateTime": 1_700_000_000_005}
-    await env.processor.observe_fact(_fact_of(order("TXA", **later)))
-    await env.processor.observe_fact(_fact_of(order("TXA", **later)))
-    await env.processor.observe_fact(_fact_of(order("TXB", **later)))
+    await env.processor.observe_fact(fact_of(order("TXA", **later)))
+    await env.processor.observe_fact(fact_of(order("TXA", **later)))
+    await env.processor.observe_fact(fact_of(order("TXB", **later)))
     ledger = await rows(env.store, "SELECT transaction_id, tx_hash, trigger FROM ledger")
     assert ledger == [{"transaction_id": "TXA", "tx_hash": "0xlate", "trigger": "credited"}]
     books = await rows(
@@ -375,11 +237,11 @@ async def test_a_likely_duplicate_credited_before_its_txhash_is_known_is_held(
     once its next fact brings the hash (in any case) it is held as a likely duplicate of TXA,
     one critical alert, and the ledger holds the money once."""
     done = {"status": "SUCCESS", "whiteListStatus": None}
-    await env.processor.observe_fact(_fact_of(order("TXA", **done, transactionHash="0xH")))
-    await env.processor.observe_fact(_fact_of(order("TXB", **done, transactionHash=None)))
+    await env.processor.observe_fact(fact_of(order("TXA", **done, transactionHash="0xH")))
+    await env.processor.observe_fact(fact_of(order("TXB", **done, transactionHash=None)))
     assert await rows(env.store, "SELECT transaction_id FROM ledger") == [{"transaction_id": "TXA"}]
     later = {**done, "transactionHash": hash_seen, "updateTime": 1_700_000_000_005}
-    await env.processor.observe_fact(_fact_of(order("TXB", **later)))
+    await env.processor.observe_fact(fact_of(order("TXB", **later)))
     assert await rows(env.store, "SELECT transaction_id FROM ledger") == [{"transaction_id": "TXA"}]
     assert [a for a in await alerts(env.store) if a[0] == "TXB"] == [
         ("TXB", "duplicate_tx_hash", "critical")
@@ -438,9 +300,9 @@ async def test_two_deposits_of_one_on_chain_transaction_are_both_booked(env: Env
     """A batch transfer: transactionIds the provider lists with one txHash and an amount or a
     receiving address of their own are deposits of their own, each booked once, no alert."""
     done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xbatch"}
-    await env.processor.observe_fact(_fact_of(order("TXA", **done, amount="500")))
-    await env.processor.observe_fact(_fact_of(order("TXB", **done, amount="250")))
-    await env.processor.observe_fact(_fact_of(order("TXC", **done, amount="500", toAddress="T2")))
+    await env.processor.observe_fact(fact_of(order("TXA", **done, amount="500")))
+    await env.processor.observe_fact(fact_of(order("TXB", **done, amount="250")))
+    await env.processor.observe_fact(fact_of(order("TXC", **done, amount="500", toAddress="T2")))
     ledger = await rows(env.store, "SELECT transaction_id, amount FROM ledger ORDER BY 1")
     assert ledger == [
         {"transaction_id": "TXA", "amount": "500"},
@@ -735,13 +597,6 @@ async def test_book_on_a_failed_deposit_records_why_it_was_skipped(env: Env) -> 
     )
 
 
-def _fact_of(record: dict[str, Any]) -> Fact:
-    """The fact a polled record states."""
-    return fact_from_order(
-        DepositOrder.model_validate(record), sent_at=record.get("updateTime") or now_ms()
-    )
-
-
 # --- 3 and 8: amounts ---------------------------------------------------------------------------
 
 
@@ -890,7 +745,7 @@ async def test_two_instances_booking_a_likely_duplicate_at_once_book_one(
     receiving address and currency) in the same moment: the second waits for the first's
     commit, then holds its deposit as a likely duplicate; one ledger row."""
     for tx in ("TXA", "TXB"):
-        await env.processor.observe_fact(_fact_of(order(tx, transactionHash="0xone")))
+        await env.processor.observe_fact(fact_of(order(tx, transactionHash="0xone")))
     found = await rows(env.store, "SELECT * FROM deposits ORDER BY transaction_id")
     credited = [replace(Deposit.from_row(r), state=State.CREDITED) for r in found]
     url = make_store.url("d.db")
@@ -964,9 +819,9 @@ async def test_the_ledger_row_holds_the_deposit_as_credited_and_a_second_trigger
     (and the log line too); the completion that follows books nothing and says so."""
     credited = order("TXR", status="PROCESSING", creditStatus="CREDITED", amount="12.50")
     with capture_logs() as logs:
-        await env.processor.observe_fact(_fact_of(credited))
+        await env.processor.observe_fact(fact_of(credited))
         await env.processor.observe_fact(
-            _fact_of({**credited, "status": "SUCCESS", "updateTime": 1_700_000_000_001})
+            fact_of({**credited, "status": "SUCCESS", "updateTime": 1_700_000_000_001})
         )
     [row] = await rows(env.store, "SELECT * FROM ledger")
     assert {k: v for k, v in row.items() if k not in ("booked_at", "id")} == {
@@ -1005,9 +860,9 @@ async def test_a_booked_deposit_later_in_conflict_says_already_booked_not_held(e
     the conflict is alerted, but the book action of the completion says the deposit is booked
     already (done), not held, and the ledger row keeps what was booked."""
     credited = order("TXK", status="PROCESSING", creditStatus="CREDITED")
-    await env.processor.observe_fact(_fact_of(credited))
+    await env.processor.observe_fact(fact_of(credited))
     completed = {**credited, "status": "SUCCESS", "updateTime": 1_700_000_000_001}
-    await env.processor.observe_fact(_fact_of({**completed, "amount": "90", "network": "ETH"}))
+    await env.processor.observe_fact(fact_of({**completed, "amount": "90", "network": "ETH"}))
     books = await rows(env.store, "SELECT status, outcome FROM actions WHERE action='book'")
     assert books == [
         {"status": "done", "outcome": "booked"},
@@ -1020,11 +875,11 @@ async def test_a_booked_deposit_later_in_conflict_says_already_booked_not_held(e
 
 async def test_a_deposit_in_conflict_on_two_fields_is_held_naming_both(env: Env) -> None:
     """Not booked yet, two fixed fields contradicted: held, the outcome names both fields."""
-    await env.processor.observe_fact(_fact_of(order("TXH")))
+    await env.processor.observe_fact(fact_of(order("TXH")))
     credited = order(
         "TXH", status="SUCCESS", amount="90", network="ETH", updateTime=1_700_000_000_5
     )
-    await env.processor.observe_fact(_fact_of(credited))
+    await env.processor.observe_fact(fact_of(credited))
     assert await rows(env.store, "SELECT * FROM ledger") == []
     [book] = await rows(env.store, "SELECT status, outcome FROM actions WHERE action='book'")
     assert book == {
@@ -1067,10 +922,10 @@ async def test_a_likely_duplicate_held_again_on_its_completion_is_alerted_once(e
     """Held as a likely duplicate on its credit, held again (the hold now in force) on its
     completion: one alert, nothing booked."""
     done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
-    await env.processor.observe_fact(_fact_of(order("TXA", **done)))
+    await env.processor.observe_fact(fact_of(order("TXA", **done)))
     credited = order("TXB", transactionHash="0xsame", creditStatus="CREDITED", whiteListStatus=None)
-    await env.processor.observe_fact(_fact_of(credited))
-    await env.processor.observe_fact(_fact_of(order("TXB", **done, updateTime=1_700_000_000_001)))
+    await env.processor.observe_fact(fact_of(credited))
+    await env.processor.observe_fact(fact_of(order("TXB", **done, updateTime=1_700_000_000_001)))
     books = await rows(
         env.store,
         "SELECT trigger, outcome FROM actions WHERE action='book' AND transaction_id='TXB'",
@@ -1205,8 +1060,8 @@ async def test_a_deposit_decided_a_duplicate_is_released_unbooked(
 ) -> None:
     """`resolve --set duplicate=yes`: RELEASED with booked false, no BOOKED entry for it."""
     done = {"status": "SUCCESS", "whiteListStatus": None, "transactionHash": "0xsame"}
-    await env.processor.observe_fact(_fact_of(order("TXA", **done)))
-    await env.processor.observe_fact(_fact_of(order("TXB", **done)))
+    await env.processor.observe_fact(fact_of(order("TXA", **done)))
+    await env.processor.observe_fact(fact_of(order("TXB", **done)))
     cfg = str(write_config(tmp_path, make_config(make_store.storage("d.db"))))
     assert main(["resolve", "--config", cfg, "TXB", "--set", "duplicate=yes", "--by", "bo"]) == 0
     entries = await journal_of(env.store)

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from tests.act.test_booking import (
+from tests.support.booking import (
     NOW,
     Env,
-    _fact_of,
     alerts,
     deliver,
+    fact_of,
     ok,
     order,
     rows,
@@ -23,6 +23,7 @@ from tests.act.test_booking import (
 )
 from worker.act.kinds.book import WAITING_FOR_TX_HASH
 from worker.config.profiles import Profiles
+from worker.store.schema import _migrate_canonical_deposits
 
 DONE = {"status": "SUCCESS", "whiteListStatus": None}
 LATER = 1_700_000_000_005
@@ -49,7 +50,7 @@ async def test_a_txhash_first_written_empty_is_booked_once_the_hash_comes_by_pol
     """A credited deposit whose first record has `transactionHash: ""` (or blanks) waits for
     its hash: nothing booked, the deposit's txHash unknown (so the detail poll reads it
     again); the next record with the hash books it once, with the hash."""
-    await env.processor.observe_fact(_fact_of(order("TXA", **DONE, transactionHash=unknown)))
+    await env.processor.observe_fact(fact_of(order("TXA", **DONE, transactionHash=unknown)))
     assert await booked(env) == []
     assert (await deposit(env, "TXA"))["tx_hash"] is None
     [held] = await rows(env.store, "SELECT outcome FROM actions WHERE action = 'book'")
@@ -100,9 +101,9 @@ async def test_a_blank_or_padded_first_value_then_the_real_one_is_no_conflict(
 ) -> None:
     """A first record with a field blank or padded, then the real value: no fixed-field
     conflict, no hold, no alert; booked once with the canonical value."""
-    await env.processor.observe_fact(_fact_of(order("TXC", **DONE, **{field: first})))
+    await env.processor.observe_fact(fact_of(order("TXC", **DONE, **{field: first})))
     await env.processor.observe_fact(
-        _fact_of(order("TXC", **DONE, **{field: real}, updateTime=LATER))
+        fact_of(order("TXC", **DONE, **{field: real}, updateTime=LATER))
     )
     assert await rows(env.store, "SELECT * FROM conflicts") == []
     assert await alerts(env.store) == []
@@ -117,11 +118,11 @@ async def test_a_blank_or_padded_first_value_then_the_real_one_is_no_conflict(
 async def test_a_deposit_is_never_booked_with_a_blank_currency(env: Env, unknown: str) -> None:
     """A credited deposit whose currency is written blank waits for it (a ledger row needs
     it); booked once a record states it."""
-    await env.processor.observe_fact(_fact_of(order("TXB", **DONE, currency=unknown)))
+    await env.processor.observe_fact(fact_of(order("TXB", **DONE, currency=unknown)))
     assert await booked(env) == []
     [held] = await rows(env.store, "SELECT outcome FROM actions WHERE action = 'book'")
     assert held["outcome"].startswith("held: waiting for the currency")
-    await env.processor.observe_fact(_fact_of(order("TXB", **DONE, updateTime=LATER)))
+    await env.processor.observe_fact(fact_of(order("TXB", **DONE, updateTime=LATER)))
     [row] = await booked(env)
     assert row["currency"] == "USDT"
     [*_, last] = await rows(env.store, "SELECT outcome FROM actions WHERE action = 'book'")
@@ -135,8 +136,8 @@ async def test_a_padded_txhash_of_a_booked_transaction_is_held_not_booked(
     """A second transactionId for the same transaction and amount, its txHash written with
     blanks around or in another case: held as a likely duplicate with one critical alert;
     the ledger holds the money once."""
-    await env.processor.observe_fact(_fact_of(order("TXA", **DONE, transactionHash="0xabc")))
-    await env.processor.observe_fact(_fact_of(order("TXB", **DONE, transactionHash=spelling)))
+    await env.processor.observe_fact(fact_of(order("TXA", **DONE, transactionHash="0xabc")))
+    await env.processor.observe_fact(fact_of(order("TXB", **DONE, transactionHash=spelling)))
     assert [r["transaction_id"] for r in await booked(env)] == ["TXA"]
     assert [a for a in await alerts(env.store) if a[0] == "TXB"] == [
         ("TXB", "duplicate_tx_hash", "critical")
@@ -174,7 +175,7 @@ def test_a_padded_source_address_finds_its_stored_profile(tmp_path: Path) -> Non
     path = tmp_path / "profiles.yaml"
     path.write_text(text)
     profiles = Profiles.load(path)
-    fact = _fact_of(order("TXP", fromAddress="  TPayer1\t"))
+    fact = fact_of(order("TXP", fromAddress="  TPayer1\t"))
     assert fact.from_address == "TPayer1"
     match = profiles.for_deposit(1001, fact.from_address)
     assert match is not None and (match.name, match.via) == ("p", "address")
@@ -182,3 +183,35 @@ def test_a_padded_source_address_finds_its_stored_profile(tmp_path: Path) -> Non
 
 def _detail(record: dict[str, Any]) -> bytes:
     return ok(record)
+
+
+async def test_stored_deposits_are_rewritten_into_the_canonical_forms(env: Env) -> None:
+    """The upgrade's migration: a deposit stored with txHash `""`, a padded currency and
+    address and a hex hash in capitals reads in the canonical forms (so the detail poll
+    reads the first again); a deposit already canonical, and a base58 hash, are left as
+    they are."""
+    rows_in = [
+        ("TXU1", "", " usdt ", "tron", " TPayer1\t", None),
+        ("TXU2", "0XABCDEF", "USDT", "TRON", "TPayer1", "main"),
+        ("TXU3", "5VfydnLu4XwV2H2dLHPv22JxhLbYJruaM9YTaGY30TZjd4re", "USDT", "TRON", "TP", "w"),
+    ]
+    for tx, tx_hash, currency, network, from_address, wallet_name in rows_in:
+        await env.store.write(
+            lambda db, v=(tx, tx_hash, currency, network, from_address, wallet_name): db.execute(
+                "INSERT INTO deposits (transaction_id, tx_hash, currency, network, from_address,"
+                " wallet_name, state, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'credited',"
+                " '2026-01-01T00:00:00.000Z')",
+                list(v),
+            )
+        )
+    await env.store.write(_migrate_canonical_deposits)
+    got = await rows(
+        env.store,
+        "SELECT transaction_id, tx_hash, currency, network, from_address, wallet_name"
+        " FROM deposits ORDER BY transaction_id",
+    )
+    assert [tuple(r.values()) for r in got] == [
+        ("TXU1", None, "USDT", "TRON", "TPayer1", None),
+        ("TXU2", "0xabcdef", "USDT", "TRON", "TPayer1", "main"),
+        rows_in[2],
+    ]

@@ -42,8 +42,9 @@ class RuleReactor:
         reaction: Reaction,
     ) -> list[LogLine]:
         """Record the actions that the rules pick for each transition (and raw eventType),
-        and the booking that waited for the txHash this fact states first
-        (`Reaction.learnt_for_booking`); the lines to log once committed."""
+        and the booking that waited for what this fact states first (its txHash, amount,
+        currency or network: `Reaction.learnt_for_booking`); the lines to log once
+        committed."""
         rulebook = self._rules()
         profiles = self._profiles()
         lines: list[LogLine] = []

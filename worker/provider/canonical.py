@@ -56,15 +56,35 @@ def code(value: Any) -> Any:
     return trimmed.upper() if isinstance(trimmed, str) else trimmed
 
 
+def hash_key(value: Any) -> str | None:
+    """A txHash as hashes are compared, by the store's statements (`lower(tx_hash)`) as by
+    reconciliation: its canonical form, case-blind whatever its alphabet."""
+    form = tx_hash(value)
+    return form.lower() if isinstance(form, str) else None
+
+
 def amount(value: Any) -> Decimal | None:
     """An amount, None when not known (absent, null, blanks)."""
-    if value is None or (isinstance(value, str) and text(value) is None):
-        return None
-    return parse_amount(value)
+    return None if _unknown(value) else parse_amount(value)
 
 
 def deposit_amount(value: Any) -> Decimal | None:
     """A deposit's amount (above zero), None when not known."""
-    if value is None or (isinstance(value, str) and text(value) is None):
-        return None
-    return parse_amount(value, positive=True)
+    return None if _unknown(value) else parse_amount(value, positive=True)
+
+
+def _unknown(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and text(value) is None)
+
+
+# A deposit's fields read from the provider, by their names in `Fact`, `Deposit` and the
+# deposits table, and the form of each: what a fact or a row stored before these forms were
+# kept is read into (`worker.track.tracker.Fact.from_json`, the store's migration).
+DEPOSIT_FORMS = {
+    "tx_hash": tx_hash,
+    "currency": code,
+    "network": code,
+    "from_address": address,
+    "to_address": address,
+    "wallet_name": text,
+}

@@ -51,20 +51,11 @@ def _amount(value: Any) -> Decimal:
     return parse_amount(value)
 
 
-def _deposit_amount(value: Any) -> Decimal:
-    return parse_amount(value, positive=True)
-
-
 # Every amount the provider sends is read by `worker.provider.amounts.parse_amount`: plain,
 # bounded digits; a deposit's amount is also above zero.
 Amount = Annotated[
     Decimal,
     BeforeValidator(_amount),
-    PlainSerializer(decimal_str, return_type=str, when_used="json"),
-]
-DepositAmount = Annotated[
-    Decimal,
-    BeforeValidator(_deposit_amount),
     PlainSerializer(decimal_str, return_type=str, when_used="json"),
 ]
 
@@ -89,6 +80,7 @@ Id = Annotated[str, BeforeValidator(canonical.text), Field(min_length=1)]
 MaybeText = Annotated[str | None, BeforeValidator(canonical.text)]
 MaybeTxHash = Annotated[str | None, BeforeValidator(canonical.tx_hash)]
 MaybeAddress = Annotated[str | None, BeforeValidator(canonical.address)]
+Address = Annotated[str, BeforeValidator(canonical.address), Field(min_length=1)]
 Code = Annotated[str, BeforeValidator(canonical.code), Field(min_length=1)]
 MaybeCode = Annotated[str | None, BeforeValidator(canonical.code)]
 
@@ -163,20 +155,15 @@ DEPOSIT_EVENT_TYPES = frozenset(
 KNOWN_EVENT_TYPES = frozenset(e.value for e in EventType)
 
 
-def _upper(value: Any) -> Any:
-    trimmed = canonical.text(value)
-    return trimmed.upper() if isinstance(trimmed, str) else trimmed
-
-
 def _lower(value: Any) -> Any:
     trimmed = canonical.text(value)
     return trimmed.lower() if isinstance(trimmed, str) else trimmed
 
 
 # Statuses trimmed and in the case the interface writes them in.
-Status = Annotated[OrderStatus, BeforeValidator(_upper)]
+Status = Annotated[OrderStatus, BeforeValidator(canonical.code)]
 MaybeWhiteList = Annotated[WhiteListStatus | None, BeforeValidator(_lower)]
-MaybeCredit = Annotated[CreditStatus | None, BeforeValidator(_upper)]
+MaybeCredit = Annotated[CreditStatus | None, BeforeValidator(canonical.code)]
 
 
 class _SaysNothingWhenBlank(Model):
@@ -306,7 +293,7 @@ class AddressUpdatedData(Model):
     """WALLET_ADDRESS_UPDATED data (docs/design.md)."""
 
     id: Id
-    walletAddress: Annotated[str, BeforeValidator(canonical.address), Field(min_length=1)]
+    walletAddress: Address
     network: Code
     status: AddressStatus
     failMessage: MaybeText = None
@@ -317,7 +304,7 @@ class SourceAddress(Model):
 
     id: Id
     walletId: int
-    walletAddress: Annotated[str, BeforeValidator(canonical.address), Field(min_length=1)]
+    walletAddress: Address
     network: Code
     memo: MaybeText = None
     status: AddressStatus
@@ -364,7 +351,7 @@ class DepositAddress(Model):
     walletId: int
     currency: MaybeCode = None
     network: MaybeCode = None
-    address: Annotated[str, BeforeValidator(canonical.address), Field(min_length=1)]
+    address: Address
     memo: MaybeText = None
 
 

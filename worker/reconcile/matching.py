@@ -35,11 +35,9 @@ class Booked:
 
 
 def hash_key(tx_hash: str | None) -> str | None:
-    """A txHash as compared: in its canonical form (`worker.provider.canonical`: hex is
-    case-blind, `0xABC` and `0xabc` are one hash; blank is none). A ledger row booked before
-    values were made canonical where they enter may hold another spelling."""
-    key: str | None = canonical.tx_hash(tx_hash)
-    return key
+    """A txHash as compared: case-blind (`0xABC` and `0xabc` are one hash), blank is none
+    (`worker.provider.canonical.hash_key`, as the store's statements compare hashes)."""
+    return canonical.hash_key(tx_hash)
 
 
 def _same(a: str | None, b: str | None) -> bool:

@@ -1,4 +1,4 @@
-"""The ledger's corrections (docs/reconciliation.md, "Corrections"): every statement on them.
+"""The ledger's corrections: every statement on them.
 
 A booked deposit's ledger row is never edited. When a person decides that a booked deposit's
 amount (or asset) is other than booked, a *reversal* of what is booked (the negated amount,

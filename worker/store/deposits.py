@@ -101,9 +101,9 @@ def detail_candidates(
     db: Db, states: Sequence[str], *, without_tx_hash: Sequence[str] = ()
 ) -> list[tuple[str, str, int]]:
     """(transactionId, state, last change in epoch ms) of the deposits in `states`, and of
-    those in `without_tx_hash` whose txHash, amount, currency or network is not known yet (a booking
-    waits for them), least recently updated first:
-    what the detail poll chooses from (docs/polling.md)."""
+    those in `without_tx_hash` whose txHash, amount, currency or network is not known yet (a
+    booking waits for them), least recently updated first: what the detail poll chooses from
+    (docs/polling.md)."""
     marks = ",".join("?" for _ in states)
     hashless = ",".join("?" for _ in without_tx_hash) or "NULL"
     return [

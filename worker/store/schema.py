@@ -499,7 +499,7 @@ def _migrate_submissions_unpurged(db: Db) -> None:
 def _migrate_ledger_corrections(db: Db) -> None:
     # A booked deposit is never edited: a person's decision that its amount or asset is other
     # than booked is a reversal of what is booked and a new booking, rows of their own
-    # (`worker.store.corrections`, docs/reconciliation.md "Corrections").
+    # (`worker.store.corrections`).
     db.execute(
         {
             "sqlite": "CREATE TABLE IF NOT EXISTS ledger_corrections (id INTEGER PRIMARY KEY,"
@@ -524,25 +524,14 @@ def _migrate_ledger_corrections(db: Db) -> None:
     )
 
 
-# The deposits' columns read from the provider, and the canonical form of each
-# (`worker.provider.canonical`).
-_CANONICAL_COLUMNS = {
-    "tx_hash": canonical.tx_hash,
-    "currency": canonical.code,
-    "network": canonical.code,
-    "from_address": canonical.address,
-    "to_address": canonical.address,
-    "wallet_name": canonical.text,
-}
-
-
 def _migrate_canonical_deposits(db: Db) -> None:
     # Values stored as the provider sent them (`""` for a txHash not known yet, blanks around a
-    # currency) in the forms read from now on (docs/design.md, "Provider values at the
-    # boundary"): a deposit whose txHash was `""` is read again by the detail poll, and booked
-    # once a fact states its hash. Only rows with a value not in its form are read: blanks at
-    # either end, an empty text, a code not in capitals, a hash not in lower case.
-    names = list(_CANONICAL_COLUMNS)
+    # currency) in the forms read from now on (`worker.provider.canonical`, whose docs are
+    # docs/design.md, "Provider values at the boundary"): a deposit whose txHash was `""` is
+    # read again by the detail poll, and booked once a fact states its hash. Only rows with a
+    # value not in its form are read: blanks at either end, an empty text, a code not in
+    # capitals, a hash not in lower case.
+    names = list(canonical.DEPOSIT_FORMS)
     patterns = [p for blank in ("\t", "\n", "\r") for p in (f"{blank}%", f"%{blank}")]
     odd = " OR ".join(
         f"{n} = '' OR {n} <> trim({n}) OR " + " OR ".join(f"{n} LIKE ?" for _ in patterns)
@@ -555,8 +544,9 @@ def _migrate_canonical_deposits(db: Db) -> None:
         patterns * len(names),
     ).fetchall()
     for row in rows:
-        values = {n: form(row[i + 1]) for i, (n, form) in enumerate(_CANONICAL_COLUMNS.items())}
-        if all(values[n] == row[i + 1] for i, n in enumerate(names)):
+        stored = dict(zip(names, tuple(row)[1:], strict=True))
+        values = {n: canonical.DEPOSIT_FORMS[n](v) for n, v in stored.items()}
+        if values == stored:
             continue
         db.execute(
             f"UPDATE deposits SET {', '.join(f'{n} = ?' for n in names)} WHERE transaction_id = ?",

@@ -81,8 +81,8 @@ class Reaction:
     bookings: Bookings | None = None
     # The fact created the deposit: no conflict can be recorded against it yet.
     created: bool = False
-    # What a booking needs (`BOOKING_NEEDS`: txHash, amount, currency, network) that the fact stated
-    # for the first time, by the deposit's field names: a booking may wait for it.
+    # What a booking needs (`BOOKING_NEEDS`: txHash, amount, currency, network) that the fact
+    # stated for the first time, by the deposit's field names: a booking may wait for it.
     learnt_for_booking: tuple[str, ...] = ()
 
 

@@ -160,7 +160,7 @@ class Fact:
             kwargs["credit_status"] = CreditStatus(kwargs["credit_status"])
         # A fact stored before values were made canonical where they enter is read into the
         # same forms (`worker.provider.canonical`).
-        for name, form in _CANONICAL.items():
+        for name, form in _CANONICAL_FACT.items():
             if name in kwargs:
                 kwargs[name] = form(kwargs[name])
         if kwargs.get("amount") is not None:
@@ -168,15 +168,7 @@ class Fact:
         return cls(**kwargs)
 
 
-_CANONICAL = {
-    "wallet_name": canonical.text,
-    "currency": canonical.code,
-    "network": canonical.code,
-    "from_address": canonical.address,
-    "to_address": canonical.address,
-    "tx_hash": canonical.tx_hash,
-    "fail_message": canonical.text,
-}
+_CANONICAL_FACT = {**canonical.DEPOSIT_FORMS, "fail_message": canonical.text}
 _FACT_NAMES = tuple(f.name for f in fields(Fact))
 _FACT_FIELDS = frozenset(_FACT_NAMES)
 

@@ -90,6 +90,15 @@ def _amount(deposit: Deposit) -> str | None:
 HELD_PREFIX = "held:"
 
 
+# What a ledger row cannot be written without (`BOOKING_NEEDS`), as the outcome names each.
+_NEEDED_NAMES = {
+    "tx_hash": "txHash",
+    "amount": "amount",
+    "currency": "currency",
+    "network": "network",
+}
+
+
 def waiting_for(names: list[str]) -> str:
     """The outcome of a booking held until the deposit's `names` (txHash, amount, currency,
     network: what a ledger row needs) are known (docs/reconciliation.md)."""
@@ -108,13 +117,6 @@ def known_now(fields: tuple[str, ...]) -> str:
 
 # The outcome of a booking held until the deposit's txHash is known.
 WAITING_FOR_TX_HASH = waiting_for(["txHash"])
-# What a ledger row cannot be written without (`BOOKING_NEEDS`), as the outcome names each.
-_NEEDED_NAMES = {
-    "tx_hash": "txHash",
-    "amount": "amount",
-    "currency": "currency",
-    "network": "network",
-}
 
 
 @dataclass(frozen=True)
