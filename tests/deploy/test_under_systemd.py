@@ -353,7 +353,8 @@ def test_deploy_guide_log_and_selftest_commands(host: Host) -> None:
     reached with sudo -u)."""
     host.ensure_running()
     host.run(
-        "journalctl -u depositd -t depositd -o cat --no-pager | jq -c 'select(.level == \"error\")'"
+        "journalctl -u depositd -t depositd -o cat --no-pager"
+        " | jq -R -c 'fromjson? | select(.level == \"error\")'"
     )
     url = f"http://{host.webhook}/webhooks/provider"
     out = host.run(f"{DEPOSITCTL} selftest --url {url}", timeout=90)
